@@ -1,0 +1,1 @@
+"""Adaptive routing gateway: HTTP service, providers, caching and telemetry."""

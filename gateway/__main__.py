@@ -1,0 +1,27 @@
+"""``python -m gateway``: serve the app with uvicorn on the configured host and port."""
+
+from __future__ import annotations
+
+import logging
+
+import uvicorn
+
+from gateway.app import create_app
+from gateway.settings import Settings
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    settings = Settings()
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level="info",
+        access_log=False,
+        timeout_graceful_shutdown=30,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""HTTP controllers: thin, they translate wire types and call services."""

@@ -1,0 +1,63 @@
+"""``POST /v1/documents`` (upsert by id) and ``DELETE /v1/documents/{id}``."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from litestar import Controller, delete, post
+from litestar.di import NamedDependency
+from litestar.params import JSONBody, Parameter
+
+from gateway.errors import ClientError, NotFoundError
+from gateway.knowledge import KnowledgeBase, NewDocument
+from gateway.providers.vectorstores.base import TENANT_PATTERN
+from gateway.schemas import DeleteResponse, DocumentsRequest, DocumentsResponse
+from gateway.settings import Settings
+
+
+class DocumentController(Controller):
+    path = "/v1/documents"
+    tags = ["documents"]
+
+    @post("/", status_code=200, summary="Upsert documents by id; long texts are chunked")
+    async def upsert(
+        self,
+        data: JSONBody[DocumentsRequest],
+        knowledge: NamedDependency[KnowledgeBase],
+        settings: NamedDependency[Settings],
+    ) -> DocumentsResponse:
+        if len(data.documents) > settings.max_documents_per_request:
+            raise ClientError(
+                f"{len(data.documents)} documents in one request; the maximum is "
+                f"{settings.max_documents_per_request}. Send them in batches."
+            )
+        ids = [d.id for d in data.documents]
+        if len(set(ids)) != len(ids):
+            raise ClientError("The same document id appears twice in one request; send each id once.")
+        for doc in data.documents:
+            if not doc.text.strip():
+                raise ClientError(f"Document {doc.id!r} has no text.")
+            if len(doc.text) > settings.max_document_chars:
+                raise ClientError(
+                    f"Document {doc.id!r} has {len(doc.text)} characters; the maximum is "
+                    f"{settings.max_document_chars}. Split it into several documents."
+                )
+        result = await knowledge.ingest(
+            data.tenant,
+            [
+                NewDocument(id=d.id, text=d.text, title=d.title or "", metadata=d.metadata or {})
+                for d in data.documents
+            ],
+        )
+        return DocumentsResponse(upserted=result.upserted, chunks=result.chunks)
+
+    @delete("/{doc_id:str}", status_code=200, summary="Delete a document and all its chunks")
+    async def remove(
+        self,
+        doc_id: str,
+        knowledge: NamedDependency[KnowledgeBase],
+        tenant: Annotated[str, Parameter(query="tenant", pattern=TENANT_PATTERN)] = "default",
+    ) -> DeleteResponse:
+        if not await knowledge.delete(tenant, doc_id):
+            raise NotFoundError(f"Tenant {tenant!r} has no document {doc_id!r}.")
+        return DeleteResponse(deleted=doc_id, tenant=tenant)

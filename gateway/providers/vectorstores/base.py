@@ -1,0 +1,65 @@
+"""The vector store contract: tenant-scoped upsert-by-document, delete, search.
+
+Tenants map to a store's own isolation unit (a LanceDB table, a Pinecone namespace), so a search
+can never see another tenant's chunks whatever filter a caller forgets.
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipelines.shared.deps import Passage
+
+TENANT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
+_TENANT_RE = re.compile(TENANT_PATTERN)
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkRecord:
+    """One chunk of a document, ready to store."""
+
+    doc_id: str
+    index: int
+    title: str
+    text: str
+    vector: Sequence[float]
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def chunk_id(self) -> str:
+        return f"{self.doc_id}#{self.index}"
+
+
+def check_tenant(tenant: str) -> str:
+    """Tenants become table names and namespaces: refuse anything that could escape them."""
+    if not _TENANT_RE.fullmatch(tenant):
+        raise ValueError(f"invalid tenant id {tenant!r}")
+    return tenant
+
+
+class VectorStore(ABC):
+    """Stores chunks with their vectors; cosine similarity in [−1, 1] as ``Passage.score``."""
+
+    name: str
+
+    @abstractmethod
+    async def replace_document(self, tenant: str, doc_id: str, chunks: Sequence[ChunkRecord]) -> None:
+        """Make ``chunks`` the only chunks of ``doc_id`` (insert, or replace a previous version)."""
+
+    @abstractmethod
+    async def delete_document(self, tenant: str, doc_id: str) -> bool:
+        """Remove every chunk of ``doc_id``; False when the tenant had no such document."""
+
+    @abstractmethod
+    async def search(self, tenant: str, vector: Sequence[float], k: int) -> list[Passage]: ...
+
+    @abstractmethod
+    async def ping(self) -> None:
+        """Raise a provider error when the store cannot serve requests."""
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections; stores without any need not override."""

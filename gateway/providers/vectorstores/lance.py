@@ -1,0 +1,169 @@
+"""Embedded, persistent vector store on LanceDB: the default when no Pinecone key is set.
+
+One table per tenant. A document's chunks are replaced with a single ``merge_insert`` (update
+matched, insert new, delete the document's leftovers) so a reader never sees a half-replaced
+document. Writes to a table are serialised in-process; LanceDB itself is single-node, which is why
+multi-replica deployments use Pinecone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import lancedb
+import pyarrow as pa
+
+from gateway.errors import ProviderError, ProviderUnavailableError
+from gateway.providers.vectorstores.base import ChunkRecord, VectorStore, check_tenant
+from pipelines.shared.deps import Passage
+
+PROVIDER = "vector_store"
+OPTIMIZE_EVERY_WRITES = 64
+
+
+def _sql_string(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+class LanceVectorStore(VectorStore):
+    name = "lancedb"
+
+    def __init__(self, connection: Any, dimensions: int) -> None:
+        self._db = connection
+        self._dimensions = dimensions
+        self._tables: dict[str, Any] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._writes: dict[str, int] = {}
+        self._schema = pa.schema(
+            [
+                pa.field("chunk_id", pa.string()),
+                pa.field("doc_id", pa.string()),
+                pa.field("chunk_index", pa.int32()),
+                pa.field("title", pa.string()),
+                pa.field("text", pa.string()),
+                pa.field("metadata", pa.string()),
+                pa.field("vector", pa.list_(pa.float32(), dimensions)),
+            ]
+        )
+
+    @classmethod
+    async def open(cls, path: Path, dimensions: int) -> LanceVectorStore:
+        path.mkdir(parents=True, exist_ok=True)
+        try:
+            connection = await lancedb.connect_async(str(path))
+        except Exception as exc:  # lancedb raises plain OSError/RuntimeError subclasses
+            raise ProviderUnavailableError(
+                f"cannot open LanceDB at {path}: {exc}", provider=PROVIDER
+            ) from exc
+        return cls(connection, dimensions)
+
+    @staticmethod
+    def _table_name(tenant: str) -> str:
+        return f"kb_{check_tenant(tenant)}"
+
+    async def _table(self, tenant: str, *, create: bool) -> Any | None:
+        name = self._table_name(tenant)
+        if name in self._tables:
+            return self._tables[name]
+        existing = await self._db.list_tables()
+        names = getattr(existing, "tables", existing)
+        if name in names:
+            table = await self._db.open_table(name)
+        elif create:
+            table = await self._db.create_table(name, schema=self._schema, exist_ok=True)
+        else:
+            return None
+        self._tables[name] = table
+        return table
+
+    async def replace_document(self, tenant: str, doc_id: str, chunks: Sequence[ChunkRecord]) -> None:
+        lock = self._locks.setdefault(tenant, asyncio.Lock())
+        rows = [
+            {
+                "chunk_id": c.chunk_id,
+                "doc_id": c.doc_id,
+                "chunk_index": c.index,
+                "title": c.title,
+                "text": c.text,
+                "metadata": json.dumps(c.metadata, ensure_ascii=False),
+                "vector": [float(x) for x in c.vector],
+            }
+            for c in chunks
+        ]
+        async with lock:
+            try:
+                table = await self._table(tenant, create=True)
+                assert table is not None
+                if rows:
+                    await (
+                        table.merge_insert("chunk_id")
+                        .when_matched_update_all()
+                        .when_not_matched_insert_all()
+                        .when_not_matched_by_source_delete(f"doc_id = {_sql_string(doc_id)}")
+                        .execute(pa.Table.from_pylist(rows, schema=self._schema))
+                    )
+                else:
+                    await table.delete(f"doc_id = {_sql_string(doc_id)}")
+                await self._maybe_optimize(tenant, table)
+            except ProviderError:
+                raise
+            except Exception as exc:
+                raise ProviderError(f"LanceDB write failed: {exc}", provider=PROVIDER) from exc
+
+    async def delete_document(self, tenant: str, doc_id: str) -> bool:
+        lock = self._locks.setdefault(tenant, asyncio.Lock())
+        async with lock:
+            try:
+                table = await self._table(tenant, create=False)
+                if table is None:
+                    return False
+                result = await table.delete(f"doc_id = {_sql_string(doc_id)}")
+            except Exception as exc:
+                raise ProviderError(f"LanceDB delete failed: {exc}", provider=PROVIDER) from exc
+        return int(getattr(result, "num_deleted_rows", 0)) > 0
+
+    async def search(self, tenant: str, vector: Sequence[float], k: int) -> list[Passage]:
+        try:
+            table = await self._table(tenant, create=False)
+            if table is None:
+                return []
+            rows = await table.vector_search(list(vector)).distance_type("cosine").limit(k).to_list()
+        except Exception as exc:
+            raise ProviderError(f"LanceDB search failed: {exc}", provider=PROVIDER) from exc
+        return [
+            Passage(
+                chunk_id=row["chunk_id"],
+                doc_id=row["doc_id"],
+                title=row["title"],
+                text=row["text"],
+                score=1.0 - float(row["_distance"]),
+                metadata=json.loads(row["metadata"] or "{}"),
+            )
+            for row in rows
+        ]
+
+    async def count_chunks(self, tenant: str) -> int:
+        table = await self._table(tenant, create=False)
+        return 0 if table is None else int(await table.count_rows())
+
+    async def ping(self) -> None:
+        try:
+            await self._db.list_tables()
+        except Exception as exc:
+            raise ProviderUnavailableError(f"LanceDB unavailable: {exc}", provider=PROVIDER) from exc
+
+    async def close(self) -> None:
+        for table in self._tables.values():
+            table.close()
+        self._tables.clear()
+
+    async def _maybe_optimize(self, tenant: str, table: Any) -> None:
+        """Compact small fragments now and then; every upsert adds one and slows scans."""
+        count = self._writes.get(tenant, 0) + 1
+        self._writes[tenant] = count
+        if count % OPTIMIZE_EVERY_WRITES == 0:
+            await table.optimize()

@@ -1,0 +1,83 @@
+"""Wire types of the v1 API. msgspec structs: Litestar validates them natively and fast."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import msgspec
+from msgspec import Meta
+
+from gateway.providers.vectorstores.base import TENANT_PATTERN
+from routes.types import RouteRequest
+
+Tenant = Annotated[str, Meta(pattern=TENANT_PATTERN, description="Tenant id: letters, digits, '_' or '-'.")]
+DocumentId = Annotated[str, Meta(min_length=1, max_length=256)]
+
+
+class QueryRequest(msgspec.Struct, kw_only=True):
+    query: Annotated[str, Meta(description="The user's question; 1 to GATEWAY_MAX_QUERY_CHARS characters.")]
+    tenant: Tenant = "default"
+    route: RouteRequest = "auto"
+    top_k: Annotated[int, Meta(ge=1, le=100)] | None = None
+
+
+class RouteRequestBody(msgspec.Struct, kw_only=True):
+    query: str
+    tenant: Tenant = "default"
+
+
+class Source(msgspec.Struct):
+    id: str
+    title: str
+    score: float
+
+
+class Usage(msgspec.Struct):
+    llm_calls: int
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+
+
+class QueryResponse(msgspec.Struct):
+    answer: str
+    route: str
+    route_confidence: float
+    route_reason: str
+    sources: list[Source]
+    cached: bool
+    usage: Usage
+    latency_ms: float
+    steps: list[str]
+    classifier: str
+    classified_route: str
+    abstained: bool
+
+
+class RouteResponse(msgspec.Struct):
+    route: str
+    confidence: float
+    reason: str
+    classifier: str
+
+
+class DocumentIn(msgspec.Struct, kw_only=True):
+    id: DocumentId
+    text: Annotated[str, Meta(min_length=1)]
+    title: Annotated[str, Meta(max_length=512)] | None = None
+    metadata: dict[str, Any] | None = None
+
+
+class DocumentsRequest(msgspec.Struct, kw_only=True):
+    tenant: Tenant = "default"
+    documents: Annotated[list[DocumentIn], Meta(min_length=1)]
+
+
+class DocumentsResponse(msgspec.Struct):
+    upserted: int
+    chunks: int
+
+
+class DeleteResponse(msgspec.Struct):
+    deleted: str
+    tenant: str

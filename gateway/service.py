@@ -1,0 +1,99 @@
+"""The request path as one straight line: validate -> embed once -> route -> run -> respond."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from gateway.errors import ClientError
+from gateway.knowledge import KnowledgeBase
+from gateway.schemas import QueryRequest, QueryResponse, RouteResponse, Source, Usage
+from pipelines.shared.deps import LLMCall, Passage
+from routes.router import FrontRouter
+from routes.table import RouteTable
+from routes.types import RouteDecision
+
+
+@dataclass(frozen=True, slots=True)
+class QueryLimits:
+    max_query_chars: int
+
+
+class QueryService:
+    def __init__(
+        self, knowledge: KnowledgeBase, router: FrontRouter, table: RouteTable, limits: QueryLimits
+    ) -> None:
+        self._knowledge = knowledge
+        self._router = router
+        self._table = table
+        self._limits = limits
+
+    def _clean(self, query: str) -> str:
+        cleaned = query.strip()
+        if not cleaned:
+            raise ClientError("The query is empty: send a question in the 'query' field.", field="query")
+        if len(cleaned) > self._limits.max_query_chars:
+            raise ClientError(
+                f"The query has {len(cleaned)} characters; the maximum is {self._limits.max_query_chars}. "
+                "Shorten it or raise GATEWAY_MAX_QUERY_CHARS.",
+                field="query",
+            )
+        return cleaned
+
+    async def route(self, query: str) -> RouteDecision:
+        cleaned = self._clean(query)
+        vector = await self._knowledge.embed_query(cleaned)
+        decision, _ = await self._router.decide(cleaned, "auto", vector)
+        return decision
+
+    async def answer(self, request: QueryRequest) -> QueryResponse:
+        started = time.perf_counter()
+        query = self._clean(request.query)
+        vector = await self._knowledge.embed_query(query)
+        decision, router_calls = await self._router.decide(query, request.route, vector)
+        result = await self._table.run(
+            decision.route, query=query, tenant=request.tenant, top_k=request.top_k, query_vector=vector
+        )
+        calls = [*router_calls, *result.llm_calls]
+        return QueryResponse(
+            answer=result.answer,
+            route=result.route,
+            route_confidence=round(decision.confidence, 4),
+            route_reason=decision.reason,
+            sources=_sources(result.sources),
+            cached=False,
+            usage=_usage(calls),
+            latency_ms=round((time.perf_counter() - started) * 1000, 2),
+            steps=(["route_query"] if router_calls else []) + result.steps,
+            classifier=decision.classifier,
+            classified_route=decision.route,
+            abstained=result.abstained,
+        )
+
+
+def to_route_response(decision: RouteDecision) -> RouteResponse:
+    return RouteResponse(
+        route=decision.route,
+        confidence=round(decision.confidence, 4),
+        reason=decision.reason,
+        classifier=decision.classifier,
+    )
+
+
+def _sources(passages: list[Passage]) -> list[Source]:
+    """One entry per document, with its best chunk's score, best first."""
+    best: dict[str, Passage] = {}
+    for passage in passages:
+        if passage.doc_id not in best or passage.score > best[passage.doc_id].score:
+            best[passage.doc_id] = passage
+    ordered = sorted(best.values(), key=lambda p: p.score, reverse=True)
+    return [Source(id=p.doc_id, title=p.title, score=round(p.score, 4)) for p in ordered]
+
+
+def _usage(calls: list[LLMCall]) -> Usage:
+    return Usage(
+        llm_calls=len(calls),
+        input_tokens=sum(c.input_tokens for c in calls),
+        output_tokens=sum(c.output_tokens for c in calls),
+        cost_usd=round(sum(c.cost_usd for c in calls), 8),
+    )

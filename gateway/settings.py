@@ -1,0 +1,88 @@
+"""Every knob of the gateway, read from the environment once at start-up.
+
+Well-known provider variables (``OPENAI_API_KEY``, ``OPENAI_BASE_URL``, ``PINECONE_API_KEY``,
+``REDIS_URL``) are honoured under their usual names so production switches providers without a
+gateway-specific mapping; everything else is ``GATEWAY_``-prefixed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import AliasChoices, BaseModel, Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+LOCAL_MODEL = "qwen2.5-coder-1.5b-instruct-q4_k_m"
+
+
+class ModelPrice(BaseModel):
+    """USD per one million tokens."""
+
+    input: float = 0.0
+    output: float = 0.0
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GATEWAY_", extra="ignore", populate_by_name=True)
+
+    # HTTP
+    host: str = "127.0.0.1"
+    port: int = 8000
+    max_query_chars: int = Field(4000, ge=1)
+    max_documents_per_request: int = Field(256, ge=1)
+    max_document_chars: int = Field(500_000, ge=1)
+
+    # LLM (any OpenAI-compatible endpoint; the default is the local llama.cpp server)
+    llm_base_url: str = Field(
+        "http://127.0.0.1:8081/v1", validation_alias=AliasChoices("GATEWAY_LLM_BASE_URL", "OPENAI_BASE_URL")
+    )
+    llm_api_key: SecretStr = Field(
+        SecretStr("local-no-key"), validation_alias=AliasChoices("GATEWAY_LLM_API_KEY", "OPENAI_API_KEY")
+    )
+    llm_model: str = LOCAL_MODEL
+    llm_timeout_s: float = Field(120.0, gt=0)
+    llm_max_retries: int = Field(1, ge=0)
+    llm_temperature: float = 0.0
+    llm_max_tokens: int = Field(320, ge=16)
+    llm_prices: dict[str, ModelPrice] = Field(default_factory=dict)
+
+    # Embeddings
+    embedding_provider: Literal["use", "openai"] = "use"
+    embedding_model: str = "use-multilingual-v3"
+    embedding_threads: int = Field(1, ge=1)
+
+    # Vector store: embedded LanceDB unless a Pinecone key is set
+    vector_store_path: Path = Path(".data/lancedb")
+    pinecone_api_key: SecretStr | None = Field(
+        None, validation_alias=AliasChoices("GATEWAY_PINECONE_API_KEY", "PINECONE_API_KEY")
+    )
+    pinecone_index_host: str | None = Field(
+        None, validation_alias=AliasChoices("GATEWAY_PINECONE_INDEX_HOST", "PINECONE_INDEX_HOST")
+    )
+    pinecone_index: str = "rag-gateway"
+
+    # Cache
+    redis_url: str | None = Field(None, validation_alias=AliasChoices("GATEWAY_REDIS_URL", "REDIS_URL"))
+
+    # Knowledge ingestion
+    chunk_size: int = Field(700, ge=100)
+    chunk_overlap: int = Field(100, ge=0)
+    load_sample_kb: bool = False
+
+    # Routing and retrieval
+    router_classifier: Literal["logistic", "llm"] = "logistic"
+    router_cache_dir: Path = Field(default_factory=lambda: Path.home() / ".cache" / "rag-gateway" / "router")
+    default_top_k: int = Field(4, ge=1, le=50)
+    max_top_k: int = Field(20, ge=1, le=100)
+    multi_hop_top_k: int = Field(8, ge=1, le=50)
+
+    # Readiness probes
+    readiness_timeout_s: float = Field(2.0, gt=0)
+
+    @property
+    def uses_pinecone(self) -> bool:
+        return self.pinecone_api_key is not None
+
+    def price_for(self, model: str) -> ModelPrice:
+        return self.llm_prices.get(model, ModelPrice())

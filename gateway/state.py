@@ -1,0 +1,53 @@
+"""The long-lived clients of one app instance, opened in the lifespan and closed in its finally.
+
+``ProviderOverrides`` is how tests (and embedders of the gateway) inject fakes, the way httpx
+takes ``transport=``: the rest of the wiring stays the production wiring.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from langchain_core.embeddings import Embeddings
+from langchain_core.language_models import BaseChatModel
+
+from gateway.knowledge import KnowledgeBase
+from gateway.providers.llm import LLMClient
+from gateway.providers.vectorstores.base import VectorStore
+from gateway.service import QueryService
+from gateway.settings import Settings
+
+Check = Callable[[], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class ProviderOverrides:
+    chat_model: BaseChatModel | None = None
+    embeddings: Embeddings | None = None
+    vector_store: VectorStore | None = None
+
+
+@dataclass
+class Services:
+    settings: Settings
+    http: httpx.AsyncClient
+    llm: LLMClient
+    knowledge: KnowledgeBase
+    query_service: QueryService
+    llm_check: Check
+    redis: Any | None = None
+    extra_checks: dict[str, Check] = field(default_factory=dict)
+
+    def readiness_checks(self) -> dict[str, Check]:
+        checks: dict[str, Check] = {"llm": self.llm_check, "vector_store": self.knowledge.store.ping}
+        if self.redis is not None:
+            redis = self.redis
+
+            async def redis_ping() -> None:
+                await redis.ping()
+
+            checks["redis"] = redis_ping
+        return {**checks, **self.extra_checks}

@@ -1,0 +1,1 @@
+"""LangGraph pipelines behind the routes: one package per graph, shared nodes in ``shared``."""

@@ -1,0 +1,1 @@
+"""The ``direct`` pipeline: the model answers alone, no retrieval."""

@@ -1,0 +1,1 @@
+"""Types and nodes every pipeline uses."""

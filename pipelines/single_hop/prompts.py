@@ -1,0 +1,7 @@
+"""The single-hop pipeline answers with the shared grounded-generation prompt."""
+
+from __future__ import annotations
+
+from pipelines.shared.prompts import GROUNDED_SYSTEM, GROUNDED_USER
+
+__all__ = ["GROUNDED_SYSTEM", "GROUNDED_USER"]

@@ -1,0 +1,135 @@
+"""The default front router: logistic regression over the query embedding plus structure cues.
+
+No LLM call: the query embedding is computed once per request and shared with retrieval, so
+routing costs a dot product. The model is trained from the labelled examples in ``routes/data``
+and saved as a small ``.npz`` keyed by the examples' digest, the feature version and the
+embedding model, so a container build (or the first start) trains it once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import numpy as np
+from sklearn.linear_model import LogisticRegression
+
+from routes.examples import Example, examples_digest
+from routes.features import FEATURE_VERSION, NAMES, active_cues, features
+from routes.types import ROUTES, Route, RouteDecision
+
+logger = logging.getLogger(__name__)
+
+EmbedTexts = Callable[[list[str]], np.ndarray]
+FloatArray = np.ndarray[Any, np.dtype[np.float64]]
+REGULARISATION_C = 4.0
+
+
+@dataclass(frozen=True)
+class LogisticModel:
+    """Plain arrays, so the artefact is an ``.npz`` (no pickle to trust at load time)."""
+
+    coef: FloatArray  # (classes, dims)
+    intercept: FloatArray  # (classes,)
+    feature_mean: FloatArray
+    feature_scale: FloatArray
+    classes: tuple[Route, ...]
+
+    def design(self, vectors: np.ndarray, cue_rows: np.ndarray) -> FloatArray:
+        scaled = (cue_rows - self.feature_mean) / self.feature_scale
+        return np.hstack([vectors, scaled]).astype(np.float64)
+
+    def probabilities(self, row: FloatArray) -> FloatArray:
+        logits = self.coef @ row + self.intercept
+        logits -= logits.max()
+        exp = np.exp(logits)
+        return cast(FloatArray, exp / exp.sum())
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp.npz")
+        np.savez(
+            tmp,
+            coef=self.coef,
+            intercept=self.intercept,
+            feature_mean=self.feature_mean,
+            feature_scale=self.feature_scale,
+            classes=np.asarray(self.classes),
+        )
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: Path) -> LogisticModel:
+        with np.load(path, allow_pickle=False) as data:
+            return cls(
+                coef=data["coef"],
+                intercept=data["intercept"],
+                feature_mean=data["feature_mean"],
+                feature_scale=data["feature_scale"],
+                classes=tuple(cast(Route, str(c)) for c in data["classes"]),
+            )
+
+
+def fit(examples: Sequence[Example], embed: EmbedTexts) -> LogisticModel:
+    texts = [e.text for e in examples]
+    vectors = embed(texts)
+    cues = np.vstack([features(t) for t in texts])
+    mean = cues.mean(axis=0)
+    scale = cues.std(axis=0)
+    scale[scale < 1e-6] = 1.0
+    design = np.hstack([vectors, (cues - mean) / scale])
+    labels = [ROUTES.index(e.route) for e in examples]
+    clf = LogisticRegression(C=REGULARISATION_C, class_weight="balanced", max_iter=3000)
+    clf.fit(design, labels)
+    classes = tuple(ROUTES[int(i)] for i in clf.classes_)
+    return LogisticModel(
+        coef=clf.coef_.astype(np.float64),
+        intercept=clf.intercept_.astype(np.float64),
+        feature_mean=mean.astype(np.float64),
+        feature_scale=scale.astype(np.float64),
+        classes=classes,
+    )
+
+
+def artefact_path(cache_dir: Path, examples: Sequence[Example], embedding_model: str) -> Path:
+    digest = examples_digest(list(examples))
+    safe_model = "".join(ch if ch.isalnum() else "-" for ch in embedding_model)
+    return cache_dir / f"router-{digest}-f{FEATURE_VERSION}-{safe_model}.npz"
+
+
+def load_or_train(
+    cache_dir: Path, examples: Sequence[Example], embed: EmbedTexts, embedding_model: str
+) -> LogisticModel:
+    path = artefact_path(cache_dir, examples, embedding_model)
+    if path.exists():
+        return LogisticModel.load(path)
+    logger.info("training the router on %d examples (first start for this data)", len(examples))
+    model = fit(examples, embed)
+    try:
+        model.save(path)
+    except OSError as exc:  # a read-only filesystem still gets a working router
+        logger.warning("could not cache the router model at %s: %s", path, exc)
+    return model
+
+
+class LogisticRouter:
+    name = "logistic"
+
+    def __init__(self, model: LogisticModel) -> None:
+        self._model = model
+
+    def classify_vector(self, query: str, vector: Sequence[float]) -> RouteDecision:
+        row = self._model.design(np.asarray([vector], dtype=np.float64), features(query)[None, :])[0]
+        probs = self._model.probabilities(row)
+        best = int(np.argmax(probs))
+        route = self._model.classes[best]
+        ranked = ", ".join(f"{c}={p:.2f}" for c, p in zip(self._model.classes, probs, strict=True))
+        cues = active_cues(query)
+        reason = f"p({ranked})" + (f"; cues: {', '.join(cues)}" if cues else "")
+        return RouteDecision(route=route, confidence=float(probs[best]), reason=reason, classifier=self.name)
+
+
+__all__ = ["NAMES", "LogisticModel", "LogisticRouter", "fit", "load_or_train"]

@@ -1,0 +1,79 @@
+"""Shared fixtures: one embedding model and one trained router per session, apps per test."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.messages import BaseMessage
+from litestar.testing import AsyncTestClient
+
+from gateway.app import create_app
+from gateway.providers.embeddings import USEEmbeddings
+from gateway.providers.scripted_chat import ScriptedChatModel
+from gateway.settings import Settings
+from gateway.state import ProviderOverrides
+
+Responder = Callable[[list[BaseMessage], dict[str, Any]], str]
+
+
+@pytest.fixture(scope="session")
+def embeddings() -> USEEmbeddings:
+    return USEEmbeddings()
+
+
+@pytest.fixture(scope="session")
+def router_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("router")
+
+
+@pytest.fixture
+def settings(tmp_path: Path, router_cache_dir: Path) -> Settings:
+    return Settings(
+        vector_store_path=tmp_path / "lancedb",
+        router_cache_dir=router_cache_dir,
+        llm_base_url="http://127.0.0.1:9/v1",  # nothing listens: a test that reaches it fails loudly
+        redis_url=None,
+    )
+
+
+def grounded_or_direct(messages: list[BaseMessage], _: dict[str, Any]) -> str:
+    """A plausible model: cites passage 1 when given context, chats otherwise."""
+    last = str(messages[-1].content)
+    if "Context passages" in last:
+        return "According to the documents, the answer is in passage one [1]."
+    return "Hello! I am the company assistant."
+
+
+@pytest.fixture
+def make_client(settings: Settings, embeddings: USEEmbeddings) -> Callable[..., Any]:
+    """``async with make_client(responder) as (client, model):`` an app on the scripted model."""
+
+    def factory(
+        responder: Responder = grounded_or_direct, *, settings_override: Settings | None = None
+    ) -> Any:
+        model = ScriptedChatModel(responder=responder)
+        app = create_app(
+            settings_override or settings, ProviderOverrides(chat_model=model, embeddings=embeddings)
+        )
+
+        class Session:
+            async def __aenter__(self) -> tuple[AsyncTestClient[Any], ScriptedChatModel]:
+                self.client = AsyncTestClient(app)
+                await self.client.__aenter__()
+                return self.client, model
+
+            async def __aexit__(self, *exc: object) -> None:
+                await self.client.__aexit__(None, None, None)
+
+        return Session()
+
+    return factory
+
+
+@pytest.fixture
+async def client(make_client: Callable[..., Any]) -> AsyncIterator[AsyncTestClient[Any]]:
+    async with make_client() as (test_client, _):
+        yield test_client
