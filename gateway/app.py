@@ -32,6 +32,7 @@ from gateway.service import QueryLimits, QueryService
 from gateway.settings import Settings
 from gateway.state import ProviderOverrides, Services
 from pipelines.direct.graph import build_graph as build_direct_graph
+from pipelines.shared.generation import GroundingPolicy
 from pipelines.single_hop.graph import build_graph as build_single_hop_graph
 from routes.examples import load_examples
 from routes.llm_router import LLMRouter
@@ -99,7 +100,9 @@ def _lifespan(
             router = await build_router(settings, embeddings, llm)
             table = RouteTable(
                 direct=build_direct_graph(llm),
-                single_hop=build_single_hop_graph(llm, knowledge),
+                single_hop=build_single_hop_graph(
+                    llm, knowledge, GroundingPolicy(settings.min_relevance, settings.min_answer_support)
+                ),
                 policy=RoutePolicy(settings.default_top_k, settings.max_top_k, settings.multi_hop_top_k),
             )
             redis = None

@@ -76,6 +76,10 @@ class Settings(BaseSettings):
     default_top_k: int = Field(4, ge=1, le=50)
     max_top_k: int = Field(20, ge=1, le=100)
     multi_hop_top_k: int = Field(8, ge=1, le=50)
+    # Grounding gates (LLM-free): cosine floor for a passage to reach the generator, and the share of
+    # an answer's new words that must occur in its cited passages.
+    min_relevance: float = Field(0.18, ge=-1.0, le=1.0)
+    min_answer_support: float = Field(0.5, ge=0.0, le=1.0)
 
     # Readiness probes
     readiness_timeout_s: float = Field(2.0, gt=0)

@@ -1,4 +1,9 @@
-"""Grounded answer generation and the parsing of its citations, shared by retrieval pipelines."""
+"""Grounded answer generation and the checks around it, shared by retrieval pipelines.
+
+Two LLM-free gates keep a small model honest: passages below a relevance floor never reach it
+(no call at all when none is left), and an answer whose content is not in the passages is
+replaced by a plain "not in the knowledge base" (see :mod:`pipelines.shared.support`).
+"""
 
 from __future__ import annotations
 
@@ -8,17 +13,18 @@ from dataclasses import dataclass
 from langchain_core.messages import HumanMessage, SystemMessage
 
 from pipelines.shared.deps import ChatClient, LLMCall, Passage
-from pipelines.shared.prompts import (
-    ABSTAIN_EN,
-    ABSTAIN_JA,
-    GROUNDED_SYSTEM,
-    GROUNDED_USER,
-    NOT_IN_CONTEXT,
-)
+from pipelines.shared.prompts import ABSTAIN_EN, ABSTAIN_JA, GROUNDED_SYSTEM, GROUNDED_USER, NOT_IN_CONTEXT
+from pipelines.shared.support import lexical_support
 
 _CITATION = re.compile(r"\[(\d{1,2})(?:\s*,\s*(\d{1,2}))*\]")
 _NUMBERS = re.compile(r"\d{1,2}")
 _JAPANESE = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff]")
+
+
+@dataclass(frozen=True, slots=True)
+class GroundingPolicy:
+    min_relevance: float = 0.18
+    min_support: float = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +33,7 @@ class GroundedAnswer:
     cited: list[Passage]
     abstained: bool
     call: LLMCall | None
+    note: str = ""
 
 
 def format_context(passages: list[Passage]) -> str:
@@ -48,19 +55,29 @@ def abstention_for(question: str) -> str:
     return ABSTAIN_JA if _JAPANESE.search(question) else ABSTAIN_EN
 
 
+def relevant(passages: list[Passage], policy: GroundingPolicy) -> list[Passage]:
+    return [p for p in passages if p.score >= policy.min_relevance]
+
+
 async def generate_grounded(
-    llm: ChatClient, question: str, passages: list[Passage], *, node: str
+    llm: ChatClient, question: str, passages: list[Passage], policy: GroundingPolicy, *, node: str
 ) -> GroundedAnswer:
-    if not passages:
-        # Nothing retrieved: saying so costs no model call and cannot hallucinate.
-        return GroundedAnswer(abstention_for(question), [], True, None)
+    usable = relevant(passages, policy)
+    if not usable:
+        best = max((p.score for p in passages), default=0.0)
+        note = f"no passage above relevance {policy.min_relevance} (best {best:.2f})"
+        return GroundedAnswer(abstention_for(question), [], True, None, note)
     messages = [
         SystemMessage(GROUNDED_SYSTEM),
-        HumanMessage(GROUNDED_USER.format(context=format_context(passages), question=question)),
+        HumanMessage(GROUNDED_USER.format(context=format_context(usable), question=question)),
     ]
     reply = await llm.chat(messages, node=node)
     text = reply.text.strip()
     if NOT_IN_CONTEXT in text or not text:
-        return GroundedAnswer(abstention_for(question), [], True, reply.call)
-    cited = cited_passages(text, passages)
-    return GroundedAnswer(text, cited or list(passages), False, reply.call)
+        return GroundedAnswer(abstention_for(question), [], True, reply.call, "model found no answer")
+    cited = cited_passages(text, usable) or usable
+    support = lexical_support(text, question, [p.text for p in usable])
+    if not support.supported(policy.min_support):
+        unsupported = ", ".join((support.missing_numbers or support.missing)[:5])
+        return GroundedAnswer(abstention_for(question), [], True, reply.call, f"unsupported by passages: {unsupported}")
+    return GroundedAnswer(text, cited, False, reply.call)

@@ -9,7 +9,8 @@ Rules:
 - Use only facts stated in the passages. Never add outside knowledge.
 - After each fact, cite its passage number in square brackets, like [1] or [2].
 - Be brief: one to three sentences. Answer in the language of the question.
-- If the passages do not contain the answer, reply with exactly {NOT_IN_CONTEXT} and nothing else."""
+- If the passages do not contain the answer, reply with exactly {NOT_IN_CONTEXT} and nothing else.
+- Never answer from general knowledge, even for famous facts."""
 
 GROUNDED_USER = """Context passages:
 {context}

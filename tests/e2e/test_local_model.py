@@ -1,0 +1,66 @@
+"""End to end over HTTP on the real local model: a direct and a single-hop question."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from typing import Any
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.e2e
+TIMEOUT = httpx.Timeout(180.0)
+
+
+@pytest.fixture(scope="module")
+def kumo_tenant(gateway_url: str) -> str:
+    docs = json.loads((resources.files("gateway") / "sample_kb" / "documents.json").read_text(encoding="utf-8"))
+    response = httpx.post(f"{gateway_url}/v1/documents", json={"tenant": "kumo", "documents": docs}, timeout=TIMEOUT)
+    assert response.status_code == 200, response.text
+    assert response.json()["upserted"] == len(docs)
+    return "kumo"
+
+
+def ask(gateway_url: str, **body: Any) -> dict[str, Any]:
+    response = httpx.post(f"{gateway_url}/v1/query", json=body, timeout=TIMEOUT)
+    assert response.status_code == 200, response.text
+    result: dict[str, Any] = response.json()
+    return result
+
+
+def test_ready_with_the_real_llm(gateway_url: str) -> None:
+    body = httpx.get(f"{gateway_url}/readyz", timeout=10).json()
+    assert body == {"status": "ready", "checks": {"llm": "ok", "vector_store": "ok"}}
+
+
+def test_direct_question_is_answered_without_retrieval(gateway_url: str, kumo_tenant: str) -> None:
+    result = ask(gateway_url, query="Hi there! What is 12 times 12?", tenant=kumo_tenant)
+    assert result["route"] == "direct"
+    assert result["steps"] == ["answer_directly"]
+    assert result["sources"] == []
+    assert result["usage"]["llm_calls"] == 1
+    assert result["usage"]["output_tokens"] > 0
+    assert "144" in result["answer"]
+
+
+def test_single_hop_answer_cites_the_right_document(gateway_url: str, kumo_tenant: str) -> None:
+    result = ask(gateway_url, query="What is the maximum payload of the Kumo Carrier K2?", tenant=kumo_tenant)
+    assert result["route"] == "single_hop"
+    assert result["steps"][0].startswith("retrieve")
+    assert not result["abstained"], result
+    assert "150" in result["answer"]
+    assert result["sources"][0]["id"] == "kumo-carrier-k2-product-sheet"
+
+
+def test_single_hop_says_so_when_the_documents_do_not_hold_the_answer(gateway_url: str, kumo_tenant: str) -> None:
+    result = ask(gateway_url, query="What is the capital of Peru?", tenant=kumo_tenant, route="single_hop")
+    assert result["abstained"], result
+    assert result["sources"] == []
+    assert "knowledge base" in result["answer"]
+
+
+def test_tenants_do_not_see_each_others_documents(gateway_url: str, kumo_tenant: str) -> None:
+    result = ask(gateway_url, query="What is the maximum payload of the Kumo Carrier K2?", tenant="someone-else")
+    assert result["sources"] == []
+    assert result["abstained"]
