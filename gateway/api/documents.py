@@ -6,7 +6,7 @@ from typing import Annotated
 
 from litestar import Controller, delete, post
 from litestar.di import NamedDependency
-from litestar.params import JSONBody, Parameter
+from litestar.params import JSONBody, PathParameter, QueryParameter
 
 from gateway.errors import ClientError, NotFoundError
 from gateway.knowledge import KnowledgeBase, NewDocument
@@ -54,9 +54,9 @@ class DocumentController(Controller):
     @delete("/{doc_id:str}", status_code=200, summary="Delete a document and all its chunks")
     async def remove(
         self,
-        doc_id: str,
+        doc_id: Annotated[str, PathParameter(max_length=256)],
         knowledge: NamedDependency[KnowledgeBase],
-        tenant: Annotated[str, Parameter(query="tenant", pattern=TENANT_PATTERN)] = "default",
+        tenant: Annotated[str, QueryParameter(pattern=TENANT_PATTERN)] = "default",
     ) -> DeleteResponse:
         if not await knowledge.delete(tenant, doc_id):
             raise NotFoundError(f"Tenant {tenant!r} has no document {doc_id!r}.")

@@ -81,6 +81,7 @@ class LanceVectorStore(VectorStore):
         return table
 
     async def replace_document(self, tenant: str, doc_id: str, chunks: Sequence[ChunkRecord]) -> None:
+        check_tenant(tenant)
         lock = self._locks.setdefault(tenant, asyncio.Lock())
         rows = [
             {
@@ -115,6 +116,7 @@ class LanceVectorStore(VectorStore):
                 raise ProviderError(f"LanceDB write failed: {exc}", provider=PROVIDER) from exc
 
     async def delete_document(self, tenant: str, doc_id: str) -> bool:
+        check_tenant(tenant)
         lock = self._locks.setdefault(tenant, asyncio.Lock())
         async with lock:
             try:
@@ -127,6 +129,7 @@ class LanceVectorStore(VectorStore):
         return int(getattr(result, "num_deleted_rows", 0)) > 0
 
     async def search(self, tenant: str, vector: Sequence[float], k: int) -> list[Passage]:
+        check_tenant(tenant)
         try:
             table = await self._table(tenant, create=False)
             if table is None:

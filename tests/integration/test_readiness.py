@@ -1,0 +1,47 @@
+"""/readyz against the real Redis, and 503s that name the dependency that is down."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from litestar.testing import AsyncTestClient
+
+from gateway.app import create_app
+from gateway.settings import Settings
+from gateway.state import ProviderOverrides
+
+REDIS_TEST_URL = os.environ.get("REDIS_TEST_URL", "redis://127.0.0.1:6379/15")
+
+
+async def test_ready_when_redis_answers(make_client: Any, settings: Settings) -> None:
+    async with make_client(settings_override=settings.model_copy(update={"redis_url": REDIS_TEST_URL})) as (client, _):
+        response = await client.get("/readyz")
+    assert response.status_code == 200
+    assert response.json()["checks"] == {"llm": "ok", "vector_store": "ok", "redis": "ok"}
+
+
+async def test_not_ready_names_redis_when_it_is_down(make_client: Any, settings: Settings) -> None:
+    down = settings.model_copy(update={"redis_url": "redis://127.0.0.1:1/0"})
+    async with make_client(settings_override=down) as (client, _):
+        response = await client.get("/readyz")
+        alive = await client.get("/healthz")
+    assert response.status_code == 503
+    checks = response.json()["checks"]
+    assert checks["redis"].startswith("error")
+    assert checks["llm"] == "ok"
+    assert alive.status_code == 200
+
+
+async def test_not_ready_names_the_llm_endpoint_when_it_is_down(settings: Settings, embeddings: Any) -> None:
+    """No scripted model here: the real ChatOpenAI wiring, pointed at a port where nothing listens."""
+    app = create_app(settings, ProviderOverrides(embeddings=embeddings))
+    async with AsyncTestClient(app) as client:
+        response = await client.get("/readyz")
+        query = await client.post("/v1/query", json={"query": "hello", "route": "direct"})
+    assert response.status_code == 503
+    assert "127.0.0.1:9" in response.json()["checks"]["llm"]
+    assert response.json()["checks"]["vector_store"] == "ok"
+    assert query.status_code == 503
+    assert query.headers["content-type"].startswith("application/problem+json")
+    assert query.json()["provider"] == "llm"

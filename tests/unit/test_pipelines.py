@@ -1,0 +1,131 @@
+"""Graphs and the route table with a scripted model and the in-memory store."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from langchain_core.messages import BaseMessage
+
+from gateway.chunking import Chunker
+from gateway.knowledge import KnowledgeBase, NewDocument
+from gateway.providers.embeddings import USEEmbeddings
+from gateway.providers.llm import LLMClient
+from gateway.providers.scripted_chat import ScriptedChatModel
+from gateway.providers.vectorstores.memory import InMemoryVectorStore
+from gateway.settings import ModelPrice
+from pipelines.direct.graph import build_graph as build_direct
+from pipelines.shared.generation import GroundingPolicy
+from pipelines.single_hop.graph import build_graph as build_single_hop
+from routes.table import RoutePolicy, RouteTable
+
+DOCS = [
+    NewDocument(id="k2", title="Kumo Carrier K2", text="The Kumo Carrier K2 has a maximum payload of 150 kg."),
+    NewDocument(id="vpn", title="VPN policy", text="The VPN policy was last updated on 1 February 2024."),
+]
+
+
+def cite_first(messages: list[BaseMessage], _: dict[str, Any]) -> str:
+    if "Context passages" in str(messages[-1].content):
+        return "The maximum payload is 150 kg [1]."
+    return "Hi! I am the assistant."
+
+
+async def make_table(
+    embeddings: USEEmbeddings, responder: Any = cite_first
+) -> tuple[RouteTable, ScriptedChatModel, KnowledgeBase]:
+    model = ScriptedChatModel(responder=responder)
+    llm = LLMClient(model, model_name="scripted", price=ModelPrice(input=1.0, output=2.0))
+    knowledge = KnowledgeBase(embeddings, InMemoryVectorStore(), Chunker(500, 50))
+    await knowledge.ingest("acme", DOCS)
+    table = RouteTable(
+        direct=build_direct(llm),
+        single_hop=build_single_hop(llm, knowledge, GroundingPolicy()),
+        policy=RoutePolicy(default_top_k=4, max_top_k=6, multi_hop_top_k=5),
+    )
+    return table, model, knowledge
+
+
+async def test_direct_route_runs_one_node_and_no_retrieval(embeddings: USEEmbeddings) -> None:
+    table, model, _ = await make_table(embeddings)
+    result = await table.run("direct", query="hello", tenant="acme", top_k=None, query_vector=None)
+    assert result.steps == ["answer_directly"]
+    assert result.sources == []
+    assert result.answer == "Hi! I am the assistant."
+    assert len(model.calls) == 1
+    assert "Context passages" not in str(model.calls[0][0][-1].content)
+    assert [c.node for c in result.llm_calls] == ["answer_directly"]
+    assert result.llm_calls[0].cost_usd > 0
+
+
+async def test_single_hop_retrieves_then_answers_with_the_cited_document(embeddings: USEEmbeddings) -> None:
+    table, model, _ = await make_table(embeddings)
+    result = await table.run(
+        "single_hop", query="What is the maximum payload of the K2?", tenant="acme", top_k=None, query_vector=None
+    )
+    assert result.steps == ["retrieve(k=4, found=2)", "generate_answer"]
+    assert not result.abstained
+    assert [p.doc_id for p in result.sources] == ["k2"]
+    prompt = str(model.calls[0][0][-1].content)
+    assert "[1] (Kumo Carrier K2)" in prompt  # best passage first, numbered for citation
+
+
+async def test_single_hop_in_an_empty_tenant_abstains_without_a_model_call(embeddings: USEEmbeddings) -> None:
+    table, model, _ = await make_table(embeddings)
+    result = await table.run("single_hop", query="What is the payload?", tenant="empty", top_k=None, query_vector=None)
+    assert result.abstained
+    assert result.llm_calls == []
+    assert model.calls == []
+    assert "abstained" in result.steps[-1]
+
+
+async def test_unsupported_answer_is_replaced_by_an_abstention(embeddings: USEEmbeddings) -> None:
+    def invent(messages: list[BaseMessage], _: dict[str, Any]) -> str:
+        return "The payload is 900 kg [1]."
+
+    table, _, _ = await make_table(embeddings, invent)
+    result = await table.run("single_hop", query="What is the K2 payload?", tenant="acme", top_k=2, query_vector=None)
+    assert result.abstained
+    assert result.sources == []
+    assert "900" in result.steps[-1]
+    assert len(result.llm_calls) == 1  # the call was made and is still accounted for
+
+
+@pytest.mark.parametrize(("requested", "expected"), [(None, 4), (2, 2), (50, 6)])
+async def test_top_k_is_requested_or_default_and_capped(
+    embeddings: USEEmbeddings, requested: int | None, expected: int
+) -> None:
+    table, _, _ = await make_table(embeddings)
+    result = await table.run("single_hop", query="payload", tenant="acme", top_k=requested, query_vector=None)
+    assert result.steps[0].startswith(f"retrieve(k={expected},")
+
+
+async def test_multi_hop_falls_back_to_wider_single_hop_and_says_so(embeddings: USEEmbeddings) -> None:
+    table, _, _ = await make_table(embeddings)
+    result = await table.run(
+        "multi_hop", query="Which came first, the K2 or the VPN policy?", tenant="acme", top_k=None, query_vector=None
+    )
+    assert result.route == "multi_hop"
+    assert result.steps[0].startswith("multi_hop_fallback: single_hop(k=5)")
+    assert result.steps[1].startswith("retrieve(k=5,")
+
+
+async def test_precomputed_query_vector_is_used_for_retrieval(embeddings: USEEmbeddings) -> None:
+    table, _, _ = await make_table(embeddings)
+    vpn_vector = embeddings.embed_query("VPN policy update date")
+    result = await table.run("single_hop", query="payload", tenant="acme", top_k=1, query_vector=vpn_vector)
+    assert result.steps[0] == "retrieve(k=1, found=1)"
+    # the vector, not the text, chose the passage: the VPN document was the one given to the model
+    assert result.abstained or [p.doc_id for p in result.sources] == ["vpn"]
+
+
+async def test_reingesting_a_document_replaces_its_chunks(embeddings: USEEmbeddings) -> None:
+    _, _, knowledge = await make_table(embeddings)
+    changed = NewDocument(id="k2", title="Kumo Carrier K2", text="The K2 now carries up to 180 kg. " * 40)
+    result = await knowledge.ingest("acme", [changed])
+    assert result.upserted == 1
+    assert result.chunks > 1
+    passages = await knowledge.search("acme", "K2 payload", 10)
+    k2_texts = [p.text for p in passages if p.doc_id == "k2"]
+    assert k2_texts
+    assert all("150" not in text for text in k2_texts)
