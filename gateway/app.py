@@ -88,7 +88,9 @@ def _lifespan(
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
             http = await stack.enter_async_context(httpx.AsyncClient())
-            embeddings = overrides.embeddings or await asyncio.to_thread(build_embeddings, settings)
+            embeddings = overrides.embeddings
+            if embeddings is None:
+                embeddings = await asyncio.to_thread(build_embeddings, settings)
             dimensions = embedding_dimensions(embeddings)
             store = overrides.vector_store or await open_vector_store(settings, dimensions)
             stack.push_async_callback(store.close)

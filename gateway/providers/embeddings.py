@@ -52,8 +52,8 @@ def build_embeddings(settings: Settings) -> Embeddings:
 
         return OpenAIEmbeddings(
             model=settings.embedding_model,
-            base_url=settings.llm_base_url,
-            api_key=settings.llm_api_key,
+            openai_api_base=settings.llm_base_url,
+            openai_api_key=settings.llm_api_key,
         )
     return USEEmbeddings(threads=settings.embedding_threads)
 

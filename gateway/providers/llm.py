@@ -34,7 +34,7 @@ def build_chat_model(settings: Settings) -> ChatOpenAI:
         timeout=settings.llm_timeout_s,
         max_retries=settings.llm_max_retries,
         temperature=settings.llm_temperature,
-        max_tokens=settings.llm_max_tokens,  # type: ignore[call-arg]
+        max_tokens=settings.llm_max_tokens,
     )
 
 

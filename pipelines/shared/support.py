@@ -38,8 +38,12 @@ class Support:
         return not self.missing_numbers and self.ratio >= min_ratio
 
 
+_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+
+
 def _normalise(text: str) -> str:
-    return unicodedata.normalize("NFKC", _CITATION.sub(" ", text)).lower()
+    """NFKC, lower case, no citations, and "1,200,000" written as "1200000" for words and numbers alike."""
+    return _THOUSANDS.sub("", unicodedata.normalize("NFKC", _CITATION.sub(" ", text)).lower())
 
 
 def terms(text: str) -> set[str]:
@@ -52,8 +56,35 @@ def terms(text: str) -> set[str]:
     return words
 
 
+_MONTHS = {
+    name: str(number)
+    for number, names in enumerate(
+        [
+            ("january", "jan"),
+            ("february", "feb"),
+            ("march", "mar"),
+            ("april", "apr"),
+            ("may",),
+            ("june", "jun"),
+            ("july", "jul"),
+            ("august", "aug"),
+            ("september", "sep", "sept"),
+            ("october", "oct"),
+            ("november", "nov"),
+            ("december", "dec"),
+        ],
+        start=1,
+    )
+    for name in names
+}
+_MONTH_WORD = re.compile(r"\b(" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\b")
+
+
 def _numbers(text: str) -> set[str]:
-    return {n.replace(",", "") for n in _NUMBER.findall(_normalise(text))}
+    """Numbers without leading zeros; month names count as their number ("March" supports "3月")."""
+    norm = _normalise(text)
+    found = {n.lstrip("0") or "0" for n in _NUMBER.findall(norm)}
+    return found | {_MONTHS[m] for m in _MONTH_WORD.findall(norm)}
 
 
 def _mostly_cjk(text: str) -> bool:

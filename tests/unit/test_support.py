@@ -1,0 +1,239 @@
+"""The LLM-free grounding gates: lexical support of an answer, and grounded generation around it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from langchain_core.messages import BaseMessage
+
+from gateway.providers.llm import LLMClient
+from gateway.providers.scripted_chat import ScriptedChatModel
+from gateway.settings import ModelPrice
+from pipelines.shared.deps import Passage
+from pipelines.shared.generation import GroundingPolicy, generate_grounded
+from pipelines.shared.prompts import ABSTAIN_EN, ABSTAIN_JA, NOT_IN_CONTEXT
+from pipelines.shared.support import lexical_support, terms
+
+MIN_SUPPORT = GroundingPolicy().min_support
+
+VPN_QUESTION = "When was the VPN policy updated?"
+VPN_EVIDENCE = ["The VPN policy was last updated on 12 March 2024 by the IT security team."]
+
+OFFICE_EVIDENCE_EN = ["The Osaka office has 120 desks and opened in 2015."]
+ROOM_EVIDENCE_JA = ["東京オフィスの大会議室の定員は二十人です。予約は総務部が管理しています。"]
+ROOM_QUESTION_JA = "東京オフィスの大会議室の定員は？"
+
+
+# --- lexical support ------------------------------------------------------------------------------
+
+
+def test_answer_copied_from_evidence_is_supported() -> None:
+    support = lexical_support("The VPN policy was last updated on 12 March 2024 [1].", VPN_QUESTION, VPN_EVIDENCE)
+    assert support.supported(MIN_SUPPORT)
+    assert support.ratio == 1.0
+    assert support.missing == ()
+    assert support.missing_numbers == ()
+    assert support.novel_terms > 0
+
+
+def test_answer_that_only_repeats_the_question_has_nothing_novel() -> None:
+    support = lexical_support("The VPN policy was updated.", VPN_QUESTION, ["Unrelated text about lunch."])
+    assert support.novel_terms == 0
+    assert support.ratio == 1.0
+    assert support.supported(MIN_SUPPORT)
+
+
+def test_invented_entity_is_unsupported() -> None:
+    support = lexical_support("Hiroshi Tanaka updated the VPN policy [1].", VPN_QUESTION, VPN_EVIDENCE)
+    assert not support.supported(MIN_SUPPORT)
+    assert {"hiroshi", "tanaka"} <= set(support.missing)
+    assert support.ratio < MIN_SUPPORT
+
+
+def test_invented_name_is_reported_missing_even_inside_a_mostly_copied_answer() -> None:
+    answer = "The VPN policy was last updated on 12 March 2024 by Hiroshi Tanaka [1]."
+    support = lexical_support(answer, VPN_QUESTION, VPN_EVIDENCE)
+    assert support.missing == ("hiroshi", "tanaka")
+    assert support.ratio < 1.0
+    assert not support.supported(1.0)
+
+
+def test_number_absent_from_evidence_is_unsupported_even_when_words_match() -> None:
+    support = lexical_support("The VPN policy was last updated on 14 March 2024 [1].", VPN_QUESTION, VPN_EVIDENCE)
+    assert support.missing_numbers == ("14",)
+    assert not support.supported(0.0)  # numbers are a hard gate, whatever the ratio threshold
+
+
+def test_numbers_from_the_question_are_not_novel() -> None:
+    question = "What happened to the VPN policy in 2024?"
+    support = lexical_support("It was updated in 2024 [1].", question, ["The policy was updated."])
+    assert support.missing_numbers == ()
+
+
+def test_thousands_separators_are_normalised_in_the_number_check() -> None:
+    support = lexical_support("The budget is 1,200,000 yen.", "What is the budget?", ["Budget: 1200000 yen."])
+    assert support.missing_numbers == ()
+
+
+def test_number_reformatted_with_thousands_separators_is_supported() -> None:
+    support = lexical_support("The budget is 1,200,000 yen.", "What is the budget?", ["Budget: 1200000 yen."])
+    assert support.supported(MIN_SUPPORT), support
+
+
+def test_citations_and_stopwords_are_ignored() -> None:
+    assert terms("According to the documents, the answer is in the passage [1] [2, 3].") == set()
+    answer = "According to the documents [7], it was updated on 12 March 2024 [1][2, 3]."
+    support = lexical_support(answer, VPN_QUESTION, VPN_EVIDENCE)
+    assert support.missing_numbers == ()  # 7, 1, 2, 3 are citation numbers, not claims
+    assert support.missing == ()
+    assert support.supported(MIN_SUPPORT)
+
+
+def test_japanese_answer_over_english_evidence_is_judged_by_numbers_only() -> None:
+    question = "How many desks does the Osaka office have?"
+    # Different script: the words are a translation and are not compared.
+    unrelated_words = lexical_support(
+        "大阪オフィスには120台の机があり、2015年に開設されました。", question, OFFICE_EVIDENCE_EN
+    )
+    assert unrelated_words.novel_terms == 0
+    assert unrelated_words.supported(MIN_SUPPORT)
+
+    wrong_number = lexical_support("大阪オフィスには150台の机があります。", question, OFFICE_EVIDENCE_EN)
+    assert wrong_number.missing_numbers == ("150",)
+    assert not wrong_number.supported(MIN_SUPPORT)
+
+
+def test_japanese_answer_over_japanese_evidence_uses_character_bigrams() -> None:
+    copied = lexical_support("東京オフィスの大会議室の定員は二十人です [1]。", ROOM_QUESTION_JA, ROOM_EVIDENCE_JA)
+    assert copied.supported(MIN_SUPPORT)
+    assert copied.missing == ()
+
+    paraphrased = lexical_support("定員は二十人で、予約は総務部が管理しています。", ROOM_QUESTION_JA, ROOM_EVIDENCE_JA)
+    assert paraphrased.supported(MIN_SUPPORT)
+    assert paraphrased.novel_terms > 0
+
+    invented = lexical_support(
+        "大会議室は経理部の山田さんが毎週金曜日に清掃しています。", ROOM_QUESTION_JA, ROOM_EVIDENCE_JA
+    )
+    assert not invented.supported(MIN_SUPPORT)
+    assert {"山田", "経理", "清掃"} <= set(invented.missing)
+    assert all(len(term) == 2 for term in invented.missing)
+
+
+def test_japanese_number_absent_from_japanese_evidence_is_unsupported() -> None:
+    support = lexical_support("定員は30人です。", ROOM_QUESTION_JA, ROOM_EVIDENCE_JA)
+    assert support.missing_numbers == ("30",)
+    assert not support.supported(MIN_SUPPORT)
+
+
+def test_full_width_digits_are_normalised() -> None:
+    support = lexical_support("定員は２０人です。", ROOM_QUESTION_JA, ["東京オフィスの大会議室の定員は20人です。"])
+    assert support.missing_numbers == ()
+
+
+# --- grounded generation --------------------------------------------------------------------------
+
+PASSAGES = [
+    Passage("c0", "weather", "Weather", "Tomorrow will be sunny with light wind.", 0.05),
+    Passage("c1", "leave", "Leave policy", "New employees receive 12 days of paid leave per year.", 0.61),
+    Passage("c2", "vpn", "VPN policy", VPN_EVIDENCE[0], 0.52),
+]
+
+
+def scripted(answer: str) -> tuple[LLMClient, ScriptedChatModel]:
+    def respond(_messages: list[BaseMessage], _kwargs: dict[str, Any]) -> str:
+        return answer
+
+    model = ScriptedChatModel(responder=respond)
+    return LLMClient(model, model_name="scripted", price=ModelPrice()), model
+
+
+async def test_no_relevant_passage_abstains_without_calling_the_model() -> None:
+    llm, model = scripted("The VPN policy was last updated on 12 March 2024 [1].")
+    policy = GroundingPolicy()
+    result = await generate_grounded(llm, VPN_QUESTION, PASSAGES[:1], policy, node="generate")
+    assert result.abstained
+    assert result.answer == ABSTAIN_EN
+    assert result.cited == []
+    assert result.call is None
+    assert model.calls == []
+    assert "relevance" in result.note
+    assert str(policy.min_relevance) in result.note
+    assert "0.05" in result.note  # the best score seen
+
+
+async def test_no_passages_at_all_abstains_without_calling_the_model() -> None:
+    llm, model = scripted("anything")
+    result = await generate_grounded(llm, VPN_QUESTION, [], GroundingPolicy(), node="generate")
+    assert result.abstained
+    assert model.calls == []
+    assert "relevance" in result.note
+
+
+async def test_model_saying_insufficient_context_abstains() -> None:
+    llm, model = scripted(NOT_IN_CONTEXT)
+    result = await generate_grounded(llm, VPN_QUESTION, PASSAGES, GroundingPolicy(), node="generate")
+    assert result.abstained
+    assert result.answer == ABSTAIN_EN
+    assert result.cited == []
+    assert len(model.calls) == 1
+    assert result.call is not None
+    assert result.call.node == "generate"
+
+
+async def test_supported_answer_cites_the_second_usable_passage() -> None:
+    answer = "The VPN policy was last updated on 12 March 2024 [2]."
+    llm, model = scripted(answer)
+    result = await generate_grounded(llm, VPN_QUESTION, PASSAGES, GroundingPolicy(), node="generate")
+    assert not result.abstained
+    assert result.answer == answer
+    # PASSAGES[0] is below the relevance floor, so [2] is PASSAGES[2], the second usable one.
+    assert result.cited == [PASSAGES[2]]
+    assert result.call is not None
+    assert result.note == ""
+    # The model saw only the usable passages, numbered from 1.
+    (messages, _kwargs) = model.calls[0]
+    prompt = str(messages[-1].content)
+    assert "[1] (Leave policy)" in prompt
+    assert "[2] (VPN policy)" in prompt
+    assert "Weather" not in prompt
+    assert VPN_QUESTION in prompt
+
+
+async def test_answer_without_citations_cites_every_usable_passage() -> None:
+    llm, _ = scripted("The VPN policy was last updated on 12 March 2024.")
+    result = await generate_grounded(llm, VPN_QUESTION, PASSAGES, GroundingPolicy(), node="generate")
+    assert not result.abstained
+    assert result.cited == PASSAGES[1:]
+
+
+async def test_answer_inventing_a_number_abstains_as_unsupported() -> None:
+    llm, model = scripted("The VPN policy was last updated on 30 June 2024 [2].")
+    result = await generate_grounded(llm, VPN_QUESTION, PASSAGES, GroundingPolicy(), node="generate")
+    assert result.abstained
+    assert result.answer == ABSTAIN_EN
+    assert result.cited == []
+    assert "unsupported" in result.note
+    assert "30" in result.note
+    assert len(model.calls) == 1
+    assert result.call is not None  # the call happened and is still accounted for
+
+
+@pytest.mark.parametrize("reply", [NOT_IN_CONTEXT, "VPNポリシーは2099年に更新されました [2]。"])
+async def test_japanese_question_gets_the_japanese_abstention(reply: str) -> None:
+    llm, _ = scripted(reply)
+    result = await generate_grounded(
+        llm, "VPNポリシーはいつ更新されましたか？", PASSAGES, GroundingPolicy(), node="generate"
+    )
+    assert result.abstained
+    assert result.answer == ABSTAIN_JA
+
+
+async def test_japanese_question_without_relevant_passages_gets_the_japanese_abstention() -> None:
+    llm, model = scripted("anything")
+    result = await generate_grounded(
+        llm, "VPNポリシーはいつ更新されましたか？", PASSAGES[:1], GroundingPolicy(), node="generate"
+    )
+    assert result.answer == ABSTAIN_JA
+    assert model.calls == []
