@@ -95,9 +95,7 @@ def _lifespan(
             store = overrides.vector_store or await open_vector_store(settings, dimensions)
             stack.push_async_callback(store.close)
             chat_model = overrides.chat_model or build_chat_model(settings)
-            llm = LLMClient(
-                chat_model, model_name=settings.llm_model, price=settings.price_for(settings.llm_model)
-            )
+            llm = LLMClient(chat_model, model_name=settings.llm_model, price=settings.price_for(settings.llm_model))
             knowledge = KnowledgeBase(embeddings, store, Chunker(settings.chunk_size, settings.chunk_overlap))
             router = await build_router(settings, embeddings, llm)
             table = RouteTable(

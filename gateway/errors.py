@@ -91,9 +91,7 @@ def handle_exception(request: Request[Any, Any, Any], exc: Exception) -> Respons
         return problem(exc.status_code, exc.title, exc.detail, path, **exc.extra)
     if isinstance(exc, ValidationException):
         errors = _validation_errors(exc)
-        detail = (
-            "; ".join(f"{e.get('key', 'body')}: {e.get('message', '')}".strip() for e in errors) or exc.detail
-        )
+        detail = "; ".join(f"{e.get('key', 'body')}: {e.get('message', '')}".strip() for e in errors) or exc.detail
         return problem(400, "Invalid request", detail, path, errors=errors)
     if isinstance(exc, HTTPException):
         if _caused_by_bad_json(exc):

@@ -66,9 +66,7 @@ class KnowledgeBase:
     async def delete(self, tenant: str, doc_id: str) -> bool:
         return await self.store.delete_document(tenant, doc_id)
 
-    async def search(
-        self, tenant: str, query: str, k: int, *, vector: list[float] | None = None
-    ) -> list[Passage]:
+    async def search(self, tenant: str, query: str, k: int, *, vector: list[float] | None = None) -> list[Passage]:
         if vector is None:
             vector = await self.embed_query(query)
         return await self.store.search(tenant, vector, k)

@@ -20,9 +20,7 @@ class QueryLimits:
 
 
 class QueryService:
-    def __init__(
-        self, knowledge: KnowledgeBase, router: FrontRouter, table: RouteTable, limits: QueryLimits
-    ) -> None:
+    def __init__(self, knowledge: KnowledgeBase, router: FrontRouter, table: RouteTable, limits: QueryLimits) -> None:
         self._knowledge = knowledge
         self._router = router
         self._table = table

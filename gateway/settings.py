@@ -7,6 +7,7 @@ gateway-specific mapping; everything else is ``GATEWAY_``-prefixed.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -14,6 +15,11 @@ from pydantic import AliasChoices, BaseModel, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 LOCAL_MODEL = "qwen2.5-coder-1.5b-instruct-q4_k_m"
+
+
+def cache_root() -> Path:
+    """Per-user cache shared by every clone: the assembled model and the trained router live here."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rag-gateway"
 
 
 class ModelPrice(BaseModel):
@@ -72,7 +78,7 @@ class Settings(BaseSettings):
 
     # Routing and retrieval
     router_classifier: Literal["logistic", "llm"] = "logistic"
-    router_cache_dir: Path = Field(default_factory=lambda: Path.home() / ".cache" / "rag-gateway" / "router")
+    router_cache_dir: Path = Field(default_factory=lambda: cache_root() / "router")
     default_top_k: int = Field(4, ge=1, le=50)
     max_top_k: int = Field(20, ge=1, le=100)
     multi_hop_top_k: int = Field(8, ge=1, le=50)

@@ -34,14 +34,10 @@ def build(data_dir: Path) -> list[dict[str, str]]:
                 )
     skr = json.loads((data_dir / "skr_training.json").read_text(encoding="utf-8"))
     for item in random.Random(7).sample(skr, min(SKR_SAMPLE, len(skr))):
-        rows.append(
-            {"text": item["question"].strip(), "route": "single_hop", "lang": "en", "source": "skr_nq"}
-        )
+        rows.append({"text": item["question"].strip(), "route": "single_hop", "lang": "en", "source": "skr_nq"})
     hotpot = json.loads((data_dir / "hotpotqa_train.json").read_text(encoding="utf-8"))
     for item in hotpot:
-        rows.append(
-            {"text": item["question"].strip(), "route": "multi_hop", "lang": "en", "source": "hotpotqa"}
-        )
+        rows.append({"text": item["question"].strip(), "route": "multi_hop", "lang": "en", "source": "hotpotqa"})
     seen: set[str] = set()
     unique = []
     for row in rows:

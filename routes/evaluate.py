@@ -65,7 +65,9 @@ async def measure(name: str, classify: Classify, examples: list[Example]) -> dic
 
 
 def print_report(report: dict[str, Any]) -> None:
-    classes = " ".join(f"{r}={report['per_class'].get(r, float('nan')):.3f}(n={report['support'].get(r, 0)})" for r in ROUTES)
+    classes = " ".join(
+        f"{r}={report['per_class'].get(r, float('nan')):.3f}(n={report['support'].get(r, 0)})" for r in ROUTES
+    )
     print(
         f"{report['classifier']:>8}: accuracy={report['accuracy']:.3f} {classes} "
         f"p50={report['latency_ms_p50']}ms p95={report['latency_ms_p95']}ms per_language={report['per_language']}"
@@ -93,7 +95,8 @@ async def main() -> None:
     reports = [await measure("logistic", logistic, test)]
     if args.llm:
         settings = Settings()
-        llm = LLMClient(build_chat_model(settings), model_name=settings.llm_model, price=settings.price_for(settings.llm_model))
+        price = settings.price_for(settings.llm_model)
+        llm = LLMClient(build_chat_model(settings), model_name=settings.llm_model, price=price)
         llm_router = LLMRouter(llm)
 
         async def by_llm(text: str) -> Route:

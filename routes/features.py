@@ -22,9 +22,7 @@ _PATTERNS: dict[str, re.Pattern[str]] = {
         r"|どちら|どっち|比べ|より(も)?(多|少|大|小|高|低|長|短|早|古|新)|一番|最も",
         re.I,
     ),
-    "both_same": re.compile(
-        r"\b(both|same|either|neither|in common|also)\b|両方|同じ|共通|いずれも|ともに", re.I
-    ),
+    "both_same": re.compile(r"\b(both|same|either|neither|in common|also)\b|両方|同じ|共通|いずれも|ともに", re.I),
     "bridge": re.compile(
         r"\b(of the|of a|whose|that|which|who)\b.{0,80}\b(is|was|were|are|has|had|did|does)\b"
         r"|の(.{1,12})(は|が)(誰|何|どこ|いつ|いくつ|何人|何年)",

@@ -51,13 +51,9 @@ def grounded_or_direct(messages: list[BaseMessage], _: dict[str, Any]) -> str:
 def make_client(settings: Settings, embeddings: USEEmbeddings) -> Callable[..., Any]:
     """``async with make_client(responder) as (client, model):`` an app on the scripted model."""
 
-    def factory(
-        responder: Responder = grounded_or_direct, *, settings_override: Settings | None = None
-    ) -> Any:
+    def factory(responder: Responder = grounded_or_direct, *, settings_override: Settings | None = None) -> Any:
         model = ScriptedChatModel(responder=responder)
-        app = create_app(
-            settings_override or settings, ProviderOverrides(chat_model=model, embeddings=embeddings)
-        )
+        app = create_app(settings_override or settings, ProviderOverrides(chat_model=model, embeddings=embeddings))
 
         class Session:
             async def __aenter__(self) -> tuple[AsyncTestClient[Any], ScriptedChatModel]:

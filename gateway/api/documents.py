@@ -44,10 +44,7 @@ class DocumentController(Controller):
                 )
         result = await knowledge.ingest(
             data.tenant,
-            [
-                NewDocument(id=d.id, text=d.text, title=d.title or "", metadata=d.metadata or {})
-                for d in data.documents
-            ],
+            [NewDocument(id=d.id, text=d.text, title=d.title or "", metadata=d.metadata or {}) for d in data.documents],
         )
         return DocumentsResponse(upserted=result.upserted, chunks=result.chunks)
 

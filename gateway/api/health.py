@@ -27,12 +27,12 @@ class HealthController(Controller):
         return Response(body, status_code=200 if ready else 503)
 
 
-async def _run_checks(checks: dict[str, Callable[[], Awaitable[None]]], timeout: float) -> dict[str, str]:
+async def _run_checks(checks: dict[str, Callable[[], Awaitable[None]]], limit_s: float) -> dict[str, str]:
     async def one(check: Callable[[], Awaitable[None]]) -> str:
         try:
-            await asyncio.wait_for(check(), timeout=timeout)
+            await asyncio.wait_for(check(), timeout=limit_s)
         except TimeoutError:
-            return f"timeout after {timeout}s"
+            return f"timeout after {limit_s}s"
         except Exception as exc:  # a probe reports every failure, it never raises
             return f"error: {getattr(exc, 'detail', None) or exc!r}"
         return "ok"

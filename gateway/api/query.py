@@ -19,9 +19,7 @@ class QueryController(Controller):
         status_code=200,
         summary="Answer a query on the route the router picks (or the one asked for)",
     )
-    async def query(
-        self, data: JSONBody[QueryRequest], query_service: NamedDependency[QueryService]
-    ) -> QueryResponse:
+    async def query(self, data: JSONBody[QueryRequest], query_service: NamedDependency[QueryService]) -> QueryResponse:
         return await query_service.answer(data)
 
     @post("/route", status_code=200, summary="The router's decision alone, without running a pipeline")

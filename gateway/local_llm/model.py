@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import os
 import subprocess
 import sys
 import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from gateway.settings import cache_root
 
 
 @dataclass(frozen=True)
@@ -50,8 +51,7 @@ MODELS: dict[str, ModelSpec] = {
 
 def default_model_dir() -> Path:
     """A per-user cache, so fresh clones (and CI runs) reuse one verified copy."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "rag-gateway" / "models"
+    return cache_root() / "models"
 
 
 def sha256_of(path: Path) -> str:

@@ -80,9 +80,7 @@ def is_healthy(host: str, port: int) -> bool:
         return False
 
 
-def wait_until_healthy(
-    host: str, port: int, timeout_s: float, process: subprocess.Popen[bytes] | None = None
-) -> None:
+def wait_until_healthy(host: str, port: int, timeout_s: float, process: subprocess.Popen[bytes] | None = None) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process is not None and process.poll() is not None:

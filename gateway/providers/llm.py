@@ -53,9 +53,7 @@ class LLMClient:
         self.model_name = model_name
         self._price = price
 
-    async def chat(
-        self, messages: list[BaseMessage], *, node: str, max_tokens: int | None = None
-    ) -> ChatReply:
+    async def chat(self, messages: list[BaseMessage], *, node: str, max_tokens: int | None = None) -> ChatReply:
         runnable: Any = self._model.bind(max_tokens=max_tokens) if max_tokens else self._model
         message, call = await self._invoke(runnable, messages, node)
         return ChatReply(text=_text_of(message), call=call)
@@ -78,9 +76,7 @@ class LLMClient:
                 f"model returned output that does not match {schema.__name__}", provider=PROVIDER, node=node
             ) from exc
 
-    async def _invoke(
-        self, runnable: Any, messages: list[BaseMessage], node: str
-    ) -> tuple[AIMessage, LLMCall]:
+    async def _invoke(self, runnable: Any, messages: list[BaseMessage], node: str) -> tuple[AIMessage, LLMCall]:
         started = time.perf_counter()
         try:
             message = await runnable.ainvoke(messages)
@@ -123,9 +119,7 @@ async def ping_llm(http: httpx.AsyncClient, settings: Settings) -> None:
     except httpx.HTTPError as exc:
         raise ProviderUnavailableError(f"LLM endpoint {url} unreachable: {exc!r}", provider=PROVIDER) from exc
     if response.status_code >= 400:
-        raise ProviderUnavailableError(
-            f"LLM endpoint {url} answered HTTP {response.status_code}", provider=PROVIDER
-        )
+        raise ProviderUnavailableError(f"LLM endpoint {url} answered HTTP {response.status_code}", provider=PROVIDER)
 
 
 def _text_of(message: BaseMessage) -> str:

@@ -48,9 +48,7 @@ class ChatReply:
 class ChatClient(Protocol):
     """The only way pipelines talk to a language model."""
 
-    async def chat(
-        self, messages: list[BaseMessage], *, node: str, max_tokens: int | None = None
-    ) -> ChatReply: ...
+    async def chat(self, messages: list[BaseMessage], *, node: str, max_tokens: int | None = None) -> ChatReply: ...
 
     async def structured(
         self, messages: list[BaseMessage], schema: type[SchemaT], *, node: str
@@ -60,8 +58,6 @@ class ChatClient(Protocol):
 class Retriever(Protocol):
     """Tenant-scoped search over the knowledge base."""
 
-    async def search(
-        self, tenant: str, query: str, k: int, *, vector: list[float] | None = None
-    ) -> list[Passage]:
+    async def search(self, tenant: str, query: str, k: int, *, vector: list[float] | None = None) -> list[Passage]:
         """``vector`` is the query's embedding when the caller already has it (the router does)."""
         ...

@@ -67,7 +67,8 @@ def main() -> None:
     parser.add_argument("--tenant", default="default")
     args = parser.parse_args()
     with httpx.Client(base_url=args.url, timeout=300) as client:
-        print(f"{'route':<11} {'n':>3} {'http p50':>10} {'http p95':>10} {'gw p50':>10} {'llm calls':>10} {'in tok':>8} {'out tok':>8} {'abstained':>9}")
+        header = ("route", "n", "http p50", "http p95", "gw p50", "llm calls", "in tok", "out tok", "abstained")
+        print(" ".join(f"{h:>10}" for h in header))
         for route, queries in QUERIES.items():
             http_ms: list[float] = []
             gateway_ms: list[float] = []
@@ -87,9 +88,9 @@ def main() -> None:
                 tokens_out.append(body["usage"]["output_tokens"])
                 abstained += bool(body.get("abstained"))
             print(
-                f"{route:<11} {len(http_ms):>3} {percentile(http_ms, 50):>9.0f}ms {percentile(http_ms, 95):>9.0f}ms "
-                f"{percentile(gateway_ms, 50):>9.0f}ms {statistics.mean(calls):>10.2f} {statistics.mean(tokens_in):>8.0f} "
-                f"{statistics.mean(tokens_out):>8.0f} {abstained:>9}"
+                f"{route:>10} {len(http_ms):>10} {percentile(http_ms, 50):>8.0f}ms {percentile(http_ms, 95):>8.0f}ms "
+                f"{percentile(gateway_ms, 50):>8.0f}ms {statistics.mean(calls):>10.2f} "
+                f"{statistics.mean(tokens_in):>10.0f} {statistics.mean(tokens_out):>10.0f} {abstained:>10}"
             )
 
 

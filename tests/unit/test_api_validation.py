@@ -38,9 +38,7 @@ async def test_query_rejects_bad_input(client: Any, body: dict[str, Any], needle
 
 
 async def test_malformed_json_is_a_problem_not_a_500(client: Any) -> None:
-    response = await client.post(
-        "/v1/query", content=b'{"query": "hi",', headers={"content-type": "application/json"}
-    )
+    response = await client.post("/v1/query", content=b'{"query": "hi",', headers={"content-type": "application/json"})
     assert response.status_code == 400
     assert response.headers["content-type"].startswith(PROBLEM)
     assert "json" in response.json()["detail"].lower()

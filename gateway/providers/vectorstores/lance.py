@@ -52,13 +52,11 @@ class LanceVectorStore(VectorStore):
 
     @classmethod
     async def open(cls, path: Path, dimensions: int) -> LanceVectorStore:
-        path.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(path.mkdir, parents=True, exist_ok=True)
         try:
             connection = await lancedb.connect_async(str(path))
         except Exception as exc:  # lancedb raises plain OSError/RuntimeError subclasses
-            raise ProviderUnavailableError(
-                f"cannot open LanceDB at {path}: {exc}", provider=PROVIDER
-            ) from exc
+            raise ProviderUnavailableError(f"cannot open LanceDB at {path}: {exc}", provider=PROVIDER) from exc
         return cls(connection, dimensions)
 
     @staticmethod
