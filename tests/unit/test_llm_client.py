@@ -8,11 +8,8 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
-from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
-from langchain_core.outputs import ChatResult
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
 from gateway.errors import ProviderError, ProviderTimeoutError, ProviderUnavailableError
 from gateway.providers.llm import LLMClient
@@ -28,34 +25,13 @@ class Verdict(BaseModel):
     score: float
 
 
-class RaisingChatModel(BaseChatModel):
-    """A chat model whose every call fails with ``error``, as the OpenAI client would."""
+def failing_model(error: Exception) -> ScriptedChatModel:
+    """A scripted model whose every call fails with ``error``, as the OpenAI client would."""
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
+    def respond(_messages: list[BaseMessage], _kwargs: dict[str, Any]) -> str:
+        raise error
 
-    error: Exception
-
-    @property
-    def _llm_type(self) -> str:
-        return "raising"
-
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        raise self.error
-
-    async def _agenerate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: AsyncCallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        raise self.error
+    return ScriptedChatModel(responder=respond)
 
 
 def answering(text: str) -> tuple[LLMClient, ScriptedChatModel]:
@@ -64,7 +40,7 @@ def answering(text: str) -> tuple[LLMClient, ScriptedChatModel]:
 
 
 def raising(error: Exception) -> LLMClient:
-    return LLMClient(RaisingChatModel(error=error), model_name="failing-1", price=ModelPrice())
+    return LLMClient(failing_model(error), model_name="failing-1", price=ModelPrice())
 
 
 # --- usage accounting -----------------------------------------------------------------------------
