@@ -28,11 +28,17 @@ from gateway.providers.embeddings import build_embeddings, embedding_dimensions
 from gateway.providers.llm import LLMClient, build_chat_model, ping_llm
 from gateway.providers.vectorstores.base import VectorStore
 from gateway.providers.vectorstores.lance import LanceVectorStore
+from gateway.providers.websearch import LocalStoreSearch, TavilySearch
 from gateway.service import QueryLimits, QueryService
 from gateway.settings import Settings
 from gateway.state import ProviderOverrides, Services
+from pipelines.corrective.graph import CorrectiveDeps
+from pipelines.corrective.graph import build_graph as build_corrective_graph
+from pipelines.corrective.policy import CorrectivePolicy
 from pipelines.direct.graph import build_graph as build_direct_graph
+from pipelines.shared.deps import WebSearch
 from pipelines.shared.generation import GroundingPolicy
+from pipelines.single_hop.graph import SingleHopDeps
 from pipelines.single_hop.graph import build_graph as build_single_hop_graph
 from routes.examples import load_examples
 from routes.llm_router import LLMRouter
@@ -71,6 +77,48 @@ async def build_router(settings: Settings, embeddings: Embeddings, llm: LLMClien
     return FrontRouter(LogisticRouter(model), LLMRouter(llm), settings.router_classifier)
 
 
+def build_route_table(
+    settings: Settings, llm: LLMClient, knowledge: KnowledgeBase, http: httpx.AsyncClient, embeddings: Embeddings
+) -> RouteTable:
+    """Compile every graph once, at start-up, around the clients the lifespan opened."""
+    grounding = GroundingPolicy(settings.min_relevance, settings.min_answer_support)
+    corrective_policy = CorrectivePolicy(
+        upper=settings.crag_upper,
+        lower=settings.crag_lower,
+        max_graded=settings.crag_max_graded,
+        strip_threshold=settings.strip_threshold,
+        max_strips=settings.max_strips,
+        max_rewrites=settings.max_rewrites,
+        max_llm_calls=settings.budget_max_llm_calls,
+        max_seconds=settings.budget_max_seconds,
+        recursion_limit=settings.recursion_limit,
+        grounding=grounding,
+    )
+    search: WebSearch = LocalStoreSearch(knowledge)
+    if settings.tavily_api_key is not None:
+        search = TavilySearch(http, settings.tavily_api_key.get_secret_value(), embeddings)
+    single_hop = SingleHopDeps(
+        llm=llm,
+        retriever=knowledge,
+        grounding=grounding,
+        relevance=corrective_policy.relevance,
+        lower=settings.crag_lower,
+        upper=settings.crag_upper,
+    )
+    return RouteTable(
+        direct=build_direct_graph(llm),
+        single_hop=build_single_hop_graph(single_hop),
+        corrective=build_corrective_graph(CorrectiveDeps(llm, knowledge, search, knowledge, corrective_policy)),
+        policy=RoutePolicy(
+            default_top_k=settings.default_top_k,
+            max_top_k=settings.max_top_k,
+            multi_hop_top_k=settings.multi_hop_top_k,
+            escalate_on_incorrect=settings.escalate_on_incorrect,
+            recursion_limit=settings.recursion_limit,
+        ),
+    )
+
+
 async def load_sample_kb(knowledge: KnowledgeBase) -> int:
     raw = (resources.files("gateway") / "sample_kb" / "documents.json").read_text(encoding="utf-8")
     docs = [
@@ -98,13 +146,7 @@ def _lifespan(
             llm = LLMClient(chat_model, model_name=settings.llm_model, price=settings.price_for(settings.llm_model))
             knowledge = KnowledgeBase(embeddings, store, Chunker(settings.chunk_size, settings.chunk_overlap))
             router = await build_router(settings, embeddings, llm)
-            table = RouteTable(
-                direct=build_direct_graph(llm),
-                single_hop=build_single_hop_graph(
-                    llm, knowledge, GroundingPolicy(settings.min_relevance, settings.min_answer_support)
-                ),
-                policy=RoutePolicy(settings.default_top_k, settings.max_top_k, settings.multi_hop_top_k),
-            )
+            table = build_route_table(settings, llm, knowledge, http, embeddings)
             redis = None
             if settings.redis_url:
                 from redis.asyncio import Redis

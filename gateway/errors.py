@@ -15,6 +15,8 @@ from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 
+from pipelines.shared.deps import StructuredOutputError
+
 logger = logging.getLogger(__name__)
 
 PROBLEM_JSON = "application/problem+json"
@@ -49,6 +51,10 @@ class ProviderError(GatewayError):
     def __init__(self, detail: str, *, provider: str, **extra: Any) -> None:
         super().__init__(detail, provider=provider, **extra)
         self.provider = provider
+
+
+class MalformedOutputError(ProviderError, StructuredOutputError):
+    """The model answered, but not in the requested structure: callers may degrade instead of failing."""
 
 
 class ProviderUnavailableError(ProviderError):

@@ -71,6 +71,10 @@ class KnowledgeBase:
             vector = await self.embed_query(query)
         return await self.store.search(tenant, vector, k)
 
+    async def embed_texts(self, texts: list[str]) -> list[list[float]]:
+        """Embeds strips and other short texts for scoring (not for storage)."""
+        return await self._embed_documents(texts)
+
     async def embed_query(self, text: str) -> list[float]:
         try:
             return await self._embeddings.aembed_query(text)

@@ -19,6 +19,9 @@ class QueryRequest(msgspec.Struct, kw_only=True):
     tenant: Tenant = "default"
     route: RouteRequest = "auto"
     top_k: Annotated[int, Meta(ge=1, le=100)] | None = None
+    allow_escalation: Annotated[
+        bool, Meta(description="Let single_hop escalate to the corrective pipeline when retrieval fails.")
+    ] = True
 
 
 class RouteRequestBody(msgspec.Struct, kw_only=True):
@@ -52,6 +55,9 @@ class QueryResponse(msgspec.Struct):
     classifier: str
     classified_route: str
     abstained: bool
+    evidence: list[Source]
+    stop_reason: str | None
+    escalated_from: str | None
 
 
 class RouteResponse(msgspec.Struct):

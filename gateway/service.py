@@ -50,7 +50,12 @@ class QueryService:
         vector = await self._knowledge.embed_query(query)
         decision, router_calls = await self._router.decide(query, request.route, vector)
         result = await self._table.run(
-            decision.route, query=query, tenant=request.tenant, top_k=request.top_k, query_vector=vector
+            decision.route,
+            query=query,
+            tenant=request.tenant,
+            top_k=request.top_k,
+            query_vector=vector,
+            allow_escalation=request.allow_escalation,
         )
         calls = [*router_calls, *result.llm_calls]
         return QueryResponse(
@@ -66,6 +71,9 @@ class QueryService:
             classifier=decision.classifier,
             classified_route=decision.route,
             abstained=result.abstained,
+            evidence=_sources(result.context),
+            stop_reason=result.stop_reason,
+            escalated_from=result.escalated_from,
         )
 
 

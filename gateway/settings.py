@@ -87,6 +87,21 @@ class Settings(BaseSettings):
     min_relevance: float = Field(0.18, ge=-1.0, le=1.0)
     min_answer_support: float = Field(0.5, ge=0.0, le=1.0)
 
+    # Corrective pipeline (CRAG + Self-RAG); thresholds are on the fast scorer's probability.
+    crag_upper: float = Field(0.5, ge=0.0, le=1.0)
+    crag_lower: float = Field(0.2, ge=0.0, le=1.0)
+    crag_max_graded: int = Field(2, ge=0)
+    strip_threshold: float = Field(0.15, ge=0.0, le=1.0)
+    max_strips: int = Field(8, ge=1)
+    max_rewrites: int = Field(2, ge=0)
+    budget_max_llm_calls: int = Field(10, ge=1)
+    budget_max_seconds: float = Field(90.0, gt=0)
+    recursion_limit: int = Field(40, ge=10)
+    escalate_on_incorrect: bool = True
+    tavily_api_key: SecretStr | None = Field(
+        None, validation_alias=AliasChoices("GATEWAY_TAVILY_API_KEY", "TAVILY_API_KEY")
+    )
+
     # Readiness probes
     readiness_timeout_s: float = Field(2.0, gt=0)
 

@@ -1,14 +1,17 @@
 """The route table: what each route runs, and the policies between routes.
 
-Kept apart from the HTTP layer so that the mapping from a decision to a pipeline (and, with the
-corrective pipeline, escalation between routes) reads in one place.
+``direct`` runs the direct graph; ``single_hop`` runs plain RAG and, when its LLM-free retrieval
+check says *Incorrect*, escalates to the corrective graph instead of answering "I don't know";
+``multi_hop`` runs the corrective graph. The route reported is the one that answered.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from langgraph.errors import GraphRecursionError
 from langgraph.graph.state import CompiledStateGraph
 
 from pipelines.shared.deps import LLMCall, Passage
@@ -22,6 +25,8 @@ class RoutePolicy:
     default_top_k: int
     max_top_k: int
     multi_hop_top_k: int
+    escalate_on_incorrect: bool = True
+    recursion_limit: int = 40
 
 
 @dataclass(slots=True)
@@ -32,38 +37,88 @@ class RouteResult:
     abstained: bool
     steps: list[str] = field(default_factory=list)
     llm_calls: list[LLMCall] = field(default_factory=list)
+    context: list[Passage] = field(default_factory=list)
+    stop_reason: str | None = None
+    escalated_from: Route | None = None
 
 
 class RouteTable:
-    def __init__(self, direct: Graph, single_hop: Graph, policy: RoutePolicy) -> None:
+    def __init__(self, direct: Graph, single_hop: Graph, corrective: Graph, policy: RoutePolicy) -> None:
         self._direct = direct
         self._single_hop = single_hop
+        self._corrective = corrective
         self._policy = policy
 
+    def _k(self, requested: int | None, floor: int) -> int:
+        return min(max(requested or floor, 1), self._policy.max_top_k)
+
     async def run(
-        self, route: Route, *, query: str, tenant: str, top_k: int | None, query_vector: list[float] | None
+        self,
+        route: Route,
+        *,
+        query: str,
+        tenant: str,
+        top_k: int | None,
+        query_vector: list[float] | None,
+        allow_escalation: bool = True,
     ) -> RouteResult:
         if route == "direct":
-            state = await self._direct.ainvoke({"query": query, "tenant": tenant})
-            return _result(route, state, [])
-        k = min(top_k or self._policy.default_top_k, self._policy.max_top_k)
-        prefix: list[str] = []
+            return _result(route, await self._direct.ainvoke({"query": query, "tenant": tenant}))
         if route == "multi_hop":
-            # Until the corrective pipeline lands, multi-hop is plain RAG with a wider net.
-            k = min(max(top_k or 0, self._policy.multi_hop_top_k), self._policy.max_top_k)
-            prefix = [f"multi_hop_fallback: single_hop(k={k}), corrective pipeline not installed"]
+            return await self._run_corrective(query, tenant, self._k(top_k, self._policy.multi_hop_top_k), query_vector)
         state = await self._single_hop.ainvoke(
-            {"query": query, "tenant": tenant, "top_k": k, "query_vector": query_vector}
+            {
+                "query": query,
+                "tenant": tenant,
+                "top_k": self._k(top_k, self._policy.default_top_k),
+                "query_vector": query_vector,
+                "allow_escalation": allow_escalation and self._policy.escalate_on_incorrect,
+            }
         )
-        return _result(route, state, prefix)
+        plain = _result("single_hop", state)
+        if not state.get("escalate"):
+            return plain
+        corrective = await self._run_corrective(
+            query, tenant, self._k(top_k, self._policy.multi_hop_top_k), query_vector
+        )
+        corrective.steps = [*plain.steps, "escalate: single_hop -> multi_hop (retrieval incorrect)", *corrective.steps]
+        corrective.llm_calls = [*plain.llm_calls, *corrective.llm_calls]
+        corrective.escalated_from = "single_hop"
+        return corrective
+
+    async def _run_corrective(
+        self, query: str, tenant: str, top_k: int, query_vector: list[float] | None
+    ) -> RouteResult:
+        initial = {
+            "query": query,
+            "tenant": tenant,
+            "top_k": top_k,
+            "query_vector": query_vector,
+            "started_at": time.monotonic(),
+        }
+        try:
+            state = await self._corrective.ainvoke(initial, config={"recursion_limit": self._policy.recursion_limit})
+        except GraphRecursionError:
+            # Budgets end every loop first; reaching this means a routing bug, so say so plainly.
+            return RouteResult(
+                route="multi_hop",
+                answer="The corrective pipeline hit its step limit before finishing; please rephrase the question.",
+                sources=[],
+                abstained=True,
+                steps=["stop: recursion_limit"],
+                stop_reason="recursion_limit",
+            )
+        return _result("multi_hop", state)
 
 
-def _result(route: Route, state: dict[str, Any], prefix: list[str]) -> RouteResult:
+def _result(route: Route, state: dict[str, Any]) -> RouteResult:
     return RouteResult(
         route=route,
         answer=state.get("answer", ""),
         sources=list(state.get("sources", [])),
         abstained=bool(state.get("abstained", False)),
-        steps=[*prefix, *state.get("steps", [])],
+        steps=list(state.get("steps", [])),
         llm_calls=list(state.get("llm_calls", [])),
+        context=list(state.get("context", [])),
+        stop_reason=state.get("stop_reason"),
     )

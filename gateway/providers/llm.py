@@ -18,7 +18,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_openai import ChatOpenAI
 from pydantic import BaseModel, ValidationError
 
-from gateway.errors import ProviderError, ProviderTimeoutError, ProviderUnavailableError
+from gateway.errors import MalformedOutputError, ProviderError, ProviderTimeoutError, ProviderUnavailableError
 from gateway.settings import ModelPrice, Settings
 from pipelines.shared.deps import ChatReply, LLMCall, SchemaT
 
@@ -72,9 +72,11 @@ class LLMClient:
         try:
             return schema.model_validate_json(_strip_fences(text)), call
         except (ValidationError, json.JSONDecodeError) as exc:
-            raise ProviderError(
+            error = MalformedOutputError(
                 f"model returned output that does not match {schema.__name__}", provider=PROVIDER, node=node
-            ) from exc
+            )
+            error.call = call
+            raise error from exc
 
     async def _invoke(self, runnable: Any, messages: list[BaseMessage], node: str) -> tuple[AIMessage, LLMCall]:
         started = time.perf_counter()

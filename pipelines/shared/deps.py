@@ -45,6 +45,17 @@ class ChatReply:
     call: LLMCall
 
 
+class StructuredOutputError(Exception):
+    """A ``ChatClient.structured`` call got an answer that does not fit the schema.
+
+    Declared here so pipelines can degrade a single judgement (treat a document as undecided)
+    without depending on the gateway's error types; the gateway's adapter raises a subclass.
+    ``call`` is the usage of the failed call, so it is still accounted for.
+    """
+
+    call: LLMCall | None = None
+
+
 class ChatClient(Protocol):
     """The only way pipelines talk to a language model."""
 
@@ -61,3 +72,17 @@ class Retriever(Protocol):
     async def search(self, tenant: str, query: str, k: int, *, vector: list[float] | None = None) -> list[Passage]:
         """``vector`` is the query's embedding when the caller already has it (the router does)."""
         ...
+
+
+class WebSearch(Protocol):
+    """CRAG's search-more step: the web (Tavily) in production, the tenant's own store offline."""
+
+    name: str
+
+    async def search(self, tenant: str, query: str, k: int) -> list[Passage]:
+        """Passages whose ``score`` is the cosine similarity to ``query``, like the retriever's."""
+        ...
+
+
+class Embedder(Protocol):
+    async def embed_texts(self, texts: list[str]) -> list[list[float]]: ...

@@ -8,9 +8,9 @@ replaced by a plain "not in the knowledge base" (see :mod:`pipelines.shared.supp
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from langchain_core.messages import HumanMessage, SystemMessage
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
 from pipelines.shared.deps import ChatClient, LLMCall, Passage
 from pipelines.shared.prompts import ABSTAIN_EN, ABSTAIN_JA, GROUNDED_SYSTEM, GROUNDED_USER, NOT_IN_CONTEXT
@@ -34,6 +34,7 @@ class GroundedAnswer:
     abstained: bool
     call: LLMCall | None
     note: str = ""
+    context: list[Passage] = field(default_factory=list)
 
 
 def format_context(passages: list[Passage]) -> str:
@@ -59,25 +60,46 @@ def relevant(passages: list[Passage], policy: GroundingPolicy) -> list[Passage]:
     return [p for p in passages if p.score >= policy.min_relevance]
 
 
+@dataclass(frozen=True, slots=True)
+class Draft:
+    text: str
+    cited: list[Passage]
+    found: bool
+    call: LLMCall
+
+
+async def draft_answer(
+    llm: ChatClient, question: str, passages: list[Passage], *, node: str, feedback: str = ""
+) -> Draft:
+    """One generation over numbered passages; ``feedback`` asks for a corrected second attempt."""
+    messages: list[BaseMessage] = [
+        SystemMessage(GROUNDED_SYSTEM),
+        HumanMessage(GROUNDED_USER.format(context=format_context(passages), question=question)),
+    ]
+    if feedback:
+        messages.append(HumanMessage(feedback))
+    reply = await llm.chat(messages, node=node)
+    text = reply.text.strip()
+    if NOT_IN_CONTEXT in text or not text:
+        return Draft(abstention_for(question), [], False, reply.call)
+    return Draft(text, cited_passages(text, passages) or list(passages), True, reply.call)
+
+
 async def generate_grounded(
     llm: ChatClient, question: str, passages: list[Passage], policy: GroundingPolicy, *, node: str
 ) -> GroundedAnswer:
+    """Plain RAG with both LLM-free gates: relevance before the call, support after it."""
     usable = relevant(passages, policy)
     if not usable:
         best = max((p.score for p in passages), default=0.0)
         note = f"no passage above relevance {policy.min_relevance} (best {best:.2f})"
         return GroundedAnswer(abstention_for(question), [], True, None, note)
-    messages = [
-        SystemMessage(GROUNDED_SYSTEM),
-        HumanMessage(GROUNDED_USER.format(context=format_context(usable), question=question)),
-    ]
-    reply = await llm.chat(messages, node=node)
-    text = reply.text.strip()
-    if NOT_IN_CONTEXT in text or not text:
-        return GroundedAnswer(abstention_for(question), [], True, reply.call, "model found no answer")
-    cited = cited_passages(text, usable) or usable
-    support = lexical_support(text, question, [p.text for p in usable])
+    draft = await draft_answer(llm, question, usable, node=node)
+    if not draft.found:
+        return GroundedAnswer(draft.text, [], True, draft.call, "model found no answer", usable)
+    support = lexical_support(draft.text, question, [p.text for p in usable])
     if not support.supported(policy.min_support):
         unsupported = ", ".join((support.missing_numbers or support.missing)[:5])
-        return GroundedAnswer(abstention_for(question), [], True, reply.call, f"unsupported by passages: {unsupported}")
-    return GroundedAnswer(text, cited, False, reply.call)
+        note = f"unsupported by passages: {unsupported}"
+        return GroundedAnswer(abstention_for(question), [], True, draft.call, note, usable)
+    return GroundedAnswer(draft.text, draft.cited, False, draft.call, context=usable)

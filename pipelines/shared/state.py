@@ -16,6 +16,7 @@ class PipelineInput(TypedDict):
 class PipelineOutput(TypedDict, total=False):
     answer: str
     sources: list[Passage]
+    context: list[Passage]
     abstained: bool
     steps: Annotated[list[str], operator.add]
     llm_calls: Annotated[list[LLMCall], operator.add]

@@ -11,10 +11,11 @@ import pytest
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel
 
-from gateway.errors import ProviderError, ProviderTimeoutError, ProviderUnavailableError
+from gateway.errors import MalformedOutputError, ProviderError, ProviderTimeoutError, ProviderUnavailableError
 from gateway.providers.llm import LLMClient
 from gateway.providers.scripted_chat import ScriptedChatModel
 from gateway.settings import ModelPrice
+from pipelines.shared.deps import StructuredOutputError
 
 PROBLEM = "application/problem+json"
 REQUEST = httpx.Request("POST", "http://llm.test/v1/chat/completions")
@@ -113,7 +114,9 @@ async def test_structured_raises_provider_error_on_invalid_output(text: str) -> 
     with pytest.raises(ProviderError) as info:
         await client.structured([HumanMessage("judge")], Verdict, node="grade")
     error = info.value
-    assert type(error) is ProviderError
+    assert type(error) is MalformedOutputError  # a ProviderError that pipelines may degrade on
+    assert isinstance(error, StructuredOutputError)
+    assert error.call is not None  # the failed call is still accounted for
     assert error.provider == "llm"
     assert error.extra["node"] == "grade"
     assert "Verdict" in error.detail

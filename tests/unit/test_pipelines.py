@@ -13,11 +13,17 @@ from gateway.providers.embeddings import USEEmbeddings
 from gateway.providers.llm import LLMClient
 from gateway.providers.scripted_chat import ScriptedChatModel
 from gateway.providers.vectorstores.memory import InMemoryVectorStore
+from gateway.providers.websearch import LocalStoreSearch
 from gateway.settings import ModelPrice
+from pipelines.corrective.graph import CorrectiveDeps
+from pipelines.corrective.graph import build_graph as build_corrective
+from pipelines.corrective.policy import CorrectivePolicy
 from pipelines.direct.graph import build_graph as build_direct
 from pipelines.shared.generation import GroundingPolicy
+from pipelines.single_hop.graph import SingleHopDeps
 from pipelines.single_hop.graph import build_graph as build_single_hop
 from routes.table import RoutePolicy, RouteTable
+from tests.scripted import structured_reply
 
 DOCS = [
     NewDocument(id="k2", title="Kumo Carrier K2", text="The Kumo Carrier K2 has a maximum payload of 150 kg."),
@@ -25,8 +31,11 @@ DOCS = [
 ]
 
 
-def cite_first(messages: list[BaseMessage], _: dict[str, Any]) -> str:
-    if "Context passages" in str(messages[-1].content):
+def cite_first(messages: list[BaseMessage], kwargs: dict[str, Any]) -> str:
+    structured = structured_reply(kwargs)
+    if structured is not None:
+        return structured
+    if "Context passages" in str(messages[1].content if len(messages) > 1 else messages[-1].content):
         return "The maximum payload is 150 kg [1]."
     return "Hi! I am the assistant."
 
@@ -38,9 +47,13 @@ async def make_table(
     llm = LLMClient(model, model_name="scripted", price=ModelPrice(input=1.0, output=2.0))
     knowledge = KnowledgeBase(embeddings, InMemoryVectorStore(), Chunker(500, 50))
     await knowledge.ingest("acme", DOCS)
+    policy = CorrectivePolicy()
     table = RouteTable(
         direct=build_direct(llm),
-        single_hop=build_single_hop(llm, knowledge, GroundingPolicy()),
+        single_hop=build_single_hop(
+            SingleHopDeps(llm, knowledge, GroundingPolicy(), policy.relevance, policy.lower, policy.upper)
+        ),
+        corrective=build_corrective(CorrectiveDeps(llm, knowledge, LocalStoreSearch(knowledge), knowledge, policy)),
         policy=RoutePolicy(default_top_k=4, max_top_k=6, multi_hop_top_k=5),
     )
     return table, model, knowledge
@@ -63,7 +76,7 @@ async def test_single_hop_retrieves_then_answers_with_the_cited_document(embeddi
     result = await table.run(
         "single_hop", query="What is the maximum payload of the K2?", tenant="acme", top_k=None, query_vector=None
     )
-    assert result.steps == ["retrieve(k=4, found=2)", "generate_answer"]
+    assert result.steps == ["retrieve(k=4, found=2)", "assess_retrieval: correct", "generate_answer"]
     assert not result.abstained
     assert [p.doc_id for p in result.sources] == ["k2"]
     prompt = str(model.calls[0][0][-1].content)
@@ -100,20 +113,23 @@ async def test_top_k_is_requested_or_default_and_capped(
     assert result.steps[0].startswith(f"retrieve(k={expected},")
 
 
-async def test_multi_hop_falls_back_to_wider_single_hop_and_says_so(embeddings: USEEmbeddings) -> None:
+async def test_multi_hop_runs_the_corrective_pipeline(embeddings: USEEmbeddings) -> None:
     table, _, _ = await make_table(embeddings)
     result = await table.run(
         "multi_hop", query="Which came first, the K2 or the VPN policy?", tenant="acme", top_k=None, query_vector=None
     )
     assert result.route == "multi_hop"
-    assert result.steps[0].startswith("multi_hop_fallback: single_hop(k=5)")
-    assert result.steps[1].startswith("retrieve(k=5,")
+    assert result.steps[0].startswith("retrieve(k=5,")
+    assert result.steps[1].startswith("evaluate:")
+    assert result.stop_reason is not None
 
 
 async def test_precomputed_query_vector_is_used_for_retrieval(embeddings: USEEmbeddings) -> None:
     table, _, _ = await make_table(embeddings)
     vpn_vector = embeddings.embed_query("VPN policy update date")
-    result = await table.run("single_hop", query="payload", tenant="acme", top_k=1, query_vector=vpn_vector)
+    result = await table.run(
+        "single_hop", query="payload", tenant="acme", top_k=1, query_vector=vpn_vector, allow_escalation=False
+    )
     assert result.steps[0] == "retrieve(k=1, found=1)"
     # the vector, not the text, chose the passage: the VPN document was the one given to the model
     assert result.abstained or [p.doc_id for p in result.sources] == ["vpn"]

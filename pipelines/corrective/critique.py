@@ -1,0 +1,104 @@
+"""Self-RAG's critics: is the answer supported by the evidence (IsSup), does it answer (IsUse)?
+
+Both start LLM-free: claims whose words all occur in the evidence need no model call, and an
+answer that says it found nothing is not useful by definition. The model is asked only when the
+cheap check cannot settle it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from langchain_core.messages import HumanMessage, SystemMessage
+from pydantic import BaseModel, Field
+
+from pipelines.corrective.prompts import (
+    CAUTIOUS_EN,
+    CAUTIOUS_JA,
+    CAUTIOUS_MISSING_EN,
+    CAUTIOUS_MISSING_JA,
+    GROUNDED_SYSTEM,
+    GROUNDED_USER,
+    USEFUL_SYSTEM,
+    USEFUL_USER,
+)
+from pipelines.shared.deps import ChatClient, LLMCall, Passage, StructuredOutputError
+from pipelines.shared.generation import format_context
+from pipelines.shared.prompts import ABSTAIN_EN, ABSTAIN_JA, NOT_IN_CONTEXT
+from pipelines.shared.support import lexical_support
+
+_CLAIM_SPLIT = re.compile(r"(?<=[.!?。！？])\s*")
+_JAPANESE = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff]")
+_ABSTENTIONS = (NOT_IN_CONTEXT, ABSTAIN_EN, ABSTAIN_JA, "could not confirm", "完全な回答を確認できません")
+
+
+class GroundednessCheck(BaseModel):
+    unsupported_claims: list[str] = Field(default_factory=list, max_length=8)
+
+
+class UsefulnessCheck(BaseModel):
+    useful: bool
+    missing: str = Field(default="", max_length=300)
+
+
+@dataclass(slots=True)
+class Critique:
+    ok: bool
+    detail: list[str] = field(default_factory=list)
+    calls: list[LLMCall] = field(default_factory=list)
+
+
+def claims_of(answer: str) -> list[str]:
+    return [c.strip() for c in _CLAIM_SPLIT.split(answer) if len(c.strip()) > 3]
+
+
+async def check_grounded(
+    llm: ChatClient, question: str, answer: str, evidence: list[Passage], min_support: float, calls_left: int
+) -> Critique:
+    texts = [p.text for p in evidence]
+    doubtful = [c for c in claims_of(answer) if not lexical_support(c, question, texts).supported(min_support)]
+    if not doubtful:
+        return Critique(ok=True)
+    if calls_left < 1:
+        return Critique(ok=False, detail=doubtful)
+    messages = [
+        SystemMessage(GROUNDED_SYSTEM),
+        HumanMessage(GROUNDED_USER.format(evidence=format_context(evidence), answer=answer)),
+    ]
+    try:
+        verdict, call = await llm.structured(messages, GroundednessCheck, node="check_grounded")
+    except StructuredOutputError as exc:
+        return Critique(ok=False, detail=doubtful, calls=[exc.call] if exc.call else [])
+    unsupported = [c for c in verdict.unsupported_claims if c.strip()]
+    return Critique(ok=not unsupported, detail=unsupported, calls=[call])
+
+
+def is_abstention(answer: str) -> bool:
+    return any(marker in answer for marker in _ABSTENTIONS)
+
+
+async def check_useful(llm: ChatClient, question: str, answer: str, calls_left: int) -> Critique:
+    if is_abstention(answer):
+        return Critique(ok=False, detail=["the answer says the information was not found"])
+    if calls_left < 1:
+        return Critique(ok=True, detail=["not checked: budget"])
+    messages = [SystemMessage(USEFUL_SYSTEM), HumanMessage(USEFUL_USER.format(question=question, answer=answer))]
+    try:
+        verdict, call = await llm.structured(messages, UsefulnessCheck, node="check_useful")
+    except StructuredOutputError as exc:
+        return Critique(ok=True, detail=["not checked: malformed critic output"], calls=[exc.call] if exc.call else [])
+    return Critique(ok=verdict.useful, detail=[verdict.missing] if verdict.missing else [], calls=[call])
+
+
+def cautious_answer(question: str, evidence: list[Passage], unsupported: list[str]) -> str:
+    """What the evidence does and does not say, without another model call."""
+    japanese = bool(_JAPANESE.search(question))
+    if not evidence:
+        return ABSTAIN_JA if japanese else ABSTAIN_EN
+    said = " ".join(f"“{p.text[:280]}” [{i}]" for i, p in enumerate(evidence[:3], start=1))
+    text = (CAUTIOUS_JA if japanese else CAUTIOUS_EN).format(said=said)
+    if unsupported:
+        missing = "; ".join(unsupported[:3])
+        text += (CAUTIOUS_MISSING_JA if japanese else CAUTIOUS_MISSING_EN).format(missing=missing)
+    return text

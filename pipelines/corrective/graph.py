@@ -1,0 +1,214 @@
+"""The corrective graph: CRAG (evaluate, refine, rewrite, search more) + Self-RAG (IsSup, IsUse).
+
+    retrieve -> evaluate -+-> refine -> generate -> check_grounded -+-> check_useful -+-> finish
+                 ^        |                ^             |           |                 |
+                 |        +-> rewrite_query <------------+-----------+-----------------+
+                 +-- search_more <--+      (regenerate once, then cautious_answer)
+
+Every loop is bounded three ways: ``max_rewrites``, the per-request LLM-call and time budget, and
+LangGraph's recursion limit. The reason the run stopped is kept in ``stop_reason``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.state import CompiledStateGraph
+
+from pipelines.corrective.critique import cautious_answer, check_grounded, check_useful
+from pipelines.corrective.evaluator import evaluate_passages
+from pipelines.corrective.policy import CorrectivePolicy
+from pipelines.corrective.prompts import REGENERATE_NOTE
+from pipelines.corrective.refine import refine_evidence
+from pipelines.corrective.rewrite import rewrite_query as llm_rewrite
+from pipelines.corrective.state import CorrectiveState, StopReason
+from pipelines.shared.deps import ChatClient, Embedder, Passage, Retriever, WebSearch
+from pipelines.shared.generation import draft_answer
+
+
+@dataclass(frozen=True)
+class CorrectiveDeps:
+    llm: ChatClient
+    retriever: Retriever
+    search: WebSearch
+    embedder: Embedder
+    policy: CorrectivePolicy
+
+
+def _merge(old: list[Passage], new: list[Passage]) -> list[Passage]:
+    seen = {p.chunk_id for p in old}
+    return [*old, *(p for p in new if p.chunk_id not in seen)]
+
+
+def build_graph(deps: CorrectiveDeps) -> CompiledStateGraph[Any, Any, Any, Any]:
+    policy = deps.policy
+
+    def calls_left(state: CorrectiveState) -> int:
+        return policy.max_llm_calls - len(state.get("llm_calls", []))
+
+    def budget_stop(state: CorrectiveState, needed: int = 1) -> StopReason | None:
+        if time.monotonic() - state["started_at"] >= policy.max_seconds:
+            return "max_seconds"
+        if calls_left(state) < needed:
+            return "max_llm_calls"
+        return None
+
+    async def retrieve(state: CorrectiveState) -> dict[str, Any]:
+        found = await deps.retriever.search(
+            state["tenant"], state["query"], state["top_k"], vector=state.get("query_vector")
+        )
+        return {"candidates": found, "rewrites": 0, "steps": [f"retrieve(k={state['top_k']}, found={len(found)})"]}
+
+    async def evaluate(state: CorrectiveState) -> dict[str, Any]:
+        candidates = state.get("candidates", [])
+        result = await evaluate_passages(deps.llm, policy, state["query"], candidates, max(0, calls_left(state) - 1))
+        evidence = state.get("evidence", [])
+        # Correct and Ambiguous keep what they found; Incorrect discards this round's documents.
+        return {
+            "verdict": result.verdict,
+            "verdicts": [*state.get("verdicts", []), result.verdict],
+            "evidence": _merge(evidence, result.kept),
+            "steps": [result.describe(len(candidates))],
+            "llm_calls": result.calls,
+        }
+
+    def after_evaluate(state: CorrectiveState) -> Literal["refine", "rewrite_query"]:
+        wants_more = state["verdict"] != "correct" and state.get("rewrites", 0) < policy.max_rewrites
+        return "rewrite_query" if wants_more and budget_stop(state, needed=2) is None else "refine"
+
+    async def rewrite_query(state: CorrectiveState) -> dict[str, Any]:
+        query, call = await llm_rewrite(deps.llm, state["query"], state.get("evidence", []), state.get("missing", ""))
+        return {
+            "search_query": query,
+            "rewrites": state.get("rewrites", 0) + 1,
+            "steps": [f"rewrite_query({state.get('rewrites', 0) + 1}): {query}"],
+            "llm_calls": [call],
+        }
+
+    async def search_more(state: CorrectiveState) -> dict[str, Any]:
+        found = await deps.search.search(state["tenant"], state["search_query"], state["top_k"])
+        known = {p.chunk_id for p in state.get("evidence", [])}
+        fresh = [p for p in found if p.chunk_id not in known]
+        return {"candidates": fresh, "steps": [f"search_more({deps.search.name}, new={len(fresh)})"]}
+
+    async def refine(state: CorrectiveState) -> dict[str, Any]:
+        evidence = state.get("evidence", [])
+        strips = await refine_evidence(deps.embedder.embed_texts, policy, state["query"], evidence)
+        step = f"refine(strips from {len(strips)}/{len(evidence)} passages)"
+        return {"strips": strips, "steps": [step]}
+
+    def after_refine(state: CorrectiveState) -> Literal["generate", "cautious_answer"]:
+        if not state.get("strips"):
+            return "cautious_answer"
+        return "generate" if budget_stop(state) is None else "cautious_answer"
+
+    async def generate(state: CorrectiveState) -> dict[str, Any]:
+        feedback = ""
+        if state.get("unsupported_claims"):
+            feedback = REGENERATE_NOTE.format(claims="; ".join(state["unsupported_claims"]))
+        draft = await draft_answer(
+            deps.llm, state["query"], state.get("strips", []), node="generate", feedback=feedback
+        )
+        return {
+            "answer": draft.text,
+            "sources": draft.cited,
+            "context": state.get("strips", []),
+            "abstained": not draft.found,
+            "regenerated": bool(feedback),
+            "steps": ["regenerate_answer" if feedback else "generate_answer"],
+            "llm_calls": [draft.call],
+        }
+
+    async def grounded(state: CorrectiveState) -> dict[str, Any]:
+        if state.get("abstained"):
+            return {"grounded": True, "steps": ["check_grounded: skipped (no answer found)"]}
+        critique = await check_grounded(
+            deps.llm,
+            state["query"],
+            state["answer"],
+            state.get("strips", []),
+            policy.grounding.min_support,
+            calls_left(state),
+        )
+        step = "check_grounded: supported" if critique.ok else f"check_grounded: unsupported {critique.detail[:3]}"
+        return {
+            "grounded": critique.ok,
+            "unsupported_claims": critique.detail,
+            "steps": [step],
+            "llm_calls": critique.calls,
+        }
+
+    def after_grounded(state: CorrectiveState) -> Literal["check_useful", "generate", "cautious_answer"]:
+        if state.get("grounded"):
+            return "check_useful"
+        if not state.get("regenerated") and budget_stop(state) is None:
+            return "generate"
+        return "cautious_answer"
+
+    async def useful(state: CorrectiveState) -> dict[str, Any]:
+        critique = await check_useful(deps.llm, state["query"], state["answer"], calls_left(state))
+        missing = critique.detail[0] if critique.detail else ""
+        step = "check_useful: yes" if critique.ok else f"check_useful: no ({missing})"
+        return {"useful": critique.ok, "missing": missing, "steps": [step], "llm_calls": critique.calls}
+
+    def after_useful(state: CorrectiveState) -> Literal["rewrite_query", "finish"]:
+        if state.get("useful") or state.get("rewrites", 0) >= policy.max_rewrites:
+            return "finish"
+        # A new round needs a rewrite, a generation and its checks.
+        return "rewrite_query" if budget_stop(state, needed=3) is None else "finish"
+
+    async def cautious(state: CorrectiveState) -> dict[str, Any]:
+        strips = state.get("strips", [])
+        return {
+            "answer": cautious_answer(state["query"], strips, state.get("unsupported_claims", [])),
+            "sources": strips[:3],
+            "context": strips,
+            "abstained": not strips,
+            "steps": ["cautious_answer"],
+        }
+
+    async def finish(state: CorrectiveState) -> dict[str, Any]:
+        reason = _stop_reason(state, policy, budget_stop(state))
+        return {"stop_reason": reason, "steps": [f"stop: {reason}"]}
+
+    builder = StateGraph(CorrectiveState)
+    for name, node in [
+        ("retrieve", retrieve),
+        ("evaluate", evaluate),
+        ("rewrite_query", rewrite_query),
+        ("search_more", search_more),
+        ("refine", refine),
+        ("generate", generate),
+        ("check_grounded", grounded),
+        ("check_useful", useful),
+        ("cautious_answer", cautious),
+        ("finish", finish),
+    ]:
+        builder.add_node(name, node)
+    builder.add_edge(START, "retrieve")
+    builder.add_edge("retrieve", "evaluate")
+    builder.add_conditional_edges("evaluate", after_evaluate)
+    builder.add_edge("rewrite_query", "search_more")
+    builder.add_edge("search_more", "evaluate")
+    builder.add_conditional_edges("refine", after_refine)
+    builder.add_edge("generate", "check_grounded")
+    builder.add_conditional_edges("check_grounded", after_grounded)
+    builder.add_conditional_edges("check_useful", after_useful)
+    builder.add_edge("cautious_answer", "finish")
+    builder.add_edge("finish", END)
+    return builder.compile(name="corrective")
+
+
+def _stop_reason(state: CorrectiveState, policy: CorrectivePolicy, budget: StopReason | None) -> StopReason:
+    if not state.get("evidence"):
+        return "no_evidence"
+    if state.get("useful") or (state.get("grounded") and not state.get("abstained")):
+        return "answered"
+    if budget is not None:
+        return budget
+    if state.get("rewrites", 0) >= policy.max_rewrites:
+        return "max_rewrites"
+    return "answered"

@@ -1,0 +1,29 @@
+"""Thresholds and budgets of the corrective pipeline (filled from settings at start-up)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pipelines.shared.generation import GroundingPolicy
+from pipelines.shared.relevance import RelevanceModel
+
+
+@dataclass(frozen=True, slots=True)
+class CorrectivePolicy:
+    # CRAG evaluator, on the fast scorer's probability: a document above ``upper`` is relevant, one
+    # below ``lower`` is not; in between the LLM grader decides (at most ``max_graded`` per round).
+    upper: float = 0.5
+    lower: float = 0.2
+    max_graded: int = 2
+    # Knowledge refinement: strips scoring below ``strip_threshold`` are dropped; at most
+    # ``max_strips`` reach the generator.
+    strip_threshold: float = 0.15
+    max_strips: int = 8
+    # Loops and budget: every loop ends at whichever comes first.
+    max_rewrites: int = 2
+    max_llm_calls: int = 10
+    max_seconds: float = 90.0
+    recursion_limit: int = 40
+    top_k: int = 6
+    relevance: RelevanceModel = field(default_factory=RelevanceModel)
+    grounding: GroundingPolicy = field(default_factory=GroundingPolicy)
