@@ -1,0 +1,1 @@
+"""Evaluation harness: run a QA dataset through the gateway in plain, corrective or adaptive mode."""

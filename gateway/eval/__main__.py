@@ -1,0 +1,90 @@
+"""``python -m gateway.eval --dataset FILE --mode plain,corrective,adaptive [--limit N]``
+
+Ingests the dataset's corpus into a fresh tenant of an in-process gateway (configured from the
+environment like the service: the local model by default), runs every question in every mode and
+writes ``<out>/<dataset>-report.json`` and ``<out>/<dataset>-chart.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import random
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, cast
+
+from litestar.testing import AsyncTestClient
+
+from gateway.app import create_app
+from gateway.eval.datasets import load
+from gateway.eval.report import draw_chart, summarise
+from gateway.eval.runner import Mode, Outcome, ask, ingest
+from gateway.settings import Settings
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    dataset = load(args.dataset)
+    questions = dataset.questions
+    if args.sample:
+        questions = random.Random(args.seed).sample(questions, min(args.limit or len(questions), len(questions)))
+    elif args.limit:
+        questions = questions[: args.limit]
+    modes = cast(list[Mode], args.mode.split(","))
+    store = Path(tempfile.mkdtemp(prefix="eval-lancedb-"))
+    app = create_app(Settings(vector_store_path=store))
+    tenant = f"eval-{dataset.name}-{int(time.time())}"
+    report: dict[str, Any] = {"dataset": dataset.name, "file": str(args.dataset), "questions": len(questions)}
+    async with AsyncTestClient(app, timeout=900) as client:
+        services = app.state.services
+        report["model"] = services.settings.llm_model
+        chunks, seconds = await ingest(client, tenant, dataset)
+        report["ingest"] = {"documents": len(dataset.documents), "chunks": chunks, "seconds": round(seconds, 1)}
+        per_mode: dict[str, list[Outcome]] = {}
+        for mode in modes:
+            outcomes = per_mode.setdefault(mode, [])
+            for n, question in enumerate(questions, start=1):
+                outcome = await ask(client, services, tenant, question, mode)
+                outcomes.append(outcome)
+                if args.verbose:
+                    print(
+                        f"[{mode} {n}/{len(questions)}] f1={outcome.f1:.2f} route={outcome.route} "
+                        f"calls={outcome.llm_calls} {outcome.latency_ms:.0f}ms",
+                        flush=True,
+                    )
+        report["summary"] = {mode: summarise(outcomes) for mode, outcomes in per_mode.items()}
+        report["outcomes"] = {mode: [o.as_dict() for o in outcomes] for mode, outcomes in per_mode.items()}
+    return report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dataset", type=Path, required=True, help="HotpotQA (with *_corpus.json) or SQuAD v2 JSON")
+    parser.add_argument(
+        "--mode", default="plain,corrective,adaptive", help="comma-separated: plain,corrective,adaptive"
+    )
+    parser.add_argument("--limit", type=int, default=0, help="run only N questions")
+    parser.add_argument("--sample", action="store_true", help="pick the N questions at random (with --seed)")
+    parser.add_argument("--seed", type=int, default=13)
+    parser.add_argument("--out", type=Path, default=Path("reports"))
+    parser.add_argument("--verbose", action="store_true")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    report = asyncio.run(run(args))
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = f"{report['dataset']}-{'-'.join(report['summary'])}"
+    (args.out / f"{stem}-report.json").write_text(json.dumps(report, indent=2, ensure_ascii=False))
+    draw_chart(
+        report["summary"],
+        f"{report['dataset']} ({report['questions']} questions, {report['model']})",
+        args.out / f"{stem}-chart.png",
+    )
+    print(json.dumps(report["summary"], indent=2))
+    print(f"wrote {args.out / (stem + '-report.json')} and {args.out / (stem + '-chart.png')}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,60 @@
+"""SQuAD-style answer metrics and the aggregates the report prints."""
+
+from __future__ import annotations
+
+import re
+import string
+from collections import Counter
+from collections.abc import Sequence
+
+import numpy as np
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_CITATIONS = re.compile(r"\[\d{1,2}(?:\s*,\s*\d{1,2})*\]")
+
+
+def normalize_answer(text: str) -> str:
+    """The official SQuAD normalisation: lower case, no punctuation, no articles, single spaces."""
+    text = _CITATIONS.sub(" ", text).lower()
+    text = "".join(ch for ch in text if ch not in set(string.punctuation))
+    text = _ARTICLES.sub(" ", text)
+    return " ".join(text.split())
+
+
+def exact_match(prediction: str, answers: Sequence[str]) -> float:
+    return max((float(normalize_answer(prediction) == normalize_answer(a)) for a in answers), default=0.0)
+
+
+def f1_score(prediction: str, answers: Sequence[str]) -> float:
+    def one(gold: str) -> float:
+        predicted = normalize_answer(prediction).split()
+        truth = normalize_answer(gold).split()
+        common = Counter(predicted) & Counter(truth)
+        same = sum(common.values())
+        if same == 0:
+            return 0.0
+        precision, recall = same / len(predicted), same / len(truth)
+        return 2 * precision * recall / (precision + recall)
+
+    return max((one(a) for a in answers), default=0.0)
+
+
+def answer_in_prediction(prediction: str, answers: Sequence[str]) -> float:
+    """Whether a normalised gold answer occurs inside the (sentence-long) prediction."""
+    norm = normalize_answer(prediction)
+    return max((float(bool(normalize_answer(a)) and normalize_answer(a) in norm) for a in answers), default=0.0)
+
+
+def passage_recall(evidence_ids: Sequence[str], gold_ids: frozenset[str]) -> float | None:
+    if not gold_ids:
+        return None
+    return len(gold_ids & set(evidence_ids)) / len(gold_ids)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    return round(float(np.percentile(values, q)), 1) if values else float("nan")
+
+
+def mean(values: Sequence[float | None]) -> float:
+    kept = [v for v in values if v is not None]
+    return round(float(np.mean(kept)), 4) if kept else float("nan")

@@ -1,0 +1,69 @@
+"""Aggregate outcomes per mode into the JSON report and draw the PNG chart."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from gateway.eval.metrics import mean, percentile
+from gateway.eval.runner import Outcome
+
+
+def summarise(outcomes: list[Outcome]) -> dict[str, Any]:
+    answerable = [o for o in outcomes if o.answerable]
+    unanswerable = [o for o in outcomes if not o.answerable]
+    judged = [
+        o for o in outcomes if o.first_verdict in ("correct", "incorrect") and o.gold_in_first_retrieval is not None
+    ]
+    agree = [(o.first_verdict == "correct") == o.gold_in_first_retrieval for o in judged]
+    return {
+        "questions": len(outcomes),
+        "exact_match": mean([o.exact_match for o in answerable]),
+        "f1": mean([o.f1 for o in answerable]),
+        "answer_contained": mean([o.answer_contained for o in answerable]),
+        "supporting_passage_recall": mean([o.passage_recall for o in outcomes]),
+        "false_abstention_rate": mean([float(o.abstained) for o in answerable]),
+        "unanswerable_abstention_rate": mean([float(o.abstained) for o in unanswerable]),
+        "evaluator_agreement": {
+            "n": len(judged),
+            "rate": mean([float(a) for a in agree]),
+            "note": "first Correct/Incorrect verdict vs whether a gold passage was in the first top-k",
+        },
+        "routes": dict(Counter(o.route for o in outcomes)),
+        "escalations": sum(o.escalated for o in outcomes),
+        "stop_reasons": dict(Counter(o.stop_reason or "-" for o in outcomes)),
+        "llm_calls_per_query": mean([float(o.llm_calls) for o in outcomes]),
+        "input_tokens_per_query": mean([float(o.input_tokens) for o in outcomes]),
+        "output_tokens_per_query": mean([float(o.output_tokens) for o in outcomes]),
+        "latency_ms_p50": percentile([o.latency_ms for o in outcomes], 50),
+        "latency_ms_p95": percentile([o.latency_ms for o in outcomes], 95),
+    }
+
+
+def draw_chart(summaries: dict[str, dict[str, Any]], title: str, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    modes = list(summaries)
+    quality = ["f1", "answer_contained", "supporting_passage_recall", "unanswerable_abstention_rate"]
+    cost = ["llm_calls_per_query", "latency_ms_p50"]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    width = 0.8 / max(1, len(modes))
+    for i, mode in enumerate(modes):
+        values = [summaries[mode].get(metric, float("nan")) for metric in quality]
+        axes[0].bar([x + i * width for x in range(len(quality))], values, width, label=mode)
+    axes[0].set_xticks([x + width * (len(modes) - 1) / 2 for x in range(len(quality))])
+    axes[0].set_xticklabels(["F1", "answer in reply", "passage recall", "abstain (unans.)"], fontsize=8)
+    axes[0].set_ylim(0, 1)
+    axes[0].set_title("quality")
+    axes[0].legend()
+    for ax, metric, label in zip(axes[1:], cost, ["LLM calls / query", "p50 latency (ms)"], strict=True):
+        ax.bar(modes, [summaries[m][metric] for m in modes], color=["C0", "C1", "C2"][: len(modes)])
+        ax.set_title(label)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

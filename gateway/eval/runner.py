@@ -1,0 +1,104 @@
+"""Run a dataset through the real app (in process, over its HTTP interface) and score each answer."""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from litestar.testing import AsyncTestClient
+
+from gateway.eval.datasets import Dataset, Question
+from gateway.eval.metrics import answer_in_prediction, exact_match, f1_score, passage_recall
+from gateway.state import Services
+from pipelines.shared.relevance import RelevanceModel, fast_verdict
+
+Mode = Literal["plain", "corrective", "adaptive"]
+MODE_REQUEST: dict[Mode, dict[str, Any]] = {
+    "plain": {"route": "single_hop", "allow_escalation": False},
+    "corrective": {"route": "multi_hop"},
+    "adaptive": {"route": "auto"},
+}
+INGEST_BATCH = 128
+_VERDICT = re.compile(r"^(?:assess_retrieval|evaluate): (correct|ambiguous|incorrect)")
+
+
+@dataclass(slots=True)
+class Outcome:
+    question_id: str
+    kind: str
+    answerable: bool
+    answer: str
+    exact_match: float
+    f1: float
+    answer_contained: float
+    passage_recall: float | None
+    abstained: bool
+    route: str
+    classified_route: str
+    escalated: bool
+    first_verdict: str | None
+    gold_in_first_retrieval: bool | None
+    llm_calls: int
+    input_tokens: int
+    output_tokens: int
+    latency_ms: float
+    stop_reason: str | None
+    steps: list[str]
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+async def ingest(client: AsyncTestClient[Any], tenant: str, dataset: Dataset) -> tuple[int, float]:
+    started = time.perf_counter()
+    chunks = 0
+    for start in range(0, len(dataset.documents), INGEST_BATCH):
+        batch = dataset.documents[start : start + INGEST_BATCH]
+        response = await client.post("/v1/documents", json={"tenant": tenant, "documents": batch})
+        response.raise_for_status()
+        chunks += int(response.json()["chunks"])
+    return chunks, time.perf_counter() - started
+
+
+async def first_retrieval(services: Services, tenant: str, question: Question, k: int) -> tuple[bool | None, str]:
+    """Whether a gold passage is in the first top-k, and the fast evaluator's verdict on that top-k."""
+    passages = await services.knowledge.search(tenant, question.text, k)
+    settings = services.settings
+    verdict = fast_verdict(RelevanceModel(), question.text, passages, settings.crag_lower, settings.crag_upper)
+    gold = bool(question.gold_doc_ids & {p.doc_id for p in passages}) if question.gold_doc_ids else None
+    return gold, verdict
+
+
+async def ask(client: AsyncTestClient[Any], services: Services, tenant: str, question: Question, mode: Mode) -> Outcome:
+    body = {"query": question.text, "tenant": tenant, **MODE_REQUEST[mode]}
+    response = await client.post("/v1/query", json=body, timeout=600)
+    response.raise_for_status()
+    result = response.json()
+    gold_retrieved, _ = await first_retrieval(services, tenant, question, services.settings.default_top_k)
+    verdicts = [m.group(1) for step in result["steps"] if (m := _VERDICT.match(step))]
+    answer = "" if result["abstained"] else result["answer"]
+    evidence_ids = [e["id"] for e in result["evidence"]]
+    return Outcome(
+        question_id=question.id,
+        kind=question.kind,
+        answerable=question.answerable,
+        answer=result["answer"],
+        exact_match=exact_match(answer, question.answers) if question.answerable else 0.0,
+        f1=f1_score(answer, question.answers) if question.answerable else 0.0,
+        answer_contained=answer_in_prediction(answer, question.answers) if question.answerable else 0.0,
+        passage_recall=passage_recall(evidence_ids, question.gold_doc_ids),
+        abstained=bool(result["abstained"]),
+        route=result["route"],
+        classified_route=result["classified_route"],
+        escalated=result.get("escalated_from") is not None,
+        first_verdict=verdicts[0] if verdicts else None,
+        gold_in_first_retrieval=gold_retrieved,
+        llm_calls=result["usage"]["llm_calls"],
+        input_tokens=result["usage"]["input_tokens"],
+        output_tokens=result["usage"]["output_tokens"],
+        latency_ms=result["latency_ms"],
+        stop_reason=result.get("stop_reason"),
+        steps=result["steps"],
+    )
