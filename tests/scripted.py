@@ -16,7 +16,7 @@ def schema_name(kwargs: dict[str, Any]) -> str | None:
 
 
 AGREEABLE: dict[str, dict[str, Any]] = {
-    "Grade": {"relevant": True, "confidence": 0.9},
+    "Grade": {"fact": "none", "relevant": True},
     "GroundednessCheck": {"unsupported_claims": []},
     "UsefulnessCheck": {"useful": True, "missing": ""},
     "RouteChoice": {"route": "single_hop", "confidence": 0.8, "reason": "scripted"},

@@ -30,6 +30,7 @@ from pipelines.shared.support import lexical_support
 
 _CLAIM_SPLIT = re.compile(r"(?<=[.!?。！？])\s*")
 _JAPANESE = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff]")
+_CITATIONS = re.compile(r"\s*\[\d{1,2}(?:\s*,\s*\d{1,2})*\]")
 _ABSTENTIONS = (NOT_IN_CONTEXT, ABSTAIN_EN, ABSTAIN_JA, "could not confirm", "完全な回答を確認できません")
 
 
@@ -47,6 +48,7 @@ class Critique:
     ok: bool
     detail: list[str] = field(default_factory=list)
     calls: list[LLMCall] = field(default_factory=list)
+    skipped: bool = False
 
 
 def claims_of(answer: str) -> list[str]:
@@ -82,12 +84,13 @@ async def check_useful(llm: ChatClient, question: str, answer: str, calls_left: 
     if is_abstention(answer):
         return Critique(ok=False, detail=["the answer says the information was not found"])
     if calls_left < 1:
-        return Critique(ok=True, detail=["not checked: budget"])
+        return Critique(ok=True, detail=["no LLM calls left"], skipped=True)
     messages = [SystemMessage(USEFUL_SYSTEM), HumanMessage(USEFUL_USER.format(question=question, answer=answer))]
     try:
         verdict, call = await llm.structured(messages, UsefulnessCheck, node="check_useful")
     except StructuredOutputError as exc:
-        return Critique(ok=True, detail=["not checked: malformed critic output"], calls=[exc.call] if exc.call else [])
+        calls = [exc.call] if exc.call else []
+        return Critique(ok=True, detail=["critic output malformed"], calls=calls, skipped=True)
     return Critique(ok=verdict.useful, detail=[verdict.missing] if verdict.missing else [], calls=[call])
 
 
@@ -99,6 +102,6 @@ def cautious_answer(question: str, evidence: list[Passage], unsupported: list[st
     said = " ".join(f"“{p.text[:280]}” [{i}]" for i, p in enumerate(evidence[:3], start=1))
     text = (CAUTIOUS_JA if japanese else CAUTIOUS_EN).format(said=said)
     if unsupported:
-        missing = "; ".join(unsupported[:3])
+        missing = "; ".join(_CITATIONS.sub("", claim).strip().rstrip(".。") for claim in unsupported[:3])
         text += (CAUTIOUS_MISSING_JA if japanese else CAUTIOUS_MISSING_EN).format(missing=missing)
     return text

@@ -12,13 +12,18 @@ from pipelines.corrective.policy import CorrectivePolicy
 from pipelines.corrective.prompts import GRADE_SYSTEM, GRADE_USER
 from pipelines.shared.deps import ChatClient, LLMCall, Passage, StructuredOutputError
 from pipelines.shared.relevance import Verdict, relevance
+from pipelines.shared.strips import split_strips
+from pipelines.shared.support import lexical_support
 
-GRADER_TEXT_CHARS = 1200
+GRADER_TEXT_CHARS = 500
 
 
 class Grade(BaseModel):
+    """``fact`` comes first so the model commits to evidence before judging; a fact the document does
+    not contain marks the judgement as invented (small models say "relevant" to anything)."""
+
+    fact: str = Field(max_length=240)
     relevant: bool
-    confidence: float = Field(ge=0.0, le=1.0)
 
 
 @dataclass(slots=True)
@@ -33,20 +38,61 @@ class Evaluation:
         return f"evaluate: {self.verdict} (kept {len(self.kept)}/{total}, llm graded {self.graded})"
 
 
-async def grade(llm: ChatClient, question: str, passage: Passage) -> tuple[Grade, LLMCall]:
+def excerpt(policy: CorrectivePolicy, question: str, passage: Passage) -> str:
+    """The passage's most relevant strips, in order: shorter prompts grade faster and more sharply."""
+    strips = split_strips(passage.text)
+    if len(passage.text) <= GRADER_TEXT_CHARS or len(strips) < 2:
+        return passage.text[:GRADER_TEXT_CHARS]
+    scored = sorted(
+        range(len(strips)),
+        key=lambda i: -relevance(policy.relevance, question, passage.title, strips[i], passage.score),
+    )
+    chosen: list[int] = []
+    for index in scored:
+        if sum(len(strips[i]) for i in chosen) + len(strips[index]) > GRADER_TEXT_CHARS:
+            break
+        chosen.append(index)
+    return " ".join(strips[i] for i in sorted(chosen or scored[:1]))
+
+
+async def grade(llm: ChatClient, policy: CorrectivePolicy, question: str, passage: Passage) -> tuple[bool, LLMCall]:
+    text = excerpt(policy, question, passage)
     messages = [
         SystemMessage(GRADE_SYSTEM),
-        HumanMessage(GRADE_USER.format(question=question, title=passage.title, text=passage.text[:GRADER_TEXT_CHARS])),
+        HumanMessage(GRADE_USER.format(question=question, title=passage.title, text=text)),
     ]
-    return await llm.structured(messages, Grade, node="grade_document")
+    verdict, call = await llm.structured(messages, Grade, node="grade_document")
+    fact = verdict.fact.strip()
+    support = lexical_support(fact, question, [text])
+    # The fact must add something beyond the question's own words, and that something must be in the text.
+    grounded_fact = fact.lower() not in {"", "none"} and support.novel_terms > 0 and support.supported(0.6)
+    return verdict.relevant and grounded_fact, call
 
 
 async def evaluate_passages(
-    llm: ChatClient, policy: CorrectivePolicy, question: str, passages: list[Passage], calls_left: int
+    llm: ChatClient,
+    policy: CorrectivePolicy,
+    question: str,
+    passages: list[Passage],
+    calls_left: int,
+    *,
+    scoring_query: str | None = None,
 ) -> Evaluation:
-    scores = [relevance(policy.relevance, question, p.title, p.text, p.score) for p in passages]
+    """Score ``passages`` (fast scorer), grade the uncertain ones (LLM), take CRAG's action.
+
+    ``scoring_query`` marks a follow-up round: its documents are scored against both the question
+    and the query that found them (a second-hop document matches the follow-up, not the question),
+    and when none reaches the band the best one is still graded, since the fast scorer was fitted
+    on single-question relevance and cannot see a missing hop. The LLM grader always judges against
+    the original question.
+    """
+    queries = [question] if scoring_query in (None, question) else [question, scoring_query]
+    scores = [max(relevance(policy.relevance, q, p.title, p.text, p.score) for q in queries) for p in passages]
     relevant = [p for p, s in zip(passages, scores, strict=True) if s >= policy.upper]
     band = sorted(((s, i) for i, s in enumerate(scores) if policy.lower <= s < policy.upper), key=lambda pair: -pair[0])
+    if len(queries) > 1 and not relevant and not band and passages:
+        best = max(range(len(passages)), key=lambda i: scores[i])
+        band = [(scores[best], best)]
     evaluation = Evaluation(verdict="incorrect", kept=[], fast_scores=scores)
     undecided: list[Passage] = []
     for position, (_, index) in enumerate(band):
@@ -54,14 +100,14 @@ async def evaluate_passages(
             undecided.append(passages[index])
             continue
         try:
-            verdict, call = await grade(llm, question, passages[index])
+            is_relevant, call = await grade(llm, policy, question, passages[index])
         except StructuredOutputError as exc:
             evaluation.calls.extend([exc.call] if exc.call else [])
             undecided.append(passages[index])
             continue
         evaluation.calls.append(call)
         evaluation.graded += 1
-        if verdict.relevant and verdict.confidence >= 0.5:
+        if is_relevant:
             relevant.append(passages[index])
     if relevant:
         evaluation.verdict = "correct"

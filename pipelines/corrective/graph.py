@@ -12,6 +12,7 @@ LangGraph's recursion limit. The reason the run stopped is kept in ``stop_reason
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -36,6 +37,14 @@ class CorrectiveDeps:
     search: WebSearch
     embedder: Embedder
     policy: CorrectivePolicy
+
+
+def expanded_query(question: str, evidence: list[Passage], chars: int = 300) -> str:
+    """The question plus the most relevant evidence found so far (empty when there is none)."""
+    if not evidence:
+        return ""
+    best = max(evidence, key=lambda p: p.score)
+    return f"{question} {best.title}: {best.text[:chars]}"
 
 
 def _merge(old: list[Passage], new: list[Passage]) -> list[Passage]:
@@ -64,35 +73,71 @@ def build_graph(deps: CorrectiveDeps) -> CompiledStateGraph[Any, Any, Any, Any]:
 
     async def evaluate(state: CorrectiveState) -> dict[str, Any]:
         candidates = state.get("candidates", [])
-        result = await evaluate_passages(deps.llm, policy, state["query"], candidates, max(0, calls_left(state) - 1))
+        # Keep one call for the answer; grade nothing once the time budget is spent.
+        grading_calls = 0 if budget_stop(state) == "max_seconds" else max(0, calls_left(state) - 1)
+        round_query = state.get("search_query") or state["query"]
+        result = await evaluate_passages(
+            deps.llm, policy, state["query"], candidates, grading_calls, scoring_query=round_query
+        )
         evidence = state.get("evidence", [])
         # Correct and Ambiguous keep what they found; Incorrect discards this round's documents.
         return {
             "verdict": result.verdict,
             "verdicts": [*state.get("verdicts", []), result.verdict],
             "evidence": _merge(evidence, result.kept),
+            "seen": [*state.get("seen", []), *(p.chunk_id for p in candidates)],
             "steps": [result.describe(len(candidates))],
             "llm_calls": result.calls,
         }
 
-    def after_evaluate(state: CorrectiveState) -> Literal["refine", "rewrite_query"]:
+    def after_evaluate(state: CorrectiveState) -> Literal["refine", "rewrite_query", "finish"]:
         wants_more = state["verdict"] != "correct" and state.get("rewrites", 0) < policy.max_rewrites
-        return "rewrite_query" if wants_more and budget_stop(state, needed=2) is None else "refine"
+        if wants_more and budget_stop(state, needed=2) is None:
+            return "rewrite_query"
+        if state.get("answer") and len(state.get("evidence", [])) == state.get("answered_with", -1):
+            return "finish"  # nothing new was found since the last answer: another round would repeat it
+        return "refine"
 
     async def rewrite_query(state: CorrectiveState) -> dict[str, Any]:
-        query, call = await llm_rewrite(deps.llm, state["query"], state.get("evidence", []), state.get("missing", ""))
+        tried = [state["query"], *state.get("queries", [])]
+        query, call = await llm_rewrite(
+            deps.llm, state["query"], state.get("evidence", []), state.get("missing", ""), tried
+        )
+        if query.strip().lower() in {t.strip().lower() for t in tried}:
+            pool = [*state.get("evidence", []), *state.get("candidates", [])]
+            query = expanded_query(state["query"], pool) or query
         return {
             "search_query": query,
+            "queries": [*state.get("queries", []), query],
             "rewrites": state.get("rewrites", 0) + 1,
-            "steps": [f"rewrite_query({state.get('rewrites', 0) + 1}): {query}"],
+            "steps": [f"rewrite_query({state.get('rewrites', 0) + 1}): {query[:120]}"],
             "llm_calls": [call],
         }
 
     async def search_more(state: CorrectiveState) -> dict[str, Any]:
-        found = await deps.search.search(state["tenant"], state["search_query"], state["top_k"])
-        known = {p.chunk_id for p in state.get("evidence", [])}
-        fresh = [p for p in found if p.chunk_id not in known]
-        return {"candidates": fresh, "steps": [f"search_more({deps.search.name}, new={len(fresh)})"]}
+        """Search with the rewrite and with the question expanded by the best evidence so far.
+
+        The expansion carries the bridge entity of a two-step question (ITER-RETGEN's idea) even
+        when a small model's rewrite is poor; both result lists are merged, best first.
+        """
+        queries = [state["search_query"]]
+        # The last round's candidates count too: a bridge document is often judged "not relevant"
+        # on its own (it names the entity, not the answer), yet it is what the next hop needs.
+        expansion = expanded_query(state["query"], [*state.get("evidence", []), *state.get("candidates", [])])
+        if expansion and expansion != queries[0]:
+            queries.append(expansion)
+        known = {p.chunk_id for p in state.get("evidence", [])} | set(state.get("seen", []))
+        found: dict[str, Passage] = {}
+        for query in queries:
+            # Over-fetch by what is already known, or known chunks would crowd out the new ones.
+            for passage in await deps.search.search(state["tenant"], query, state["top_k"] + len(known)):
+                if passage.chunk_id not in known and passage.score > found.get(passage.chunk_id, passage).score - 1e-9:
+                    found[passage.chunk_id] = passage
+        fresh = sorted(found.values(), key=lambda p: -p.score)[: state["top_k"]]
+        return {
+            "candidates": fresh,
+            "steps": [f"search_more({deps.search.name}, queries={len(queries)}, new={len(fresh)})"],
+        }
 
     async def refine(state: CorrectiveState) -> dict[str, Any]:
         evidence = state.get("evidence", [])
@@ -118,6 +163,7 @@ def build_graph(deps: CorrectiveDeps) -> CompiledStateGraph[Any, Any, Any, Any]:
             "context": state.get("strips", []),
             "abstained": not draft.found,
             "regenerated": bool(feedback),
+            "answered_with": len(state.get("evidence", [])),
             "steps": ["regenerate_answer" if feedback else "generate_answer"],
             "llm_calls": [draft.call],
         }
@@ -151,7 +197,11 @@ def build_graph(deps: CorrectiveDeps) -> CompiledStateGraph[Any, Any, Any, Any]:
     async def useful(state: CorrectiveState) -> dict[str, Any]:
         critique = await check_useful(deps.llm, state["query"], state["answer"], calls_left(state))
         missing = critique.detail[0] if critique.detail else ""
-        step = "check_useful: yes" if critique.ok else f"check_useful: no ({missing})"
+        if critique.skipped:
+            step = f"check_useful: skipped ({missing})"
+            missing = ""
+        else:
+            step = "check_useful: yes" if critique.ok else f"check_useful: no ({missing})"
         return {"useful": critique.ok, "missing": missing, "steps": [step], "llm_calls": critique.calls}
 
     def after_useful(state: CorrectiveState) -> Literal["rewrite_query", "finish"]:
@@ -164,6 +214,7 @@ def build_graph(deps: CorrectiveDeps) -> CompiledStateGraph[Any, Any, Any, Any]:
         strips = state.get("strips", [])
         return {
             "answer": cautious_answer(state["query"], strips, state.get("unsupported_claims", [])),
+            "fallback": True,
             "sources": strips[:3],
             "context": strips,
             "abstained": not strips,
@@ -171,7 +222,7 @@ def build_graph(deps: CorrectiveDeps) -> CompiledStateGraph[Any, Any, Any, Any]:
         }
 
     async def finish(state: CorrectiveState) -> dict[str, Any]:
-        reason = _stop_reason(state, policy, budget_stop(state))
+        reason = _stop_reason(state, policy, budget_stop)
         return {"stop_reason": reason, "steps": [f"stop: {reason}"]}
 
     builder = StateGraph(CorrectiveState)
@@ -202,13 +253,20 @@ def build_graph(deps: CorrectiveDeps) -> CompiledStateGraph[Any, Any, Any, Any]:
     return builder.compile(name="corrective")
 
 
-def _stop_reason(state: CorrectiveState, policy: CorrectivePolicy, budget: StopReason | None) -> StopReason:
+def _stop_reason(
+    state: CorrectiveState, policy: CorrectivePolicy, budget_stop: Callable[[CorrectiveState, int], StopReason | None]
+) -> StopReason:
+    """Why the run ended, judged with the same conditions the routing functions used."""
     if not state.get("evidence"):
         return "no_evidence"
-    if state.get("useful") or (state.get("grounded") and not state.get("abstained")):
+    if state.get("fallback"):
+        # after_grounded falls back once a regenerated answer is still unsupported, else on budget.
+        if state.get("regenerated") and not state.get("grounded"):
+            return "unsupported"
+        return budget_stop(state, 1) or "unsupported"
+    if state.get("useful"):
         return "answered"
-    if budget is not None:
-        return budget
     if state.get("rewrites", 0) >= policy.max_rewrites:
         return "max_rewrites"
-    return "answered"
+    # after_useful starts a new round only with three calls to spare.
+    return budget_stop(state, 3) or "answered"

@@ -2,24 +2,46 @@
 
 from __future__ import annotations
 
-GRADE_SYSTEM = """You judge whether a document helps answer a question.
-"relevant" is true if the document states a fact needed for the answer (even partly, e.g. one step
-of a two-step question); false if it is only on a similar topic. Give a confidence from 0 to 1."""
+GRADE_SYSTEM = """You check whether a document helps answer a question.
+First copy into "fact" the one sentence or phrase of the document that is most useful for the
+question (for a two-step question, useful for either step), or "none" if nothing is.
+Then set "relevant": true only if that fact helps answer the question; false if the document is
+merely on a similar topic."""
 
 GRADE_USER = """Question: {question}
 
 Document ({title}):
 {text}"""
 
-REWRITE_SYSTEM = """You write one search query for a document search engine.
-Given a question and what has been found so far, write a short query for the information that is
-still missing (for a two-step question: the second step, naming the entity found in the first).
-Reply with the query only, no explanation."""
+REWRITE_SYSTEM = """You write one search question for a document search engine.
+Given a question and what has been found so far, ask for the information that is still missing.
+For a two-step question, ask the second step directly, naming the entity the first step found.
+Reply with the search question only."""
+
+REWRITE_EXAMPLES: list[tuple[str, str]] = [
+    (
+        "Question: Which city was the director of the film Inception born in?\n"
+        "Found so far:\n- (Inception) Inception is a 2010 film directed by Christopher Nolan.\n"
+        "Missing: the director's birthplace",
+        "Where was Christopher Nolan born?",
+    ),
+    (
+        "Question: How many employees work at the branch that opened most recently?\n"
+        "Found so far:\n- (History) The Nagoya branch opened in 2023, after Sapporo (2019).\n"
+        "Missing: unknown",
+        "How many employees work at the Nagoya branch?",
+    ),
+    (
+        "Question: 創業者が卒業した大学はどこですか\nFound so far:\n- nothing yet\nMissing: unknown",
+        "会社の創業者は誰ですか",
+    ),
+]
 
 REWRITE_USER = """Question: {question}
 Found so far:
 {found}
 Missing: {missing}
+Already searched (write a different query): {tried}
 Search query:"""
 
 GROUNDED_SYSTEM = """You check an answer against evidence. List every claim of the answer that the

@@ -2,21 +2,26 @@
 
 from __future__ import annotations
 
-from langchain_core.messages import HumanMessage, SystemMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-from pipelines.corrective.prompts import REWRITE_SYSTEM, REWRITE_USER
+from pipelines.corrective.prompts import REWRITE_EXAMPLES, REWRITE_SYSTEM, REWRITE_USER
 from pipelines.shared.deps import ChatClient, LLMCall, Passage
 
 MAX_QUERY_TOKENS = 48
 FOUND_CHARS = 700
 
 
-async def rewrite_query(llm: ChatClient, question: str, found: list[Passage], missing: str) -> tuple[str, LLMCall]:
+async def rewrite_query(
+    llm: ChatClient, question: str, found: list[Passage], missing: str, tried: list[str]
+) -> tuple[str, LLMCall]:
     summary = "\n".join(f"- ({p.title}) {p.text[:200]}" for p in found[:3])[:FOUND_CHARS] or "- nothing yet"
-    messages = [
-        SystemMessage(REWRITE_SYSTEM),
-        HumanMessage(REWRITE_USER.format(question=question, found=summary, missing=missing or "unknown")),
-    ]
+    prompt = REWRITE_USER.format(
+        question=question, found=summary, missing=missing or "unknown", tried="; ".join(tried[-3:])
+    )
+    messages: list[BaseMessage] = [SystemMessage(REWRITE_SYSTEM)]
+    for example, answer in REWRITE_EXAMPLES:
+        messages += [HumanMessage(example), AIMessage(answer)]
+    messages.append(HumanMessage(prompt))
     reply = await llm.chat(messages, node="rewrite_query", max_tokens=MAX_QUERY_TOKENS)
     query = reply.text.strip().strip('"').splitlines()[0].strip() if reply.text.strip() else question
     return (query or question)[:300], reply.call

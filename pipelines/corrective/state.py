@@ -8,7 +8,7 @@ from pipelines.shared.deps import Passage
 from pipelines.shared.relevance import Verdict
 from pipelines.shared.state import PipelineInput, PipelineOutput
 
-StopReason = Literal["answered", "max_rewrites", "max_llm_calls", "max_seconds", "no_evidence"]
+StopReason = Literal["answered", "max_rewrites", "max_llm_calls", "max_seconds", "no_evidence", "unsupported"]
 
 
 class CorrectiveState(PipelineInput, PipelineOutput):
@@ -16,6 +16,8 @@ class CorrectiveState(PipelineInput, PipelineOutput):
     started_at: float
     query_vector: NotRequired[list[float] | None]
     search_query: NotRequired[str]
+    queries: NotRequired[list[str]]
+    seen: NotRequired[list[str]]
     candidates: NotRequired[list[Passage]]
     evidence: NotRequired[list[Passage]]
     strips: NotRequired[list[Passage]]
@@ -23,8 +25,10 @@ class CorrectiveState(PipelineInput, PipelineOutput):
     verdicts: NotRequired[list[Verdict]]
     rewrites: NotRequired[int]
     regenerated: NotRequired[bool]
+    answered_with: NotRequired[int]
     grounded: NotRequired[bool]
     useful: NotRequired[bool]
     unsupported_claims: NotRequired[list[str]]
     missing: NotRequired[str]
+    fallback: NotRequired[bool]
     stop_reason: NotRequired[StopReason]

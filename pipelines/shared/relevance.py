@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from pipelines.shared.deps import Passage
-from pipelines.shared.support import terms
+from pipelines.shared.support import mostly_cjk, terms
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +23,13 @@ class RelevanceModel:
     w_cosine: float = 1.7153
     w_overlap: float = 3.5355
     w_title: float = 2.3052
+    # Across scripts (a Japanese passage for an English query) the lexical features say nothing, so
+    # a cosine-only fit on the same data is used instead.
+    cross_intercept: float = -2.7123
+    cross_w_cosine: float = 3.8724
+
+    def cross_script_probability(self, cosine: float) -> float:
+        return 1.0 / (1.0 + math.exp(-(self.cross_intercept + self.cross_w_cosine * cosine)))
 
     def probability(self, cosine: float, overlap: float, title_overlap: float) -> float:
         z = self.intercept + self.w_cosine * cosine + self.w_overlap * overlap + self.w_title * title_overlap
@@ -37,6 +44,8 @@ def overlap(query_terms: set[str], text: str) -> float:
 
 
 def relevance(model: RelevanceModel, query: str, title: str, text: str, cosine: float) -> float:
+    if mostly_cjk(query) != mostly_cjk(text):
+        return model.cross_script_probability(cosine)
     query_terms = terms(query)
     return model.probability(cosine, overlap(query_terms, text), overlap(query_terms, title))
 

@@ -199,7 +199,7 @@ def _numbers(text: str) -> set[str]:
     return found | {_MONTHS[m] for m in _MONTH_WORD.findall(norm)}
 
 
-def _mostly_cjk(text: str) -> bool:
+def mostly_cjk(text: str) -> bool:
     cjk = sum(len(run) for run in _CJK_RUN.findall(text))
     return cjk * 3 > len(text)
 
@@ -209,7 +209,7 @@ def lexical_support(answer: str, question: str, evidence: list[str]) -> Support:
     (a Japanese answer over English passages is a translation, not an invention)."""
     evidence_text = " ".join(evidence)
     evidence_terms = terms(evidence_text)
-    same_script = _mostly_cjk(answer) == _mostly_cjk(evidence_text)
+    same_script = mostly_cjk(answer) == mostly_cjk(evidence_text)
     novel = terms(answer) - terms(question) if same_script else set()
     missing = tuple(sorted(t for t in novel if t not in evidence_terms))
     numbers = _numbers(answer) - _numbers(question) - _numbers(evidence_text)

@@ -11,7 +11,7 @@ import json
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 from langchain_core.messages import BaseMessage
@@ -25,10 +25,14 @@ from gateway.providers.vectorstores.memory import InMemoryVectorStore
 from gateway.providers.websearch import LocalStoreSearch
 from gateway.settings import ModelPrice
 from pipelines.corrective import graph as corrective_graph
+from pipelines.corrective.critique import cautious_answer
+from pipelines.corrective.evaluator import evaluate_passages
 from pipelines.corrective.graph import CorrectiveDeps, build_graph
 from pipelines.corrective.policy import CorrectivePolicy
 from pipelines.corrective.prompts import REGENERATE_NOTE
+from pipelines.corrective.state import StopReason
 from pipelines.direct.graph import build_graph as build_direct
+from pipelines.shared.deps import Passage
 from pipelines.shared.generation import GroundingPolicy
 from pipelines.shared.prompts import ABSTAIN_EN, NOT_IN_CONTEXT
 from pipelines.shared.relevance import relevance
@@ -60,12 +64,20 @@ CANTEEN_ANSWER = "The staff canteen closes at 14:00 on weekdays [1]."
 CASCADE_QUESTION = "Kumo Carrier K2 maximum payload staff canteen Osaka office parking garage"
 HEAVY_QUESTION = "How heavy a load can the carrier lift?"  # k2 ~0.18: just below the lower threshold
 
-RELEVANT = {"relevant": True, "confidence": 0.9}
-NOT_RELEVANT = {"relevant": False, "confidence": 0.9}
+# The grader must copy a fact from the graded text: a document counts as relevant only with a fact it contains.
+CANTEEN_FACT = "closes at 14:00 on weekdays"
+OSAKA_FACT = "moved to the Umeda Sky Building in 2019"
+K2_FACT = "a maximum payload of 150 kg"
+NOT_RELEVANT = {"fact": "none", "relevant": False}
 USEFUL = {"useful": True, "missing": ""}
 SUPPORTED = {"unsupported_claims": []}
 
 Reply = str | dict[str, Any]
+
+
+def relevant(fact: str) -> dict[str, Any]:
+    """A grader reply that finds the document relevant and quotes ``fact`` from it."""
+    return {"fact": fact, "relevant": True}
 
 
 def _next(queue: list[Reply]) -> str:
@@ -114,6 +126,16 @@ def kind(call: tuple[list[BaseMessage], dict[str, Any]]) -> str:
     if name is not None:
         return name
     return "rewrite" if str(messages[-1].content).endswith("Search query:") else "generate"
+
+
+def graded_titles(model: ScriptedChatModel) -> list[str]:
+    """Titles of the documents sent to the LLM grader, in call order."""
+    return [
+        title
+        for messages, kwargs in model.calls
+        if schema_name(kwargs) == "Grade"
+        for title in re.findall(r"Document \((.*)\):", str(messages[-1].content))
+    ]
 
 
 def nodes(state: dict[str, Any]) -> list[str]:
@@ -166,7 +188,9 @@ async def run_graph(
 
 
 async def scores(knowledge: KnowledgeBase, query: str, k: int = 5, search_query: str | None = None) -> dict[str, float]:
-    """The fast scorer's probability per document, as the evaluator computes it (cosine of ``search_query``)."""
+    """The fast scorer's probability per document found by ``search_query`` (default ``query``), scored
+    against ``query``. The evaluator scores a search_more round against its rewritten query, so to probe
+    such a round pass the rewrite as both ``query`` and ``search_query``."""
     model = CorrectivePolicy().relevance
     found = await knowledge.search(TENANT, search_query or query, k)
     return {p.doc_id: relevance(model, query, p.title, p.text, p.score) for p in found}
@@ -236,11 +260,12 @@ async def test_incorrect_retrieval_rewrites_at_most_max_rewrites_times_then_abst
         "retrieve(k=5, found=5)",
         "evaluate: incorrect (kept 0/5, llm graded 0)",
         "rewrite_query(1): Sistine Chapel ceiling painter",
-        "search_more(local, new=5)",
-        "evaluate: incorrect (kept 0/5, llm graded 0)",
+        # every document of the tenant was evaluated in the first round: none is evaluated again
+        "search_more(local, new=0)",
+        "evaluate: incorrect (kept 0/0, llm graded 0)",
         "rewrite_query(2): Michelangelo frescoes",
-        "search_more(local, new=5)",
-        "evaluate: incorrect (kept 0/5, llm graded 0)",
+        "search_more(local, new=0)",
+        "evaluate: incorrect (kept 0/0, llm graded 0)",
         "refine(strips from 0/0 passages)",
         "cautious_answer",
         "stop: no_evidence",
@@ -248,6 +273,8 @@ async def test_incorrect_retrieval_rewrites_at_most_max_rewrites_times_then_abst
     assert state["verdicts"] == ["incorrect", "incorrect", "incorrect"]
     assert state["rewrites"] == policy.max_rewrites == 2
     assert state["search_query"] == "Michelangelo frescoes"
+    assert state["queries"] == ["Sistine Chapel ceiling painter", "Michelangelo frescoes"]
+    assert sorted(state["seen"]) == sorted(f"{d.id}#0" for d in DOCS)  # each evaluated once
     assert state["evidence"] == []
     assert state["answer"] == ABSTAIN_EN
     assert state["abstained"] is True
@@ -257,10 +284,16 @@ async def test_incorrect_retrieval_rewrites_at_most_max_rewrites_times_then_abst
     assert "grounded" not in state
     assert "useful" not in state
     assert nodes(state) == ["rewrite_query", "rewrite_query"]
-    first_prompt = str(model.calls[0][0][-1].content)
+    first_prompt, second_prompt = (str(m[-1].content) for m, _ in model.calls)
     assert f"Question: {OFF_TOPIC}" in first_prompt
     assert "- nothing yet" in first_prompt
     assert "Missing: unknown" in first_prompt
+    # The rewriter is told what was already searched: the question, then its own earlier rewrites.
+    assert f"Already searched (write a different query): {OFF_TOPIC}\nSearch query:" in first_prompt
+    assert (
+        f"Already searched (write a different query): {OFF_TOPIC}; Sistine Chapel ceiling painter\nSearch query:"
+        in second_prompt
+    )
 
 
 @pytest.mark.parametrize("max_rewrites", [0, 1, 3])
@@ -283,7 +316,7 @@ async def test_incorrect_round_is_discarded_and_evidence_comes_from_the_rewritte
     policy = CorrectivePolicy()
     assert doc_ids(first) == ["vpn"]
     assert relevance(policy.relevance, K2_QUESTION, first[0].title, first[0].text, first[0].score) < policy.lower
-    assert (await scores(knowledge, K2_QUESTION, k=1, search_query="K2 payload"))["k2"] > policy.upper
+    assert (await scores(knowledge, "K2 payload", k=1))["k2"] > policy.upper  # the rewritten round's scoring
 
     script = Script(rewrites=["K2 payload"])
     state, model = await run_graph(knowledge, script, query=K2_QUESTION, top_k=1, query_vector=vpn_vector)
@@ -309,6 +342,86 @@ async def test_incorrect_round_is_discarded_and_evidence_comes_from_the_rewritte
     assert "VPN" not in str(model.calls[1][0][1].content)  # the generator never saw the discarded document
 
 
+async def test_rewriter_is_told_the_queries_already_tried(knowledge: KnowledgeBase) -> None:
+    rewrites = ["Sistine Chapel", "ceiling painter", "Renaissance frescoes", "Michelangelo"]
+    policy = CorrectivePolicy(max_rewrites=4)
+    state, model = await run_graph(knowledge, Script(rewrites=list(rewrites)), query=OFF_TOPIC, policy=policy)
+    assert state["queries"] == rewrites
+    assert state["search_query"] == "Michelangelo"
+    tried = [
+        re.search(r"\nAlready searched \(write a different query\): (.*)\nSearch query:$", str(m[-1].content))
+        for m, _ in model.calls
+    ]
+    assert [t.group(1) if t else None for t in tried] == [
+        OFF_TOPIC,
+        f"{OFF_TOPIC}; Sistine Chapel",
+        f"{OFF_TOPIC}; Sistine Chapel; ceiling painter",
+        # at most the last three: the question drops out of the list (it still heads the prompt)
+        "Sistine Chapel; ceiling painter; Renaissance frescoes",
+    ]
+    assert all(str(m[-1].content).startswith(f"Question: {OFF_TOPIC}\n") for m, _ in model.calls)
+
+
+async def test_later_round_is_scored_against_its_rewritten_query_and_graded_against_the_question(
+    knowledge: KnowledgeBase, embeddings: USEEmbeddings
+) -> None:
+    # Round 1 retrieves the VPN document (the caller's vector) and finds it irrelevant. The rewrite finds the
+    # K2 document: against the question the fast scorer would drop it, against the rewrite it is in the band.
+    vpn_vector = embeddings.embed_query("VPN policy update date")
+    rewrite = "carrier weight limit"
+    policy = CorrectivePolicy()
+    assert (await scores(knowledge, HEAVY_QUESTION, k=1, search_query=rewrite))["k2"] < policy.lower - 0.02
+    assert policy.lower + 0.02 < (await scores(knowledge, rewrite, k=1))["k2"] < policy.upper - 0.2
+
+    answer = "The carrier lifts at most 150 kg [1]."
+    script = Script(rewrites=[rewrite], grades={"Kumo Carrier K2": relevant(K2_FACT)}, answers=[answer])
+    state, model = await run_graph(
+        knowledge, script, query=HEAVY_QUESTION, policy=policy, top_k=1, query_vector=vpn_vector
+    )
+
+    assert state["steps"] == [
+        "retrieve(k=1, found=1)",
+        "evaluate: incorrect (kept 0/1, llm graded 0)",
+        f"rewrite_query(1): {rewrite}",
+        "search_more(local, new=1)",
+        "evaluate: correct (kept 1/1, llm graded 1)",
+        "refine(strips from 1/1 passages)",
+        "generate_answer",
+        "check_grounded: supported",
+        "check_useful: yes",
+        "stop: answered",
+    ]
+    grade_prompt = next(str(m[-1].content) for m, kw in model.calls if schema_name(kw) == "Grade")
+    assert grade_prompt == f"Question: {HEAVY_QUESTION}\n\nDocument (Kumo Carrier K2):\n{DOCS[0].text}"
+    assert nodes(state) == ["rewrite_query", "grade_document", "generate", "check_useful"]
+    assert doc_ids(state["evidence"]) == ["k2"]
+    assert state["answer"] == answer
+
+
+async def test_document_dropped_in_round_one_is_not_rescored_for_a_rewrite_it_matches(
+    knowledge: KnowledgeBase,
+) -> None:
+    # The K2 document is found in round 1 but scored below lower against the question. The rewrite finds
+    # it again and would score it relevant, but a document is evaluated only once: it is filtered out.
+    rewrite = "Kumo Carrier K2 maximum payload"
+    policy = CorrectivePolicy(max_rewrites=1)
+    assert (await scores(knowledge, HEAVY_QUESTION))["k2"] < policy.lower
+    assert (await scores(knowledge, rewrite, k=1))["k2"] > policy.upper + 0.3
+    state, _ = await run_graph(knowledge, Script(rewrites=[rewrite]), query=HEAVY_QUESTION, policy=policy)
+    assert state["steps"] == [
+        "retrieve(k=5, found=5)",
+        "evaluate: incorrect (kept 0/5, llm graded 0)",
+        f"rewrite_query(1): {rewrite}",
+        "search_more(local, new=0)",
+        "evaluate: incorrect (kept 0/0, llm graded 0)",
+        "refine(strips from 0/0 passages)",
+        "cautious_answer",
+        "stop: no_evidence",
+    ]
+    assert "k2#0" in state["seen"]
+    assert nodes(state) == ["rewrite_query"]
+
+
 # --- 3. Ambiguous -----------------------------------------------------------------------------------------------
 
 
@@ -318,7 +431,7 @@ async def test_ambiguous_rounds_merge_old_and_new_evidence(knowledge: KnowledgeB
     probe = await scores(knowledge, CANTEEN_QUESTION, k=1)
     assert list(probe) == ["canteen"]
     assert probe["canteen"] < policy.upper
-    probe = await scores(knowledge, CANTEEN_QUESTION, k=1, search_query="parking garage registration")
+    probe = await scores(knowledge, "parking garage registration", k=1)  # scored against the rewrite
     assert list(probe) == ["parking"]
     assert probe["parking"] < policy.upper
 
@@ -367,20 +480,33 @@ async def test_rewritten_search_that_finds_nothing_new_is_evaluated_as_incorrect
     assert state["stop_reason"] == "answered"
 
 
+GRADED_CORRECT = "evaluate: correct (kept 1/5, llm graded 1)"
+GRADED_INCORRECT = "evaluate: incorrect (kept 0/5, llm graded 1)"
+
+
 @pytest.mark.parametrize(
     ("grade", "policy", "step", "kept"),
     [
-        (RELEVANT, CorrectivePolicy(max_rewrites=0), "evaluate: correct (kept 1/5, llm graded 1)", ["canteen"]),
-        (NOT_RELEVANT, CorrectivePolicy(max_rewrites=0), "evaluate: incorrect (kept 0/5, llm graded 1)", []),
+        (relevant(CANTEEN_FACT), CorrectivePolicy(max_rewrites=0), GRADED_CORRECT, ["canteen"]),
+        (NOT_RELEVANT, CorrectivePolicy(max_rewrites=0), GRADED_INCORRECT, []),
+        ({"fact": CANTEEN_FACT, "relevant": False}, CorrectivePolicy(max_rewrites=0), GRADED_INCORRECT, []),
+        ({"fact": "None", "relevant": True}, CorrectivePolicy(max_rewrites=0), GRADED_INCORRECT, []),
+        ({"fact": "  ", "relevant": True}, CorrectivePolicy(max_rewrites=0), GRADED_INCORRECT, []),
         (
-            {"relevant": True, "confidence": 0.3},
-            CorrectivePolicy(max_rewrites=0),
-            "evaluate: incorrect (kept 0/5, llm graded 1)",
+            relevant(CANTEEN_FACT),
+            CorrectivePolicy(max_rewrites=0, max_graded=0),
+            "evaluate: ambiguous (kept 1/5, llm graded 0)",
             [],
         ),
-        (RELEVANT, CorrectivePolicy(max_rewrites=0, max_graded=0), "evaluate: ambiguous (kept 1/5, llm graded 0)", []),
     ],
-    ids=["graded-relevant", "graded-not-relevant", "graded-low-confidence", "not-graded"],
+    ids=[
+        "graded-relevant",
+        "graded-not-relevant",
+        "fact-but-not-relevant",
+        "relevant-with-fact-none",
+        "relevant-with-empty-fact",
+        "not-graded",
+    ],
 )
 async def test_band_document_verdict_depends_on_the_llm_grader(
     knowledge: KnowledgeBase, grade: dict[str, Any], policy: CorrectivePolicy, step: str, kept: list[str]
@@ -400,16 +526,110 @@ async def test_band_document_verdict_depends_on_the_llm_grader(
         assert doc_ids(state["evidence"]) == ["canteen"]  # undecided documents are kept
     else:
         assert doc_ids(state["evidence"]) == kept
+    if expected_grades:
+        grade_prompt = next(str(m[-1].content) for m, kw in model.calls if schema_name(kw) == "Grade")
+        # A short document is graded whole, against the question.
+        assert grade_prompt == f"Question: {CANTEEN_QUESTION}\n\nDocument (Staff canteen):\n{DOCS[2].text}"
+
+
+@pytest.mark.parametrize(
+    "invented",
+    [
+        "closes at midnight on Sundays",  # words the document does not contain
+        "closes at 22:00 on weekdays",  # a number the document does not contain
+        K2_FACT,  # a true fact, but of another document
+    ],
+)
+async def test_grader_saying_relevant_with_a_fact_the_document_does_not_contain_is_not_believed(
+    knowledge: KnowledgeBase, invented: str
+) -> None:
+    policy = CorrectivePolicy(max_rewrites=0)
+    assert invented not in DOCS[2].text
+    script = Script(grades={"Staff canteen": relevant(invented)})
+    state, model = await run_graph(knowledge, script, query=CANTEEN_QUESTION, policy=policy)
+    assert state["steps"] == [
+        "retrieve(k=5, found=5)",
+        "evaluate: incorrect (kept 0/5, llm graded 1)",  # graded (the call is spent) but not kept
+        "refine(strips from 0/0 passages)",
+        "cautious_answer",
+        "stop: no_evidence",
+    ]
+    assert graded_titles(model) == ["Staff canteen"]
+    assert nodes(state) == ["grade_document"]
+    assert state["evidence"] == []
+    assert state["answer"] == ABSTAIN_EN
+
+
+HANDBOOK_SENTENCES = [
+    "Visitors must sign in at the reception desk and wear a badge at all times.",
+    "Printers on every floor need a staff card, and colour printing must be approved.",
+    "Meeting rooms are booked through the intranet calendar up to four weeks ahead.",
+    "Bicycles are parked in the basement rack, which is locked every night at 22:00.",
+    "Expense claims are filed within thirty days with the original receipts attached.",
+    "The first aid kits are kept next to the lifts and checked by facilities monthly.",
+    "The fire drill is held on the first Monday of every quarter, usually at 10:00.",
+    "The staff canteen closes at 14:00 on weekdays and serves a vegetarian dish daily.",
+]
+HANDBOOK = Passage(
+    chunk_id="handbook#0", doc_id="handbook", title="Staff handbook", text=" ".join(HANDBOOK_SENTENCES), score=0.3
+)
+
+
+@pytest.mark.parametrize(
+    ("fact", "verdict"),
+    [
+        ("The staff canteen closes at 14:00 on weekdays", "correct"),
+        ("The fire drill is held on the first Monday of every quarter", "incorrect"),  # in the passage, not shown
+    ],
+)
+async def test_grader_sees_the_best_strips_of_a_long_passage_and_its_fact_must_be_among_them(
+    fact: str, verdict: str
+) -> None:
+    assert len(HANDBOOK.text) > 600
+    assert fact in HANDBOOK.text
+    policy = CorrectivePolicy(lower=0.0, upper=1.0)  # every document is in the band
+    llm, model = make_llm(Script(grades={"Staff handbook": relevant(fact)}))
+    result = await evaluate_passages(llm, policy, CANTEEN_QUESTION, [HANDBOOK], calls_left=1)
+    assert (result.verdict, result.graded, len(result.calls)) == (verdict, 1, 1)
+    assert doc_ids(result.kept) == (["handbook"] if verdict == "correct" else [])
+    (prompt,) = [str(m[-1].content) for m, _ in model.calls]
+    question, shown = prompt.split("\n\nDocument (Staff handbook):\n")
+    assert question == f"Question: {CANTEEN_QUESTION}"
+    # The last strip (the canteen) is chosen first, then the others (equally irrelevant) in order while they
+    # fit in 500 characters; the chosen strips are shown in the passage's order.
+    assert shown == " ".join([*HANDBOOK_SENTENCES[:5], HANDBOOK_SENTENCES[-1]])
+    assert len(shown) <= 500 < len(shown) + len(HANDBOOK_SENTENCES[5])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "BUG: grade() checks the fact with lexical_support(fact, question, [excerpt]), which ignores the "
+        "question's own words, so a 'fact' that only repeats the question has no novel term, ratio 1.0 and "
+        "passes although the document does not contain it: the parking document is kept as relevant "
+        "(steps: retrieve(k=2, found=2), evaluate: correct (kept 1/2, llm graded 2))"
+    ),
+)
+@pytest.mark.parametrize("echo", [CANTEEN_QUESTION, "the canteen close time"])
+async def test_grader_echoing_the_question_as_its_fact_is_not_believed(knowledge: KnowledgeBase, echo: str) -> None:
+    policy = CorrectivePolicy(lower=0.0, max_rewrites=0)  # both documents found are in the band and graded
+    assert list(await scores(knowledge, CANTEEN_QUESTION, k=2)) == ["canteen", "parking"]
+    assert "canteen" not in DOCS[4].text
+    script = Script(grades={"Staff canteen": NOT_RELEVANT, "Parking rules": relevant(echo)})
+    state, model = await run_graph(knowledge, script, query=CANTEEN_QUESTION, policy=policy, top_k=2)
+    assert graded_titles(model) == ["Staff canteen", "Parking rules"]
+    assert state["steps"][1] == "evaluate: incorrect (kept 0/2, llm graded 2)"
+    assert state["evidence"] == []
 
 
 # --- 4. Cascade -------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
-    ("max_graded", "graded_titles"), [(2, ["Osaka office", "Staff canteen"]), (1, ["Osaka office"])]
+    ("max_graded", "graded_titles_expected"), [(2, ["Osaka office", "Staff canteen"]), (1, ["Osaka office"])]
 )
 async def test_only_band_documents_reach_the_llm_grader_and_at_most_max_graded(
-    knowledge: KnowledgeBase, max_graded: int, graded_titles: list[str]
+    knowledge: KnowledgeBase, max_graded: int, graded_titles_expected: list[str]
 ) -> None:
     policy = CorrectivePolicy(upper=0.3, lower=0.05, max_graded=max_graded, max_rewrites=0)
     probe = await scores(knowledge, CASCADE_QUESTION)
@@ -419,13 +639,13 @@ async def test_only_band_documents_reach_the_llm_grader_and_at_most_max_graded(
     assert probe["parking"] > policy.lower + 0.01
     assert probe["vpn"] < policy.lower - 0.01
 
-    script = Script(grades={"Osaka office": RELEVANT, "Staff canteen": NOT_RELEVANT})
+    script = Script(grades={"Osaka office": relevant(OSAKA_FACT), "Staff canteen": NOT_RELEVANT})
     state, model = await run_graph(knowledge, script, query=CASCADE_QUESTION, policy=policy)
 
-    grade_prompts = [str(m[-1].content) for m, kw in model.calls if schema_name(kw) == "Grade"]
-    assert [re.search(r"Document \((.*)\):", p).group(1) for p in grade_prompts] == graded_titles  # type: ignore[union-attr]
+    assert graded_titles(model) == graded_titles_expected
     assert nodes(state).count("grade_document") == max_graded
-    assert not any("Document (Kumo Carrier K2)" in p or "Document (VPN policy)" in p for p in grade_prompts)
+    assert "Kumo Carrier K2" not in graded_titles(model)  # above upper: relevant without asking
+    assert "VPN policy" not in graded_titles(model)  # below lower: irrelevant without asking
     undecided = ["canteen", "parking"] if max_graded == 1 else ["parking"]
     assert state["steps"][1] == f"evaluate: correct (kept {2 + len(undecided)}/5, llm graded {max_graded})"
     # relevant (fast scorer, then grader) first, then the ungraded band documents; canteen graded no is dropped
@@ -434,11 +654,52 @@ async def test_only_band_documents_reach_the_llm_grader_and_at_most_max_graded(
 
 async def test_grading_leaves_one_call_of_the_budget_for_the_answer(knowledge: KnowledgeBase) -> None:
     policy = CorrectivePolicy(upper=0.3, lower=0.05, max_graded=3, max_llm_calls=2, max_rewrites=0)
-    script = Script(grades={"Osaka office": RELEVANT})
+    script = Script(grades={"Osaka office": relevant(OSAKA_FACT)})
     state, model = await run_graph(knowledge, script, query=CASCADE_QUESTION, policy=policy)
     assert state["steps"][1] == "evaluate: correct (kept 4/5, llm graded 1)"
     assert [kind(c) for c in model.calls] == ["Grade", "generate"]
     assert len(state["llm_calls"]) == policy.max_llm_calls
+
+
+async def test_documents_evaluated_in_an_earlier_round_are_not_evaluated_again(knowledge: KnowledgeBase) -> None:
+    # Round 1 (k=2): canteen (band, graded no) and parking (below lower). The rewrite finds osaka and the
+    # canteen again; the canteen is dropped from the candidates, so only osaka is scored and graded.
+    rewrite = "when does the Osaka canteen close"
+    first = await scores(knowledge, CANTEEN_QUESTION, k=2)
+    assert list(first) == ["canteen", "parking"]
+    second = await scores(knowledge, rewrite, k=2)
+    assert list(second) == ["osaka", "canteen"]
+    policy = CorrectivePolicy()
+    assert policy.lower + 0.05 < second["osaka"] < policy.upper - 0.1  # the band, against the rewrite
+    script = Script(rewrites=[rewrite], grades={"Staff canteen": NOT_RELEVANT, "Osaka office": NOT_RELEVANT})
+
+    state, model = await run_graph(knowledge, script, query=CANTEEN_QUESTION, policy=policy, top_k=2)
+
+    assert state["steps"] == [
+        "retrieve(k=2, found=2)",
+        "evaluate: incorrect (kept 0/2, llm graded 1)",
+        f"rewrite_query(1): {rewrite}",
+        "search_more(local, new=1)",  # the canteen was seen in round 1
+        "evaluate: incorrect (kept 0/1, llm graded 1)",
+        f"rewrite_query(2): {rewrite}",
+        "search_more(local, new=0)",  # osaka and the canteen were both seen
+        "evaluate: incorrect (kept 0/0, llm graded 0)",
+        "refine(strips from 0/0 passages)",
+        "cautious_answer",
+        "stop: no_evidence",
+    ]
+    assert graded_titles(model) == ["Staff canteen", "Osaka office"]  # no document graded twice
+    assert state["seen"] == ["canteen#0", "parking#0", "osaka#0"]
+    assert state["queries"] == [rewrite, rewrite]
+    # The grader judges a later round's document against the original question, not the rewrite.
+    osaka_prompt = [str(m[-1].content) for m, kw in model.calls if schema_name(kw) == "Grade"][1]
+    assert osaka_prompt.startswith(f"Question: {CANTEEN_QUESTION}\n\nDocument (Osaka office):")
+    # The second rewrite was told about the first (the scripted model repeats it anyway).
+    rewrite_prompts = [str(m[-1].content) for m, kw in model.calls if kind((m, kw)) == "rewrite"]
+    assert rewrite_prompts[1].endswith(
+        f"Already searched (write a different query): {CANTEEN_QUESTION}; {rewrite}\nSearch query:"
+    )
+    assert state["stop_reason"] == "no_evidence"
 
 
 # --- 5. Ungrounded answers --------------------------------------------------------------------------------------
@@ -459,7 +720,7 @@ async def test_ungrounded_answer_is_regenerated_then_replaced_by_a_cautious_answ
         "regenerate_answer",
         f"check_grounded: unsupported ['{claim}']",
         "cautious_answer",
-        "stop: answered",
+        "stop: unsupported",
     ]
     assert nodes(state) == ["generate", "check_grounded", "generate", "check_grounded"]
     assert [kind(c) for c in model.calls] == ["generate", "GroundednessCheck", "generate", "GroundednessCheck"]
@@ -479,8 +740,31 @@ async def test_ungrounded_answer_is_regenerated_then_replaced_by_a_cautious_answ
     assert "900" not in answer.replace(claim, "")
     assert doc_ids(state["sources"]) == ["k2"]
     assert state["context"] == state["strips"]
-    # Questionable: the cautious fallback is reported as "answered" (there is no other stop reason for it).
-    assert state["stop_reason"] == "answered"
+    assert state["fallback"] is True
+    assert state["stop_reason"] == "unsupported"
+
+
+async def test_unsupported_answer_after_retrieval_rewrites_reports_unsupported(
+    knowledge: KnowledgeBase, embeddings: USEEmbeddings
+) -> None:
+    # Round 1 Incorrect, as in test_incorrect_round_is_discarded_*: the retrieval rounds use up the rewrites.
+    vpn_vector = embeddings.embed_query("VPN policy update date")
+    script = Script(rewrites=["K2 payload"], answers=[K2_INVENTED], grounded=[{"unsupported_claims": ["900 kg"]}])
+    policy = CorrectivePolicy(max_rewrites=1)
+    state, _ = await run_graph(knowledge, script, query=K2_QUESTION, policy=policy, top_k=1, query_vector=vpn_vector)
+    assert state["verdicts"] == ["incorrect", "correct"]
+    assert state["rewrites"] == policy.max_rewrites
+    assert state["steps"][-3:-1] == ["check_grounded: unsupported ['900 kg']", "cautious_answer"]
+    assert state["fallback"] is True
+    assert state["stop_reason"] == "unsupported"
+
+
+async def test_unsupported_answer_that_spends_the_last_call_reports_unsupported(knowledge: KnowledgeBase) -> None:
+    script = Script(answers=[K2_INVENTED], grounded=[{"unsupported_claims": ["900 kg"]}])
+    state, _ = await run_graph(knowledge, script, query=K2_QUESTION, policy=CorrectivePolicy(max_llm_calls=4))
+    assert nodes(state) == ["generate", "check_grounded", "generate", "check_grounded"]
+    assert state["steps"][-2] == "cautious_answer"
+    assert state["stop_reason"] == "unsupported"
 
 
 async def test_regenerated_answer_that_is_supported_goes_on_to_the_usefulness_check(
@@ -507,7 +791,7 @@ async def test_regenerated_answer_that_is_supported_goes_on_to_the_usefulness_ch
 
 async def test_lexical_doubt_cleared_by_the_critic_needs_no_regeneration(knowledge: KnowledgeBase) -> None:
     paraphrase = "The K2 can carry at most 150 kilograms [1]."  # "carry", "kilograms" are not in the passage
-    state, model = await run_graph(knowledge, Script(answers=[paraphrase]), query=K2_QUESTION)
+    state, _ = await run_graph(knowledge, Script(answers=[paraphrase]), query=K2_QUESTION)
     assert state["steps"][3:] == ["generate_answer", "check_grounded: supported", "check_useful: yes", "stop: answered"]
     assert nodes(state) == ["generate", "check_grounded", "check_useful"]
     assert state["answer"] == paraphrase
@@ -545,6 +829,37 @@ async def test_model_that_finds_nothing_skips_the_grounding_check_and_is_not_use
     assert state["stop_reason"] == "max_rewrites"
 
 
+K2_PASSAGE = Passage(chunk_id="k2#0", doc_id="k2", title="Kumo Carrier K2", text=DOCS[0].text, score=0.9)
+CAUTIOUS_K2 = (
+    "I could not confirm a complete answer from the knowledge base. What the documents do say: "
+    "“The Kumo Carrier K2 has a maximum payload of 150 kg.” [1]"
+)
+
+
+def test_cautious_answer_quotes_at_most_three_unsupported_claims_without_their_citations() -> None:
+    claims = ["It lifts 900 kg [1]", "It was built in 2020 [1, 2]", "It is blue[3]", "It flies [1]"]
+    answer = cautious_answer(K2_QUESTION, [K2_PASSAGE], claims)
+    assert answer == f"{CAUTIOUS_K2} They do not state: It lifts 900 kg; It was built in 2020; It is blue."
+
+
+def test_cautious_answer_keeps_brackets_that_are_not_citations() -> None:
+    answer = cautious_answer(K2_QUESTION, [K2_PASSAGE], ["The limit is [unknown]", "Model [K2] lifts 900 kg"])
+    assert answer == f"{CAUTIOUS_K2} They do not state: The limit is [unknown]; Model [K2] lifts 900 kg."
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "BUG: cautious_answer quotes a claim with its own full stop and CAUTIOUS_MISSING_EN adds another, so a "
+        "sentence claim (every lexical-doubt claim from claims_of keeps its '.') ends the answer with '..' "
+        "(e.g. 'They do not state: The Kumo Carrier K2 has a maximum payload of 900 kg..'; '。。' in Japanese)"
+    ),
+)
+def test_cautious_answer_ends_a_quoted_claim_with_one_full_stop() -> None:
+    answer = cautious_answer(K2_QUESTION, [K2_PASSAGE], [K2_INVENTED])
+    assert answer == f"{CAUTIOUS_K2} They do not state: The Kumo Carrier K2 has a maximum payload of 900 kg."
+
+
 # --- 6. Useless answers -----------------------------------------------------------------------------------------
 
 
@@ -574,7 +889,7 @@ async def test_useless_answer_rewrites_for_the_missing_information_bounded_by_ma
         "generate_answer",
         "check_grounded: supported",
         f"check_useful: no ({missing})",
-        "stop: answered",
+        "stop: max_rewrites",
     ]
     assert nodes(state) == ["generate", "check_useful", "rewrite_query", "rewrite_query", "generate", "check_useful"]
     rewrite_prompts = [str(m[-1].content) for m, kw in model.calls if kind((m, kw)) == "rewrite"]
@@ -586,9 +901,8 @@ async def test_useless_answer_rewrites_for_the_missing_information_bounded_by_ma
     assert state["grounded"] is True
     assert state["answer"] == K2_ANSWER  # the last grounded answer is returned, not an abstention
     assert doc_ids(state["evidence"]) == ["k2"]
-    # What the code does: a grounded, non-abstaining answer counts as "answered" even though the critic
-    # found it not useful and the loop ended on max_rewrites (see the xfail test below).
-    assert state["stop_reason"] == "answered"
+    assert "fallback" not in state
+    assert state["stop_reason"] == "max_rewrites"
 
 
 async def test_useless_answer_new_round_merges_the_documents_found_for_the_missing_information(
@@ -619,22 +933,6 @@ async def test_useless_answer_new_round_merges_the_documents_found_for_the_missi
     assert "Missing: when the canteen closes" in str(model.calls[2][0][-1].content)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: _stop_reason returns 'answered' whenever the last answer is grounded and not an abstention, "
-        "before looking at max_rewrites/budget, so a run whose answer the critic judged NOT useful and whose "
-        "loop was cut by max_rewrites reports stop_reason='answered' (state useful=False)"
-    ),
-)
-async def test_useless_answer_cut_by_max_rewrites_reports_max_rewrites(knowledge: KnowledgeBase) -> None:
-    script = Script(useful=[{"useful": False, "missing": "the payload in pounds"}], rewrites=["K2 payload pounds"])
-    state, _ = await run_graph(knowledge, script, query=K2_QUESTION, policy=CorrectivePolicy(max_rewrites=1), top_k=1)
-    assert state["useful"] is False
-    assert state["rewrites"] == 1
-    assert state["stop_reason"] == "max_rewrites"
-
-
 # --- 7. Budgets -------------------------------------------------------------------------------------------------
 
 
@@ -658,7 +956,7 @@ async def test_no_llm_budget_ends_in_a_cautious_answer_without_model_calls(knowl
 
 async def test_one_call_budget_generates_then_cannot_check_and_falls_back(knowledge: KnowledgeBase) -> None:
     policy = CorrectivePolicy(max_llm_calls=1)
-    state, model = await run_graph(knowledge, Script(answers=[K2_INVENTED]), query=K2_QUESTION, policy=policy)
+    state, _ = await run_graph(knowledge, Script(answers=[K2_INVENTED]), query=K2_QUESTION, policy=policy)
     assert state["steps"][3:] == [
         "generate_answer",
         f"check_grounded: unsupported [{K2_INVENTED!r}]",  # the lexical doubt, unconfirmed: no call left
@@ -668,8 +966,62 @@ async def test_one_call_budget_generates_then_cannot_check_and_falls_back(knowle
     assert nodes(state) == ["generate"]
     assert state["grounded"] is False
     assert state["regenerated"] is False
-    assert state["answer"].endswith(f" They do not state: {K2_INVENTED}.")
+    said, _, missing = state["answer"].partition(" They do not state: ")
+    assert said == (
+        "I could not confirm a complete answer from the knowledge base. What the documents do say: "
+        "“The Kumo Carrier K2 has a maximum payload of 150 kg.” [1]"
+    )
+    # The quoted claim loses its [1]: the citation numbers belong to the evidence quoted above. (Its own
+    # full stop is kept before the template's: see test_cautious_answer_ends_a_quoted_claim_with_one_full_stop.)
+    assert missing.rstrip(".") == "The Kumo Carrier K2 has a maximum payload of 900 kg"
     assert state["stop_reason"] == "max_llm_calls"
+
+
+@pytest.mark.parametrize("budget", [2, 3])
+async def test_regeneration_needs_budget_and_the_last_check_falls_back_to_the_lexical_doubt(
+    knowledge: KnowledgeBase, budget: int
+) -> None:
+    policy = CorrectivePolicy(max_llm_calls=budget)
+    script = Script(answers=[K2_INVENTED], grounded=[{"unsupported_claims": ["900 kg"]}])
+    state, _ = await run_graph(knowledge, script, query=K2_QUESTION, policy=policy)
+    if budget == 2:  # generate + critic: nothing left to regenerate with
+        assert state["steps"][3:] == [
+            "generate_answer",
+            "check_grounded: unsupported ['900 kg']",
+            "cautious_answer",
+            "stop: max_llm_calls",  # the budget prevented the regeneration
+        ]
+        assert nodes(state) == ["generate", "check_grounded"]
+        assert state["regenerated"] is False
+        assert state["stop_reason"] == "max_llm_calls"
+    else:  # generate + critic + regenerate: the second check cannot ask the critic
+        assert state["steps"][3:] == [
+            "generate_answer",
+            "check_grounded: unsupported ['900 kg']",
+            "regenerate_answer",
+            f"check_grounded: unsupported [{K2_INVENTED!r}]",
+            "cautious_answer",
+            "stop: unsupported",  # the one regeneration happened and is still unsupported: no loop was cut
+        ]
+        assert nodes(state) == ["generate", "check_grounded", "generate"]
+        assert state["regenerated"] is True
+        assert state["stop_reason"] == "unsupported"
+    assert len(state["llm_calls"]) == budget
+    assert state["fallback"] is True
+
+
+async def test_usefulness_is_assumed_when_no_call_is_left_for_the_critic(knowledge: KnowledgeBase) -> None:
+    state, _ = await run_graph(knowledge, Script(), query=K2_QUESTION, policy=CorrectivePolicy(max_llm_calls=1))
+    assert state["steps"][3:] == [
+        "generate_answer",
+        "check_grounded: supported",
+        "check_useful: skipped (no LLM calls left)",  # the steps say it was not checked
+        "stop: answered",
+    ]
+    assert nodes(state) == ["generate"]
+    assert state["useful"] is True
+    assert state["missing"] == ""  # the skip reason is not passed on as missing information
+    assert state["stop_reason"] == "answered"
 
 
 async def test_incorrect_loop_stops_rewriting_when_a_rewrite_could_not_be_followed_by_an_answer(
@@ -681,8 +1033,8 @@ async def test_incorrect_loop_stops_rewriting_when_a_rewrite_could_not_be_follow
         "retrieve(k=5, found=5)",
         "evaluate: incorrect (kept 0/5, llm graded 0)",
         "rewrite_query(1): nothing",
-        "search_more(local, new=5)",
-        "evaluate: incorrect (kept 0/5, llm graded 0)",
+        "search_more(local, new=0)",  # all five documents were seen in round 1
+        "evaluate: incorrect (kept 0/0, llm graded 0)",
         "refine(strips from 0/0 passages)",
         "cautious_answer",
         "stop: no_evidence",
@@ -691,22 +1043,42 @@ async def test_incorrect_loop_stops_rewriting_when_a_rewrite_could_not_be_follow
     assert state["rewrites"] == 1 < policy.max_rewrites
 
 
+@pytest.mark.parametrize("budget", [3, 4])
 async def test_useless_answer_is_not_retried_when_the_budget_cannot_pay_for_a_new_round(
-    knowledge: KnowledgeBase,
+    knowledge: KnowledgeBase, budget: int
 ) -> None:
-    policy = CorrectivePolicy(max_llm_calls=4)  # generate + useful = 2; a new round needs 3 more
+    policy = CorrectivePolicy(max_llm_calls=budget)  # generate + useful = 2; a new round needs 3 more
     script = Script(useful=[{"useful": False, "missing": "the payload in pounds"}])
     state, _ = await run_graph(knowledge, script, query=K2_QUESTION, policy=policy)
-    assert state["steps"][3:] == [
+    assert state["steps"][3:-1] == [
         "generate_answer",
         "check_grounded: supported",
         "check_useful: no (the payload in pounds)",
-        "stop: answered",
     ]
     assert nodes(state) == ["generate", "check_useful"]
     assert state["rewrites"] == 0
-    # What the code does: the grounded answer makes it "answered", not "max_llm_calls".
-    assert state["stop_reason"] == "answered"
+    assert state["answer"] == K2_ANSWER  # the grounded answer is returned, not replaced by a fallback
+
+
+@pytest.mark.parametrize("budget", [3, 4])
+async def test_useless_answer_cut_by_the_call_budget_reports_max_llm_calls(
+    knowledge: KnowledgeBase, budget: int
+) -> None:
+    # 1-2 calls left: after_useful needs 3 for a new round, and the stop reason says the budget cut it.
+    script = Script(useful=[{"useful": False, "missing": "the payload in pounds"}])
+    state, _ = await run_graph(knowledge, script, query=K2_QUESTION, policy=CorrectivePolicy(max_llm_calls=budget))
+    assert state["steps"][-2:] == ["check_useful: no (the payload in pounds)", "stop: max_llm_calls"]
+    assert budget - len(state["llm_calls"]) in (1, 2)
+    assert state["useful"] is False
+    assert state["rewrites"] == 0
+    assert state["stop_reason"] == "max_llm_calls"
+
+
+async def test_useless_answer_with_the_budget_spent_exactly_reports_max_llm_calls(knowledge: KnowledgeBase) -> None:
+    script = Script(useful=[{"useful": False, "missing": "the payload in pounds"}])
+    state, _ = await run_graph(knowledge, script, query=K2_QUESTION, policy=CorrectivePolicy(max_llm_calls=2))
+    assert state["steps"][-2:] == ["check_useful: no (the payload in pounds)", "stop: max_llm_calls"]
+    assert state["stop_reason"] == "max_llm_calls"
 
 
 def adversarial_script() -> Script:
@@ -714,7 +1086,7 @@ def adversarial_script() -> Script:
     return Script(
         answers=[K2_INVENTED],
         rewrites=["canteen hours"],
-        grades={"Staff canteen": RELEVANT},
+        grades={"Staff canteen": relevant(CANTEEN_FACT)},
         grounded=[{"unsupported_claims": ["900 kg"]}],
         useful=[{"useful": False, "missing": "everything"}],
     )
@@ -727,8 +1099,9 @@ async def test_llm_calls_never_exceed_the_budget(knowledge: KnowledgeBase, budge
     state, model = await run_graph(knowledge, adversarial_script(), query=question, policy=policy)
     assert len(state["llm_calls"]) <= budget
     assert len(model.calls) <= budget
-    assert state["stop_reason"] in {"answered", "max_rewrites", "max_llm_calls", "max_seconds", "no_evidence"}
+    assert state["stop_reason"] in get_args(StopReason)
     assert state["rewrites"] <= policy.max_rewrites
+    assert len(graded_titles(model)) == len(set(graded_titles(model)))  # no document graded twice
 
 
 async def test_worst_case_loops_end_within_the_recursion_limit_when_calls_are_unlimited(
@@ -739,13 +1112,35 @@ async def test_worst_case_loops_end_within_the_recursion_limit_when_calls_are_un
     # Every round: an invented answer, its regeneration (supported), a useless verdict, a rewrite.
     script.answers = ["The staff canteen closes at 23:00 [1].", CANTEEN_ANSWER] * (policy.max_rewrites + 1)
     script.grounded = [{"unsupported_claims": ["closes at 23:00"]}]
-    state, _ = await run_graph(knowledge, script, query=CANTEEN_QUESTION, policy=policy)
+    state, model = await run_graph(knowledge, script, query=CANTEEN_QUESTION, policy=policy)
+    generation_round = [
+        "generate_answer",
+        "check_grounded: unsupported ['closes at 23:00']",
+        "regenerate_answer",
+        "check_grounded: supported",
+        "check_useful: no (everything)",
+    ]
+    # Two generation rounds: every document was seen in round 1, so the searches find nothing new and the
+    # second rewrite is spent in the evaluate loop.
+    assert state["steps"] == [
+        "retrieve(k=5, found=5)",
+        "evaluate: correct (kept 1/5, llm graded 1)",
+        "refine(strips from 1/1 passages)",
+        *generation_round,
+        "rewrite_query(1): canteen hours",
+        "search_more(local, new=0)",
+        "evaluate: incorrect (kept 0/0, llm graded 0)",
+        "rewrite_query(2): canteen hours",
+        "search_more(local, new=0)",
+        "evaluate: incorrect (kept 0/0, llm graded 0)",
+        "refine(strips from 1/1 passages)",
+        *generation_round,
+        "stop: max_rewrites",
+    ]
+    assert graded_titles(model) == ["Staff canteen"]  # graded once, not again in the later rounds
     assert state["rewrites"] == policy.max_rewrites
-    # Two generation rounds (the second round's search found nothing, so its rewrite went to the evaluate loop).
-    assert state["steps"].count("regenerate_answer") == 2
-    assert state["steps"].count("check_useful: no (everything)") == 2
     assert len(state["steps"]) < policy.recursion_limit
-    assert state["stop_reason"] == "answered"
+    assert state["stop_reason"] == "max_rewrites"
 
 
 async def test_time_budget_spent_skips_generation(knowledge: KnowledgeBase) -> None:
@@ -779,19 +1174,21 @@ async def test_time_budget_spent_skips_rewrites(knowledge: KnowledgeBase) -> Non
     assert state["rewrites"] == 0
 
 
-async def test_time_budget_does_not_stop_the_llm_grader(knowledge: KnowledgeBase) -> None:
-    # Observed behaviour: evaluate only looks at the call budget, so an expired request still grades.
+async def test_time_budget_spent_skips_the_llm_grader(knowledge: KnowledgeBase) -> None:
+    # The canteen is in the band and the call budget is untouched, but the time is up: no Grade call.
     policy = CorrectivePolicy(max_seconds=0.0001)
     started = time.monotonic() - 1.0
-    script = Script(grades={"Staff canteen": RELEVANT})
+    script = Script(grades={"Staff canteen": relevant(CANTEEN_FACT)})
     state, model = await run_graph(knowledge, script, query=CANTEEN_QUESTION, policy=policy, started_at=started)
-    assert [kind(c) for c in model.calls] == ["Grade"]
+    assert model.calls == []
     assert state["steps"][1:] == [
-        "evaluate: correct (kept 1/5, llm graded 1)",
+        "evaluate: ambiguous (kept 1/5, llm graded 0)",  # left undecided, so kept
         "refine(strips from 1/1 passages)",
         "cautious_answer",
         "stop: max_seconds",
     ]
+    assert doc_ids(state["evidence"]) == ["canteen"]
+    assert state["rewrites"] == 0
 
 
 class FakeClock:
@@ -802,35 +1199,10 @@ class FakeClock:
         return self.now
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: when the time budget runs out in a later round, cautious_answer replaces the answer but the "
-        "previous round's grounded=True survives in the state, so _stop_reason reports 'answered' instead of "
-        "'max_seconds' (steps: ... check_useful: no -> rewrite_query -> search_more -> evaluate -> refine -> "
-        "cautious_answer -> stop: answered)"
-    ),
-)
-async def test_time_budget_running_out_in_a_later_round_reports_max_seconds(
-    knowledge: KnowledgeBase, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    clock = FakeClock()
-    monkeypatch.setattr(corrective_graph, "time", clock)
-    policy = CorrectivePolicy(max_seconds=10.0)
-
-    def expire() -> None:
-        clock.now += 60.0
-
-    script = Script(useful=[{"useful": False, "missing": "the payload in pounds"}], on_rewrite=expire)
-    state, _ = await run_graph(knowledge, script, query=K2_QUESTION, policy=policy, started_at=clock.now, top_k=1)
-    assert state["steps"][-2] == "cautious_answer"
-    assert state["stop_reason"] == "max_seconds"
-
-
 async def test_time_budget_running_out_in_a_later_round_ends_in_a_cautious_answer(
     knowledge: KnowledgeBase, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The same run as the xfail test above, asserting what the code does now.
+    # The clock jumps past max_seconds while the second round's query is being rewritten.
     clock = FakeClock()
     monkeypatch.setattr(corrective_graph, "time", clock)
     policy = CorrectivePolicy(max_seconds=10.0)
@@ -852,10 +1224,12 @@ async def test_time_budget_running_out_in_a_later_round_ends_in_a_cautious_answe
         "evaluate: incorrect (kept 0/0, llm graded 0)",
         "refine(strips from 1/1 passages)",
         "cautious_answer",
-        "stop: answered",
+        "stop: max_seconds",
     ]
+    assert state["stop_reason"] == "max_seconds"
+    # The first round's grounded (but not useful) answer is replaced by the cautious fallback.
     assert state["answer"].startswith("I could not confirm a complete answer")
-    assert state["grounded"] is True  # left over from the first round's answer
+    assert state["fallback"] is True
     assert state["useful"] is False
 
 
@@ -898,10 +1272,11 @@ async def test_malformed_groundedness_check_keeps_the_lexical_doubt(knowledge: K
 
 async def test_malformed_usefulness_check_counts_as_useful(knowledge: KnowledgeBase) -> None:
     state, _ = await run_graph(knowledge, Script(useful=["```json\n{not json}\n```"]), query=K2_QUESTION)
-    assert state["steps"][-2:] == ["check_useful: yes", "stop: answered"]
-    assert nodes(state) == ["generate", "check_useful"]
+    assert state["steps"][-2:] == ["check_useful: skipped (critic output malformed)", "stop: answered"]
+    assert nodes(state) == ["generate", "check_useful"]  # the malformed call is counted
     assert state["useful"] is True
-    assert state["missing"] == "not checked: malformed critic output"
+    assert state["missing"] == ""
+    assert state["rewrites"] == 0
     assert state["stop_reason"] == "answered"
 
 
@@ -931,35 +1306,39 @@ def make_table(
 
 
 async def test_single_hop_with_incorrect_retrieval_escalates_to_the_corrective_pipeline(
-    knowledge: KnowledgeBase,
+    knowledge: KnowledgeBase, embeddings: USEEmbeddings
 ) -> None:
+    # The caller's query vector points at the VPN document, so both single_hop and the corrective
+    # pipeline's first round retrieve it (top_k=1) and find it irrelevant.
+    vpn_vector = embeddings.embed_query("VPN policy update date")
     policy = CorrectivePolicy()
-    probe = await scores(knowledge, HEAVY_QUESTION)
-    assert all(s < policy.lower for s in probe.values())
-    # The rewritten query finds the K2 document; for the question it then falls in the band.
-    rescored = await scores(knowledge, HEAVY_QUESTION, k=1, search_query="Kumo Carrier K2 maximum payload")
-    assert policy.lower < rescored["k2"] < policy.upper
+    (first,) = await knowledge.search(TENANT, HEAVY_QUESTION, 1, vector=vpn_vector)
+    assert first.doc_id == "vpn"
+    assert relevance(policy.relevance, HEAVY_QUESTION, first.title, first.text, first.score) < policy.lower
+    # The rewritten query finds the K2 document. Scored against the rewrite (as the evaluator does) it is
+    # relevant outright; against the question it would only have been in the band, for the grader.
+    rewrite = "Kumo Carrier K2 maximum payload"
+    assert (await scores(knowledge, rewrite, k=1))["k2"] > policy.upper + 0.3
+    assert policy.lower < (await scores(knowledge, HEAVY_QUESTION, k=1, search_query=rewrite))["k2"] < policy.upper
 
     answer = "The carrier lifts at most 150 kg [1]."
-    script = Script(
-        rewrites=["Kumo Carrier K2 maximum payload"], grades={"Kumo Carrier K2": RELEVANT}, answers=[answer]
-    )
+    script = Script(rewrites=[rewrite], grades={"Kumo Carrier K2": relevant(K2_FACT)}, answers=[answer])
     table, model = make_table(knowledge, script)
-    result = await table.run("single_hop", query=HEAVY_QUESTION, tenant=TENANT, top_k=None, query_vector=None)
+    result = await table.run("single_hop", query=HEAVY_QUESTION, tenant=TENANT, top_k=1, query_vector=vpn_vector)
 
     assert result.route == "multi_hop"
     assert result.escalated_from == "single_hop"
     assert result.steps[:5] == [
-        "retrieve(k=4, found=4)",
+        "retrieve(k=1, found=1)",
         "assess_retrieval: incorrect",
         "escalate: single_hop -> multi_hop (retrieval incorrect)",
-        "retrieve(k=5, found=5)",
-        "evaluate: incorrect (kept 0/5, llm graded 0)",
+        "retrieve(k=1, found=1)",
+        "evaluate: incorrect (kept 0/1, llm graded 0)",
     ]
     assert result.steps[5:] == [
-        "rewrite_query(1): Kumo Carrier K2 maximum payload",
-        "search_more(local, new=5)",
-        "evaluate: correct (kept 1/5, llm graded 1)",
+        f"rewrite_query(1): {rewrite}",
+        "search_more(local, new=1)",
+        "evaluate: correct (kept 1/1, llm graded 0)",
         "refine(strips from 1/1 passages)",
         "generate_answer",
         "check_grounded: supported",
@@ -967,8 +1346,8 @@ async def test_single_hop_with_incorrect_retrieval_escalates_to_the_corrective_p
         "stop: answered",
     ]
     # single_hop made no call before escalating; everything after is the corrective pipeline's
-    assert [c.node for c in result.llm_calls] == ["rewrite_query", "grade_document", "generate", "check_useful"]
-    assert len(model.calls) == 4
+    assert [c.node for c in result.llm_calls] == ["rewrite_query", "generate", "check_useful"]
+    assert len(model.calls) == 3
     assert result.answer == answer
     assert doc_ids(result.sources) == ["k2"]
     assert result.stop_reason == "answered"
