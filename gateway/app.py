@@ -86,6 +86,7 @@ def build_route_table(
         upper=settings.crag_upper,
         lower=settings.crag_lower,
         max_graded=settings.crag_max_graded,
+        explore_floor=settings.crag_explore_floor,
         strip_threshold=settings.strip_threshold,
         max_strips=settings.max_strips,
         max_rewrites=settings.max_rewrites,

@@ -26,7 +26,7 @@ from pipelines.corrective.prompts import (
 from pipelines.shared.deps import ChatClient, LLMCall, Passage, StructuredOutputError
 from pipelines.shared.generation import format_context
 from pipelines.shared.prompts import ABSTAIN_EN, ABSTAIN_JA, NOT_IN_CONTEXT
-from pipelines.shared.support import lexical_support
+from pipelines.shared.support import lexical_support, mostly_cjk
 
 _CLAIM_SPLIT = re.compile(r"(?<=[.!?。！？])\s*")
 _JAPANESE = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff]")
@@ -59,7 +59,12 @@ async def check_grounded(
     llm: ChatClient, question: str, answer: str, evidence: list[Passage], min_support: float, calls_left: int
 ) -> Critique:
     texts = [p.text for p in evidence]
-    doubtful = [c for c in claims_of(answer) if not lexical_support(c, question, texts).supported(min_support)]
+    # Across scripts (an English answer over Japanese passages) words cannot be compared, so every
+    # claim goes to the critic; within a script only the claims the lexical check doubts do.
+    cross_script = mostly_cjk(answer) != mostly_cjk(" ".join(texts))
+    doubtful = [
+        c for c in claims_of(answer) if cross_script or not lexical_support(c, question, texts).supported(min_support)
+    ]
     if not doubtful:
         return Critique(ok=True)
     if calls_left < 1:

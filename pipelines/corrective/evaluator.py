@@ -92,7 +92,8 @@ async def evaluate_passages(
     band = sorted(((s, i) for i, s in enumerate(scores) if policy.lower <= s < policy.upper), key=lambda pair: -pair[0])
     if len(queries) > 1 and not relevant and not band and passages:
         best = max(range(len(passages)), key=lambda i: scores[i])
-        band = [(scores[best], best)]
+        if scores[best] >= policy.explore_floor:
+            band = [(scores[best], best)]
     evaluation = Evaluation(verdict="incorrect", kept=[], fast_scores=scores)
     undecided: list[Passage] = []
     for position, (_, index) in enumerate(band):

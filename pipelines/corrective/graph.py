@@ -217,7 +217,7 @@ def build_graph(deps: CorrectiveDeps) -> CompiledStateGraph[Any, Any, Any, Any]:
             "fallback": True,
             "sources": strips[:3],
             "context": strips,
-            "abstained": not strips,
+            "abstained": True,  # a statement of what the documents say, not an answer
             "steps": ["cautious_answer"],
         }
 

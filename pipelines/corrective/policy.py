@@ -15,6 +15,9 @@ class CorrectivePolicy:
     upper: float = 0.5
     lower: float = 0.2
     max_graded: int = 2
+    # Follow-up rounds grade their best document even below ``lower`` (a missing hop scores low
+    # against the question), but not below this floor: the LLM grader says "yes" too easily.
+    explore_floor: float = 0.12
     # Knowledge refinement: strips scoring below ``strip_threshold`` are dropped; at most
     # ``max_strips`` reach the generator.
     strip_threshold: float = 0.15

@@ -55,7 +55,7 @@ def test_single_hop_answer_cites_the_right_document(gateway_url: str, kumo_tenan
 
 def test_single_hop_says_so_when_the_documents_do_not_hold_the_answer(gateway_url: str, kumo_tenant: str) -> None:
     result = ask(gateway_url, query="What is the capital of Peru?", tenant=kumo_tenant, route="single_hop")
-    assert result["abstained"], result
+    assert result["abstained"], json.dumps(result, indent=1, ensure_ascii=False)
     assert result["sources"] == []
     assert "knowledge base" in result["answer"]
 
