@@ -1436,22 +1436,36 @@ async def test_useless_answer_with_the_budget_spent_exactly_reports_max_llm_call
     assert state["stop_reason"] == "max_llm_calls"
 
 
+# A fact from each document, for a grader that finds every document relevant.
+AGREEABLE_GRADES: dict[str, Reply] = {
+    "Kumo Carrier K2": relevant(K2_FACT),
+    "VPN policy": relevant("last updated on 1 February 2024"),
+    "Staff canteen": relevant(CANTEEN_FACT),
+    "Osaka office": relevant(OSAKA_FACT),
+    "Parking rules": relevant("park in the north garage"),
+}
+
+
 def adversarial_script() -> Script:
-    """Every critic disagrees and every answer invents: the graph loops as long as its bounds allow."""
+    """Every critic disagrees, the grader agrees with everything and every answer invents: the graph loops as
+    long as its bounds allow."""
     return Script(
         answers=[K2_INVENTED],
         rewrites=["canteen hours"],
-        grades={"Staff canteen": relevant(CANTEEN_FACT)},
+        grades=dict(AGREEABLE_GRADES),
         grounded=[{"unsupported_claims": ["900 kg"]}],
         useful=[{"useful": False, "missing": "everything"}],
     )
 
 
+@pytest.mark.parametrize("top_k", [1, 5])
 @pytest.mark.parametrize("budget", range(0, 9))
 @pytest.mark.parametrize("question", [CANTEEN_QUESTION, K2_QUESTION, OFF_TOPIC])
-async def test_llm_calls_never_exceed_the_budget(knowledge: KnowledgeBase, budget: int, question: str) -> None:
+async def test_llm_calls_never_exceed_the_budget(
+    knowledge: KnowledgeBase, budget: int, question: str, top_k: int
+) -> None:
     policy = CorrectivePolicy(max_llm_calls=budget)
-    state, model = await run_graph(knowledge, adversarial_script(), query=question, policy=policy)
+    state, model = await run_graph(knowledge, adversarial_script(), query=question, policy=policy, top_k=top_k)
     assert len(state["llm_calls"]) <= budget
     assert len(model.calls) <= budget
     assert state["stop_reason"] in get_args(StopReason)
@@ -1462,12 +1476,14 @@ async def test_llm_calls_never_exceed_the_budget(knowledge: KnowledgeBase, budge
 async def test_worst_case_loops_end_within_the_recursion_limit_when_calls_are_unlimited(
     knowledge: KnowledgeBase,
 ) -> None:
-    policy = CorrectivePolicy(max_llm_calls=1000)
+    # lower=0 puts every document in the band and the grader keeps each one: with top_k=1 every round adds a
+    # document, so every round ends in a full generation round (a round that adds nothing would just stop).
+    policy = CorrectivePolicy(max_llm_calls=1000, lower=0.0)
     script = adversarial_script()
     # Every round: an invented answer, its regeneration (supported), a useless verdict, a rewrite.
     script.answers = ["The staff canteen closes at 23:00 [1].", CANTEEN_ANSWER] * (policy.max_rewrites + 1)
     script.grounded = [{"unsupported_claims": ["closes at 23:00"]}]
-    state, model = await run_graph(knowledge, script, query=CANTEEN_QUESTION, policy=policy)
+    state, model = await run_graph(knowledge, script, query=CANTEEN_QUESTION, policy=policy, top_k=1)
     generation_round = [
         "generate_answer",
         "check_grounded: unsupported ['closes at 23:00']",
@@ -1475,24 +1491,27 @@ async def test_worst_case_loops_end_within_the_recursion_limit_when_calls_are_un
         "check_grounded: supported",
         "check_useful: no (everything)",
     ]
-    # Two generation rounds: every document was seen in round 1, so the searches find nothing new and the
-    # second rewrite is spent in the evaluate loop.
+    expansion = f"{CANTEEN_QUESTION} Staff canteen: {DOCS[2].text}"
     assert state["steps"] == [
-        "retrieve(k=5, found=5)",
-        "evaluate: correct (kept 1/5, llm graded 1)",
+        "retrieve(k=1, found=1)",
+        "evaluate: correct (kept 1/1, llm graded 1)",
         "refine(strips from 1/1 passages)",
         *generation_round,
         "rewrite_query(1): canteen hours",
-        "search_more(local, new=0)",
-        "evaluate: incorrect (kept 0/0, llm graded 0)",
-        "rewrite_query(2): canteen hours",
-        "search_more(local, new=0)",
-        "evaluate: incorrect (kept 0/0, llm graded 0)",
-        "refine(strips from 1/1 passages)",
+        "search_more(local, queries=2, new=1)",
+        "evaluate: correct (kept 1/1, llm graded 1)",
+        "refine(strips from 2/2 passages)",
+        *generation_round,
+        f"rewrite_query(2): {expansion}",  # "canteen hours" again: replaced by the expansion
+        "search_more(local, queries=1, new=1)",
+        "evaluate: correct (kept 1/1, llm graded 1)",
+        "refine(strips from 2/3 passages)",  # the third document has no strip that bears on the question
         *generation_round,
         "stop: max_rewrites",
     ]
-    assert graded_titles(model) == ["Staff canteen"]  # graded once, not again in the later rounds
+    assert graded_titles(model) == ["Staff canteen", "Parking rules", "Osaka office"]  # each graded once
+    assert len(state["evidence"]) == state["answered_with"] == 3
+    assert [kind(c) for c in model.calls].count("generate") == 2 * (policy.max_rewrites + 1)
     assert state["rewrites"] == policy.max_rewrites
     assert len(state["steps"]) < policy.recursion_limit
     assert state["stop_reason"] == "max_rewrites"
