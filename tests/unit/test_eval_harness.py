@@ -1,0 +1,153 @@
+"""The evaluation harness's pieces: SQuAD metrics, dataset loaders, the per-mode summary."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gateway.eval.datasets import load
+from gateway.eval.metrics import answer_in_prediction, exact_match, f1_score, normalize_answer, passage_recall
+from gateway.eval.report import draw_chart, summarise
+from gateway.eval.runner import Outcome
+
+
+def test_squad_normalisation_drops_case_punctuation_articles_and_citations() -> None:
+    assert normalize_answer("The  Eiffel Tower! [1]") == "eiffel tower"
+    assert normalize_answer("an apple, a pear") == "apple pear"
+
+
+@pytest.mark.parametrize(
+    ("prediction", "answers", "em", "f1"),
+    [
+        ("France", ["France"], 1.0, 1.0),
+        ("in France [2]", ["France"], 0.0, pytest.approx(2 / 3)),
+        ("Germany", ["France"], 0.0, 0.0),
+        ("10th and 11th centuries", ["in the 10th and 11th centuries", "10th and 11th centuries"], 1.0, 1.0),
+        ("", ["France"], 0.0, 0.0),
+    ],
+)
+def test_exact_match_and_f1_take_the_best_gold_answer(
+    prediction: str, answers: list[str], em: float, f1: float
+) -> None:
+    assert exact_match(prediction, answers) == em
+    assert f1_score(prediction, answers) == f1
+
+
+def test_answer_in_prediction_and_passage_recall() -> None:
+    assert answer_in_prediction("The Normans settled in France in 911 [1].", ["France"]) == 1.0
+    assert answer_in_prediction("They settled in Italy.", ["France"]) == 0.0
+    assert passage_recall(["a", "c"], frozenset({"a", "b"})) == 0.5
+    assert passage_recall(["a"], frozenset()) is None
+
+
+def test_hotpotqa_loader_uses_the_companion_corpus(tmp_path: Path) -> None:
+    questions = [
+        {
+            "_id": "q1",
+            "question": "Which city hosts the HQ of the maker of X?",
+            "answer": "Osaka",
+            "supporting_facts": [["X", 0], ["Maker", 1]],
+            "context": [["X", ["X is made by Maker."]], ["Maker", ["Maker is a firm.", " Its HQ is in Osaka."]]],
+        }
+    ]
+    (tmp_path / "mini.json").write_text(json.dumps(questions))
+    (tmp_path / "mini_corpus.json").write_text(
+        json.dumps({"X": ["X is made by Maker."], "Maker": ["Maker is a firm.", " Its HQ is in Osaka."], "Y": ["Y."]})
+    )
+    dataset = load(tmp_path / "mini.json")
+    assert dataset.name == "hotpotqa"
+    assert {d["id"] for d in dataset.documents} == {"X", "Maker", "Y"}
+    assert dataset.questions[0].gold_doc_ids == frozenset({"X", "Maker"})
+    assert dataset.questions[0].answers == ["Osaka"]
+
+
+def test_squad_loader_makes_paragraph_documents_and_marks_unanswerables(tmp_path: Path) -> None:
+    squad = {
+        "version": "v2.0",
+        "data": [
+            {
+                "title": "Normans",
+                "paragraphs": [
+                    {
+                        "context": "Normandy is in France.",
+                        "qas": [
+                            {"id": "a", "question": "Where is Normandy?", "answers": [{"text": "France"}]},
+                            {"id": "b", "question": "Where is Atlantis?", "answers": [], "is_impossible": True},
+                        ],
+                    }
+                ],
+            }
+        ],
+    }
+    (tmp_path / "squad.json").write_text(json.dumps(squad))
+    dataset = load(tmp_path / "squad.json")
+    assert dataset.name == "squad"
+    assert dataset.documents == [{"id": "normans-p0", "title": "Normans", "text": "Normandy is in France."}]
+    answerable, impossible = dataset.questions
+    assert answerable.gold_doc_ids == frozenset({"normans-p0"})
+    assert answerable.answerable
+    assert not impossible.answerable
+    assert impossible.gold_doc_ids == frozenset()
+
+
+def outcome(**changes: object) -> Outcome:
+    base: dict[str, object] = {
+        "question_id": "q",
+        "kind": "",
+        "answerable": True,
+        "answer": "France",
+        "exact_match": 1.0,
+        "f1": 1.0,
+        "answer_contained": 1.0,
+        "passage_recall": 1.0,
+        "abstained": False,
+        "route": "single_hop",
+        "classified_route": "single_hop",
+        "escalated": False,
+        "first_verdict": "correct",
+        "gold_in_first_retrieval": True,
+        "llm_calls": 1,
+        "input_tokens": 100,
+        "output_tokens": 10,
+        "latency_ms": 1000.0,
+        "stop_reason": None,
+        "steps": [],
+    }
+    base.update(changes)
+    return Outcome(**base)  # type: ignore[arg-type]
+
+
+def test_summary_scores_answerable_and_unanswerable_separately(tmp_path: Path) -> None:
+    outcomes = [
+        outcome(),
+        outcome(
+            f1=0.0,
+            exact_match=0.0,
+            answer_contained=0.0,
+            abstained=True,
+            passage_recall=0.0,
+            first_verdict="incorrect",
+            gold_in_first_retrieval=False,
+            llm_calls=3,
+            latency_ms=3000.0,
+        ),
+        outcome(
+            answerable=False, abstained=True, passage_recall=None, first_verdict="correct", gold_in_first_retrieval=None
+        ),
+    ]
+    summary = summarise(outcomes)
+    assert summary["f1"] == 0.5
+    assert summary["false_abstention_rate"] == 0.5
+    assert summary["unanswerable_abstention_rate"] == 1.0
+    assert summary["supporting_passage_recall"] == 0.5
+    assert summary["evaluator_agreement"] == {
+        "n": 2,
+        "rate": 1.0,
+        "note": "first Correct/Incorrect verdict vs whether a gold passage was in the first top-k",
+    }
+    assert summary["llm_calls_per_query"] == pytest.approx(5 / 3, abs=1e-4)
+    chart = tmp_path / "chart.png"
+    draw_chart({"plain": summary, "adaptive": summary}, "test", chart)
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
