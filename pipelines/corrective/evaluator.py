@@ -90,21 +90,23 @@ async def evaluate_passages(
     scores = [max(relevance(policy.relevance, q, p.title, p.text, p.score) for q in queries) for p in passages]
     relevant = [p for p, s in zip(passages, scores, strict=True) if s >= policy.upper]
     band = sorted(((s, i) for i, s in enumerate(scores) if policy.lower <= s < policy.upper), key=lambda pair: -pair[0])
+    exploring = False
     if len(queries) > 1 and not relevant and not band and passages:
         best = max(range(len(passages)), key=lambda i: scores[i])
         if scores[best] >= policy.explore_floor:
-            band = [(scores[best], best)]
+            band, exploring = [(scores[best], best)], True
     evaluation = Evaluation(verdict="incorrect", kept=[], fast_scores=scores)
     undecided: list[Passage] = []
     for position, (_, index) in enumerate(band):
+        # An explored document scored below ``lower``: only the grader's "yes" can keep it.
         if position >= min(policy.max_graded, calls_left):
-            undecided.append(passages[index])
+            undecided.extend([] if exploring else [passages[index]])
             continue
         try:
             is_relevant, call = await grade(llm, policy, question, passages[index])
         except StructuredOutputError as exc:
             evaluation.calls.extend([exc.call] if exc.call else [])
-            undecided.append(passages[index])
+            undecided.extend([] if exploring else [passages[index]])
             continue
         evaluation.calls.append(call)
         evaluation.graded += 1
