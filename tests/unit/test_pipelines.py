@@ -13,17 +13,10 @@ from gateway.providers.embeddings import USEEmbeddings
 from gateway.providers.llm import LLMClient
 from gateway.providers.scripted_chat import ScriptedChatModel
 from gateway.providers.vectorstores.memory import InMemoryVectorStore
-from gateway.providers.websearch import LocalStoreSearch
 from gateway.settings import ModelPrice
-from pipelines.corrective.graph import CorrectiveDeps
-from pipelines.corrective.graph import build_graph as build_corrective
-from pipelines.corrective.policy import CorrectivePolicy
-from pipelines.direct.graph import build_graph as build_direct
-from pipelines.shared.generation import GroundingPolicy
-from pipelines.single_hop.graph import SingleHopDeps
-from pipelines.single_hop.graph import build_graph as build_single_hop
-from routes.table import RoutePolicy, RouteTable
+from routes.table import RouteTable
 from tests.scripted import structured_reply
+from tests.unit.corrective_support import build_route_table
 
 DOCS = [
     NewDocument(id="k2", title="Kumo Carrier K2", text="The Kumo Carrier K2 has a maximum payload of 150 kg."),
@@ -47,16 +40,7 @@ async def make_table(
     llm = LLMClient(model, model_name="scripted", price=ModelPrice(input=1.0, output=2.0))
     knowledge = KnowledgeBase(embeddings, InMemoryVectorStore(), Chunker(500, 50))
     await knowledge.ingest("acme", DOCS)
-    policy = CorrectivePolicy()
-    table = RouteTable(
-        direct=build_direct(llm),
-        single_hop=build_single_hop(
-            SingleHopDeps(llm, knowledge, GroundingPolicy(), policy.relevance, policy.lower, policy.upper)
-        ),
-        corrective=build_corrective(CorrectiveDeps(llm, knowledge, LocalStoreSearch(knowledge), knowledge, policy)),
-        policy=RoutePolicy(default_top_k=4, max_top_k=6, multi_hop_top_k=5),
-    )
-    return table, model, knowledge
+    return build_route_table(llm, knowledge), model, knowledge
 
 
 async def test_direct_route_runs_one_node_and_no_retrieval(embeddings: USEEmbeddings) -> None:

@@ -1,0 +1,149 @@
+"""The route table escalating an Incorrect single_hop retrieval to the corrective pipeline."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from gateway.knowledge import KnowledgeBase
+from gateway.providers.scripted_chat import ScriptedChatModel
+from pipelines.corrective.policy import CorrectivePolicy
+from pipelines.shared.prompts import ABSTAIN_EN
+from pipelines.shared.relevance import relevance
+from routes.table import RouteTable
+from tests.unit.corrective_support import (
+    ANSWERED,
+    HEAVY_QUESTION,
+    K2_ANSWER,
+    K2_FACT,
+    K2_QUESTION,
+    OFF_TOPIC,
+    ROUTE_POLICY,
+    TENANT,
+    Script,
+    build_route_table,
+    doc_ids,
+    make_llm,
+    relevant,
+    scores,
+)
+
+
+def make_table(
+    knowledge: KnowledgeBase, script: Script, *, escalate: bool = True, recursion_limit: int = 40
+) -> tuple[RouteTable, ScriptedChatModel]:
+    llm, model = make_llm(script)
+    route_policy = replace(ROUTE_POLICY, escalate_on_incorrect=escalate, recursion_limit=recursion_limit)
+    return build_route_table(llm, knowledge, route_policy), model
+
+
+ESCALATE = "escalate: single_hop -> multi_hop (retrieval incorrect)"
+
+
+def escalated(top_k: int) -> list[str]:
+    """The first steps of an escalated request: single_hop's Incorrect retrieval, then the corrective pipeline's
+    first retrieval, which keeps the caller's top_k."""
+    retrieve = f"retrieve(k={top_k}, found={top_k})"
+    return [retrieve, "assess_retrieval: incorrect", ESCALATE, retrieve]
+
+
+async def test_single_hop_with_incorrect_retrieval_escalates_to_the_corrective_pipeline(
+    knowledge: KnowledgeBase, vpn_vector: list[float]
+) -> None:
+    # The caller's query vector points at the VPN document, so both single_hop and the corrective
+    # pipeline's first round retrieve it (top_k=1) and find it irrelevant.
+    policy = CorrectivePolicy()
+    (first,) = await knowledge.search(TENANT, HEAVY_QUESTION, 1, vector=vpn_vector)
+    assert first.doc_id == "vpn"
+    assert relevance(policy.relevance, HEAVY_QUESTION, first.title, first.text, first.score) < policy.lower
+    # The rewritten query finds the K2 document. Scored against the rewrite (as the evaluator does) it is
+    # relevant outright; against the question it would only have been in the band, for the grader.
+    rewrite = "Kumo Carrier K2 maximum payload"
+    assert (await scores(knowledge, rewrite, k=1))["k2"] > policy.upper + 0.3
+    assert policy.lower < (await scores(knowledge, HEAVY_QUESTION, k=1, search_query=rewrite))["k2"] < policy.upper
+
+    answer = "The carrier lifts at most 150 kg [1]."
+    script = Script(rewrites=[rewrite], grades={"Kumo Carrier K2": relevant(K2_FACT)}, answers=[answer])
+    table, model = make_table(knowledge, script)
+    result = await table.run("single_hop", query=HEAVY_QUESTION, tenant=TENANT, top_k=1, query_vector=vpn_vector)
+
+    assert result.route == "multi_hop"
+    assert result.escalated_from == "single_hop"
+    assert result.steps[:5] == [*escalated(1), "evaluate: incorrect (kept 0/1, llm graded 0)"]
+    assert result.steps[5:] == [
+        f"rewrite_query(1): {rewrite}",
+        "search_more(local, queries=2, new=1)",
+        "evaluate: correct (kept 1/1, llm graded 0)",
+        "refine(strips from 1/1 passages)",
+        *ANSWERED,
+    ]
+    # single_hop made no call before escalating; everything after is the corrective pipeline's
+    assert [c.node for c in result.llm_calls] == ["rewrite_query", "generate", "check_useful"]
+    assert len(model.calls) == 3
+    assert result.answer == answer
+    assert doc_ids(result.sources) == ["k2"]
+    assert result.stop_reason == "answered"
+    assert not result.abstained
+
+
+async def test_escalated_request_with_nothing_to_find_ends_without_evidence(knowledge: KnowledgeBase) -> None:
+    table, _ = make_table(knowledge, Script(rewrites=["Sistine Chapel painter"]))
+    result = await table.run("single_hop", query=OFF_TOPIC, tenant=TENANT, top_k=2, query_vector=None)
+    assert result.route == "multi_hop"
+    assert result.escalated_from == "single_hop"
+    assert result.steps[:4] == escalated(2)  # the caller's top_k is kept for the corrective run
+    assert result.stop_reason == "no_evidence"
+    assert result.abstained
+    assert result.answer == ABSTAIN_EN
+
+
+async def test_single_hop_does_not_escalate_when_escalation_is_not_allowed(knowledge: KnowledgeBase) -> None:
+    table, model = make_table(knowledge, Script())
+    result = await table.run(
+        "single_hop", query=OFF_TOPIC, tenant=TENANT, top_k=None, query_vector=None, allow_escalation=False
+    )
+    assert result.route == "single_hop"
+    assert result.escalated_from is None
+    assert result.steps[:2] == ["retrieve(k=4, found=4)", "assess_retrieval: incorrect"]
+    assert result.steps[2].startswith("generate_answer (abstained: no passage above relevance")
+    assert not any(s.startswith("escalate") for s in result.steps)
+    assert result.abstained
+    assert result.stop_reason is None
+    assert model.calls == []
+
+
+async def test_single_hop_does_not_escalate_when_the_route_policy_forbids_it(knowledge: KnowledgeBase) -> None:
+    table, _ = make_table(knowledge, Script(), escalate=False)
+    result = await table.run("single_hop", query=OFF_TOPIC, tenant=TENANT, top_k=None, query_vector=None)
+    assert result.route == "single_hop"
+    assert result.escalated_from is None
+    assert ESCALATE not in result.steps
+
+
+async def test_single_hop_in_an_empty_tenant_does_not_escalate(knowledge: KnowledgeBase) -> None:
+    table, model = make_table(knowledge, Script())
+    result = await table.run("single_hop", query=OFF_TOPIC, tenant="empty", top_k=None, query_vector=None)
+    assert result.route == "single_hop"
+    assert result.escalated_from is None
+    assert result.steps[:2] == ["retrieve(k=4, found=0)", "assess_retrieval: incorrect"]
+    assert len(result.steps) == 3
+    assert result.abstained
+    assert model.calls == []
+
+
+async def test_single_hop_with_correct_retrieval_answers_without_escalating(knowledge: KnowledgeBase) -> None:
+    table, _ = make_table(knowledge, Script())
+    result = await table.run("single_hop", query=K2_QUESTION, tenant=TENANT, top_k=None, query_vector=None)
+    assert result.route == "single_hop"
+    assert result.escalated_from is None
+    assert result.steps == ["retrieve(k=4, found=4)", "assess_retrieval: correct", "generate_answer"]
+    assert result.answer == K2_ANSWER
+
+
+async def test_corrective_run_hitting_the_recursion_limit_is_reported_not_raised(knowledge: KnowledgeBase) -> None:
+    table, _ = make_table(knowledge, Script(), recursion_limit=3)
+    result = await table.run("multi_hop", query=K2_QUESTION, tenant=TENANT, top_k=None, query_vector=None)
+    assert result.route == "multi_hop"
+    assert result.stop_reason == "recursion_limit"
+    assert result.steps == ["stop: recursion_limit"]
+    assert result.abstained
+    assert result.sources == []
