@@ -93,7 +93,7 @@ class Settings(BaseSettings):
     crag_max_graded: int = Field(2, ge=0)
     crag_explore_floor: float = Field(0.12, ge=0.0, le=1.0)
     strip_threshold: float = Field(0.15, ge=0.0, le=1.0)
-    max_strips: int = Field(8, ge=1)
+    max_strips: int = Field(12, ge=1)
     max_rewrites: int = Field(2, ge=0)
     budget_max_llm_calls: int = Field(10, ge=1)
     budget_max_seconds: float = Field(90.0, gt=0)

@@ -180,6 +180,14 @@ def build_graph(deps: CorrectiveDeps) -> CompiledStateGraph[Any, Any, Any, Any]:
             calls_left(state),
         )
         step = "check_grounded: supported" if critique.ok else f"check_grounded: unsupported {critique.detail[:3]}"
+        if critique.ok and not state.get("best"):
+            return {
+                "grounded": True,
+                "unsupported_claims": [],
+                "steps": [step],
+                "llm_calls": critique.calls,
+                "best": _snapshot(state),
+            }
         return {
             "grounded": critique.ok,
             "unsupported_claims": critique.detail,
@@ -202,7 +210,15 @@ def build_graph(deps: CorrectiveDeps) -> CompiledStateGraph[Any, Any, Any, Any]:
             missing = ""
         else:
             step = "check_useful: yes" if critique.ok else f"check_useful: no ({missing})"
-        return {"useful": critique.ok, "missing": missing, "steps": [step], "llm_calls": critique.calls}
+        update: dict[str, Any] = {
+            "useful": critique.ok,
+            "missing": missing,
+            "steps": [step],
+            "llm_calls": critique.calls,
+        }
+        if critique.ok:
+            update["best"] = _snapshot(state)
+        return update
 
     def after_useful(state: CorrectiveState) -> Literal["rewrite_query", "finish"]:
         if state.get("useful") or state.get("rewrites", 0) >= policy.max_rewrites:
@@ -211,6 +227,10 @@ def build_graph(deps: CorrectiveDeps) -> CompiledStateGraph[Any, Any, Any, Any]:
         return "rewrite_query" if budget_stop(state, needed=3) is None else "finish"
 
     async def cautious(state: CorrectiveState) -> dict[str, Any]:
+        best = state.get("best")
+        if best:
+            # Self-RAG returns the best answer so far: an earlier grounded answer beats a fallback.
+            return {**best, "abstained": False, "steps": ["keep_best_answer"]}
         strips = state.get("strips", [])
         return {
             "answer": cautious_answer(state["query"], strips, state.get("unsupported_claims", [])),
@@ -223,6 +243,9 @@ def build_graph(deps: CorrectiveDeps) -> CompiledStateGraph[Any, Any, Any, Any]:
 
     async def finish(state: CorrectiveState) -> dict[str, Any]:
         reason = _stop_reason(state, policy, budget_stop)
+        best = state.get("best")
+        if best and not state.get("useful") and best["answer"] != state.get("answer"):
+            return {**best, "abstained": False, "stop_reason": reason, "steps": ["keep_best_answer", f"stop: {reason}"]}
         return {"stop_reason": reason, "steps": [f"stop: {reason}"]}
 
     builder = StateGraph(CorrectiveState)
@@ -251,6 +274,10 @@ def build_graph(deps: CorrectiveDeps) -> CompiledStateGraph[Any, Any, Any, Any]:
     builder.add_edge("cautious_answer", "finish")
     builder.add_edge("finish", END)
     return builder.compile(name="corrective")
+
+
+def _snapshot(state: CorrectiveState) -> dict[str, Any]:
+    return {"answer": state["answer"], "sources": state.get("sources", []), "context": state.get("context", [])}
 
 
 def _stop_reason(

@@ -21,7 +21,7 @@ class CorrectivePolicy:
     # Knowledge refinement: strips scoring below ``strip_threshold`` are dropped; at most
     # ``max_strips`` reach the generator.
     strip_threshold: float = 0.15
-    max_strips: int = 8
+    max_strips: int = 12
     # Loops and budget: every loop ends at whichever comes first.
     max_rewrites: int = 2
     max_llm_calls: int = 10

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal, NotRequired
+from typing import Any, Literal, NotRequired
 
 from pipelines.shared.deps import Passage
 from pipelines.shared.relevance import Verdict
@@ -31,4 +31,5 @@ class CorrectiveState(PipelineInput, PipelineOutput):
     unsupported_claims: NotRequired[list[str]]
     missing: NotRequired[str]
     fallback: NotRequired[bool]
+    best: NotRequired[dict[str, Any]]
     stop_reason: NotRequired[StopReason]

@@ -312,3 +312,33 @@ async def test_malformed_usefulness_check_counts_as_useful(knowledge: KnowledgeB
     assert state["missing"] == ""
     assert state["rewrites"] == 0
     assert state["stop_reason"] == "answered"
+
+
+async def test_a_later_answer_that_is_not_useful_either_does_not_replace_the_first_grounded_one(
+    knowledge: KnowledgeBase,
+) -> None:
+    # Round 1 answers from the K2 sheet (grounded, judged not useful); round 2 adds the canteen document and
+    # answers something else that is judged not useful too. The best answer so far is the first one.
+    later = "The staff canteen closes at 14:00 on weekdays [2]."
+    script = canteen_follow_up(relevant(CANTEEN_FACT))
+    script.answers = [K2_ANSWER, later]
+    script.useful = [not_useful("when the canteen closes"), not_useful("still missing")]
+    state, _ = await run_graph(knowledge, script, query=K2_QUESTION, policy=CorrectivePolicy(max_rewrites=1), top_k=1)
+    assert nodes(state).count("generate") == 2
+    assert state["steps"][-2:] == ["keep_best_answer", "stop: max_rewrites"]
+    assert state["answer"] == K2_ANSWER
+    assert doc_ids(state["context"]) == ["k2"]
+    assert state["abstained"] is False
+    assert state["stop_reason"] == "max_rewrites"
+
+
+async def test_a_useful_later_answer_replaces_the_first(knowledge: KnowledgeBase) -> None:
+    later = "The staff canteen closes at 14:00 on weekdays [2]."
+    script = canteen_follow_up(relevant(CANTEEN_FACT))
+    script.answers = [K2_ANSWER, later]
+    script.useful = [not_useful("when the canteen closes"), USEFUL]
+    state, _ = await run_graph(knowledge, script, query=K2_QUESTION, policy=CorrectivePolicy(max_rewrites=1), top_k=1)
+    assert state["answer"] == later
+    assert state["best"]["answer"] == later
+    assert "keep_best_answer" not in state["steps"]
+    assert state["stop_reason"] == "answered"
