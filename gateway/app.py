@@ -21,6 +21,7 @@ from litestar.openapi.plugins import SwaggerRenderPlugin
 from gateway.api.documents import DocumentController
 from gateway.api.health import HealthController
 from gateway.api.query import QueryController
+from gateway.cache.layer import CacheLayer, open_cache
 from gateway.chunking import Chunker
 from gateway.errors import handle_exception
 from gateway.knowledge import KnowledgeBase, NewDocument
@@ -120,6 +121,32 @@ def build_route_table(
     )
 
 
+def open_cache_layer(settings: Settings) -> CacheLayer | None:
+    if not settings.cache_enabled:
+        return None
+    return open_cache(
+        settings.redis_url,
+        prefix=settings.cache_prefix,
+        namespace=settings.answer_fingerprint(),
+        timeout_s=settings.cache_timeout_s,
+        backoff_s=settings.cache_backoff_s,
+        route_ttls=settings.cache_route_ttls,
+        default_ttl_s=settings.cache_default_ttl_s,
+        lock_ttl_s=settings.cache_lock_ttl_s,
+        max_wait_s=settings.cache_max_wait_s,
+        memory_max_entries=settings.cache_memory_max_entries,
+        memory_max_bytes=settings.cache_memory_max_bytes,
+    )
+
+
+def _describe_cache(settings: Settings, cache: CacheLayer | None) -> str:
+    if cache is None:
+        return "disabled"
+    if settings.redis_url:
+        return "redis"
+    return "in-process LRU (no REDIS_URL: not shared between processes or replicas)"
+
+
 async def load_sample_kb(knowledge: KnowledgeBase) -> int:
     raw = (resources.files("gateway") / "sample_kb" / "documents.json").read_text(encoding="utf-8")
     docs = [
@@ -145,15 +172,24 @@ def _lifespan(
             stack.push_async_callback(store.close)
             chat_model = overrides.chat_model or build_chat_model(settings)
             llm = LLMClient(chat_model, model_name=settings.llm_model, price=settings.price_for(settings.llm_model))
-            knowledge = KnowledgeBase(embeddings, store, Chunker(settings.chunk_size, settings.chunk_overlap))
+            cache = open_cache_layer(settings)
+            query_embeddings = embeddings
+            if cache is not None:
+                stack.push_async_callback(cache.close)
+                if settings.embedding_cache_ttl_s > 0:
+                    model = f"{settings.embedding_provider}:{settings.embedding_model}"
+                    query_embeddings = cache.wrap_embeddings(
+                        embeddings, model=model, ttl_s=settings.embedding_cache_ttl_s
+                    )
+            knowledge = KnowledgeBase(
+                query_embeddings,
+                store,
+                Chunker(settings.chunk_size, settings.chunk_overlap),
+                versions=cache.versions if cache is not None else None,
+            )
+            # Router training embeds in bulk with the sync API: it gets the unwrapped model.
             router = await build_router(settings, embeddings, llm)
             table = build_route_table(settings, llm, knowledge, http, embeddings)
-            redis = None
-            if settings.redis_url:
-                from redis.asyncio import Redis
-
-                redis = Redis.from_url(settings.redis_url)
-                stack.push_async_callback(redis.aclose)
 
             async def llm_check() -> None:
                 if overrides.chat_model is None:
@@ -164,9 +200,15 @@ def _lifespan(
                 http=http,
                 llm=llm,
                 knowledge=knowledge,
-                query_service=QueryService(knowledge, router, table, QueryLimits(settings.max_query_chars)),
+                query_service=QueryService(
+                    knowledge,
+                    router,
+                    table,
+                    QueryLimits(settings.max_query_chars),
+                    cache=cache.responses if cache is not None else None,
+                ),
                 llm_check=llm_check,
-                redis=redis,
+                cache=cache,
             )
             if settings.load_sample_kb:
                 chunks = await load_sample_kb(knowledge)
@@ -177,7 +219,7 @@ def _lifespan(
                 settings.llm_base_url,
                 store.name,
                 router.classifier_name,
-                "redis" if redis is not None else "none",
+                _describe_cache(settings, cache),
             )
             yield
 

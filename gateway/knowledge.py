@@ -12,6 +12,7 @@ from typing import Any
 
 from langchain_core.embeddings import Embeddings
 
+from gateway.cache.versions import KnowledgeVersions
 from gateway.chunking import Chunker
 from gateway.errors import ProviderError
 from gateway.providers.vectorstores.base import ChunkRecord, VectorStore
@@ -35,15 +36,32 @@ class IngestResult:
 class KnowledgeBase:
     """Implements the pipelines' ``Retriever`` over an embeddings model and a vector store."""
 
-    def __init__(self, embeddings: Embeddings, store: VectorStore, chunker: Chunker) -> None:
+    def __init__(
+        self, embeddings: Embeddings, store: VectorStore, chunker: Chunker, versions: KnowledgeVersions | None = None
+    ) -> None:
         self._embeddings = embeddings
         self.store = store
         self._chunker = chunker
+        self._versions = versions
+
+    async def _bump(self, tenant: str) -> None:
+        """After a write (even a partial one): answers computed before it must never be served again."""
+        if self._versions is not None:
+            await self._versions.bump(tenant)
 
     async def ingest(self, tenant: str, documents: Sequence[NewDocument]) -> IngestResult:
         planned: list[tuple[NewDocument, list[str]]] = [(d, self._chunker.split(d.text)) for d in documents]
         texts = [_embedding_text(doc.title, chunk) for doc, chunks in planned for chunk in chunks]
         vectors = await self._embed_documents(texts)
+        try:
+            total = await self._store_all(tenant, planned, vectors)
+        finally:
+            await self._bump(tenant)
+        return IngestResult(upserted=len(planned), chunks=total)
+
+    async def _store_all(
+        self, tenant: str, planned: list[tuple[NewDocument, list[str]]], vectors: list[list[float]]
+    ) -> int:
         position = 0
         total = 0
         for doc, chunks in planned:
@@ -61,10 +79,13 @@ class KnowledgeBase:
             position += len(chunks)
             total += len(records)
             await self.store.replace_document(tenant, doc.id, records)
-        return IngestResult(upserted=len(planned), chunks=total)
+        return total
 
     async def delete(self, tenant: str, doc_id: str) -> bool:
-        return await self.store.delete_document(tenant, doc_id)
+        try:
+            return await self.store.delete_document(tenant, doc_id)
+        finally:
+            await self._bump(tenant)
 
     async def search(self, tenant: str, query: str, k: int, *, vector: list[float] | None = None) -> list[Passage]:
         if vector is None:

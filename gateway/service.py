@@ -5,6 +5,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+import msgspec
+
+from gateway.cache.exact import ExactCache
 from gateway.errors import ClientError
 from gateway.knowledge import KnowledgeBase
 from gateway.schemas import QueryRequest, QueryResponse, RouteResponse, Source, Usage
@@ -20,11 +23,19 @@ class QueryLimits:
 
 
 class QueryService:
-    def __init__(self, knowledge: KnowledgeBase, router: FrontRouter, table: RouteTable, limits: QueryLimits) -> None:
+    def __init__(
+        self,
+        knowledge: KnowledgeBase,
+        router: FrontRouter,
+        table: RouteTable,
+        limits: QueryLimits,
+        cache: ExactCache[QueryResponse] | None = None,
+    ) -> None:
         self._knowledge = knowledge
         self._router = router
         self._table = table
         self._limits = limits
+        self._cache = cache
 
     def _clean(self, query: str) -> str:
         cleaned = query.strip()
@@ -47,6 +58,26 @@ class QueryService:
     async def answer(self, request: QueryRequest) -> QueryResponse:
         started = time.perf_counter()
         query = self._clean(request.query)
+        if self._cache is None:
+            return await self._compute(request, query, started)
+        outcome = await self._cache.get_or_compute(
+            tenant=request.tenant,
+            route=request.route,
+            query=query,
+            params={"top_k": request.top_k, "allow_escalation": request.allow_escalation},
+            compute=lambda: self._compute(request, query, started),
+        )
+        if not outcome.cached:
+            return outcome.value
+        # A hit costs no model call: report zero new usage so clients never count the cost twice.
+        return msgspec.structs.replace(
+            outcome.value,
+            cached=True,
+            latency_ms=round((time.perf_counter() - started) * 1000, 2),
+            usage=Usage(llm_calls=0, input_tokens=0, output_tokens=0, cost_usd=0.0),
+        )
+
+    async def _compute(self, request: QueryRequest, query: str, started: float) -> QueryResponse:
         vector = await self._knowledge.embed_query(query)
         decision, router_calls = await self._router.decide(query, request.route, vector)
         result = await self._table.run(

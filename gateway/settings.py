@@ -7,6 +7,7 @@ gateway-specific mapping; everything else is ``GATEWAY_``-prefixed.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 from typing import Literal
@@ -68,8 +69,21 @@ class Settings(BaseSettings):
     )
     pinecone_index: str = "rag-gateway"
 
-    # Cache
+    # Cache: Redis when REDIS_URL is set (shared by replicas), else an in-process LRU
     redis_url: str | None = Field(None, validation_alias=AliasChoices("GATEWAY_REDIS_URL", "REDIS_URL"))
+    cache_enabled: bool = True
+    cache_prefix: str = "rag"
+    cache_timeout_s: float = Field(0.05, gt=0)
+    cache_backoff_s: float = Field(1.0, ge=0)
+    cache_default_ttl_s: float = Field(300.0, ge=0)
+    cache_route_ttls: dict[str, float] = Field(
+        default_factory=lambda: {"direct": 600.0, "single_hop": 3600.0, "multi_hop": 3600.0}
+    )
+    cache_lock_ttl_s: float = Field(5.0, gt=0)
+    cache_max_wait_s: float = Field(30.0, ge=0)
+    cache_memory_max_entries: int = Field(10_000, ge=1)
+    cache_memory_max_bytes: int = Field(64 * 1024 * 1024, ge=1)
+    embedding_cache_ttl_s: float = Field(7 * 24 * 3600.0, ge=0)
 
     # Knowledge ingestion
     chunk_size: int = Field(700, ge=100)
@@ -109,6 +123,30 @@ class Settings(BaseSettings):
     @property
     def uses_pinecone(self) -> bool:
         return self.pinecone_api_key is not None
+
+    def answer_fingerprint(self) -> str:
+        """Digest of the settings that shape answers: cached answers made under other settings never match."""
+        shaping = (
+            self.llm_model,
+            self.llm_temperature,
+            self.llm_max_tokens,
+            self.embedding_model,
+            self.chunk_size,
+            self.default_top_k,
+            self.multi_hop_top_k,
+            self.min_relevance,
+            self.min_answer_support,
+            self.crag_upper,
+            self.crag_lower,
+            self.crag_max_graded,
+            self.crag_explore_floor,
+            self.strip_threshold,
+            self.max_strips,
+            self.max_rewrites,
+            self.budget_max_llm_calls,
+            self.escalate_on_incorrect,
+        )
+        return hashlib.sha256(repr(shaping).encode()).hexdigest()[:8]
 
     def price_for(self, model: str) -> ModelPrice:
         return self.llm_prices.get(model, ModelPrice())

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import httpx
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
 
+from gateway.cache.backend import RedisBackend
+from gateway.cache.layer import CacheLayer
 from gateway.knowledge import KnowledgeBase
 from gateway.providers.llm import LLMClient
 from gateway.providers.vectorstores.base import VectorStore
@@ -38,16 +39,11 @@ class Services:
     knowledge: KnowledgeBase
     query_service: QueryService
     llm_check: Check
-    redis: Any | None = None
+    cache: CacheLayer | None = None
     extra_checks: dict[str, Check] = field(default_factory=dict)
 
     def readiness_checks(self) -> dict[str, Check]:
         checks: dict[str, Check] = {"llm": self.llm_check, "vector_store": self.knowledge.store.ping}
-        if self.redis is not None:
-            redis = self.redis
-
-            async def redis_ping() -> None:
-                await redis.ping()
-
-            checks["redis"] = redis_ping
+        if self.cache is not None and isinstance(self.cache.backend, RedisBackend):
+            checks["redis"] = self.cache.backend.ping
         return {**checks, **self.extra_checks}

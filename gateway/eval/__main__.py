@@ -35,7 +35,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         questions = questions[: args.limit]
     modes = cast(list[Mode], args.mode.split(","))
     store = Path(tempfile.mkdtemp(prefix="eval-lancedb-"))
-    app = create_app(Settings(vector_store_path=store))
+    # No response cache: every mode must compute its answers for the figures to mean anything.
+    app = create_app(Settings(vector_store_path=store, cache_enabled=False))
     tenant = f"eval-{dataset.name}-{int(time.time())}"
     report: dict[str, Any] = {"dataset": dataset.name, "file": str(args.dataset), "questions": len(questions)}
     async with AsyncTestClient(app, timeout=900) as client:

@@ -1,0 +1,335 @@
+"""Where cached bytes live: a small async contract, Redis for replicas, memory for one process.
+
+The cache is an optimisation, never a dependency: every backend failure surfaces as one error type
+(``CacheUnavailableError``) that callers turn into a miss, and the Redis backend bounds every call
+by a short timeout so a slow Redis costs a request milliseconds, not seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from abc import ABC, abstractmethod
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
+
+from gateway.errors import ProviderError
+
+T = TypeVar("T")
+
+DEFAULT_TIMEOUT_S = 0.05
+DEFAULT_BACKOFF_S = 1.0
+
+
+class CacheUnavailableError(ProviderError):
+    """The cache backend failed or was too slow; callers treat it as a miss."""
+
+    status_code = 503
+    title = "Cache unavailable"
+
+    def __init__(self, detail: str, **extra: Any) -> None:
+        super().__init__(detail, provider="cache", **extra)
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _ttl_ms(ttl_s: float) -> int:
+    if ttl_s <= 0:
+        raise ValueError(f"a cache TTL must be positive, got {ttl_s}")
+    return max(1, round(ttl_s * 1000))
+
+
+class CacheBackend(ABC):
+    """Bytes with TTLs, per-tenant version counters and short owner-tokened locks.
+
+    Versions start, when missing, at the current wall clock in milliseconds rather than 0: a
+    version key lost to eviction or a restart then restarts *above* every version used before,
+    so entries keyed by an old version can never become current again.
+    """
+
+    name: str
+
+    @abstractmethod
+    async def get(self, key: str) -> bytes | None: ...
+
+    @abstractmethod
+    async def set(self, key: str, value: bytes, ttl_s: float) -> None: ...
+
+    @abstractmethod
+    async def incr_version(self, key: str) -> int:
+        """Atomically advance a version counter and return the new value."""
+
+    @abstractmethod
+    async def get_version(self, key: str) -> int:
+        """The current value of a version counter (initialising it when missing)."""
+
+    @abstractmethod
+    async def acquire_lock(self, key: str, token: str, ttl_s: float) -> bool:
+        """Take ``key`` for ``ttl_s`` unless someone holds it (SET NX PX)."""
+
+    @abstractmethod
+    async def refresh_lock(self, key: str, token: str, ttl_s: float) -> bool:
+        """Extend a lock we still hold; False when it expired or another owner took it."""
+
+    @abstractmethod
+    async def release_lock(self, key: str, token: str) -> bool:
+        """Drop a lock only if ``token`` still owns it (never someone else's after our expiry)."""
+
+    @abstractmethod
+    async def ping(self) -> None:
+        """Raise ``CacheUnavailableError`` when the backend cannot serve requests."""
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections; backends without any need not override."""
+
+
+class MemoryBackend(CacheBackend):
+    """In-process LRU with per-entry TTLs: the embedded default for a single replica.
+
+    Bounded by entry count and by total value bytes; expired entries are dropped when touched
+    and otherwise age out in LRU order like any other. Not shared between processes: run Redis when the
+    gateway has more than one replica, or a document change on one would not reach the others.
+    """
+
+    name = "memory"
+
+    def __init__(
+        self,
+        max_entries: int = 10_000,
+        max_bytes: int = 64 * 1024 * 1024,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall_ms: Callable[[], int] = _wall_ms,
+    ) -> None:
+        if max_entries < 1 or max_bytes < 1:
+            raise ValueError("a memory cache needs room for at least one entry")
+        self._entries: OrderedDict[str, tuple[bytes, float | None]] = OrderedDict()
+        self._max_entries = max_entries
+        self._max_bytes = max_bytes
+        self._bytes = 0
+        self._clock = clock
+        self._wall_ms = wall_ms
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def size_bytes(self) -> int:
+        return self._bytes
+
+    def _read(self, key: str) -> bytes | None:
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        value, expires = entry
+        if expires is not None and expires <= self._clock():
+            self._drop(key)
+            return None
+        self._entries.move_to_end(key)
+        return value
+
+    def _write(self, key: str, value: bytes, ttl_s: float | None) -> None:
+        self._drop(key)
+        if len(value) > self._max_bytes:
+            return  # larger than the whole cache: storing it would only evict everything else
+        expires = None if ttl_s is None else self._clock() + ttl_s
+        self._entries[key] = (value, expires)
+        self._bytes += len(value)
+        while len(self._entries) > self._max_entries or self._bytes > self._max_bytes:
+            oldest = next(iter(self._entries))
+            self._drop(oldest)
+
+    def _drop(self, key: str) -> None:
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            self._bytes -= len(entry[0])
+
+    async def get(self, key: str) -> bytes | None:
+        return self._read(key)
+
+    async def set(self, key: str, value: bytes, ttl_s: float) -> None:
+        _ttl_ms(ttl_s)
+        self._write(key, value, ttl_s)
+
+    def ttl_remaining(self, key: str) -> float | None:
+        """Seconds left before ``key`` expires (None: missing or no TTL); for tests and debugging."""
+        entry = self._entries.get(key)
+        if entry is None or entry[1] is None:
+            return None
+        return entry[1] - self._clock()
+
+    def _version(self, key: str) -> int:
+        raw = self._read(key)
+        return int(raw) if raw is not None else self._wall_ms()
+
+    async def incr_version(self, key: str) -> int:
+        version = self._version(key) + 1
+        self._write(key, str(version).encode(), None)
+        return version
+
+    async def get_version(self, key: str) -> int:
+        raw = self._read(key)
+        if raw is not None:
+            return int(raw)
+        version = self._wall_ms()
+        self._write(key, str(version).encode(), None)
+        return version
+
+    async def acquire_lock(self, key: str, token: str, ttl_s: float) -> bool:
+        if self._read(key) is not None:
+            return False
+        self._write(key, token.encode(), ttl_s)
+        return True
+
+    async def refresh_lock(self, key: str, token: str, ttl_s: float) -> bool:
+        if self._read(key) != token.encode():
+            return False
+        self._write(key, token.encode(), ttl_s)
+        return True
+
+    async def release_lock(self, key: str, token: str) -> bool:
+        if self._read(key) != token.encode():
+            return False
+        self._drop(key)
+        return True
+
+    async def ping(self) -> None:
+        return None
+
+
+# Server-side so that seeding from the server clock (not skewed replica clocks) and the increment
+# are one atomic step; Redis 7 replicates script effects, so TIME before a write is allowed.
+_VERSION_LUA = """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  local now = redis.call('TIME')
+  redis.call('INCRBY', KEYS[1], tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000))
+end
+if ARGV[1] == '1' then return redis.call('INCR', KEYS[1]) end
+return tonumber(redis.call('GET', KEYS[1]))
+"""
+_REFRESH_LUA = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
+"""
+_RELEASE_LUA = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+class RedisBackend(CacheBackend):
+    """Redis through redis.asyncio, every call bounded by ``timeout_s``, with a short backoff.
+
+    After a failure the backend answers ``CacheUnavailableError`` without touching Redis for
+    ``backoff_s``, so an outage costs each request nothing instead of one timeout per cache call;
+    the first call after the backoff tries Redis again, so recovery needs no restart. ``ping``
+    always probes (readiness must see the truth) and a successful probe ends the backoff.
+    """
+
+    name = "redis"
+
+    def __init__(
+        self,
+        client: Redis,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        backoff_s: float = DEFAULT_BACKOFF_S,
+        owns_client: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if timeout_s <= 0:
+            raise ValueError("the cache timeout must be positive")
+        self._client = client
+        self._timeout_s = timeout_s
+        self._backoff_s = max(backoff_s, 0.0)
+        self._owns_client = owns_client
+        self._clock = clock
+        self._down_until = 0.0
+        self._version_script = client.register_script(_VERSION_LUA)
+        self._refresh_script = client.register_script(_REFRESH_LUA)
+        self._release_script = client.register_script(_RELEASE_LUA)
+        self.failures = 0  # calls that reached Redis and failed or timed out
+        self.skipped = 0  # calls refused during a backoff
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        backoff_s: float = DEFAULT_BACKOFF_S,
+        max_connections: int | None = None,
+    ) -> RedisBackend:
+        """A client of its own: socket timeouts at the budget and no retries (a retry would blow it)."""
+        client = Redis.from_url(
+            url,
+            socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s,
+            retry=Retry(NoBackoff(), 0),
+            max_connections=max_connections,
+        )
+        return cls(client, timeout_s=timeout_s, backoff_s=backoff_s, owns_client=True)
+
+    @property
+    def client(self) -> Redis:
+        return self._client
+
+    @property
+    def available(self) -> bool:
+        """False while backing off after an error."""
+        return self._clock() >= self._down_until
+
+    async def _call(self, op: str, call: Callable[[], Awaitable[T]], *, probe: bool = False) -> T:
+        if not probe and not self.available:
+            self.skipped += 1
+            raise CacheUnavailableError(f"cache {op} skipped: Redis failed less than {self._backoff_s:g} s ago")
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                result = await call()
+        except (RedisError, OSError, TimeoutError) as exc:  # TimeoutError: ours, from asyncio.timeout
+            self.failures += 1
+            self._down_until = self._clock() + self._backoff_s
+            reason = f"timed out after {self._timeout_s * 1000:g} ms" if isinstance(exc, TimeoutError) else str(exc)
+            raise CacheUnavailableError(f"cache {op} failed: {reason or type(exc).__name__}") from exc
+        self._down_until = 0.0
+        return result
+
+    async def get(self, key: str) -> bytes | None:
+        value = await self._call("get", lambda: self._client.get(key))
+        return value.encode() if isinstance(value, str) else value
+
+    async def set(self, key: str, value: bytes, ttl_s: float) -> None:
+        px = _ttl_ms(ttl_s)
+        await self._call("set", lambda: self._client.set(key, value, px=px))
+
+    async def incr_version(self, key: str) -> int:
+        return int(await self._call("incr_version", lambda: self._version_script(keys=[key], args=["1"])))
+
+    async def get_version(self, key: str) -> int:
+        return int(await self._call("get_version", lambda: self._version_script(keys=[key], args=["0"])))
+
+    async def acquire_lock(self, key: str, token: str, ttl_s: float) -> bool:
+        px = _ttl_ms(ttl_s)
+        return bool(await self._call("lock", lambda: self._client.set(key, token, px=px, nx=True)))
+
+    async def refresh_lock(self, key: str, token: str, ttl_s: float) -> bool:
+        px = _ttl_ms(ttl_s)
+        return bool(await self._call("refresh_lock", lambda: self._refresh_script(keys=[key], args=[token, px])))
+
+    async def release_lock(self, key: str, token: str) -> bool:
+        return bool(await self._call("unlock", lambda: self._release_script(keys=[key], args=[token])))
+
+    async def ping(self) -> None:
+        await self._call("ping", lambda: self._client.ping(), probe=True)
+
+    async def close(self) -> None:
+        if self._owns_client:
+            await self._client.aclose()

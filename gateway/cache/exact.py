@@ -1,0 +1,209 @@
+"""The exact-match response cache: the same question, tenant, knowledge and options -> the same answer.
+
+Stores the whole serialised response (msgspec JSON) under a key that embeds the tenant's knowledge
+version, with a TTL per answering route (a multi-hop answer is worth keeping longer than a chat
+reply). It never fails a request: a cache that is down or slow is a miss, counted in ``stats``
+and logged once per outage; the backend's short backoff means recovery needs no restart.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Generic, Literal, TypeVar
+
+import msgspec
+
+from gateway.cache.backend import CacheBackend, CacheUnavailableError
+from gateway.cache.keys import DEFAULT_PREFIX, KeyParams, exact_key
+from gateway.cache.single_flight import StampedeGuard
+from gateway.cache.versions import KnowledgeVersions
+
+R = TypeVar("R", bound=msgspec.Struct)
+Outcome = Literal["hit", "computed", "coalesced", "bypass"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_TTL_S = 300.0
+
+
+@dataclass(slots=True)
+class CacheStats:
+    """Counters since start-up; export them as metrics or read them in tests."""
+
+    hits: int = 0
+    misses: int = 0  # computed here after a miss
+    coalesced: int = 0  # shared an in-process computation
+    bypassed: int = 0  # computed without the cache (version unavailable)
+    stores: int = 0
+    errors: int = 0  # cache operations that failed and degraded to a miss / no store
+    decode_errors: int = 0  # entries that no longer decode (response schema changed): misses
+
+
+@dataclass(frozen=True, slots=True)
+class CacheOutcome(Generic[R]):
+    value: R
+    source: Outcome
+    key: str | None
+
+    @property
+    def cached(self) -> bool:
+        """True when this request did not pay for the computation."""
+        return self.source in ("hit", "coalesced")
+
+
+def _route_attribute(value: msgspec.Struct) -> str:
+    route = getattr(value, "route", "")
+    return route if isinstance(route, str) else ""
+
+
+def _always(_: msgspec.Struct) -> bool:
+    return True
+
+
+class ExactCache(Generic[R]):
+    """``get_or_compute`` for the request path; ``get``/``set``/``key_for`` for anything finer.
+
+    ``route_ttls`` maps the route that *answered* (``value.route`` by default) to seconds; routes
+    it does not name get ``default_ttl_s``; a TTL of 0 means "do not cache this route".
+    ``cacheable`` can refuse individual values (e.g. abstentions).
+    """
+
+    def __init__(
+        self,
+        backend: CacheBackend,
+        versions: KnowledgeVersions,
+        response_type: type[R],
+        *,
+        route_ttls: Mapping[str, float] | None = None,
+        default_ttl_s: float = DEFAULT_TTL_S,
+        prefix: str = DEFAULT_PREFIX,
+        route_of: Callable[[R], str] = _route_attribute,
+        cacheable: Callable[[R], bool] = _always,
+        lock_ttl_s: float = 5.0,
+        max_wait_s: float = 30.0,
+        poll_s: float = 0.05,
+    ) -> None:
+        self._backend = backend
+        self._versions = versions
+        self._ttls = dict(route_ttls or {})
+        self._default_ttl_s = default_ttl_s
+        self._prefix = prefix
+        self._route_of = route_of
+        self._cacheable = cacheable
+        self._encoder = msgspec.json.Encoder()
+        self._decoder = msgspec.json.Decoder(response_type)
+        self._guard: StampedeGuard[R] = StampedeGuard(
+            backend, lock_ttl_s=lock_ttl_s, max_wait_s=max_wait_s, poll_s=poll_s, on_error=self._record_error
+        )
+        self._degraded = False
+        self.stats = CacheStats()
+
+    @property
+    def errors(self) -> int:
+        return self.stats.errors
+
+    @property
+    def backend(self) -> CacheBackend:
+        return self._backend
+
+    def ttl_for(self, route: str) -> float:
+        return self._ttls.get(route, self._default_ttl_s)
+
+    async def key_for(self, tenant: str, route: str, query: str, params: KeyParams | None = None) -> str | None:
+        """The key of this request, or None when the tenant's version is unavailable (bypass)."""
+        try:
+            version = await self._versions.current(tenant)
+        except CacheUnavailableError as exc:
+            self._record_error(exc)
+            return None
+        self._record_success()
+        return exact_key(self._prefix, tenant, version, route, query, params)
+
+    async def get(self, key: str) -> R | None:
+        """A hit, or None on a miss *and* on any cache failure (counted, never raised)."""
+        value = await self._fetch(key)
+        if value is None:
+            self.stats.misses += 1
+        else:
+            self.stats.hits += 1
+        return value
+
+    async def set(self, key: str, value: R) -> bool:
+        """Store ``value`` under its route's TTL; False when not cacheable or the cache failed."""
+        ttl = self.ttl_for(self._route_of(value))
+        if ttl <= 0 or not self._cacheable(value):
+            return False
+        try:
+            await self._backend.set(key, self._encoder.encode(value), ttl)
+        except CacheUnavailableError as exc:
+            self._record_error(exc)
+            return False
+        self._record_success()
+        self.stats.stores += 1
+        return True
+
+    async def get_or_compute(
+        self,
+        *,
+        tenant: str,
+        route: str,
+        query: str,
+        compute: Callable[[], Awaitable[R]],
+        params: KeyParams | None = None,
+    ) -> CacheOutcome[R]:
+        """Serve from the cache, or compute once for every concurrent identical miss and store.
+
+        Errors from ``compute`` propagate to every caller sharing it and are not cached.
+        """
+        key = await self.key_for(tenant, route, query, params)
+        if key is None:
+            self.stats.bypassed += 1
+            return CacheOutcome(await compute(), "bypass", None)
+        if not self._guard.in_flight(key):  # joining a flight needs no round trip
+            found = await self._fetch(key)
+            if found is not None:
+                self.stats.hits += 1
+                return CacheOutcome(found, "hit", key)
+
+        async def compute_and_store() -> R:
+            value = await compute()
+            await self.set(key, value)
+            return value
+
+        loaded = await self._guard.load(key, lambda: self._fetch(key), compute_and_store)
+        if loaded.source == "hit":
+            self.stats.hits += 1
+        elif loaded.source == "coalesced":
+            self.stats.coalesced += 1
+        else:
+            self.stats.misses += 1
+        return CacheOutcome(loaded.value, loaded.source, key)
+
+    async def _fetch(self, key: str) -> R | None:
+        try:
+            raw = await self._backend.get(key)
+        except CacheUnavailableError as exc:
+            self._record_error(exc)
+            return None
+        self._record_success()
+        if raw is None:
+            return None
+        try:
+            return self._decoder.decode(raw)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            self.stats.decode_errors += 1
+            logger.warning("cache entry %s no longer decodes; treating it as a miss", key)
+            return None
+
+    def _record_error(self, exc: CacheUnavailableError) -> None:
+        self.stats.errors += 1
+        if not self._degraded:
+            self._degraded = True
+            logger.warning("response cache degraded to misses (%s): %s", self._backend.name, exc.detail)
+
+    def _record_success(self) -> None:
+        if self._degraded:
+            self._degraded = False
+            logger.info("response cache recovered (%s)", self._backend.name)

@@ -1,0 +1,177 @@
+"""Stampede protection: when many identical requests miss at once, one computes and all share it.
+
+Two layers, because a popular question after an invalidation arrives at every replica at once:
+
+* in-process: concurrent callers with the same key await one task (Go's ``singleflight``);
+* across replicas: the computing process holds a short Redis lock (SET NX PX, renewed while it
+  works); other replicas poll the cache until the value appears, the lock disappears (its holder
+  finished without storing, failed, or died and the lock expired) or a bounded wait runs out,
+  and then compute themselves. The lock is an optimisation: any cache failure means "compute".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Generic, Literal, TypeVar
+from uuid import uuid4
+
+from gateway.cache.backend import CacheBackend, CacheUnavailableError
+from gateway.cache.keys import lock_key
+
+T = TypeVar("T")
+Source = Literal["hit", "computed", "coalesced"]
+
+logger = logging.getLogger(__name__)
+
+
+class SingleFlight(Generic[T]):
+    """Concurrent ``run`` calls with one key share one execution of the first caller's function.
+
+    The function runs in its own task and callers await it through ``asyncio.shield``: a caller
+    that goes away (client disconnect) neither cancels the work the others wait for nor loses the
+    value it would have stored. Only in-flight work is shared; nothing is remembered after it.
+    """
+
+    def __init__(self) -> None:
+        self._flights: dict[str, asyncio.Task[T]] = {}
+
+    def in_flight(self, key: str) -> bool:
+        return key in self._flights
+
+    async def run(self, key: str, fn: Callable[[], Coroutine[Any, Any, T]]) -> tuple[T, bool]:
+        """The shared result, and whether this caller joined someone else's execution."""
+        task = self._flights.get(key)
+        shared = task is not None
+        if task is None:
+            task = asyncio.create_task(fn(), name=f"single-flight:{key}")
+            self._flights[key] = task
+            task.add_done_callback(partial(self._finished, key))
+        return await asyncio.shield(task), shared
+
+    def _finished(self, key: str, task: asyncio.Task[T]) -> None:
+        if self._flights.get(key) is task:
+            del self._flights[key]
+        if not task.cancelled():
+            task.exception()  # retrieved: no "never retrieved" warning when every caller left
+
+
+@dataclass(frozen=True, slots=True)
+class Loaded(Generic[T]):
+    value: T
+    source: Source
+
+
+class StampedeGuard(Generic[T]):
+    """Loads a cache key so that concurrent misses, here and on other replicas, compute once.
+
+    ``lookup`` reads the cache (None on a miss *or* a cache failure); ``compute`` computes and
+    stores, and must store before it returns so that waiters find the value once the lock goes.
+    """
+
+    def __init__(
+        self,
+        backend: CacheBackend,
+        *,
+        lock_ttl_s: float = 5.0,
+        max_wait_s: float = 30.0,
+        poll_s: float = 0.05,
+        on_error: Callable[[CacheUnavailableError], None] | None = None,
+    ) -> None:
+        if lock_ttl_s <= 0 or max_wait_s < 0 or poll_s <= 0:
+            raise ValueError("lock TTL and poll interval must be positive, the wait non-negative")
+        self._backend = backend
+        self._lock_ttl_s = lock_ttl_s
+        self._max_wait_s = max_wait_s
+        self._poll_s = poll_s
+        self._on_error = on_error
+        self._flight: SingleFlight[tuple[T, Source]] = SingleFlight()
+
+    def in_flight(self, key: str) -> bool:
+        return self._flight.in_flight(key)
+
+    async def load(
+        self, key: str, lookup: Callable[[], Awaitable[T | None]], compute: Callable[[], Awaitable[T]]
+    ) -> Loaded[T]:
+        async def leader() -> tuple[T, Source]:
+            return await self._load_across_replicas(key, lookup, compute)
+
+        (value, source), shared = await self._flight.run(key, leader)
+        return Loaded(value, "coalesced" if shared and source == "computed" else source)
+
+    async def _load_across_replicas(
+        self, key: str, lookup: Callable[[], Awaitable[T | None]], compute: Callable[[], Awaitable[T]]
+    ) -> tuple[T, Source]:
+        lock, token = lock_key(key), uuid4().hex
+        try:
+            held = await self._backend.acquire_lock(lock, token, self._lock_ttl_s)
+        except CacheUnavailableError as exc:
+            self._error(exc)
+            return await compute(), "computed"
+        if not held:
+            found = await self._wait_for_holder(lock, lookup)
+            if found is not None:
+                return found, "hit"
+            return await compute(), "computed"
+        try:
+            found = await lookup()  # the previous holder may have stored it just before we locked
+            if found is not None:
+                return found, "hit"
+            async with self._renewing(lock, token):
+                return await compute(), "computed"
+        finally:
+            await self._release(lock, token)
+
+    async def _wait_for_holder(self, lock: str, lookup: Callable[[], Awaitable[T | None]]) -> T | None:
+        """Poll until the holder's value appears; None means "compute it yourself"."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._max_wait_s
+        while loop.time() < deadline:
+            await asyncio.sleep(self._poll_s)
+            found = await lookup()
+            if found is not None:
+                return found
+            try:
+                holder = await self._backend.get(lock)
+            except CacheUnavailableError as exc:
+                self._error(exc)
+                return None
+            if holder is None:
+                # Released (stored, failed, or uncacheable) or expired (holder died): one last
+                # look covers a value stored between our lookup and the lock check.
+                return await lookup()
+        logger.info("stampede wait for %s ran out after %.1f s; computing here", lock, self._max_wait_s)
+        return None
+
+    @asynccontextmanager
+    async def _renewing(self, lock: str, token: str) -> AsyncIterator[None]:
+        """Keep the lock short yet held for as long as the holder is alive and computing."""
+        renewer = asyncio.create_task(self._renew(lock, token), name=f"lock-renew:{lock}")
+        try:
+            yield
+        finally:
+            renewer.cancel()
+            await asyncio.wait({renewer})
+
+    async def _renew(self, lock: str, token: str) -> None:
+        while True:
+            await asyncio.sleep(self._lock_ttl_s / 3)
+            try:
+                if not await self._backend.refresh_lock(lock, token, self._lock_ttl_s):
+                    return  # expired and maybe taken over: at worst another replica computes too
+            except CacheUnavailableError as exc:
+                self._error(exc)
+
+    async def _release(self, lock: str, token: str) -> None:
+        try:
+            await self._backend.release_lock(lock, token)
+        except CacheUnavailableError as exc:
+            self._error(exc)  # the lock expires on its own within its TTL
+
+    def _error(self, exc: CacheUnavailableError) -> None:
+        if self._on_error is not None:
+            self._on_error(exc)

@@ -1,0 +1,235 @@
+"""Redis going away, coming back, and turning slow, without touching the shared Redis server.
+
+The cache talks to Redis through a TCP proxy started by the test: stopping the proxy drops every
+connection and refuses new ones (Redis down), starting it again on the same port brings Redis
+back, and a delay on forwarded bytes makes Redis slower than the cache's 50 ms budget.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import AsyncIterator
+from urllib.parse import urlsplit, urlunsplit
+from uuid import uuid4
+
+import pytest
+from langchain_core.embeddings import Embeddings
+from redis.asyncio import Redis
+
+from gateway.cache.backend import CacheUnavailableError, RedisBackend
+from gateway.cache.embeddings import CachedEmbeddings
+from gateway.cache.exact import ExactCache
+from gateway.cache.versions import KnowledgeVersions
+from gateway.schemas import QueryResponse, Usage
+
+pytestmark = pytest.mark.redis
+
+REDIS_TEST_URL = os.environ.get("REDIS_TEST_URL", "redis://127.0.0.1:6379/15")
+BACKOFF_S = 0.2
+
+
+class TcpProxy:
+    """Forwards a local port to Redis; ``stop`` cuts every connection, ``start`` reopens the same port."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self._target = (host, port)
+        self.port = 0
+        self.delay_s = 0.0
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._pipes: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        for writer in list(self._writers):
+            writer.close()
+        for pipe in list(self._pipes):
+            pipe.cancel()
+        await asyncio.gather(*self._pipes, return_exceptions=True)
+        await self._server.wait_closed()
+        self._server = None
+
+    async def _accept(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        self._writers.add(client_writer)
+        try:
+            upstream_reader, upstream_writer = await asyncio.open_connection(*self._target)
+        except OSError:
+            client_writer.close()
+            return
+        self._writers.add(upstream_writer)
+        pipes = {
+            asyncio.create_task(self._pipe(client_reader, upstream_writer)),
+            asyncio.create_task(self._pipe(upstream_reader, client_writer)),
+        }
+        self._pipes |= pipes
+        await asyncio.wait(pipes, return_when=asyncio.FIRST_COMPLETED)
+        for pipe in pipes:
+            pipe.cancel()
+        self._pipes -= pipes
+        for writer in (client_writer, upstream_writer):
+            writer.close()
+            self._writers.discard(writer)
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(OSError, asyncio.CancelledError):
+            while data := await reader.read(65536):
+                if self.delay_s:
+                    await asyncio.sleep(self.delay_s)
+                writer.write(data)
+                await writer.drain()
+
+
+def answer(text: str) -> QueryResponse:
+    usage = Usage(llm_calls=1, input_tokens=1, output_tokens=1, cost_usd=0.0)
+    return QueryResponse(
+        answer=text,
+        route="single_hop",
+        route_confidence=1.0,
+        route_reason="test",
+        sources=[],
+        cached=False,
+        usage=usage,
+        latency_ms=1.0,
+        steps=[],
+        classifier="logistic",
+        classified_route="single_hop",
+        abstained=False,
+        evidence=[],
+        stop_reason=None,
+        escalated_from=None,
+    )
+
+
+class Counted:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def __call__(self) -> QueryResponse:
+        self.calls += 1
+        return answer(f"computed #{self.calls}")
+
+
+class CountingEmbeddings(Embeddings):
+    def __init__(self) -> None:
+        self.query_calls = 0
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return [self.embed_query(t) for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        self.query_calls += 1
+        return [0.5, float(len(text))]
+
+
+@pytest.fixture
+async def proxy() -> AsyncIterator[TcpProxy]:
+    target = urlsplit(REDIS_TEST_URL)
+    proxy = TcpProxy(target.hostname or "127.0.0.1", target.port or 6379)
+    await proxy.start()
+    yield proxy
+    if proxy._server is not None:
+        await proxy.stop()
+
+
+@pytest.fixture
+async def prefix() -> AsyncIterator[str]:
+    value = f"test-cache-{uuid4().hex}"
+    yield value
+    redis = Redis.from_url(REDIS_TEST_URL)
+    keys = [key async for key in redis.scan_iter(match=f"{value}:*", count=500)]
+    if keys:
+        await redis.delete(*keys)
+    await redis.aclose()
+
+
+@pytest.fixture
+async def backend(proxy: TcpProxy) -> AsyncIterator[RedisBackend]:
+    """The production configuration (50 ms per call) with a short backoff, through the proxy."""
+    url = urlsplit(REDIS_TEST_URL)
+    via_proxy = urlunsplit(url._replace(netloc=f"127.0.0.1:{proxy.port}"))
+    backend = RedisBackend.from_url(via_proxy, backoff_s=BACKOFF_S)
+    yield backend
+    await backend.close()
+
+
+async def test_redis_stopping_mid_run_degrades_to_misses_and_caching_resumes_when_it_is_back(
+    proxy: TcpProxy, backend: RedisBackend, prefix: str
+) -> None:
+    versions = KnowledgeVersions(backend, prefix=prefix)
+    cache = ExactCache(backend, versions, QueryResponse, prefix=prefix)
+    compute = Counted()
+    assert (await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)).source == "computed"
+    key = await cache.key_for("acme", "auto", "q")
+    assert key is not None
+    assert (await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)).source == "hit"
+
+    await proxy.stop()
+    assert await cache.get(key) is None  # a miss, not an exception
+    assert cache.errors == 1
+    assert backend.failures == 1
+    down = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)
+    assert (down.source, down.value.answer) == ("bypass", "computed #2")
+    assert not await cache.set(key, answer("lost"))
+    assert await versions.bump("acme") is None  # a document changed while Redis was down
+    assert cache.errors == 3
+    assert backend.skipped >= 1  # inside the backoff Redis is not even tried
+    with pytest.raises(CacheUnavailableError) as raised:
+        await backend.ping()
+    assert raised.value.provider == "cache"
+
+    await proxy.start()
+    await asyncio.sleep(BACKOFF_S + 0.05)
+    after = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)
+    assert (after.source, after.value.answer) == ("computed", "computed #3")  # the deferred bump landed first
+    assert not versions.pending
+    again = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)
+    assert (again.source, again.value.answer) == ("hit", "computed #3")
+    await backend.ping()
+
+
+async def test_a_slow_redis_costs_a_request_the_timeout_not_the_delay(
+    proxy: TcpProxy, backend: RedisBackend, prefix: str
+) -> None:
+    cache = ExactCache(backend, KnowledgeVersions(backend, prefix=prefix), QueryResponse, prefix=prefix)
+    key = await cache.key_for("acme", "auto", "q")
+    assert key is not None
+    assert await cache.set(key, answer("stored"))
+
+    proxy.delay_s = 0.5
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    assert await cache.get(key) is None
+    assert loop.time() - started < 0.25  # 50 ms budget plus scheduling slack, far below the 500 ms delay
+    assert cache.errors == 1
+    started = loop.time()
+    outcome = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=Counted())
+    assert outcome.source == "bypass"
+    assert loop.time() - started < 0.05  # within the backoff: Redis is skipped outright
+
+    proxy.delay_s = 0.0
+    await asyncio.sleep(BACKOFF_S + 0.05)
+    found = await cache.get(key)
+    assert found is not None
+    assert found.answer == "stored"
+
+
+async def test_query_embeddings_fall_through_to_the_model_while_redis_is_down(
+    proxy: TcpProxy, backend: RedisBackend, prefix: str
+) -> None:
+    inner = CountingEmbeddings()
+    cached = CachedEmbeddings(inner, backend, model="m", prefix=prefix)
+    vector = await cached.aembed_query("q")
+    await proxy.stop()
+    assert await cached.aembed_query("q") == vector
+    assert (inner.query_calls, cached.errors) == (2, 2)
+    await proxy.start()
+    await asyncio.sleep(BACKOFF_S + 0.05)
+    assert await cached.aembed_query("q") == vector
+    assert inner.query_calls == 2  # served from Redis again

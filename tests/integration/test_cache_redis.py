@@ -1,0 +1,231 @@
+"""The cache against the real Redis: hits, tenant isolation, invalidation, TTLs, stampedes, versions.
+
+Every test writes under its own key prefix in DB 15 and deletes only that prefix afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from uuid import uuid4
+
+import numpy as np
+import pytest
+from langchain_core.embeddings import Embeddings
+from redis.asyncio import Redis
+
+from gateway.cache.backend import RedisBackend
+from gateway.cache.embeddings import CachedEmbeddings
+from gateway.cache.exact import ExactCache
+from gateway.cache.keys import embedding_key, lock_key, version_key
+from gateway.cache.versions import KnowledgeVersions
+from gateway.schemas import QueryResponse, Usage
+
+pytestmark = pytest.mark.redis
+
+REDIS_TEST_URL = os.environ.get("REDIS_TEST_URL", "redis://127.0.0.1:6379/15")
+
+
+def answer(text: str, route: str = "single_hop") -> QueryResponse:
+    return QueryResponse(
+        answer=text,
+        route=route,
+        route_confidence=0.8,
+        route_reason="test",
+        sources=[],
+        cached=False,
+        usage=Usage(llm_calls=1, input_tokens=3, output_tokens=2, cost_usd=0.0),
+        latency_ms=5.0,
+        steps=[],
+        classifier="logistic",
+        classified_route=route,
+        abstained=False,
+        evidence=[],
+        stop_reason=None,
+        escalated_from=None,
+    )
+
+
+class Counted:
+    def __init__(self, text: str = "computed", route: str = "single_hop", delay_s: float = 0.0) -> None:
+        self.calls = 0
+        self.text, self.route, self.delay_s = text, route, delay_s
+
+    async def __call__(self) -> QueryResponse:
+        self.calls += 1
+        await asyncio.sleep(self.delay_s)
+        return answer(f"{self.text} #{self.calls}", self.route)
+
+
+@pytest.fixture
+async def redis() -> AsyncIterator[Redis]:
+    """A plain client for looking at what the cache wrote."""
+    client = Redis.from_url(REDIS_TEST_URL)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+async def prefix(redis: Redis) -> AsyncIterator[str]:
+    value = f"test-cache-{uuid4().hex}"
+    yield value
+    keys = [key async for key in redis.scan_iter(match=f"{value}:*", count=500)]
+    if keys:
+        await redis.delete(*keys)
+
+
+@pytest.fixture
+async def backend() -> AsyncIterator[RedisBackend]:
+    # A generous timeout: these tests are about behaviour; test_cache_outage is about timeouts.
+    backend = RedisBackend.from_url(REDIS_TEST_URL, timeout_s=0.5)
+    yield backend
+    await backend.close()
+
+
+def make_cache(backend: RedisBackend, prefix: str, **kwargs: float | dict[str, float]) -> ExactCache[QueryResponse]:
+    versions = KnowledgeVersions(backend, prefix=prefix)
+    return ExactCache(backend, versions, QueryResponse, prefix=prefix, **kwargs)  # type: ignore[arg-type]
+
+
+async def test_miss_then_hit(backend: RedisBackend, prefix: str, redis: Redis) -> None:
+    cache = make_cache(backend, prefix)
+    compute = Counted()
+    miss = await cache.get_or_compute(tenant="acme", route="auto", query="Where is Osaka?", compute=compute)
+    hit = await cache.get_or_compute(tenant="acme", route="auto", query="where is  OSAKA?", compute=compute)
+    assert (miss.source, hit.source, compute.calls) == ("computed", "hit", 1)
+    assert hit.value == miss.value
+    assert miss.key is not None
+    assert miss.key.startswith(f"{prefix}:q:acme:v")
+    assert await redis.exists(miss.key) == 1
+    assert await redis.exists(lock_key(miss.key)) == 0  # the stampede lock was released
+
+
+async def test_same_question_two_tenants_two_entries(backend: RedisBackend, prefix: str, redis: Redis) -> None:
+    cache = make_cache(backend, prefix)
+    acme = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=Counted("acme"))
+    globex = await cache.get_or_compute(tenant="globex", route="auto", query="q", compute=Counted("globex"))
+    assert acme.key is not None
+    assert globex.key is not None
+    assert acme.key != globex.key
+    assert ":acme:" in acme.key
+    assert ":globex:" in globex.key
+    assert (await cache.get(acme.key), await cache.get(globex.key)) == (answer("acme #1"), answer("globex #1"))
+    raw = await redis.get(globex.key)
+    assert raw is not None
+    assert b"globex #1" in raw
+    assert b"acme" not in raw
+
+
+async def test_a_bump_means_the_old_entry_is_never_served(backend: RedisBackend, prefix: str) -> None:
+    versions = KnowledgeVersions(backend, prefix=prefix)
+    cache = ExactCache(backend, versions, QueryResponse, prefix=prefix)
+    other_replica = ExactCache(backend, KnowledgeVersions(backend, prefix=prefix), QueryResponse, prefix=prefix)
+    compute = Counted()
+    old = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)
+    await versions.bump("acme")
+    new = await other_replica.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)
+    assert (new.source, new.value.answer) == ("computed", "computed #2")
+    assert old.key != new.key
+    globex = await cache.get_or_compute(tenant="globex", route="auto", query="q", compute=Counted("g"))
+    assert (await cache.get_or_compute(tenant="globex", route="auto", query="q", compute=compute)).source == "hit"
+    assert globex.source == "computed"
+
+
+async def test_ttl_per_answering_route(backend: RedisBackend, prefix: str, redis: Redis) -> None:
+    cache = make_cache(backend, prefix, route_ttls={"direct": 2, "multi_hop": 7}, default_ttl_s=4)
+    ttls = {}
+    for route in ("direct", "multi_hop", "single_hop"):
+        outcome = await cache.get_or_compute(tenant="acme", route="auto", query=route, compute=Counted(route=route))
+        assert outcome.key is not None
+        ttls[route] = await redis.pttl(outcome.key)
+    assert 1_500 < ttls["direct"] <= 2_000
+    assert 6_500 < ttls["multi_hop"] <= 7_000
+    assert 3_500 < ttls["single_hop"] <= 4_000
+
+
+async def test_twenty_concurrent_misses_compute_once(backend: RedisBackend, prefix: str) -> None:
+    cache = make_cache(backend, prefix)
+    compute = Counted(delay_s=0.2)
+    outcomes = await asyncio.gather(
+        *(cache.get_or_compute(tenant="acme", route="auto", query="Popular?", compute=compute) for _ in range(20))
+    )
+    assert compute.calls == 1
+    assert {o.value.answer for o in outcomes} == {"computed #1"}
+    assert sum(o.cached for o in outcomes) == 19
+
+
+async def test_concurrent_misses_on_two_replicas_compute_once(prefix: str) -> None:
+    """Two caches with their own Redis clients stand for two gateway processes."""
+    replicas = [RedisBackend.from_url(REDIS_TEST_URL, timeout_s=0.5) for _ in range(2)]
+    caches = [make_cache(b, prefix, poll_s=0.02) for b in replicas]
+    compute = Counted(delay_s=0.3)
+    try:
+        outcomes = await asyncio.gather(
+            *(
+                caches[i % 2].get_or_compute(tenant="acme", route="auto", query="Popular?", compute=compute)
+                for i in range(20)
+            )
+        )
+    finally:
+        for b in replicas:
+            await b.close()
+    assert compute.calls == 1
+    assert {o.value.answer for o in outcomes} == {"computed #1"}
+    assert sorted(o.source for o in outcomes).count("computed") == 1
+
+
+async def test_a_dead_holders_lock_expires_and_another_replica_computes(
+    backend: RedisBackend, prefix: str, redis: Redis
+) -> None:
+    cache = make_cache(backend, prefix, poll_s=0.02)
+    key = await cache.key_for("acme", "auto", "q")
+    assert key is not None
+    await redis.set(lock_key(key), "a replica that crashed", px=300)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    outcome = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=Counted())
+    assert outcome.source == "computed"
+    assert 0.25 <= loop.time() - started < 2.0
+
+
+async def test_versions_are_atomic_counters_seeded_from_the_server_clock(
+    backend: RedisBackend, prefix: str, redis: Redis
+) -> None:
+    versions = KnowledgeVersions(backend, prefix=prefix)
+    seconds, micros = await redis.time()
+    first = await versions.current("acme")
+    assert abs(first - (seconds * 1000 + micros // 1000)) < 5_000
+    bumps = await asyncio.gather(*(versions.bump("acme") for _ in range(10)))
+    assert sorted(b for b in bumps if b is not None) == list(range(first + 1, first + 11))
+    assert await versions.current("acme") == first + 10
+    await redis.delete(version_key(prefix, "acme"))  # evicted, or Redis restarted without its data
+    await asyncio.sleep(0.02)
+    assert await versions.current("acme") > first + 10  # never back to a version used before
+
+
+async def test_query_vectors_are_cached_as_float32(backend: RedisBackend, prefix: str, redis: Redis) -> None:
+    class Fixed(Embeddings):
+        dimensions = 3
+        calls = 0
+
+        def embed_documents(self, texts: list[str]) -> list[list[float]]:
+            return [self.embed_query(t) for t in texts]
+
+        def embed_query(self, text: str) -> list[float]:
+            self.calls += 1
+            return [0.25, -1.5, 3.0]
+
+    inner = Fixed()
+    cached = CachedEmbeddings(inner, backend, model="fixed-3", prefix=prefix, ttl_s=30)
+    assert await cached.aembed_query("q") == [0.25, -1.5, 3.0]
+    assert await cached.aembed_query("q") == [0.25, -1.5, 3.0]
+    assert inner.calls == 1
+    key = embedding_key(prefix, "fixed-3", "q")
+    assert await redis.get(key) == np.asarray([0.25, -1.5, 3.0], dtype="<f4").tobytes()
+    assert 29_000 < await redis.pttl(key) <= 30_000
+
+
+async def test_ping(backend: RedisBackend) -> None:
+    await backend.ping()
+    assert backend.available

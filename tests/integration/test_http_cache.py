@@ -1,0 +1,77 @@
+"""The response cache through the HTTP API, on the real Redis: hits, invalidation, tenant isolation."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import Any
+
+from langchain_core.messages import BaseMessage
+
+from gateway.settings import Settings
+
+REDIS_TEST_URL = os.environ.get("REDIS_TEST_URL", "redis://127.0.0.1:6379/15")
+
+
+def first_passage(messages: list[BaseMessage], _: dict[str, Any]) -> str:
+    prompt = str(messages[-1].content)
+    if "Context passages" not in prompt:
+        return "hello"
+    first = prompt.split("[1] ", 1)[1].split("\n\n", 1)[0]
+    return first.split(") ", 1)[1] + " [1]"
+
+
+def cached_settings(settings: Settings) -> Settings:
+    return settings.model_copy(update={"redis_url": REDIS_TEST_URL, "cache_prefix": f"test-{uuid.uuid4().hex[:8]}"})
+
+
+async def upsert(client: Any, tenant: str, text: str) -> None:
+    body = {"tenant": tenant, "documents": [{"id": "leave", "title": "Leave", "text": text}]}
+    assert (await client.post("/v1/documents", json=body)).status_code == 200
+
+
+async def ask(client: Any, tenant: str, query: str = "How many days of annual leave?") -> dict[str, Any]:
+    response = await client.post("/v1/query", json={"tenant": tenant, "query": query, "route": "single_hop"})
+    assert response.status_code == 200, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+async def test_repeat_is_a_hit_with_zero_new_usage(make_client: Any, settings: Settings) -> None:
+    async with make_client(first_passage, settings_override=cached_settings(settings)) as (client, model):
+        await upsert(client, "acme", "Acme employees get 25 days of annual leave.")
+        first = await ask(client, "acme")
+        calls_after_first = len(model.calls)
+        again = await ask(client, "acme", "  how many DAYS of annual leave?  ")  # normalised to the same key
+    assert first["cached"] is False
+    assert first["usage"]["llm_calls"] == 1
+    assert again["cached"] is True
+    assert again["usage"] == {"llm_calls": 0, "input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0}
+    assert again["answer"] == first["answer"]
+    assert len(model.calls) == calls_after_first  # no model call for the hit
+
+
+async def test_changed_document_is_never_answered_from_the_cache(make_client: Any, settings: Settings) -> None:
+    async with make_client(first_passage, settings_override=cached_settings(settings)) as (client, _):
+        await upsert(client, "acme", "Acme employees get 25 days of annual leave.")
+        before = await ask(client, "acme")
+        await upsert(client, "acme", "Acme employees get 28 days of annual leave.")
+        after = await ask(client, "acme")
+        assert (await client.delete("/v1/documents/leave?tenant=acme")).status_code == 200
+        gone = await ask(client, "acme")
+    assert "25 days" in before["answer"]
+    assert after["cached"] is False
+    assert "28 days" in after["answer"]
+    assert gone["cached"] is False
+    assert gone["abstained"]
+
+
+async def test_same_query_two_tenants_two_answers(make_client: Any, settings: Settings) -> None:
+    async with make_client(first_passage, settings_override=cached_settings(settings)) as (client, _):
+        await upsert(client, "acme", "Acme employees get 25 days of annual leave.")
+        await upsert(client, "globex", "Globex employees get 30 days of annual leave.")
+        acme = await ask(client, "acme")
+        globex = await ask(client, "globex")
+    assert "25 days" in acme["answer"]
+    assert "30 days" in globex["answer"]
+    assert globex["cached"] is False

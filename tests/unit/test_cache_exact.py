@@ -1,0 +1,340 @@
+"""The response cache and stampede protection over the in-process backend (no Redis needed)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+import pytest
+
+from gateway.cache.backend import CacheUnavailableError, MemoryBackend
+from gateway.cache.exact import ExactCache
+from gateway.cache.keys import lock_key
+from gateway.cache.single_flight import SingleFlight, StampedeGuard
+from gateway.cache.versions import KnowledgeVersions
+from gateway.schemas import QueryResponse, Usage
+
+
+def answer(text: str, route: str = "single_hop", *, abstained: bool = False) -> QueryResponse:
+    return QueryResponse(
+        answer=text,
+        route=route,
+        route_confidence=0.9,
+        route_reason="test",
+        sources=[],
+        cached=False,
+        usage=Usage(llm_calls=1, input_tokens=10, output_tokens=5, cost_usd=0.0),
+        latency_ms=12.5,
+        steps=["retrieve", "generate"],
+        classifier="logistic",
+        classified_route=route,
+        abstained=abstained,
+        evidence=[],
+        stop_reason=None,
+        escalated_from=None,
+    )
+
+
+class FlakyMemory(MemoryBackend):
+    """Fails every call while ``down``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = False
+
+    def _check(self, op: str) -> None:
+        if self.down:
+            raise CacheUnavailableError(f"cache {op} failed: connection refused")
+
+    async def get(self, key: str) -> bytes | None:
+        self._check("get")
+        return await super().get(key)
+
+    async def set(self, key: str, value: bytes, ttl_s: float) -> None:
+        self._check("set")
+        await super().set(key, value, ttl_s)
+
+    async def get_version(self, key: str) -> int:
+        self._check("get_version")
+        return await super().get_version(key)
+
+    async def incr_version(self, key: str) -> int:
+        self._check("incr_version")
+        return await super().incr_version(key)
+
+    async def acquire_lock(self, key: str, token: str, ttl_s: float) -> bool:
+        self._check("lock")
+        return await super().acquire_lock(key, token, ttl_s)
+
+
+def make_cache(backend: MemoryBackend, **kwargs: Any) -> ExactCache[QueryResponse]:
+    return ExactCache(backend, KnowledgeVersions(backend, prefix="t"), QueryResponse, prefix="t", **kwargs)
+
+
+class Counted:
+    """A slow computation that counts its calls."""
+
+    def __init__(self, text: str = "computed", route: str = "single_hop", delay_s: float = 0.0) -> None:
+        self.calls = 0
+        self.text, self.route, self.delay_s = text, route, delay_s
+
+    async def __call__(self) -> QueryResponse:
+        self.calls += 1
+        await asyncio.sleep(self.delay_s)
+        return answer(f"{self.text} #{self.calls}", self.route)
+
+
+async def test_a_miss_computes_and_stores_then_the_same_question_hits() -> None:
+    cache = make_cache(MemoryBackend())
+    compute = Counted()
+    first = await cache.get_or_compute(tenant="acme", route="auto", query="What is X?", compute=compute)
+    second = await cache.get_or_compute(tenant="acme", route="auto", query="  what is x? ", compute=compute)
+    assert (first.source, first.cached, second.source, second.cached) == ("computed", False, "hit", True)
+    assert second.value == first.value  # the full response round-trips through JSON
+    assert compute.calls == 1
+    assert (cache.stats.hits, cache.stats.misses, cache.stats.stores) == (1, 1, 1)
+
+
+async def test_get_and_set_by_key() -> None:
+    cache = make_cache(MemoryBackend())
+    key = await cache.key_for("acme", "auto", "q")
+    assert key is not None
+    assert await cache.get(key) is None
+    assert await cache.set(key, answer("a"))
+    assert await cache.get(key) == answer("a")
+
+
+async def test_tenants_never_share_entries() -> None:
+    cache = make_cache(MemoryBackend())
+    acme = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=Counted("acme"))
+    globex = await cache.get_or_compute(tenant="globex", route="auto", query="q", compute=Counted("globex"))
+    assert acme.key != globex.key
+    assert (acme.source, globex.source) == ("computed", "computed")
+    again = await cache.get_or_compute(tenant="globex", route="auto", query="q", compute=Counted("never"))
+    assert again.value.answer == "globex #1"
+
+
+async def test_a_version_bump_makes_earlier_answers_unreachable() -> None:
+    backend = MemoryBackend()
+    versions = KnowledgeVersions(backend, prefix="t")
+    cache = ExactCache(backend, versions, QueryResponse, prefix="t")
+    compute = Counted()
+    before = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)
+    await versions.bump("acme")
+    after = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)
+    assert (after.source, after.value.answer, compute.calls) == ("computed", "computed #2", 2)
+    assert after.key != before.key
+    assert await cache.get(before.key or "") is not None  # still stored, just never looked up again
+
+
+async def test_options_that_change_the_work_are_part_of_the_key() -> None:
+    cache = make_cache(MemoryBackend())
+    compute = Counted()
+    await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute, params={"top_k": 4})
+    other = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute, params={"top_k": 8})
+    assert other.source == "computed"
+
+
+async def test_each_answering_route_has_its_own_ttl_and_zero_means_uncached() -> None:
+    backend = MemoryBackend()
+    cache = make_cache(backend, route_ttls={"direct": 0, "multi_hop": 3600}, default_ttl_s=60)
+    for route in ("single_hop", "multi_hop", "direct"):
+        await cache.get_or_compute(tenant="acme", route="auto", query=route, compute=Counted(route=route))
+    keys = {route: await cache.key_for("acme", "auto", route) for route in ("single_hop", "multi_hop", "direct")}
+    assert backend.ttl_remaining(keys["single_hop"] or "") == pytest.approx(60, abs=1)
+    assert backend.ttl_remaining(keys["multi_hop"] or "") == pytest.approx(3600, abs=1)
+    assert await cache.get(keys["direct"] or "") is None
+    assert cache.ttl_for("direct") == 0
+    assert cache.ttl_for("unknown") == 60
+
+
+async def test_a_predicate_can_refuse_values() -> None:
+    cache = make_cache(MemoryBackend(), cacheable=lambda r: not r.abstained)
+    key = await cache.key_for("acme", "auto", "q")
+    assert key is not None
+    assert not await cache.set(key, answer("I don't know", abstained=True))
+    assert await cache.get(key) is None
+
+
+async def test_entries_that_no_longer_decode_are_misses(caplog: pytest.LogCaptureFixture) -> None:
+    backend = MemoryBackend()
+    cache = make_cache(backend)
+    key = await cache.key_for("acme", "auto", "q")
+    assert key is not None
+    await backend.set(key, msgspec.json.encode({"answer": "old schema"}), 60)
+    with caplog.at_level(logging.WARNING):
+        assert await cache.get(key) is None
+    assert cache.stats.decode_errors == 1
+    assert "no longer decodes" in caplog.text
+
+
+async def test_twenty_concurrent_identical_misses_compute_once() -> None:
+    cache = make_cache(MemoryBackend())
+    compute = Counted(delay_s=0.1)
+    outcomes = await asyncio.gather(
+        *(cache.get_or_compute(tenant="acme", route="auto", query="Popular?", compute=compute) for _ in range(20))
+    )
+    assert compute.calls == 1
+    assert {o.value.answer for o in outcomes} == {"computed #1"}
+    assert sorted(o.source for o in outcomes) == ["coalesced"] * 19 + ["computed"]
+    assert cache.stats.coalesced == 19
+    late = await cache.get_or_compute(tenant="acme", route="auto", query="popular?", compute=compute)
+    assert late.source == "hit"
+
+
+async def test_a_failed_computation_reaches_every_waiter_and_is_not_cached() -> None:
+    cache = make_cache(MemoryBackend())
+    calls = 0
+
+    async def failing() -> QueryResponse:
+        nonlocal calls
+        calls += 1
+        await asyncio.sleep(0.05)
+        raise RuntimeError("llm down")
+
+    results = await asyncio.gather(
+        *(cache.get_or_compute(tenant="acme", route="auto", query="q", compute=failing) for _ in range(5)),
+        return_exceptions=True,
+    )
+    assert calls == 1
+    assert all(isinstance(r, RuntimeError) for r in results)
+    retry = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=Counted())
+    assert retry.source == "computed"
+
+
+async def test_a_caller_that_goes_away_does_not_cancel_the_shared_work() -> None:
+    cache = make_cache(MemoryBackend())
+    compute = Counted(delay_s=0.1)
+    first = asyncio.create_task(cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute))
+    await asyncio.sleep(0.01)
+    second = asyncio.create_task(cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute))
+    await asyncio.sleep(0.01)
+    first.cancel()
+    outcome = await second
+    assert (outcome.source, compute.calls) == ("coalesced", 1)
+    assert (await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)).source == "hit"
+
+
+async def test_a_failing_cache_degrades_to_computing_and_recovers_by_itself() -> None:
+    backend = FlakyMemory()
+    cache = make_cache(backend)
+    compute = Counted()
+    await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)
+    backend.down = True
+    degraded = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)
+    assert (degraded.source, degraded.cached, compute.calls) == ("bypass", False, 2)
+    assert cache.stats.errors == 1
+    backend.down = False
+    recovered = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)
+    assert (recovered.source, recovered.value.answer) == ("hit", "computed #1")
+
+
+async def test_get_and_set_never_raise_for_cache_failures() -> None:
+    backend = FlakyMemory()
+    cache = make_cache(backend)
+    key = await cache.key_for("acme", "auto", "q")
+    assert key is not None
+    backend.down = True
+    assert await cache.get(key) is None
+    assert not await cache.set(key, answer("a"))
+    assert await cache.key_for("acme", "auto", "q") is None
+    assert cache.errors == 3
+
+
+async def test_single_flight_shares_only_concurrent_work() -> None:
+    flight: SingleFlight[int] = SingleFlight()
+    calls = 0
+
+    async def work() -> int:
+        nonlocal calls
+        calls += 1
+        await asyncio.sleep(0.02)
+        return calls
+
+    results = await asyncio.gather(flight.run("k", work), flight.run("k", work), flight.run("other", work))
+    assert [shared for _, shared in results] == [False, True, False]
+    assert results[0][0] == results[1][0]
+    assert not flight.in_flight("k")
+    assert (await flight.run("k", work))[0] == 3
+
+
+async def test_a_second_replica_waits_for_the_lock_holder_instead_of_computing() -> None:
+    shared = MemoryBackend()  # both "replicas" see the same backend, as two processes see one Redis
+    store: dict[str, str] = {}
+    computed: list[str] = []
+
+    async def lookup() -> str | None:
+        return store.get("k")
+
+    def compute_as(replica: str, delay_s: float) -> Callable[[], Awaitable[str]]:
+        async def compute() -> str:
+            computed.append(replica)
+            await asyncio.sleep(delay_s)
+            store["k"] = f"from {replica}"
+            return store["k"]
+
+        return compute
+
+    one: StampedeGuard[str] = StampedeGuard(shared, poll_s=0.01)
+    two: StampedeGuard[str] = StampedeGuard(shared, poll_s=0.01)
+    first = asyncio.create_task(one.load("k", lookup, compute_as("one", 0.1)))
+    await asyncio.sleep(0.02)
+    second = await two.load("k", lookup, compute_as("two", 0))
+    assert (second.value, second.source) == ("from one", "hit")
+    assert (await first).source == "computed"
+    assert computed == ["one"]
+    assert await shared.get(lock_key("k")) is None  # released
+
+
+async def test_a_dead_lock_holder_delays_others_only_until_its_lock_expires() -> None:
+    shared = MemoryBackend()
+    await shared.acquire_lock(lock_key("k"), "a replica that died", 0.1)
+    guard: StampedeGuard[str] = StampedeGuard(shared, poll_s=0.01, max_wait_s=5)
+
+    async def nothing() -> str | None:
+        return None
+
+    async def compute() -> str:
+        return "computed here"
+
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    loaded = await guard.load("k", nothing, compute)
+    assert (loaded.value, loaded.source) == ("computed here", "computed")
+    assert 0.08 <= loop.time() - started < 1.0
+
+
+async def test_the_wait_for_another_replica_is_bounded() -> None:
+    shared = MemoryBackend()
+    await shared.acquire_lock(lock_key("k"), "a very slow replica", 60)
+    guard: StampedeGuard[str] = StampedeGuard(shared, poll_s=0.01, max_wait_s=0.1)
+
+    async def nothing() -> str | None:
+        return None
+
+    async def compute() -> str:
+        return "computed anyway"
+
+    assert (await guard.load("k", nothing, compute)).value == "computed anyway"
+
+
+async def test_the_holder_keeps_a_short_lock_alive_while_it_computes() -> None:
+    shared = MemoryBackend()
+    guard: StampedeGuard[str] = StampedeGuard(shared, lock_ttl_s=0.06)
+    lock_seen: list[bool] = []
+
+    async def nothing() -> str | None:
+        return None
+
+    async def slow() -> str:
+        for _ in range(4):
+            await asyncio.sleep(0.05)
+            lock_seen.append(await shared.get(lock_key("k")) is not None)
+        return "done"
+
+    assert (await guard.load("k", nothing, slow)).value == "done"
+    assert lock_seen == [True] * 4  # 0.2 s of work under a 0.06 s lock
+    assert await shared.get(lock_key("k")) is None

@@ -1,0 +1,94 @@
+"""``open_cache``: the backend choice, and one prefix and backend shared by every cache part."""
+
+from __future__ import annotations
+
+from langchain_core.embeddings import Embeddings
+
+from gateway.cache import CacheLayer, MemoryBackend, RedisBackend, open_cache
+from gateway.schemas import QueryResponse, Usage
+
+
+class Constant(Embeddings):
+    dimensions = 2
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return [[1.0, 0.0] for _ in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        return [1.0, 0.0]
+
+
+def answer(route: str) -> QueryResponse:
+    return QueryResponse(
+        answer="a",
+        route=route,
+        route_confidence=1.0,
+        route_reason="r",
+        sources=[],
+        cached=False,
+        usage=Usage(llm_calls=0, input_tokens=0, output_tokens=0, cost_usd=0.0),
+        latency_ms=1.0,
+        steps=[],
+        classifier="logistic",
+        classified_route=route,
+        abstained=False,
+        evidence=[],
+        stop_reason=None,
+        escalated_from=None,
+    )
+
+
+async def test_without_a_redis_url_the_cache_lives_in_process() -> None:
+    layer = open_cache(None, route_ttls={"direct": 0}, default_ttl_s=30, memory_max_entries=5)
+    assert isinstance(layer.backend, MemoryBackend)
+    assert layer.responses.ttl_for("direct") == 0
+    assert layer.responses.ttl_for("multi_hop") == 30
+    await layer.close()
+
+
+async def test_with_a_redis_url_nothing_is_dialled_until_first_use() -> None:
+    layer = open_cache("redis://127.0.0.1:1/0", timeout_s=0.02)  # nothing listens there
+    assert isinstance(layer.backend, RedisBackend)
+    outcome = await layer.responses.get_or_compute(
+        tenant="acme", route="auto", query="q", compute=lambda: _value("single_hop")
+    )
+    assert outcome.source == "bypass"
+    await layer.close()
+
+
+async def _value(route: str) -> QueryResponse:
+    return answer(route)
+
+
+async def test_versions_and_responses_share_backend_and_prefix() -> None:
+    layer: CacheLayer = open_cache(None, prefix="p")
+    first = await layer.responses.get_or_compute(
+        tenant="acme", route="auto", query="q", compute=lambda: _value("single_hop")
+    )
+    await layer.versions.bump("acme")
+    second = await layer.responses.get_or_compute(
+        tenant="acme", route="auto", query="q", compute=lambda: _value("single_hop")
+    )
+    assert (first.source, second.source) == ("computed", "computed")
+    assert first.key is not None
+    assert first.key.startswith("p:q:acme:")
+
+
+async def test_wrapped_embeddings_use_the_same_backend() -> None:
+    layer = open_cache(None, prefix="p")
+    embeddings = layer.wrap_embeddings(Constant(), model="constant")
+    await embeddings.aembed_query("q")
+    assert await embeddings.aembed_query("q") == [1.0, 0.0]
+    assert embeddings.hits == 1
+    assert isinstance(layer.backend, MemoryBackend)
+    assert len(layer.backend) == 1
+
+
+async def test_a_namespace_separates_answers_but_not_versions() -> None:
+    layer = open_cache(None, prefix="p", namespace="cfg1")
+    first = await layer.responses.get_or_compute(
+        tenant="acme", route="auto", query="q", compute=lambda: _value("single_hop")
+    )
+    assert first.key is not None
+    assert first.key.startswith("p:cfg1:q:acme:")
+    assert await layer.backend.get("p:ver:acme") is not None
