@@ -29,3 +29,35 @@ def structured_reply(kwargs: dict[str, Any], overrides: dict[str, dict[str, Any]
     if name is None:
         return None
     return json.dumps({**AGREEABLE, **(overrides or {})}[name])
+
+
+def answer_with_first_passage(messages: list[Any], _: dict[str, Any]) -> str:
+    """A scripted generator that answers with the first context passage, so a test sees what retrieval handed over."""
+    prompt = str(messages[-1].content)
+    if "Context passages" not in prompt:
+        return "hello"
+    first = prompt.split("[1] ", 1)[1].split("\n\n", 1)[0]
+    return first.split(") ", 1)[1] + " [1]"
+
+
+def query_response(text: str = "a", route: str = "single_hop", *, abstained: bool = False, llm_calls: int = 1) -> Any:
+    """A complete ``QueryResponse`` for cache tests (imported lazily: this module is imported by conftest)."""
+    from gateway.schemas import QueryResponse, Usage
+
+    return QueryResponse(
+        answer=text,
+        route=route,
+        route_confidence=0.9,
+        route_reason="test",
+        sources=[],
+        cached=False,
+        usage=Usage(llm_calls=llm_calls, input_tokens=10 * llm_calls, output_tokens=5 * llm_calls, cost_usd=0.0),
+        latency_ms=12.5,
+        steps=["retrieve", "generate"],
+        classifier="logistic",
+        classified_route=route,
+        abstained=abstained,
+        evidence=[],
+        stop_reason=None,
+        escalated_from=None,
+    )

@@ -20,7 +20,8 @@ from gateway.cache.embeddings import CachedEmbeddings
 from gateway.cache.exact import ExactCache
 from gateway.cache.keys import embedding_key, lock_key, version_key
 from gateway.cache.versions import KnowledgeVersions
-from gateway.schemas import QueryResponse, Usage
+from gateway.schemas import QueryResponse
+from tests.scripted import query_response
 
 pytestmark = pytest.mark.redis
 
@@ -28,23 +29,8 @@ REDIS_TEST_URL = os.environ.get("REDIS_TEST_URL", "redis://127.0.0.1:6379/15")
 
 
 def answer(text: str, route: str = "single_hop") -> QueryResponse:
-    return QueryResponse(
-        answer=text,
-        route=route,
-        route_confidence=0.8,
-        route_reason="test",
-        sources=[],
-        cached=False,
-        usage=Usage(llm_calls=1, input_tokens=3, output_tokens=2, cost_usd=0.0),
-        latency_ms=5.0,
-        steps=[],
-        classifier="logistic",
-        classified_route=route,
-        abstained=False,
-        evidence=[],
-        stop_reason=None,
-        escalated_from=None,
-    )
+    response: QueryResponse = query_response(text, route)
+    return response
 
 
 class Counted:

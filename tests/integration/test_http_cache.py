@@ -6,19 +6,10 @@ import os
 import uuid
 from typing import Any
 
-from langchain_core.messages import BaseMessage
-
 from gateway.settings import Settings
+from tests.scripted import answer_with_first_passage
 
 REDIS_TEST_URL = os.environ.get("REDIS_TEST_URL", "redis://127.0.0.1:6379/15")
-
-
-def first_passage(messages: list[BaseMessage], _: dict[str, Any]) -> str:
-    prompt = str(messages[-1].content)
-    if "Context passages" not in prompt:
-        return "hello"
-    first = prompt.split("[1] ", 1)[1].split("\n\n", 1)[0]
-    return first.split(") ", 1)[1] + " [1]"
 
 
 def cached_settings(settings: Settings) -> Settings:
@@ -38,7 +29,7 @@ async def ask(client: Any, tenant: str, query: str = "How many days of annual le
 
 
 async def test_repeat_is_a_hit_with_zero_new_usage(make_client: Any, settings: Settings) -> None:
-    async with make_client(first_passage, settings_override=cached_settings(settings)) as (client, model):
+    async with make_client(answer_with_first_passage, settings_override=cached_settings(settings)) as (client, model):
         await upsert(client, "acme", "Acme employees get 25 days of annual leave.")
         first = await ask(client, "acme")
         calls_after_first = len(model.calls)
@@ -52,7 +43,7 @@ async def test_repeat_is_a_hit_with_zero_new_usage(make_client: Any, settings: S
 
 
 async def test_changed_document_is_never_answered_from_the_cache(make_client: Any, settings: Settings) -> None:
-    async with make_client(first_passage, settings_override=cached_settings(settings)) as (client, _):
+    async with make_client(answer_with_first_passage, settings_override=cached_settings(settings)) as (client, _):
         await upsert(client, "acme", "Acme employees get 25 days of annual leave.")
         before = await ask(client, "acme")
         await upsert(client, "acme", "Acme employees get 28 days of annual leave.")
@@ -67,7 +58,7 @@ async def test_changed_document_is_never_answered_from_the_cache(make_client: An
 
 
 async def test_same_query_two_tenants_two_answers(make_client: Any, settings: Settings) -> None:
-    async with make_client(first_passage, settings_override=cached_settings(settings)) as (client, _):
+    async with make_client(answer_with_first_passage, settings_override=cached_settings(settings)) as (client, _):
         await upsert(client, "acme", "Acme employees get 25 days of annual leave.")
         await upsert(client, "globex", "Globex employees get 30 days of annual leave.")
         acme = await ask(client, "acme")

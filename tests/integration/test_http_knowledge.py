@@ -5,16 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from langchain_core.messages import BaseMessage
 
-
-def echo_context(messages: list[BaseMessage], _: dict[str, Any]) -> str:
-    """Answers with the first passage's text, so the test sees what retrieval handed over."""
-    prompt = str(messages[-1].content)
-    if "Context passages" not in prompt:
-        return "hello"
-    first = prompt.split("[1] ", 1)[1].split("\n\n", 1)[0]
-    return first.split(") ", 1)[1] + " [1]"
+from tests.scripted import answer_with_first_passage
 
 
 async def upsert(client: Any, tenant: str, doc_id: str, text: str) -> dict[str, Any]:
@@ -34,7 +26,7 @@ async def ask(client: Any, tenant: str, query: str) -> dict[str, Any]:
 
 
 async def test_same_question_two_tenants_two_answers(make_client: Any) -> None:
-    async with make_client(echo_context) as (client, _):
+    async with make_client(answer_with_first_passage) as (client, _):
         await upsert(client, "acme", "leave", "Acme employees get 25 days of annual leave.")
         await upsert(client, "globex", "leave", "Globex employees get 30 days of annual leave.")
         acme = await ask(client, "acme", "How many days of annual leave do employees get?")
@@ -46,7 +38,7 @@ async def test_same_question_two_tenants_two_answers(make_client: Any) -> None:
 
 
 async def test_resending_a_document_replaces_it_and_delete_removes_it(make_client: Any) -> None:
-    async with make_client(echo_context) as (client, _):
+    async with make_client(answer_with_first_passage) as (client, _):
         first = await upsert(client, "acme", "leave", "Acme employees get 25 days of annual leave.")
         assert first == {"upserted": 1, "chunks": 1}
         await upsert(client, "acme", "leave", "Acme employees get 28 days of annual leave.")
@@ -60,7 +52,7 @@ async def test_resending_a_document_replaces_it_and_delete_removes_it(make_clien
 
 async def test_long_documents_are_chunked(make_client: Any) -> None:
     text = " ".join(f"Section {i} says the rule number {i} applies to team {i}." for i in range(200))
-    async with make_client(echo_context) as (client, _):
+    async with make_client(answer_with_first_passage) as (client, _):
         result = await upsert(client, "acme", "handbook", text)
     assert result["upserted"] == 1
     assert result["chunks"] >= 10

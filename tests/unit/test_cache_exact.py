@@ -15,27 +15,13 @@ from gateway.cache.exact import ExactCache
 from gateway.cache.keys import lock_key
 from gateway.cache.single_flight import SingleFlight, StampedeGuard
 from gateway.cache.versions import KnowledgeVersions
-from gateway.schemas import QueryResponse, Usage
+from gateway.schemas import QueryResponse
+from tests.scripted import query_response
 
 
 def answer(text: str, route: str = "single_hop", *, abstained: bool = False) -> QueryResponse:
-    return QueryResponse(
-        answer=text,
-        route=route,
-        route_confidence=0.9,
-        route_reason="test",
-        sources=[],
-        cached=False,
-        usage=Usage(llm_calls=1, input_tokens=10, output_tokens=5, cost_usd=0.0),
-        latency_ms=12.5,
-        steps=["retrieve", "generate"],
-        classifier="logistic",
-        classified_route=route,
-        abstained=abstained,
-        evidence=[],
-        stop_reason=None,
-        escalated_from=None,
-    )
+    response: QueryResponse = query_response(text, route, abstained=abstained)
+    return response
 
 
 class FlakyMemory(MemoryBackend):

@@ -5,7 +5,8 @@ from __future__ import annotations
 from langchain_core.embeddings import Embeddings
 
 from gateway.cache import CacheLayer, MemoryBackend, RedisBackend, open_cache
-from gateway.schemas import QueryResponse, Usage
+from gateway.schemas import QueryResponse
+from tests.scripted import query_response
 
 
 class Constant(Embeddings):
@@ -19,23 +20,8 @@ class Constant(Embeddings):
 
 
 def answer(route: str) -> QueryResponse:
-    return QueryResponse(
-        answer="a",
-        route=route,
-        route_confidence=1.0,
-        route_reason="r",
-        sources=[],
-        cached=False,
-        usage=Usage(llm_calls=0, input_tokens=0, output_tokens=0, cost_usd=0.0),
-        latency_ms=1.0,
-        steps=[],
-        classifier="logistic",
-        classified_route=route,
-        abstained=False,
-        evidence=[],
-        stop_reason=None,
-        escalated_from=None,
-    )
+    response: QueryResponse = query_response(route=route)
+    return response
 
 
 async def test_without_a_redis_url_the_cache_lives_in_process() -> None:
