@@ -104,7 +104,7 @@ def build_route_table(
         retriever=knowledge,
         grounding=grounding,
         relevance=corrective_policy.relevance,
-        lower=settings.crag_lower,
+        lower=settings.escalate_below,
         upper=settings.crag_upper,
     )
     return RouteTable(

@@ -113,6 +113,10 @@ class Settings(BaseSettings):
     budget_max_seconds: float = Field(90.0, gt=0)
     recursion_limit: int = Field(40, ge=10)
     escalate_on_incorrect: bool = True
+    # single_hop escalates only when every passage scores below this (a clearly failed retrieval): on the
+    # shared SQuAD set 0.12 escalates 13% of questions, 62% of the answerable ones with gold really missed,
+    # vs 37% and 35% at crag_lower (0.2).
+    escalate_below: float = Field(0.12, ge=0.0, le=1.0)
     tavily_api_key: SecretStr | None = Field(
         None, validation_alias=AliasChoices("GATEWAY_TAVILY_API_KEY", "TAVILY_API_KEY")
     )
@@ -145,6 +149,7 @@ class Settings(BaseSettings):
             self.max_rewrites,
             self.budget_max_llm_calls,
             self.escalate_on_incorrect,
+            self.escalate_below,
         )
         return hashlib.sha256(repr(shaping).encode()).hexdigest()[:8]
 
