@@ -43,7 +43,12 @@ class Services:
     extra_checks: dict[str, Check] = field(default_factory=dict)
 
     def readiness_checks(self) -> dict[str, Check]:
+        """Dependencies every answer needs: when one is down the pod is not ready."""
         checks: dict[str, Check] = {"llm": self.llm_check, "vector_store": self.knowledge.store.ping}
-        if self.cache is not None and isinstance(self.cache.backend, RedisBackend):
-            checks["redis"] = self.cache.backend.ping
         return {**checks, **self.extra_checks}
+
+    def degradable_checks(self) -> dict[str, Check]:
+        """Dependencies the gateway can answer without (the cache): reported, never failing readiness."""
+        if self.cache is not None and isinstance(self.cache.backend, RedisBackend):
+            return {"redis": self.cache.backend.ping}
+        return {}

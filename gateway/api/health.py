@@ -19,12 +19,18 @@ class HealthController(Controller):
     async def healthz(self) -> dict[str, str]:
         return {"status": "ok"}
 
-    @get("/readyz", summary="LLM endpoint, vector store and (when configured) Redis are reachable")
+    @get("/readyz", summary="LLM endpoint and vector store reachable; Redis reported, degraded when down")
     async def readyz(self, services: NamedDependency[Services]) -> Response[dict[str, Any]]:
-        checks = await _run_checks(services.readiness_checks(), services.settings.readiness_timeout_s)
-        ready = all(status == "ok" for status in checks.values())
-        body = {"status": "ready" if ready else "unavailable", "checks": checks}
-        return Response(body, status_code=200 if ready else 503)
+        """503 only when a dependency every answer needs is down. Without Redis the gateway still
+        answers (uncached), so a Redis outage marks the pod degraded instead of pulling it from service."""
+        limit = services.settings.readiness_timeout_s
+        required = await _run_checks(services.readiness_checks(), limit)
+        optional = await _run_checks(services.degradable_checks(), limit)
+        ready = all(status == "ok" for status in required.values())
+        degraded = {name: f"degraded: {status}" for name, status in optional.items() if status != "ok"}
+        checks = {**required, **{name: degraded.get(name, "ok") for name in optional}}
+        status = "unavailable" if not ready else "degraded" if degraded else "ready"
+        return Response({"status": status, "checks": checks}, status_code=200 if ready else 503)
 
 
 async def _run_checks(checks: dict[str, Callable[[], Awaitable[None]]], limit_s: float) -> dict[str, str]:

@@ -8,7 +8,6 @@ back, and a delay on forwarded bytes makes Redis slower than the cache's 50 ms b
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 from collections.abc import AsyncIterator
 from urllib.parse import urlsplit, urlunsplit
@@ -23,67 +22,12 @@ from gateway.cache.embeddings import CachedEmbeddings
 from gateway.cache.exact import ExactCache
 from gateway.cache.versions import KnowledgeVersions
 from gateway.schemas import QueryResponse, Usage
+from tests.redis_proxy import TcpProxy
 
 pytestmark = pytest.mark.redis
 
 REDIS_TEST_URL = os.environ.get("REDIS_TEST_URL", "redis://127.0.0.1:6379/15")
 BACKOFF_S = 0.2
-
-
-class TcpProxy:
-    """Forwards a local port to Redis; ``stop`` cuts every connection, ``start`` reopens the same port."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self._target = (host, port)
-        self.port = 0
-        self.delay_s = 0.0
-        self._server: asyncio.Server | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
-        self._pipes: set[asyncio.Task[None]] = set()
-
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", self.port)
-        self.port = self._server.sockets[0].getsockname()[1]
-
-    async def stop(self) -> None:
-        assert self._server is not None
-        self._server.close()
-        for writer in list(self._writers):
-            writer.close()
-        for pipe in list(self._pipes):
-            pipe.cancel()
-        await asyncio.gather(*self._pipes, return_exceptions=True)
-        await self._server.wait_closed()
-        self._server = None
-
-    async def _accept(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
-        self._writers.add(client_writer)
-        try:
-            upstream_reader, upstream_writer = await asyncio.open_connection(*self._target)
-        except OSError:
-            client_writer.close()
-            return
-        self._writers.add(upstream_writer)
-        pipes = {
-            asyncio.create_task(self._pipe(client_reader, upstream_writer)),
-            asyncio.create_task(self._pipe(upstream_reader, client_writer)),
-        }
-        self._pipes |= pipes
-        await asyncio.wait(pipes, return_when=asyncio.FIRST_COMPLETED)
-        for pipe in pipes:
-            pipe.cancel()
-        self._pipes -= pipes
-        for writer in (client_writer, upstream_writer):
-            writer.close()
-            self._writers.discard(writer)
-
-    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        with contextlib.suppress(OSError, asyncio.CancelledError):
-            while data := await reader.read(65536):
-                if self.delay_s:
-                    await asyncio.sleep(self.delay_s)
-                writer.write(data)
-                await writer.drain()
 
 
 def answer(text: str) -> QueryResponse:
