@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from dataclasses import asdict
 from typing import Any
 
 from litestar import Controller, Response, get
@@ -30,7 +31,10 @@ class HealthController(Controller):
         degraded = {name: f"degraded: {status}" for name, status in optional.items() if status != "ok"}
         checks = {**required, **{name: degraded.get(name, "ok") for name in optional}}
         status = "unavailable" if not ready else "degraded" if degraded else "ready"
-        return Response({"status": status, "checks": checks}, status_code=200 if ready else 503)
+        body: dict[str, Any] = {"status": status, "checks": checks}
+        if services.cache is not None:
+            body["cache"] = {"backend": services.cache.backend.name, **asdict(services.cache.responses.stats)}
+        return Response(body, status_code=200 if ready else 503)
 
 
 async def _run_checks(checks: dict[str, Callable[[], Awaitable[None]]], limit_s: float) -> dict[str, str]:

@@ -74,6 +74,7 @@ async def test_redis_stopping_and_returning_mid_run(make_client: Any, settings: 
     assert all("25 days" in r.json()["answer"] for r in while_down)
     assert ready_while_down.status_code == 200
     assert ready_while_down.json()["status"] == "degraded"
+    assert ready_while_down.json()["cache"]["errors"] >= 3  # the error counter records the outage
     assert resumed["cached"] is True  # caching resumed, no restart
     assert "25 days" in recomputed["answer"]
     assert ready_after.json()["status"] == "ready"
