@@ -22,6 +22,7 @@ from gateway.api.documents import DocumentController
 from gateway.api.health import HealthController
 from gateway.api.query import QueryController
 from gateway.cache.layer import CacheLayer, open_cache
+from gateway.cache.semantic import SemanticCache
 from gateway.chunking import Chunker
 from gateway.errors import handle_exception
 from gateway.knowledge import KnowledgeBase, NewDocument
@@ -139,6 +140,25 @@ def open_cache_layer(settings: Settings) -> CacheLayer | None:
     )
 
 
+def open_semantic_cache(settings: Settings, cache: CacheLayer | None, embeddings: Embeddings) -> SemanticCache | None:
+    """Shares the layer's backend and namespaced prefix, so a knowledge-version bump reaches it too."""
+    if cache is None or not settings.cache_semantic_enabled:
+        return None
+    namespace = settings.answer_fingerprint()
+    return SemanticCache(
+        cache.backend,
+        embeddings,
+        prefix=f"{settings.cache_prefix}:{namespace}",
+        threshold=settings.cache_semantic_threshold,
+        bands=settings.cache_semantic_bands,
+        bits_per_band=settings.cache_semantic_bits_per_band,
+        max_candidates=settings.cache_semantic_max_candidates,
+        bucket_cap=settings.cache_semantic_bucket_cap,
+        timeout_s=settings.cache_timeout_s,
+        backoff_s=settings.cache_backoff_s,
+    )
+
+
 def _describe_cache(settings: Settings, cache: CacheLayer | None) -> str:
     if cache is None:
         return "disabled"
@@ -206,6 +226,8 @@ def _lifespan(
                     table,
                     QueryLimits(settings.max_query_chars),
                     cache=cache.responses if cache is not None else None,
+                    semantic=open_semantic_cache(settings, cache, query_embeddings),
+                    versions=cache.versions if cache is not None else None,
                 ),
                 llm_check=llm_check,
                 cache=cache,

@@ -7,7 +7,11 @@ from dataclasses import dataclass
 
 import msgspec
 
+from gateway.cache.backend import CacheUnavailableError
 from gateway.cache.exact import ExactCache
+from gateway.cache.keys import KeyParams
+from gateway.cache.semantic import SemanticCache, semantic_scope
+from gateway.cache.versions import KnowledgeVersions
 from gateway.errors import ClientError
 from gateway.knowledge import KnowledgeBase
 from gateway.schemas import QueryRequest, QueryResponse, RouteResponse, Source, Usage
@@ -30,12 +34,16 @@ class QueryService:
         table: RouteTable,
         limits: QueryLimits,
         cache: ExactCache[QueryResponse] | None = None,
+        semantic: SemanticCache | None = None,
+        versions: KnowledgeVersions | None = None,
     ) -> None:
         self._knowledge = knowledge
         self._router = router
         self._table = table
         self._limits = limits
         self._cache = cache
+        self._semantic = semantic
+        self._versions = versions
 
     def _clean(self, query: str) -> str:
         cleaned = query.strip()
@@ -60,25 +68,49 @@ class QueryService:
         query = self._clean(request.query)
         if self._cache is None:
             return await self._compute(request, query, started)
+        params: KeyParams = {"top_k": request.top_k, "allow_escalation": request.allow_escalation}
         outcome = await self._cache.get_or_compute(
             tenant=request.tenant,
             route=request.route,
             query=query,
-            params={"top_k": request.top_k, "allow_escalation": request.allow_escalation},
-            compute=lambda: self._compute(request, query, started),
+            params=params,
+            compute=lambda: self._semantic_or_compute(request, query, started, params),
         )
-        if not outcome.cached:
-            return outcome.value
-        # A hit costs no model call: report zero new usage so clients never count the cost twice.
-        return msgspec.structs.replace(
-            outcome.value,
-            cached=True,
-            latency_ms=round((time.perf_counter() - started) * 1000, 2),
-            usage=Usage(llm_calls=0, input_tokens=0, output_tokens=0, cost_usd=0.0),
-        )
+        return outcome.value if not outcome.cached else _served_from_cache(outcome.value, started)
 
-    async def _compute(self, request: QueryRequest, query: str, started: float) -> QueryResponse:
+    async def _semantic_or_compute(
+        self, request: QueryRequest, query: str, started: float, params: KeyParams
+    ) -> QueryResponse:
+        """Inside the exact cache's single flight: a paraphrase of a cached query is served its answer."""
+        if self._semantic is None or self._versions is None:
+            return await self._compute(request, query, started)
+        try:
+            version = await self._versions.current(request.tenant)  # read before computing, like the exact key
+        except CacheUnavailableError:
+            return await self._compute(request, query, started)
+        scope = semantic_scope(request.route, params)
         vector = await self._knowledge.embed_query(query)
+        hit = await self._semantic.lookup(request.tenant, version, query, vector, scope=scope)
+        if hit is not None:
+            try:
+                found = msgspec.json.decode(hit.payload, type=QueryResponse)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                found = None
+            if found is not None:
+                served = _served_from_cache(found, started)
+                return msgspec.structs.replace(served, steps=[f"semantic_cache(similarity={hit.similarity:.3f})"])
+        response = await self._compute(request, query, started, vector=vector)
+        ttl = self._cache.ttl_for(response.route) if self._cache is not None else 0
+        if ttl > 0 and not response.abstained:
+            payload = msgspec.json.encode(response)
+            await self._semantic.store(request.tenant, version, query, vector, payload, scope=scope, ttl_s=ttl)
+        return response
+
+    async def _compute(
+        self, request: QueryRequest, query: str, started: float, *, vector: list[float] | None = None
+    ) -> QueryResponse:
+        if vector is None:
+            vector = await self._knowledge.embed_query(query)
         decision, router_calls = await self._router.decide(query, request.route, vector)
         result = await self._table.run(
             decision.route,
@@ -106,6 +138,16 @@ class QueryService:
             stop_reason=result.stop_reason,
             escalated_from=result.escalated_from,
         )
+
+
+def _served_from_cache(response: QueryResponse, started: float) -> QueryResponse:
+    """A cached answer costs no model call: zero new usage, so clients never count the cost twice."""
+    return msgspec.structs.replace(
+        response,
+        cached=True,
+        latency_ms=round((time.perf_counter() - started) * 1000, 2),
+        usage=Usage(llm_calls=0, input_tokens=0, output_tokens=0, cost_usd=0.0),
+    )
 
 
 def to_route_response(decision: RouteDecision) -> RouteResponse:

@@ -84,6 +84,13 @@ class Settings(BaseSettings):
     cache_memory_max_entries: int = Field(10_000, ge=1)
     cache_memory_max_bytes: int = Field(64 * 1024 * 1024, ge=1)
     embedding_cache_ttl_s: float = Field(7 * 24 * 3600.0, ge=0)
+    # Semantic cache (opt-in): LSH buckets in plain Redis, exact cosine re-check, contrast guard.
+    cache_semantic_enabled: bool = False
+    cache_semantic_threshold: float = Field(0.87, ge=0.0, le=1.0)
+    cache_semantic_bands: int = Field(24, ge=1)
+    cache_semantic_bits_per_band: int = Field(12, ge=1, le=62)
+    cache_semantic_max_candidates: int = Field(64, ge=1)
+    cache_semantic_bucket_cap: int = Field(32, ge=1)
 
     # Knowledge ingestion
     chunk_size: int = Field(700, ge=100)

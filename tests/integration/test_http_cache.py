@@ -66,3 +66,21 @@ async def test_same_query_two_tenants_two_answers(make_client: Any, settings: Se
     assert "25 days" in acme["answer"]
     assert "30 days" in globex["answer"]
     assert globex["cached"] is False
+
+
+async def test_semantic_cache_serves_a_paraphrase_but_not_a_contrast(make_client: Any, settings: Settings) -> None:
+    semantic = cached_settings(settings).model_copy(update={"cache_semantic_enabled": True})
+    async with make_client(answer_with_first_passage, settings_override=semantic) as (client, model):
+        await upsert(client, "acme", "In 2023 Acme employees got 25 days of annual leave; in 2024 they got 27.")
+        first = await ask(client, "acme", "How many days of annual leave did employees get in 2023?")
+        paraphrase = await ask(client, "acme", "In 2023, how many days of annual leave did employees get?")
+        other_year = await ask(client, "acme", "How many days of annual leave did employees get in 2024?")
+        negated = await ask(client, "acme", "How many days of annual leave did employees not get in 2023?")
+    assert first["cached"] is False
+    assert paraphrase["cached"] is True
+    assert paraphrase["answer"] == first["answer"]
+    assert paraphrase["steps"][0].startswith("semantic_cache(similarity=")
+    assert paraphrase["usage"]["llm_calls"] == 0
+    assert other_year["cached"] is False  # a different number never hits (GPTCache issue 694)
+    assert negated["cached"] is False  # nor does a negation
+    assert sum("Context passages" in str(m[-1].content) for m, _ in model.calls) == 3

@@ -1,0 +1,387 @@
+"""The semantic response cache (opt-in): a paraphrase of a cached question is served the cached answer.
+
+It runs on plain Redis 7 (no RediSearch): candidates come from random-hyperplane LSH. Each entry is
+filed under one bucket per band (a sorted set of entry ids scored by expiry, capped, with a TTL);
+a lookup reads the query's buckets, keeps the ids that collide in the most bands, fetches at most
+``max_candidates`` stored vectors, re-checks the exact cosine in process and then asks the contrast
+guard (:mod:`gateway.cache.contrast`) whether the best match really asks the same thing. Lookup cost
+is therefore bounded whatever the cache size: ``bands`` bucket reads of ``bucket_cap`` ids, one
+MGET of ``max_candidates`` vectors, one GET of the winning payload.
+
+Every key carries the tenant and its knowledge version (and a scope digest of the request options),
+so tenants never see each other's answers and a version bump makes every earlier entry unreachable.
+Like the exact cache it never fails a request: any backend error or timeout is a miss.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeAlias
+
+import msgspec
+import numpy as np
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from gateway.cache.backend import (
+    DEFAULT_BACKOFF_S,
+    DEFAULT_TIMEOUT_S,
+    CacheBackend,
+    CacheUnavailableError,
+    RedisBackend,
+)
+from gateway.cache.contrast import Contrast, find_contrast
+from gateway.cache.keys import DEFAULT_PREFIX, normalize_query, sha256_hex
+from gateway.providers.vectorstores.base import check_tenant
+
+logger = logging.getLogger(__name__)
+
+Vector: TypeAlias = np.ndarray[Any, np.dtype[np.float32]]
+EmbedFn: TypeAlias = Callable[[str], Awaitable[Any]]
+Guard: TypeAlias = Callable[[str, str], Contrast | None]
+
+# Calibrated with `python -m gateway.cache.evaluate_semantic` on gateway/cache/data/semantic_pairs.jsonl.
+DEFAULT_THRESHOLD = 0.87
+DEFAULT_BANDS = 24
+DEFAULT_BITS_PER_BAND = 12
+DEFAULT_TTL_S = 3600.0
+DEFAULT_MAX_CANDIDATES = 64
+DEFAULT_BUCKET_CAP = 32
+MAX_GUARD_CHECKS = 8  # candidates above the threshold that the guard may examine per lookup
+
+
+class _Record(msgspec.Struct, array_like=True):
+    query: str
+    vector: bytes  # float32, L2-normalised
+
+
+@dataclass(frozen=True, slots=True)
+class SemanticHit:
+    """What a lookup found: the stored payload, how close it was and to which question."""
+
+    payload: bytes
+    similarity: float
+    matched_query: str
+    entry_id: str
+
+
+@dataclass(slots=True)
+class SemanticStats:
+    """Counters since start-up; the ``last_*`` fields show what one lookup cost (tests, debugging)."""
+
+    lookups: int = 0
+    hits: int = 0
+    misses: int = 0
+    rejected: int = 0  # candidates above the threshold refused by the contrast guard
+    stores: int = 0
+    errors: int = 0  # backend or embedding failures, each degraded to a miss / no store
+    candidates: int = 0  # vectors fetched over all lookups
+    last_candidates: int = 0  # vectors fetched by the latest lookup (bounded by max_candidates)
+    last_ids_seen: int = 0  # distinct entry ids in the latest lookup's buckets (bounded by bands * bucket_cap)
+    last_rejection: Contrast | None = None  # why the latest lookup refused its best candidate, if it did
+
+
+class HyperplaneLSH:
+    """Signed random projections, ``bits_per_band`` bits per band: similar vectors share band values.
+
+    Seeded, so every replica (and every restart) files a vector under the same buckets.
+    """
+
+    def __init__(self, dim: int, bands: int, bits_per_band: int, seed: int = 0) -> None:
+        if dim < 1 or bands < 1 or not 1 <= bits_per_band <= 62:
+            raise ValueError("LSH needs dim >= 1, bands >= 1 and 1..62 bits per band")
+        self.dim, self.bands, self.bits = dim, bands, bits_per_band
+        self._planes = np.random.default_rng(seed).standard_normal((bands * bits_per_band, dim)).astype(np.float32)
+        self._weights = 1 << np.arange(bits_per_band, dtype=np.int64)
+
+    def band_values(self, vector: Vector) -> list[int]:
+        signs = (self._planes @ vector > 0).reshape(self.bands, self.bits)
+        return [int(v) for v in signs.astype(np.int64) @ self._weights]
+
+
+def semantic_scope(route: str, params: Mapping[str, Any] | None = None) -> str:
+    """The request options that change an answer, as one string: entries are shared only within a scope."""
+    return route + ":" + json.dumps(dict(params or {}), sort_keys=True, separators=(",", ":"))
+
+
+def _normalise(vector: Any) -> Vector:
+    array = np.asarray(vector, dtype=np.float32).reshape(-1)
+    norm = float(np.linalg.norm(array))
+    return array / norm if norm > 0 else array
+
+
+def _embedder(embed: Any) -> EmbedFn:
+    """Accept an async ``str -> vector`` function, a ``USEEmbeddings`` or any LangChain ``Embeddings``."""
+    if hasattr(embed, "embed_array"):
+
+        async def use(text: str) -> Any:
+            return embed.embed_array([text])[0]  # one query is ~3 ms: not worth a thread hop
+
+        return use
+    if hasattr(embed, "aembed_query"):
+        return embed.aembed_query  # type: ignore[no-any-return]
+    if callable(embed):
+        return embed  # type: ignore[no-any-return]
+    raise TypeError("embed must be an async function, USEEmbeddings or a LangChain Embeddings")
+
+
+class _Index(Protocol):
+    async def members(self, buckets: list[str], limit: int, now_ms: int) -> list[list[str]]: ...
+    async def get_many(self, keys: list[str]) -> list[bytes | None]: ...
+    async def put(self, values: dict[str, bytes], buckets: list[str], member: str, ttl_s: float, cap: int) -> None: ...
+
+
+class _RedisIndex:
+    """Buckets as sorted sets (member: entry id, score: expiry in ms), every call bounded by a timeout."""
+
+    def __init__(self, client: Redis, timeout_s: float, backoff_s: float, shared: RedisBackend | None) -> None:
+        self._client, self._timeout_s, self._backoff_s, self._shared = client, timeout_s, backoff_s, shared
+        self._down_until = 0.0
+
+    async def _run(self, op: str, call: Callable[[], Awaitable[Any]]) -> Any:
+        if time.monotonic() < self._down_until or (self._shared is not None and not self._shared.available):
+            raise CacheUnavailableError(f"semantic cache {op} skipped: Redis failed recently")
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                return await call()
+        except (RedisError, OSError, TimeoutError) as exc:
+            self._down_until = time.monotonic() + self._backoff_s
+            raise CacheUnavailableError(f"semantic cache {op} failed: {exc or type(exc).__name__}") from exc
+
+    async def members(self, buckets: list[str], limit: int, now_ms: int) -> list[list[str]]:
+        async def call() -> Any:
+            pipe = self._client.pipeline(transaction=False)
+            for key in buckets:
+                pipe.zrevrangebyscore(key, "+inf", now_ms, start=0, num=limit)
+            return await pipe.execute()
+
+        rows = await self._run("members", call)
+        return [[m.decode() if isinstance(m, bytes) else str(m) for m in row] for row in rows]
+
+    async def get_many(self, keys: list[str]) -> list[bytes | None]:
+        return list(await self._run("mget", lambda: self._client.mget(keys))) if keys else []
+
+    async def put(self, values: dict[str, bytes], buckets: list[str], member: str, ttl_s: float, cap: int) -> None:
+        ttl_ms = max(1, round(ttl_s * 1000))
+        now_ms = _now_ms()
+
+        async def call() -> Any:
+            pipe = self._client.pipeline(transaction=False)
+            for key, value in values.items():
+                pipe.set(key, value, px=ttl_ms)
+            for key in buckets:
+                pipe.zadd(key, {member: now_ms + ttl_ms})
+                pipe.zremrangebyscore(key, "-inf", now_ms)  # expired members
+                pipe.zremrangebyrank(key, 0, -cap - 1)  # keep the `cap` latest-expiring
+                pipe.pexpire(key, ttl_ms, nx=True)  # a new bucket gets a TTL…
+                pipe.pexpire(key, ttl_ms, gt=True)  # …an old one lives as long as its longest-lived member
+            return await pipe.execute()
+
+        await self._run("store", call)
+
+
+class _BackendIndex:
+    """Any ``CacheBackend`` (the in-process ``MemoryBackend``): buckets as JSON lists of [id, expiry]."""
+
+    def __init__(self, backend: CacheBackend) -> None:
+        self._backend = backend
+
+    async def _bucket(self, key: str, now_ms: int) -> list[list[Any]]:
+        raw = await self._backend.get(key)
+        rows: list[list[Any]] = json.loads(raw) if raw else []
+        return [row for row in rows if row[1] > now_ms]
+
+    async def members(self, buckets: list[str], limit: int, now_ms: int) -> list[list[str]]:
+        return [[row[0] for row in (await self._bucket(key, now_ms))[:limit]] for key in buckets]
+
+    async def get_many(self, keys: list[str]) -> list[bytes | None]:
+        return [await self._backend.get(key) for key in keys]
+
+    async def put(self, values: dict[str, bytes], buckets: list[str], member: str, ttl_s: float, cap: int) -> None:
+        now_ms = _now_ms()
+        for key, value in values.items():
+            await self._backend.set(key, value, ttl_s)
+        for key in buckets:  # read-modify-write is fine in one process; use Redis across replicas
+            rows = [row for row in await self._bucket(key, now_ms) if row[0] != member]
+            rows = sorted([[member, now_ms + round(ttl_s * 1000)], *rows], key=lambda r: -int(r[1]))[:cap]
+            await self._backend.set(key, json.dumps(rows).encode(), (rows[0][1] - now_ms) / 1000)
+
+
+class SemanticCache:
+    """``lookup`` before computing an answer, ``store`` after: see the module docstring for the layout."""
+
+    def __init__(
+        self,
+        store: CacheBackend | Redis,
+        embed: Any = None,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        threshold: float = DEFAULT_THRESHOLD,
+        bands: int = DEFAULT_BANDS,
+        bits_per_band: int = DEFAULT_BITS_PER_BAND,
+        ttl_s: float = DEFAULT_TTL_S,
+        max_candidates: int = DEFAULT_MAX_CANDIDATES,
+        bucket_cap: int = DEFAULT_BUCKET_CAP,
+        seed: int = 0,
+        guard: Guard | None = find_contrast,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        backoff_s: float = DEFAULT_BACKOFF_S,
+    ) -> None:
+        if not -1.0 <= threshold <= 1.0 or ttl_s <= 0 or max_candidates < 1 or bucket_cap < 1:
+            raise ValueError("invalid semantic cache settings")
+        self._index: _Index
+        if isinstance(store, RedisBackend):
+            self._index = _RedisIndex(store.client, timeout_s, backoff_s, store)
+        elif isinstance(store, Redis):
+            self._index = _RedisIndex(store, timeout_s, backoff_s, None)
+        else:
+            self._index = _BackendIndex(store)
+        self._embed = _embedder(embed) if embed is not None else None
+        self._prefix, self.threshold, self.ttl_s = prefix, threshold, ttl_s
+        self._bands, self._bits, self._seed = bands, bits_per_band, seed
+        self._max_candidates, self._bucket_cap, self._guard = max_candidates, bucket_cap, guard
+        self._lsh: dict[int, HyperplaneLSH] = {}
+        self._degraded = False
+        self.stats = SemanticStats()
+
+    def _base(self, tenant: str, version: int, scope: str) -> str:
+        scope_part = sha256_hex(scope)[:12] if scope else "any"
+        return f"{self._prefix}:sem:{check_tenant(tenant)}:v{version}:{scope_part}"
+
+    def bucket_keys(self, tenant: str, version: int, vector: Vector, scope: str = "") -> list[str]:
+        """One key per band: prefix, tenant, version, scope, LSH shape and the band's value."""
+        lsh = self._lsh.get(vector.shape[0])
+        if lsh is None:
+            lsh = self._lsh[vector.shape[0]] = HyperplaneLSH(vector.shape[0], self._bands, self._bits, self._seed)
+        head = f"{self._base(tenant, version, scope)}:h{self._bands}x{self._bits}d{lsh.dim}s{self._seed}"
+        width = (self._bits + 3) // 4
+        return [f"{head}:b{band}:{value:0{width}x}" for band, value in enumerate(lsh.band_values(vector))]
+
+    async def _vector(self, query: str, vector: Any) -> Vector | None:
+        if vector is not None:
+            return _normalise(vector)
+        if self._embed is None:
+            raise ValueError("pass the query vector or give the cache an embed function")
+        try:
+            return _normalise(await self._embed(query))
+        except Exception as exc:  # the cache must never fail a request, not even through its embedder
+            self._record_error(f"embedding failed: {exc}")
+            return None
+
+    async def lookup(
+        self, tenant: str, version: int, query: str, vector: Any = None, *, scope: str = ""
+    ) -> SemanticHit | None:
+        """The closest cached question above the threshold that the guard accepts, else None (also on errors)."""
+        self.stats.lookups += 1
+        self.stats.last_candidates = self.stats.last_ids_seen = 0
+        self.stats.last_rejection = None
+        hit = await self._lookup(tenant, version, query, vector, scope)
+        if hit is None:
+            self.stats.misses += 1
+        else:
+            self.stats.hits += 1
+        return hit
+
+    async def _lookup(self, tenant: str, version: int, query: str, vector: Any, scope: str) -> SemanticHit | None:
+        qvec = await self._vector(query, vector)
+        if qvec is None:
+            return None
+        base = self._base(tenant, version, scope)
+        try:
+            rows = await self._index.members(
+                self.bucket_keys(tenant, version, qvec, scope), self._bucket_cap, _now_ms()
+            )
+            # Ids colliding in more bands are likelier to be close: fetch those first (ties: first seen, i.e.
+            # latest-expiring in the first band that holds them).
+            votes = Counter(entry for row in rows for entry in row)
+            self.stats.last_ids_seen = len(votes)
+            ids = [entry for entry, _ in votes.most_common(self._max_candidates)]
+            raw = await self._index.get_many([f"{base}:e:{entry}" for entry in ids])
+            self.stats.last_candidates = len(ids)
+            self.stats.candidates += len(ids)
+            scored = sorted(self._score(qvec, ids, raw), reverse=True)
+            for similarity, entry, matched in scored[:MAX_GUARD_CHECKS]:
+                if similarity < self.threshold:
+                    break
+                contrast = self._guard(query, matched) if self._guard else None
+                if contrast is not None:
+                    self.stats.rejected += 1
+                    self.stats.last_rejection = contrast
+                    logger.debug("semantic candidate %r rejected for %r: %s", matched, query, contrast.reason)
+                    continue
+                payload = (await self._index.get_many([f"{base}:r:{entry}"]))[0]
+                if payload is not None:
+                    self._record_success()
+                    return SemanticHit(payload, round(similarity, 4), matched, entry)
+        except CacheUnavailableError as exc:
+            self._record_error(exc.detail)
+            return None
+        self._record_success()
+        return None
+
+    def _score(self, qvec: Vector, ids: list[str], raw: list[bytes | None]) -> list[tuple[float, str, str]]:
+        scored = []
+        for entry, blob in zip(ids, raw, strict=True):
+            if blob is None:
+                continue  # expired or evicted since it was filed
+            try:
+                record = msgspec.msgpack.decode(blob, type=_Record)
+            except msgspec.DecodeError:
+                continue
+            stored = np.frombuffer(record.vector, dtype=np.float32)
+            if stored.shape == qvec.shape:
+                scored.append((float(stored @ qvec), entry, record.query))
+        return scored
+
+    async def store(
+        self,
+        tenant: str,
+        version: int,
+        query: str,
+        vector: Any,
+        payload: bytes,
+        *,
+        scope: str = "",
+        ttl_s: float | None = None,
+    ) -> bool:
+        """File ``payload`` (a serialised response, or an exact-cache key) under ``query``; False if it failed."""
+        ttl = self.ttl_s if ttl_s is None else ttl_s
+        if ttl <= 0:
+            return False
+        qvec = await self._vector(query, vector)
+        if qvec is None:
+            return False
+        entry = sha256_hex(normalize_query(query))[:16]  # the same question replaces its entry
+        base = self._base(tenant, version, scope)
+        record = msgspec.msgpack.encode(_Record(query, qvec.astype(np.float32).tobytes()))
+        values = {f"{base}:e:{entry}": record, f"{base}:r:{entry}": payload}
+        try:
+            buckets = self.bucket_keys(tenant, version, qvec, scope)
+            await self._index.put(values, buckets, entry, ttl, self._bucket_cap)
+        except CacheUnavailableError as exc:
+            self._record_error(exc.detail)
+            return False
+        self._record_success()
+        self.stats.stores += 1
+        return True
+
+    def _record_error(self, detail: str) -> None:
+        self.stats.errors += 1
+        if not self._degraded:
+            self._degraded = True
+            logger.warning("semantic cache degraded to misses: %s", detail)
+
+    def _record_success(self) -> None:
+        if self._degraded:
+            self._degraded = False
+            logger.info("semantic cache recovered")
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

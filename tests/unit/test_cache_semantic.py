@@ -1,0 +1,246 @@
+"""The semantic cache over the in-process backend: LSH, keys, threshold, guard, TTLs and degradation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gateway.cache.backend import CacheUnavailableError, MemoryBackend
+from gateway.cache.contrast import Contrast
+from gateway.cache.semantic import (
+    DEFAULT_THRESHOLD,
+    HyperplaneLSH,
+    SemanticCache,
+    SemanticHit,
+    semantic_scope,
+)
+from gateway.providers.embeddings import USEEmbeddings
+
+DIM = 64
+
+
+def unit(seed: int, dim: int = DIM) -> np.ndarray:
+    vector = np.random.default_rng(seed).standard_normal(dim).astype(np.float32)
+    normalised: np.ndarray = vector / np.linalg.norm(vector)
+    return normalised
+
+
+def near(vector: np.ndarray, cosine: float, seed: int = 99) -> np.ndarray:
+    """A unit vector at exactly ``cosine`` from ``vector``."""
+    noise = unit(seed, vector.shape[0])
+    orthogonal = noise - (noise @ vector) * vector
+    orthogonal /= np.linalg.norm(orthogonal)
+    result: np.ndarray = cosine * vector + np.sqrt(1 - cosine**2) * orthogonal
+    return result
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FlakyMemory(MemoryBackend):
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = False
+
+    async def get(self, key: str) -> bytes | None:
+        if self.down:
+            raise CacheUnavailableError("cache get failed: connection refused")
+        return await super().get(key)
+
+    async def set(self, key: str, value: bytes, ttl_s: float) -> None:
+        if self.down:
+            raise CacheUnavailableError("cache set failed: connection refused")
+        await super().set(key, value, ttl_s)
+
+
+def make(backend: MemoryBackend | None = None, **kwargs: object) -> SemanticCache:
+    store = backend if backend is not None else MemoryBackend()  # an empty MemoryBackend is falsy (len 0)
+    return SemanticCache(store, None, prefix="t", **kwargs)  # type: ignore[arg-type]
+
+
+def test_lsh_is_deterministic_per_seed() -> None:
+    vector = unit(1)
+    first, again = HyperplaneLSH(DIM, 8, 12, seed=7), HyperplaneLSH(DIM, 8, 12, seed=7)
+    assert first.band_values(vector) == again.band_values(vector)
+    assert HyperplaneLSH(DIM, 8, 12, seed=8).band_values(vector) != first.band_values(vector)
+    assert all(0 <= value < 2**12 for value in first.band_values(vector))
+    assert len(first.band_values(vector)) == 8
+
+
+def test_lsh_files_close_vectors_together_and_far_ones_apart() -> None:
+    lsh = HyperplaneLSH(DIM, 24, 12)
+    base = lsh.band_values(unit(1))
+    close = [sum(a == b for a, b in zip(base, lsh.band_values(near(unit(1), 0.98, s)), strict=True)) for s in range(20)]
+    far = [sum(a == b for a, b in zip(base, lsh.band_values(unit(s)), strict=True)) for s in range(100, 120)]
+    assert min(close) >= 1  # a near-duplicate always shares at least one bucket
+    assert sum(close) / len(close) > 5 * max(sum(far) / len(far), 0.1)
+
+
+def test_lsh_rejects_impossible_shapes() -> None:
+    with pytest.raises(ValueError, match="bits per band"):
+        HyperplaneLSH(DIM, 4, 63)
+
+
+def test_bucket_keys_carry_prefix_tenant_version_and_scope() -> None:
+    cache = make(bands=6, bits_per_band=10)
+    keys = cache.bucket_keys("acme", 42, unit(1))
+    assert len(keys) == 6
+    assert all(key.startswith("t:sem:acme:v42:any:h6x10d64s0:b") for key in keys)
+    assert set(keys).isdisjoint(cache.bucket_keys("globex", 42, unit(1)))
+    assert set(keys).isdisjoint(cache.bucket_keys("acme", 43, unit(1)))
+    assert set(keys).isdisjoint(cache.bucket_keys("acme", 42, unit(1), scope=semantic_scope("auto", {"top_k": 4})))
+    assert keys == cache.bucket_keys("acme", 42, unit(1))
+    with pytest.raises(ValueError, match="tenant"):
+        cache.bucket_keys("acme:v1", 42, unit(1))
+
+
+def test_scope_is_canonical() -> None:
+    assert semantic_scope("auto", {"top_k": 4, "b": True}) == semantic_scope("auto", {"b": True, "top_k": 4})
+    assert semantic_scope("auto", {"top_k": 4}) != semantic_scope("auto", {"top_k": 5})
+
+
+async def test_hit_above_threshold_and_miss_below() -> None:
+    cache = make(threshold=0.9)
+    stored = unit(1)
+    await cache.store("acme", 1, "Where is the VPN guide?", stored, b"answer")
+    hit = await cache.lookup("acme", 1, "Where can I find the VPN guide?", near(stored, 0.95))
+    assert isinstance(hit, SemanticHit)
+    assert (hit.payload, hit.matched_query) == (b"answer", "Where is the VPN guide?")
+    assert hit.similarity == pytest.approx(0.95, abs=1e-3)
+    assert await cache.lookup("acme", 1, "Where can I find the VPN guide?", near(stored, 0.85)) is None
+    assert (cache.stats.hits, cache.stats.misses, cache.stats.stores) == (1, 1, 1)
+
+
+async def test_guard_refuses_a_reversal_however_close() -> None:
+    backend = MemoryBackend()
+    cache = make(backend, threshold=0.9)
+    vector = unit(1)
+    await cache.store("acme", 1, "Who joined the company before Alice?", vector, b"before")
+    assert await cache.lookup("acme", 1, "Who joined the company after Alice?", vector) is None
+    assert cache.stats.rejected == 1
+    assert cache.stats.last_rejection is not None
+    assert cache.stats.last_rejection.rule == "direction_differs"
+    unguarded = make(backend, threshold=0.9, guard=None)
+    hit = await unguarded.lookup("acme", 1, "Who joined the company after Alice?", vector)
+    assert hit is not None  # exactly the GPTCache issue 694 failure the guard exists for
+    assert hit.payload == b"before"
+
+
+async def test_a_refused_best_match_falls_back_to_the_next_acceptable_one() -> None:
+    cache = make(threshold=0.9)
+    query = unit(1)
+    await cache.store("acme", 1, "What were our sales in Q3 2023?", near(query, 0.99, 5), b"2023")
+    await cache.store("acme", 1, "How much did we sell in Q3 2024?", near(query, 0.93, 6), b"2024")
+    hit = await cache.lookup("acme", 1, "What were our sales in Q3 2024?", query)
+    assert hit is not None
+    assert hit.payload == b"2024"
+    assert cache.stats.rejected == 1
+
+
+async def test_custom_guard_is_used() -> None:
+    calls: list[tuple[str, str]] = []
+
+    def refuse_all(query: str, candidate: str) -> Contrast:
+        calls.append((query, candidate))
+        return Contrast("custom", "no")
+
+    cache = make(guard=refuse_all)
+    await cache.store("acme", 1, "a question", unit(1), b"x")
+    assert await cache.lookup("acme", 1, "another question", unit(1)) is None
+    assert calls == [("another question", "a question")]
+
+
+async def test_tenants_versions_and_scopes_are_isolated() -> None:
+    cache = make()
+    await cache.store("acme", 1, "Where is the VPN guide?", unit(1), b"acme", scope="auto:{}")
+    assert await cache.lookup("acme", 1, "Where's the VPN guide?", unit(1), scope="auto:{}") is not None
+    assert await cache.lookup("globex", 1, "Where's the VPN guide?", unit(1), scope="auto:{}") is None
+    assert await cache.lookup("acme", 2, "Where's the VPN guide?", unit(1), scope="auto:{}") is None
+    assert await cache.lookup("acme", 1, "Where's the VPN guide?", unit(1), scope="direct:{}") is None
+
+
+async def test_storing_the_same_question_replaces_its_entry() -> None:
+    cache = make()
+    await cache.store("acme", 1, "Where is the VPN guide?", unit(1), b"old")
+    await cache.store("acme", 1, "where is the  VPN guide?", unit(1), b"new")
+    hit = await cache.lookup("acme", 1, "Where's the VPN guide?", unit(1))
+    assert hit is not None
+    assert hit.payload == b"new"
+    assert cache.stats.last_candidates == 1
+
+
+async def test_entries_expire_with_their_ttl() -> None:
+    clock = FakeClock()
+    cache = make(MemoryBackend(clock=clock), ttl_s=60)
+    await cache.store("acme", 1, "Where is the VPN guide?", unit(1), b"x")
+    await cache.store("acme", 1, "Where is the HR guide?", unit(2), b"y", ttl_s=600)
+    clock.now += 61
+    assert await cache.lookup("acme", 1, "Where's the VPN guide?", unit(1)) is None
+    assert await cache.lookup("acme", 1, "Where's the HR guide?", unit(2)) is not None
+    assert not await cache.store("acme", 1, "never cached", unit(3), b"z", ttl_s=0)
+
+
+async def test_backend_failure_is_a_miss_and_a_failed_store() -> None:
+    backend = FlakyMemory()
+    cache = make(backend)
+    await cache.store("acme", 1, "Where is the VPN guide?", unit(1), b"x")
+    backend.down = True
+    assert await cache.lookup("acme", 1, "Where's the VPN guide?", unit(1)) is None
+    assert await cache.store("acme", 1, "Where is the HR guide?", unit(2), b"y") is False
+    assert cache.stats.errors == 2
+    backend.down = False
+    assert await cache.lookup("acme", 1, "Where's the VPN guide?", unit(1)) is not None
+
+
+async def test_embedding_failure_is_a_miss() -> None:
+    async def broken(_: str) -> np.ndarray:
+        raise RuntimeError("model gone")
+
+    cache = SemanticCache(MemoryBackend(), broken, prefix="t")
+    assert await cache.lookup("acme", 1, "anything") is None
+    assert await cache.store("acme", 1, "anything", None, b"x") is False
+    assert cache.stats.errors == 2
+
+
+async def test_a_vector_is_required_without_an_embedder() -> None:
+    with pytest.raises(ValueError, match="embed"):
+        await make().lookup("acme", 1, "anything")
+
+
+async def test_lookup_cost_is_bounded_as_the_cache_grows() -> None:
+    cache = make(MemoryBackend(max_entries=100_000, max_bytes=1 << 30), max_candidates=16, bucket_cap=8, bands=6)
+    base = unit(1)
+    for i in range(500):  # all close to each other: every bucket of the query is crowded
+        await cache.store("acme", 1, f"question number {i}", near(base, 0.9, seed=1000 + i), b"x")
+    await cache.lookup("acme", 1, "question number 5000", base)
+    assert cache.stats.last_ids_seen <= 6 * 8
+    assert cache.stats.last_ids_seen > 16
+    assert cache.stats.last_candidates == 16
+
+
+async def test_real_embeddings_serve_a_paraphrase_and_refuse_a_reversal(embeddings: USEEmbeddings) -> None:
+    cache = SemanticCache(MemoryBackend(), embeddings, prefix="t")
+    assert cache.threshold == DEFAULT_THRESHOLD
+    await cache.store("acme", 1, "How do I reset my VPN password?", None, b"vpn")
+    await cache.store("acme", 1, "Who joined the company before Alice?", None, b"before")
+    hit = await cache.lookup("acme", 1, "How can I reset the password for my VPN?")
+    assert hit is not None
+    assert hit.payload == b"vpn"
+    assert hit.similarity >= DEFAULT_THRESHOLD
+    assert await cache.lookup("acme", 1, "Who joined the company after Alice?") is None
+    assert cache.stats.rejected == 1
+
+
+async def test_langchain_style_embedder_is_accepted() -> None:
+    class Embedder:
+        async def aembed_query(self, text: str) -> list[float]:
+            return [float(x) for x in unit(len(text))]
+
+    cache = SemanticCache(MemoryBackend(), Embedder(), prefix="t", guard=None)
+    await cache.store("acme", 1, "abc", None, b"x")
+    assert await cache.lookup("acme", 1, "xyz") is not None  # same length -> same vector in this fake
