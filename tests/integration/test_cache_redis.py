@@ -6,9 +6,6 @@ Every test writes under its own key prefix in DB 15 and deletes only that prefix
 from __future__ import annotations
 
 import asyncio
-import os
-from collections.abc import AsyncIterator
-from uuid import uuid4
 
 import numpy as np
 import pytest
@@ -21,11 +18,10 @@ from gateway.cache.exact import ExactCache
 from gateway.cache.keys import embedding_key, lock_key, version_key
 from gateway.cache.versions import KnowledgeVersions
 from gateway.schemas import QueryResponse
+from tests.integration.conftest import REDIS_TEST_URL
 from tests.scripted import query_response
 
 pytestmark = pytest.mark.redis
-
-REDIS_TEST_URL = os.environ.get("REDIS_TEST_URL", "redis://127.0.0.1:6379/15")
 
 
 def answer(text: str, route: str = "single_hop") -> QueryResponse:
@@ -42,31 +38,6 @@ class Counted:
         self.calls += 1
         await asyncio.sleep(self.delay_s)
         return answer(f"{self.text} #{self.calls}", self.route)
-
-
-@pytest.fixture
-async def redis() -> AsyncIterator[Redis]:
-    """A plain client for looking at what the cache wrote."""
-    client = Redis.from_url(REDIS_TEST_URL)
-    yield client
-    await client.aclose()
-
-
-@pytest.fixture
-async def prefix(redis: Redis) -> AsyncIterator[str]:
-    value = f"test-cache-{uuid4().hex}"
-    yield value
-    keys = [key async for key in redis.scan_iter(match=f"{value}:*", count=500)]
-    if keys:
-        await redis.delete(*keys)
-
-
-@pytest.fixture
-async def backend() -> AsyncIterator[RedisBackend]:
-    # A generous timeout: these tests are about behaviour; test_cache_outage is about timeouts.
-    backend = RedisBackend.from_url(REDIS_TEST_URL, timeout_s=0.5)
-    yield backend
-    await backend.close()
 
 
 def make_cache(backend: RedisBackend, prefix: str, **kwargs: float | dict[str, float]) -> ExactCache[QueryResponse]:

@@ -6,11 +6,8 @@ Every test writes under its own key prefix in DB 15 and deletes only that prefix
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
-from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
-from uuid import uuid4
 
 import pytest
 from redis.asyncio import Redis
@@ -23,34 +20,12 @@ from gateway.cache.evaluate_semantic import Pair, load_pairs
 from gateway.cache.semantic import DEFAULT_THRESHOLD, SemanticCache
 from gateway.cache.versions import KnowledgeVersions
 from gateway.providers.embeddings import USEEmbeddings
+from tests.integration.conftest import REDIS_TEST_URL
 
 pytestmark = pytest.mark.redis
 
-REDIS_TEST_URL = os.environ.get("REDIS_TEST_URL", "redis://127.0.0.1:6379/15")
+
 CATEGORIES = ("number", "date", "negation", "entity", "comparison", "role", "topic")
-
-
-@pytest.fixture
-async def redis() -> AsyncIterator[Redis]:
-    client = Redis.from_url(REDIS_TEST_URL)
-    yield client
-    await client.aclose()
-
-
-@pytest.fixture
-async def prefix(redis: Redis) -> AsyncIterator[str]:
-    value = f"test-semantic-{uuid4().hex}"
-    yield value
-    keys = [key async for key in redis.scan_iter(match=f"{value}:*", count=1000)]
-    if keys:
-        await redis.delete(*keys)
-
-
-@pytest.fixture
-async def backend() -> AsyncIterator[RedisBackend]:
-    backend = RedisBackend.from_url(REDIS_TEST_URL, timeout_s=0.5)
-    yield backend
-    await backend.close()
 
 
 @pytest.fixture
