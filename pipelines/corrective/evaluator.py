@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 from pipelines.corrective.policy import CorrectivePolicy
 from pipelines.corrective.prompts import GRADE_SYSTEM, GRADE_USER
 from pipelines.shared.deps import ChatClient, LLMCall, Passage, StructuredOutputError
-from pipelines.shared.relevance import Verdict, relevance
+from pipelines.shared.relevance import QueryScorer, Verdict
 from pipelines.shared.strips import split_strips
 from pipelines.shared.support import lexical_support
 
@@ -43,9 +43,10 @@ def excerpt(policy: CorrectivePolicy, question: str, passage: Passage) -> str:
     strips = split_strips(passage.text)
     if len(passage.text) <= GRADER_TEXT_CHARS or len(strips) < 2:
         return passage.text[:GRADER_TEXT_CHARS]
+    scorer = QueryScorer.of(policy.relevance, question)
     scored = sorted(
         range(len(strips)),
-        key=lambda i: -relevance(policy.relevance, question, passage.title, strips[i], passage.score),
+        key=lambda i: -scorer.score(passage.title, strips[i], passage.score),
     )
     chosen: list[int] = []
     for index in scored:
@@ -87,7 +88,8 @@ async def evaluate_passages(
     the original question.
     """
     queries = [question] if scoring_query in (None, question) else [question, scoring_query]
-    scores = [max(relevance(policy.relevance, q, p.title, p.text, p.score) for q in queries) for p in passages]
+    scorers = [QueryScorer.of(policy.relevance, q) for q in queries]
+    scores = [max(scorer.score(p.title, p.text, p.score) for scorer in scorers) for p in passages]
     relevant = [p for p, s in zip(passages, scores, strict=True) if s >= policy.upper]
     band = sorted(((s, i) for i, s in enumerate(scores) if policy.lower <= s < policy.upper), key=lambda pair: -pair[0])
     exploring = False

@@ -9,7 +9,7 @@ import numpy as np
 
 from pipelines.corrective.policy import CorrectivePolicy
 from pipelines.shared.deps import Passage
-from pipelines.shared.relevance import relevance
+from pipelines.shared.relevance import QueryScorer
 from pipelines.shared.strips import split_strips
 
 EmbedTexts = Callable[[list[str]], Awaitable[list[list[float]]]]
@@ -25,9 +25,9 @@ async def refine_evidence(
         return []
     vectors = np.asarray(await embed([question, *[strip for _, _, strip in pieces]]), dtype=np.float32)
     cosines = vectors[1:] @ vectors[0]
+    scorer = QueryScorer.of(policy.relevance, question)
     scores = [
-        relevance(policy.relevance, question, evidence[i].title, strip, float(cos))
-        for (i, _, strip), cos in zip(pieces, cosines, strict=True)
+        scorer.score(evidence[i].title, strip, float(cos)) for (i, _, strip), cos in zip(pieces, cosines, strict=True)
     ]
     ranked = sorted(range(len(pieces)), key=lambda n: -scores[n])
     chosen = [n for n in ranked if scores[n] >= policy.strip_threshold][: policy.max_strips]

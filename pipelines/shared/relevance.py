@@ -10,6 +10,7 @@ chosen to look relevant, which is why uncertain scores go on to the LLM grader).
 from __future__ import annotations
 
 import math
+from collections.abc import Set
 from dataclasses import dataclass
 from typing import Literal
 
@@ -36,18 +37,33 @@ class RelevanceModel:
         return 1.0 / (1.0 + math.exp(-z))
 
 
-def overlap(query_terms: set[str], text: str) -> float:
+def overlap(query_terms: Set[str], text: str) -> float:
     """Share of the query's content terms that occur in ``text``."""
     if not query_terms:
         return 0.0
     return len(query_terms & terms(text)) / len(query_terms)
 
 
+@dataclass(frozen=True, slots=True)
+class QueryScorer:
+    """The query's side of the features, computed once: one query is scored against many passages and strips."""
+
+    model: RelevanceModel
+    terms: frozenset[str]
+    cjk: bool
+
+    @classmethod
+    def of(cls, model: RelevanceModel, query: str) -> QueryScorer:
+        return cls(model, frozenset(terms(query)), mostly_cjk(query))
+
+    def score(self, title: str, text: str, cosine: float) -> float:
+        if self.cjk != mostly_cjk(text):
+            return self.model.cross_script_probability(cosine)
+        return self.model.probability(cosine, overlap(self.terms, text), overlap(self.terms, title))
+
+
 def relevance(model: RelevanceModel, query: str, title: str, text: str, cosine: float) -> float:
-    if mostly_cjk(query) != mostly_cjk(text):
-        return model.cross_script_probability(cosine)
-    query_terms = terms(query)
-    return model.probability(cosine, overlap(query_terms, text), overlap(query_terms, title))
+    return QueryScorer.of(model, query).score(title, text, cosine)
 
 
 Verdict = Literal["correct", "ambiguous", "incorrect"]
@@ -55,7 +71,8 @@ Verdict = Literal["correct", "ambiguous", "incorrect"]
 
 def fast_verdict(model: RelevanceModel, query: str, passages: list[Passage], lower: float, upper: float) -> Verdict:
     """CRAG's action from the fast scorer alone: any above ``upper`` correct, all below ``lower`` incorrect."""
-    scores = [relevance(model, query, p.title, p.text, p.score) for p in passages]
+    scorer = QueryScorer.of(model, query)
+    scores = [scorer.score(p.title, p.text, p.score) for p in passages]
     if any(s >= upper for s in scores):
         return "correct"
     if all(s < lower for s in scores):
