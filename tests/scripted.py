@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
+
+from gateway.schemas import QueryResponse, Usage
 
 
 def schema_name(kwargs: dict[str, Any]) -> str | None:
@@ -40,10 +43,10 @@ def answer_with_first_passage(messages: list[Any], _: dict[str, Any]) -> str:
     return first.split(") ", 1)[1] + " [1]"
 
 
-def query_response(text: str = "a", route: str = "single_hop", *, abstained: bool = False, llm_calls: int = 1) -> Any:
-    """A complete ``QueryResponse`` for cache tests (imported lazily: this module is imported by conftest)."""
-    from gateway.schemas import QueryResponse, Usage
-
+def query_response(
+    text: str = "a", route: str = "single_hop", *, abstained: bool = False, llm_calls: int = 1
+) -> QueryResponse:
+    """A complete ``QueryResponse`` for cache tests."""
     return QueryResponse(
         answer=text,
         route=route,
@@ -61,3 +64,16 @@ def query_response(text: str = "a", route: str = "single_hop", *, abstained: boo
         stop_reason=None,
         escalated_from=None,
     )
+
+
+class CountedCompute:
+    """A cache computation that counts its calls and can be slow (for stampede tests)."""
+
+    def __init__(self, text: str = "computed", route: str = "single_hop", delay_s: float = 0.0) -> None:
+        self.calls = 0
+        self.text, self.route, self.delay_s = text, route, delay_s
+
+    async def __call__(self) -> QueryResponse:
+        self.calls += 1
+        await asyncio.sleep(self.delay_s)
+        return query_response(f"{self.text} #{self.calls}", self.route)

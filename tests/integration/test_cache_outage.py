@@ -21,43 +21,14 @@ from gateway.cache.backend import CacheUnavailableError, RedisBackend
 from gateway.cache.embeddings import CachedEmbeddings
 from gateway.cache.exact import ExactCache
 from gateway.cache.versions import KnowledgeVersions
-from gateway.schemas import QueryResponse, Usage
+from gateway.schemas import QueryResponse
 from tests.redis_proxy import TcpProxy
+from tests.scripted import CountedCompute, query_response
 
 pytestmark = pytest.mark.redis
 
 REDIS_TEST_URL = os.environ.get("REDIS_TEST_URL", "redis://127.0.0.1:6379/15")
 BACKOFF_S = 0.2
-
-
-def answer(text: str) -> QueryResponse:
-    usage = Usage(llm_calls=1, input_tokens=1, output_tokens=1, cost_usd=0.0)
-    return QueryResponse(
-        answer=text,
-        route="single_hop",
-        route_confidence=1.0,
-        route_reason="test",
-        sources=[],
-        cached=False,
-        usage=usage,
-        latency_ms=1.0,
-        steps=[],
-        classifier="logistic",
-        classified_route="single_hop",
-        abstained=False,
-        evidence=[],
-        stop_reason=None,
-        escalated_from=None,
-    )
-
-
-class Counted:
-    def __init__(self) -> None:
-        self.calls = 0
-
-    async def __call__(self) -> QueryResponse:
-        self.calls += 1
-        return answer(f"computed #{self.calls}")
 
 
 class CountingEmbeddings(Embeddings):
@@ -108,7 +79,7 @@ async def test_redis_stopping_mid_run_degrades_to_misses_and_caching_resumes_whe
 ) -> None:
     versions = KnowledgeVersions(backend, prefix=prefix)
     cache = ExactCache(backend, versions, QueryResponse, prefix=prefix)
-    compute = Counted()
+    compute = CountedCompute()
     assert (await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)).source == "computed"
     key = await cache.key_for("acme", "auto", "q")
     assert key is not None
@@ -120,7 +91,7 @@ async def test_redis_stopping_mid_run_degrades_to_misses_and_caching_resumes_whe
     assert backend.failures == 1
     down = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)
     assert (down.source, down.value.answer) == ("bypass", "computed #2")
-    assert not await cache.set(key, answer("lost"))
+    assert not await cache.set(key, query_response("lost"))
     assert await versions.bump("acme") is None  # a document changed while Redis was down
     assert cache.errors == 3
     assert backend.skipped >= 1  # inside the backoff Redis is not even tried
@@ -144,7 +115,7 @@ async def test_a_slow_redis_costs_a_request_the_timeout_not_the_delay(
     cache = ExactCache(backend, KnowledgeVersions(backend, prefix=prefix), QueryResponse, prefix=prefix)
     key = await cache.key_for("acme", "auto", "q")
     assert key is not None
-    assert await cache.set(key, answer("stored"))
+    assert await cache.set(key, query_response("stored"))
 
     proxy.delay_s = 0.5
     loop = asyncio.get_running_loop()
@@ -153,7 +124,7 @@ async def test_a_slow_redis_costs_a_request_the_timeout_not_the_delay(
     assert loop.time() - started < 0.25  # 50 ms budget plus scheduling slack, far below the 500 ms delay
     assert cache.errors == 1
     started = loop.time()
-    outcome = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=Counted())
+    outcome = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=CountedCompute())
     assert outcome.source == "bypass"
     assert loop.time() - started < 0.05  # within the backoff: Redis is skipped outright
 

@@ -19,25 +19,9 @@ from gateway.cache.keys import embedding_key, lock_key, version_key
 from gateway.cache.versions import KnowledgeVersions
 from gateway.schemas import QueryResponse
 from tests.integration.conftest import REDIS_TEST_URL
-from tests.scripted import query_response
+from tests.scripted import CountedCompute, query_response
 
 pytestmark = pytest.mark.redis
-
-
-def answer(text: str, route: str = "single_hop") -> QueryResponse:
-    response: QueryResponse = query_response(text, route)
-    return response
-
-
-class Counted:
-    def __init__(self, text: str = "computed", route: str = "single_hop", delay_s: float = 0.0) -> None:
-        self.calls = 0
-        self.text, self.route, self.delay_s = text, route, delay_s
-
-    async def __call__(self) -> QueryResponse:
-        self.calls += 1
-        await asyncio.sleep(self.delay_s)
-        return answer(f"{self.text} #{self.calls}", self.route)
 
 
 def make_cache(backend: RedisBackend, prefix: str, **kwargs: float | dict[str, float]) -> ExactCache[QueryResponse]:
@@ -47,7 +31,7 @@ def make_cache(backend: RedisBackend, prefix: str, **kwargs: float | dict[str, f
 
 async def test_miss_then_hit(backend: RedisBackend, prefix: str, redis: Redis) -> None:
     cache = make_cache(backend, prefix)
-    compute = Counted()
+    compute = CountedCompute()
     miss = await cache.get_or_compute(tenant="acme", route="auto", query="Where is Osaka?", compute=compute)
     hit = await cache.get_or_compute(tenant="acme", route="auto", query="where is  OSAKA?", compute=compute)
     assert (miss.source, hit.source, compute.calls) == ("computed", "hit", 1)
@@ -60,14 +44,17 @@ async def test_miss_then_hit(backend: RedisBackend, prefix: str, redis: Redis) -
 
 async def test_same_question_two_tenants_two_entries(backend: RedisBackend, prefix: str, redis: Redis) -> None:
     cache = make_cache(backend, prefix)
-    acme = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=Counted("acme"))
-    globex = await cache.get_or_compute(tenant="globex", route="auto", query="q", compute=Counted("globex"))
+    acme = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=CountedCompute("acme"))
+    globex = await cache.get_or_compute(tenant="globex", route="auto", query="q", compute=CountedCompute("globex"))
     assert acme.key is not None
     assert globex.key is not None
     assert acme.key != globex.key
     assert ":acme:" in acme.key
     assert ":globex:" in globex.key
-    assert (await cache.get(acme.key), await cache.get(globex.key)) == (answer("acme #1"), answer("globex #1"))
+    assert (await cache.get(acme.key), await cache.get(globex.key)) == (
+        query_response("acme #1"),
+        query_response("globex #1"),
+    )
     raw = await redis.get(globex.key)
     assert raw is not None
     assert b"globex #1" in raw
@@ -78,13 +65,13 @@ async def test_a_bump_means_the_old_entry_is_never_served(backend: RedisBackend,
     versions = KnowledgeVersions(backend, prefix=prefix)
     cache = ExactCache(backend, versions, QueryResponse, prefix=prefix)
     other_replica = ExactCache(backend, KnowledgeVersions(backend, prefix=prefix), QueryResponse, prefix=prefix)
-    compute = Counted()
+    compute = CountedCompute()
     old = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)
     await versions.bump("acme")
     new = await other_replica.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)
     assert (new.source, new.value.answer) == ("computed", "computed #2")
     assert old.key != new.key
-    globex = await cache.get_or_compute(tenant="globex", route="auto", query="q", compute=Counted("g"))
+    globex = await cache.get_or_compute(tenant="globex", route="auto", query="q", compute=CountedCompute("g"))
     assert (await cache.get_or_compute(tenant="globex", route="auto", query="q", compute=compute)).source == "hit"
     assert globex.source == "computed"
 
@@ -93,7 +80,9 @@ async def test_ttl_per_answering_route(backend: RedisBackend, prefix: str, redis
     cache = make_cache(backend, prefix, route_ttls={"direct": 2, "multi_hop": 7}, default_ttl_s=4)
     ttls = {}
     for route in ("direct", "multi_hop", "single_hop"):
-        outcome = await cache.get_or_compute(tenant="acme", route="auto", query=route, compute=Counted(route=route))
+        outcome = await cache.get_or_compute(
+            tenant="acme", route="auto", query=route, compute=CountedCompute(route=route)
+        )
         assert outcome.key is not None
         ttls[route] = await redis.pttl(outcome.key)
     assert 1_500 < ttls["direct"] <= 2_000
@@ -103,7 +92,7 @@ async def test_ttl_per_answering_route(backend: RedisBackend, prefix: str, redis
 
 async def test_twenty_concurrent_misses_compute_once(backend: RedisBackend, prefix: str) -> None:
     cache = make_cache(backend, prefix)
-    compute = Counted(delay_s=0.2)
+    compute = CountedCompute(delay_s=0.2)
     outcomes = await asyncio.gather(
         *(cache.get_or_compute(tenant="acme", route="auto", query="Popular?", compute=compute) for _ in range(20))
     )
@@ -116,7 +105,7 @@ async def test_concurrent_misses_on_two_replicas_compute_once(prefix: str) -> No
     """Two caches with their own Redis clients stand for two gateway processes."""
     replicas = [RedisBackend.from_url(REDIS_TEST_URL, timeout_s=0.5) for _ in range(2)]
     caches = [make_cache(b, prefix, poll_s=0.02) for b in replicas]
-    compute = Counted(delay_s=0.3)
+    compute = CountedCompute(delay_s=0.3)
     try:
         outcomes = await asyncio.gather(
             *(
@@ -141,7 +130,7 @@ async def test_a_dead_holders_lock_expires_and_another_replica_computes(
     await redis.set(lock_key(key), "a replica that crashed", px=300)
     loop = asyncio.get_running_loop()
     started = loop.time()
-    outcome = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=Counted())
+    outcome = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=CountedCompute())
     assert outcome.source == "computed"
     assert 0.25 <= loop.time() - started < 2.0
 

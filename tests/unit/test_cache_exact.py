@@ -16,12 +16,7 @@ from gateway.cache.keys import lock_key
 from gateway.cache.single_flight import SingleFlight, StampedeGuard
 from gateway.cache.versions import KnowledgeVersions
 from gateway.schemas import QueryResponse
-from tests.scripted import query_response
-
-
-def answer(text: str, route: str = "single_hop", *, abstained: bool = False) -> QueryResponse:
-    response: QueryResponse = query_response(text, route, abstained=abstained)
-    return response
+from tests.scripted import CountedCompute, query_response
 
 
 class FlakyMemory(MemoryBackend):
@@ -60,22 +55,9 @@ def make_cache(backend: MemoryBackend, **kwargs: Any) -> ExactCache[QueryRespons
     return ExactCache(backend, KnowledgeVersions(backend, prefix="t"), QueryResponse, prefix="t", **kwargs)
 
 
-class Counted:
-    """A slow computation that counts its calls."""
-
-    def __init__(self, text: str = "computed", route: str = "single_hop", delay_s: float = 0.0) -> None:
-        self.calls = 0
-        self.text, self.route, self.delay_s = text, route, delay_s
-
-    async def __call__(self) -> QueryResponse:
-        self.calls += 1
-        await asyncio.sleep(self.delay_s)
-        return answer(f"{self.text} #{self.calls}", self.route)
-
-
 async def test_a_miss_computes_and_stores_then_the_same_question_hits() -> None:
     cache = make_cache(MemoryBackend())
-    compute = Counted()
+    compute = CountedCompute()
     first = await cache.get_or_compute(tenant="acme", route="auto", query="What is X?", compute=compute)
     second = await cache.get_or_compute(tenant="acme", route="auto", query="  what is x? ", compute=compute)
     assert (first.source, first.cached, second.source, second.cached) == ("computed", False, "hit", True)
@@ -89,17 +71,17 @@ async def test_get_and_set_by_key() -> None:
     key = await cache.key_for("acme", "auto", "q")
     assert key is not None
     assert await cache.get(key) is None
-    assert await cache.set(key, answer("a"))
-    assert await cache.get(key) == answer("a")
+    assert await cache.set(key, query_response("a"))
+    assert await cache.get(key) == query_response("a")
 
 
 async def test_tenants_never_share_entries() -> None:
     cache = make_cache(MemoryBackend())
-    acme = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=Counted("acme"))
-    globex = await cache.get_or_compute(tenant="globex", route="auto", query="q", compute=Counted("globex"))
+    acme = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=CountedCompute("acme"))
+    globex = await cache.get_or_compute(tenant="globex", route="auto", query="q", compute=CountedCompute("globex"))
     assert acme.key != globex.key
     assert (acme.source, globex.source) == ("computed", "computed")
-    again = await cache.get_or_compute(tenant="globex", route="auto", query="q", compute=Counted("never"))
+    again = await cache.get_or_compute(tenant="globex", route="auto", query="q", compute=CountedCompute("never"))
     assert again.value.answer == "globex #1"
 
 
@@ -107,7 +89,7 @@ async def test_a_version_bump_makes_earlier_answers_unreachable() -> None:
     backend = MemoryBackend()
     versions = KnowledgeVersions(backend, prefix="t")
     cache = ExactCache(backend, versions, QueryResponse, prefix="t")
-    compute = Counted()
+    compute = CountedCompute()
     before = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)
     await versions.bump("acme")
     after = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)
@@ -118,7 +100,7 @@ async def test_a_version_bump_makes_earlier_answers_unreachable() -> None:
 
 async def test_options_that_change_the_work_are_part_of_the_key() -> None:
     cache = make_cache(MemoryBackend())
-    compute = Counted()
+    compute = CountedCompute()
     await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute, params={"top_k": 4})
     other = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute, params={"top_k": 8})
     assert other.source == "computed"
@@ -128,7 +110,7 @@ async def test_each_answering_route_has_its_own_ttl_and_zero_means_uncached() ->
     backend = MemoryBackend()
     cache = make_cache(backend, route_ttls={"direct": 0, "multi_hop": 3600}, default_ttl_s=60)
     for route in ("single_hop", "multi_hop", "direct"):
-        await cache.get_or_compute(tenant="acme", route="auto", query=route, compute=Counted(route=route))
+        await cache.get_or_compute(tenant="acme", route="auto", query=route, compute=CountedCompute(route=route))
     keys = {route: await cache.key_for("acme", "auto", route) for route in ("single_hop", "multi_hop", "direct")}
     assert backend.ttl_remaining(keys["single_hop"] or "") == pytest.approx(60, abs=1)
     assert backend.ttl_remaining(keys["multi_hop"] or "") == pytest.approx(3600, abs=1)
@@ -141,7 +123,7 @@ async def test_a_predicate_can_refuse_values() -> None:
     cache = make_cache(MemoryBackend(), cacheable=lambda r: not r.abstained)
     key = await cache.key_for("acme", "auto", "q")
     assert key is not None
-    assert not await cache.set(key, answer("I don't know", abstained=True))
+    assert not await cache.set(key, query_response("I don't know", abstained=True))
     assert await cache.get(key) is None
 
 
@@ -159,7 +141,7 @@ async def test_entries_that_no_longer_decode_are_misses(caplog: pytest.LogCaptur
 
 async def test_twenty_concurrent_identical_misses_compute_once() -> None:
     cache = make_cache(MemoryBackend())
-    compute = Counted(delay_s=0.1)
+    compute = CountedCompute(delay_s=0.1)
     outcomes = await asyncio.gather(
         *(cache.get_or_compute(tenant="acme", route="auto", query="Popular?", compute=compute) for _ in range(20))
     )
@@ -187,13 +169,13 @@ async def test_a_failed_computation_reaches_every_waiter_and_is_not_cached() -> 
     )
     assert calls == 1
     assert all(isinstance(r, RuntimeError) for r in results)
-    retry = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=Counted())
+    retry = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=CountedCompute())
     assert retry.source == "computed"
 
 
 async def test_a_caller_that_goes_away_does_not_cancel_the_shared_work() -> None:
     cache = make_cache(MemoryBackend())
-    compute = Counted(delay_s=0.1)
+    compute = CountedCompute(delay_s=0.1)
     first = asyncio.create_task(cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute))
     await asyncio.sleep(0.01)
     second = asyncio.create_task(cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute))
@@ -207,7 +189,7 @@ async def test_a_caller_that_goes_away_does_not_cancel_the_shared_work() -> None
 async def test_a_failing_cache_degrades_to_computing_and_recovers_by_itself() -> None:
     backend = FlakyMemory()
     cache = make_cache(backend)
-    compute = Counted()
+    compute = CountedCompute()
     await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)
     backend.down = True
     degraded = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)
@@ -225,7 +207,7 @@ async def test_get_and_set_never_raise_for_cache_failures() -> None:
     assert key is not None
     backend.down = True
     assert await cache.get(key) is None
-    assert not await cache.set(key, answer("a"))
+    assert not await cache.set(key, query_response("a"))
     assert await cache.key_for("acme", "auto", "q") is None
     assert cache.errors == 3
 

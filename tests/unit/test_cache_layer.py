@@ -19,11 +19,6 @@ class Constant(Embeddings):
         return [1.0, 0.0]
 
 
-def answer(route: str) -> QueryResponse:
-    response: QueryResponse = query_response(route=route)
-    return response
-
-
 async def test_without_a_redis_url_the_cache_lives_in_process() -> None:
     layer = open_cache(None, route_ttls={"direct": 0}, default_ttl_s=30, memory_max_entries=5)
     assert isinstance(layer.backend, MemoryBackend)
@@ -43,7 +38,7 @@ async def test_with_a_redis_url_nothing_is_dialled_until_first_use() -> None:
 
 
 async def _value(route: str) -> QueryResponse:
-    return answer(route)
+    return query_response(route=route)
 
 
 async def test_versions_and_responses_share_backend_and_prefix() -> None:
