@@ -10,6 +10,30 @@ from gateway.eval.metrics import mean, percentile
 from gateway.eval.runner import Outcome
 
 
+def quality(outcomes: list[Outcome]) -> dict[str, Any]:
+    answerable = [o for o in outcomes if o.answerable]
+    return {
+        "questions": len(outcomes),
+        "f1": mean([o.f1 for o in answerable]),
+        "answer_contained": mean([o.answer_contained for o in answerable]),
+        "supporting_passage_recall": mean([o.passage_recall for o in outcomes]),
+        "llm_calls_per_query": mean([float(o.llm_calls) for o in outcomes]),
+    }
+
+
+def by_first_retrieval(outcomes: list[Outcome]) -> dict[str, Any]:
+    """Split by what plain RAG's top-k held, the same split in every mode, so modes compare per slice.
+
+    "missed" = at least one gold passage absent from the first top-k (retrieval failed);
+    "complete" = every gold passage present (retrieval worked).
+    """
+    judged = [o for o in outcomes if o.first_retrieval_recall is not None]
+    return {
+        "missed": quality([o for o in judged if (o.first_retrieval_recall or 0.0) < 1.0]),
+        "complete": quality([o for o in judged if o.first_retrieval_recall == 1.0]),
+    }
+
+
 def summarise(outcomes: list[Outcome]) -> dict[str, Any]:
     answerable = [o for o in outcomes if o.answerable]
     unanswerable = [o for o in outcomes if not o.answerable]
@@ -30,6 +54,7 @@ def summarise(outcomes: list[Outcome]) -> dict[str, Any]:
             "rate": mean([float(a) for a in agree]),
             "note": "first Correct/Incorrect verdict vs whether a gold passage was in the first top-k",
         },
+        "by_first_retrieval": by_first_retrieval(outcomes),
         "routes": dict(Counter(o.route for o in outcomes)),
         "escalations": sum(o.escalated for o in outcomes),
         "stop_reasons": dict(Counter(o.stop_reason or "-" for o in outcomes)),

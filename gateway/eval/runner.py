@@ -40,6 +40,7 @@ class Outcome:
     escalated: bool
     first_verdict: str | None
     gold_in_first_retrieval: bool | None
+    first_retrieval_recall: float | None
     llm_calls: int
     input_tokens: int
     output_tokens: int
@@ -62,13 +63,22 @@ async def ingest(client: AsyncTestClient[Any], tenant: str, dataset: Dataset) ->
     return chunks, time.perf_counter() - started
 
 
-async def first_retrieval(services: Services, tenant: str, question: Question, k: int) -> tuple[bool | None, str]:
-    """Whether a gold passage is in the first top-k, and the fast evaluator's verdict on that top-k."""
+@dataclass(frozen=True, slots=True)
+class FirstRetrieval:
+    """What plain RAG's top-k holds: the yardstick for "where retrieval fails" in every mode."""
+
+    gold_found: bool | None
+    recall: float | None
+    verdict: str
+
+
+async def first_retrieval(services: Services, tenant: str, question: Question, k: int) -> FirstRetrieval:
     passages = await services.knowledge.search(tenant, question.text, k)
     settings = services.settings
     verdict = fast_verdict(RelevanceModel(), question.text, passages, settings.crag_lower, settings.crag_upper)
-    gold = bool(question.gold_doc_ids & {p.doc_id for p in passages}) if question.gold_doc_ids else None
-    return gold, verdict
+    ids = [p.doc_id for p in passages]
+    gold = bool(question.gold_doc_ids & set(ids)) if question.gold_doc_ids else None
+    return FirstRetrieval(gold, passage_recall(ids, question.gold_doc_ids), verdict)
 
 
 async def ask(client: AsyncTestClient[Any], services: Services, tenant: str, question: Question, mode: Mode) -> Outcome:
@@ -76,7 +86,7 @@ async def ask(client: AsyncTestClient[Any], services: Services, tenant: str, que
     response = await client.post("/v1/query", json=body, timeout=600)
     response.raise_for_status()
     result = response.json()
-    gold_retrieved, _ = await first_retrieval(services, tenant, question, services.settings.default_top_k)
+    first = await first_retrieval(services, tenant, question, services.settings.default_top_k)
     verdicts = [m.group(1) for step in result["steps"] if (m := _VERDICT.match(step))]
     answer = "" if result["abstained"] else result["answer"]
     evidence_ids = [e["id"] for e in result["evidence"]]
@@ -94,7 +104,8 @@ async def ask(client: AsyncTestClient[Any], services: Services, tenant: str, que
         classified_route=result["classified_route"],
         escalated=result.get("escalated_from") is not None,
         first_verdict=verdicts[0] if verdicts else None,
-        gold_in_first_retrieval=gold_retrieved,
+        gold_in_first_retrieval=first.gold_found,
+        first_retrieval_recall=first.recall,
         llm_calls=result["usage"]["llm_calls"],
         input_tokens=result["usage"]["input_tokens"],
         output_tokens=result["usage"]["output_tokens"],

@@ -29,6 +29,7 @@ def near(vector: np.ndarray, cosine: float, seed: int = 99) -> np.ndarray:
     """A unit vector at exactly ``cosine`` from ``vector``."""
     noise = unit(seed, vector.shape[0])
     orthogonal = noise - (noise @ vector) * vector
+    assert np.linalg.norm(orthogonal) > 1e-3, "noise seed collides with the vector"
     orthogonal /= np.linalg.norm(orthogonal)
     result: np.ndarray = cosine * vector + np.sqrt(1 - cosine**2) * orthogonal
     return result
@@ -75,7 +76,10 @@ def test_lsh_is_deterministic_per_seed() -> None:
 def test_lsh_files_close_vectors_together_and_far_ones_apart() -> None:
     lsh = HyperplaneLSH(DIM, 24, 12)
     base = lsh.band_values(unit(1))
-    close = [sum(a == b for a, b in zip(base, lsh.band_values(near(unit(1), 0.98, s)), strict=True)) for s in range(20)]
+    # Noise seeds must differ from the base's seed 1: noise equal to the base has no orthogonal part.
+    close = [
+        sum(a == b for a, b in zip(base, lsh.band_values(near(unit(1), 0.98, s)), strict=True)) for s in range(20, 40)
+    ]
     far = [sum(a == b for a, b in zip(base, lsh.band_values(unit(s)), strict=True)) for s in range(100, 120)]
     assert min(close) >= 1  # a near-duplicate always shares at least one bucket
     assert sum(close) / len(close) > 5 * max(sum(far) / len(far), 0.1)

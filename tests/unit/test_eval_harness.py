@@ -108,6 +108,7 @@ def outcome(**changes: object) -> Outcome:
         "escalated": False,
         "first_verdict": "correct",
         "gold_in_first_retrieval": True,
+        "first_retrieval_recall": 1.0,
         "llm_calls": 1,
         "input_tokens": 100,
         "output_tokens": 10,
@@ -130,11 +131,17 @@ def test_summary_scores_answerable_and_unanswerable_separately(tmp_path: Path) -
             passage_recall=0.0,
             first_verdict="incorrect",
             gold_in_first_retrieval=False,
+            first_retrieval_recall=0.0,
             llm_calls=3,
             latency_ms=3000.0,
         ),
         outcome(
-            answerable=False, abstained=True, passage_recall=None, first_verdict="correct", gold_in_first_retrieval=None
+            answerable=False,
+            abstained=True,
+            passage_recall=None,
+            first_verdict="correct",
+            gold_in_first_retrieval=None,
+            first_retrieval_recall=None,
         ),
     ]
     summary = summarise(outcomes)
@@ -148,6 +155,11 @@ def test_summary_scores_answerable_and_unanswerable_separately(tmp_path: Path) -
         "note": "first Correct/Incorrect verdict vs whether a gold passage was in the first top-k",
     }
     assert summary["llm_calls_per_query"] == pytest.approx(5 / 3, abs=1e-4)
+    # The unanswerable question has no gold, so it sits in neither retrieval slice.
+    assert summary["by_first_retrieval"]["missed"]["questions"] == 1
+    assert summary["by_first_retrieval"]["missed"]["f1"] == 0.0
+    assert summary["by_first_retrieval"]["complete"]["questions"] == 1
+    assert summary["by_first_retrieval"]["complete"]["llm_calls_per_query"] == 1.0
     chart = tmp_path / "chart.png"
     draw_chart({"plain": summary, "adaptive": summary}, "test", chart)
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
