@@ -55,9 +55,11 @@ def test_image_is_multi_stage_on_a_slim_python_that_pyproject_accepts() -> None:
     assert re.fullmatch(r"python:3\.\d+-slim(-\w+)?", base), base
     minor = int(base.split(":")[1].split(".")[1].split("-")[0])
     floor = re.fullmatch(r">=3\.(\d+)", pyproject()["project"]["requires-python"])
-    assert floor and minor >= int(floor.group(1))
+    assert floor
+    assert minor >= int(floor.group(1))
     stages = [rest for word, rest in instructions() if word == "FROM"]
-    assert len(stages) >= 2 and all(s.startswith("${PYTHON_IMAGE}") for s in stages)
+    assert len(stages) >= 2
+    assert all(s.startswith("${PYTHON_IMAGE}") for s in stages)
 
 
 def test_pip_installs_exactly_the_project_without_extras() -> None:
@@ -75,7 +77,10 @@ def test_pip_installs_exactly_the_project_without_extras() -> None:
 def test_image_copies_every_package_and_file_the_install_needs() -> None:
     project = pyproject()
     copied = {
-        src for word, rest in instructions() if word == "COPY" and "--from" not in rest for src in shlex.split(rest)[:-1]
+        src
+        for word, rest in instructions()
+        if word == "COPY" and "--from" not in rest
+        for src in shlex.split(rest)[:-1]
     }
     packages = {p.rstrip("*") for p in project["tool"]["setuptools"]["packages"]["find"]["include"]}
     assert packages <= copied
@@ -98,7 +103,8 @@ def test_runtime_runs_as_the_chart_user_under_tini_without_healthcheck() -> None
     final = instructions()[final_stage_start() :]
     (user,) = [rest for word, rest in final if word == "USER"]
     uid, _, gid = user.partition(":")
-    assert uid.isdigit() and int(uid) != 0  # numeric, so Kubernetes' runAsNonRoot can verify it
+    assert uid.isdigit()
+    assert int(uid) != 0
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     assert int(uid) == values["podSecurityContext"]["runAsUser"] == values["securityContext"]["runAsUser"]
     assert int(gid) == values["podSecurityContext"]["runAsGroup"]
@@ -117,7 +123,8 @@ def test_runtime_writes_only_under_the_chart_volumes() -> None:
         assert env[name] == "/tmp" or env[name].startswith("/tmp/"), name
     assert env["GATEWAY_VECTOR_STORE_PATH"].startswith("/data/")
     deployment = (CHART / "templates" / "deployment.yaml").read_text()
-    assert "mountPath: /tmp" in deployment and "mountPath: /data" in deployment
+    assert "mountPath: /tmp" in deployment
+    assert "mountPath: /data" in deployment
     # The router artefact is trained in the build stage, in the directory the runtime reads it from.
     router_dir = env["GATEWAY_ROUTER_CACHE_DIR"]
     assert any(

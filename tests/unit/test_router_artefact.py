@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from langchain_core.embeddings import DeterministicFakeEmbedding
 
 from gateway.router_artefact import build_artefact
