@@ -122,6 +122,9 @@ GATEWAY_API_KEYS: {{ .apiKeys | toJson | b64enc | quote }}
 {{- if and .Values.autoscaling.enabled (gt (int .Values.autoscaling.minReplicas) (int .Values.autoscaling.maxReplicas)) }}
 {{- fail "autoscaling.minReplicas must not exceed autoscaling.maxReplicas" }}
 {{- end }}
+{{- if and .Values.ingress.enabled (not .Values.ingress.hosts) }}
+{{- fail "ingress.enabled=true needs at least one host in ingress.hosts" }}
+{{- end }}
 {{- if le (int .Values.terminationGracePeriodSeconds) (add 30 (int .Values.preStopSleepSeconds)) }}
 {{- fail "terminationGracePeriodSeconds must exceed preStopSleepSeconds + 30 (uvicorn's graceful shutdown)" }}
 {{- end }}

@@ -20,6 +20,12 @@ ALL_FLAGS: dict[str, Any] = {
     },
     "dashboard": {"enabled": True, "namespace": "monitoring"},
     "networkPolicy": {"enabled": True},
+    "ingress": {
+        "enabled": True,
+        "className": "nginx",
+        "hosts": ["gateway.example.com"],
+        "tls": [{"secretName": "gateway-tls", "hosts": ["gateway.example.com"]}],
+    },
     "podDisruptionBudget": {"enabled": True},
     "topologySpread": {"enabled": True},
     "serviceAccount": {"create": True},

@@ -33,6 +33,7 @@ ALL_FLAG_OBJECTS = sorted(
         ("ConfigMap", f"{FULLNAME}-dashboard"),
         ("Deployment", f"{FULLNAME}-llm"),
         ("HorizontalPodAutoscaler", FULLNAME),
+        ("Ingress", FULLNAME),
         ("NetworkPolicy", FULLNAME),
         ("NetworkPolicy", f"{FULLNAME}-llm"),
         ("NetworkPolicy", f"{FULLNAME}-redis"),
@@ -195,6 +196,16 @@ def test_autoscaler_owns_the_replica_count_and_scales_on_cpu_and_the_custom_metr
     assert by_type["Pods"]["pods"]["metric"]["name"] == "gateway_requests_in_flight"
 
 
+def test_ingress_routes_its_hosts_to_the_service(everything: list[dict[str, Any]]) -> None:
+    spec = one(everything, "Ingress")["spec"]
+    service = one(everything, "Service")
+    assert spec["ingressClassName"] == "nginx"
+    assert [rule["host"] for rule in spec["rules"]] == ["gateway.example.com"]
+    backend = spec["rules"][0]["http"]["paths"][0]["backend"]["service"]
+    assert backend == {"name": service["metadata"]["name"], "port": {"name": "http"}}
+    assert spec["tls"] == [{"secretName": "gateway-tls", "hosts": ["gateway.example.com"]}]
+
+
 def test_secret_from_values_feeds_the_gateway(everything: list[dict[str, Any]]) -> None:
     secret = one(everything, "Secret")
     data = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
@@ -280,6 +291,7 @@ def test_dashboard_config_map_carries_the_dashboard_for_the_sidecar(everything: 
         ({"llamaCpp": {"enabled": True}}, "existingClaim"),
         ({"terminationGracePeriodSeconds": 30}, "terminationGracePeriodSeconds"),
         ({"autoscaling": {"enabled": True, "minReplicas": 5, "maxReplicas": 2}}, "minReplicas"),
+        ({"ingress": {"enabled": True}}, "ingress.hosts"),
     ],
 )
 def test_contradictory_values_fail_to_render(

@@ -65,7 +65,7 @@ def test_wrong_values_are_rejected(
         validator.validate(deep_merge(default_values, override))
 
 
-@pytest.mark.parametrize("key", ["replicas", "ingress", "Image"])
+@pytest.mark.parametrize("key", ["replicas", "ingres", "Image"])
 def test_unknown_top_level_keys_are_rejected(
     validator: jsonschema.protocols.Validator, default_values: dict[str, Any], key: str
 ) -> None:
