@@ -22,6 +22,10 @@ def test_notes_for_a_load_balancer(helm: Path, work: Path, default_values: dict[
     assert "status.loadBalancer.ingress" in notes
 
 
+def test_notes_name_the_ingress_hosts(helm: Path, work: Path, all_flags_values: dict[str, Any]) -> None:
+    assert "https://gateway.example.com/" in render_notes(helm, all_flags_values, work)
+
+
 def test_notes_never_print_secrets(helm: Path, work: Path, all_flags_values: dict[str, Any]) -> None:
     notes = render_notes(helm, all_flags_values, work)
     assert "values are not shown" in notes
