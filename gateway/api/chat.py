@@ -10,8 +10,8 @@ from litestar import Controller, Response, get, post
 from litestar.datastructures import State
 from litestar.di import NamedDependency
 from litestar.openapi import ResponseSpec
-from litestar.openapi.spec import OpenAPIMediaType, OpenAPIResponse, OpenAPIType, Operation, Schema
-from litestar.params import JSONBody, PathParameter
+from litestar.openapi.spec import Example, OpenAPIMediaType, OpenAPIResponse, OpenAPIType, Operation, Schema
+from litestar.params import Body, PathParameter
 from litestar.response import Stream
 
 from gateway.access.guard import BEARER, Access, require
@@ -24,6 +24,28 @@ from gateway.errors import NotFoundError
 from gateway.state import Services
 
 STARTED = int(time.time())
+CHAT_EXAMPLES = [
+    Example(
+        summary="A follow-up question, answered on the route the router picks",
+        value={
+            "model": "gateway-auto",
+            "messages": [
+                {"role": "user", "content": "What is the capital of France?"},
+                {"role": "assistant", "content": "Paris."},
+                {"role": "user", "content": "And what about its population?"},
+            ],
+        },
+    ),
+    Example(
+        summary="Streaming, with usage in the last chunk",
+        value={
+            "model": "gateway-direct",
+            "messages": [{"role": "user", "content": "Say hello"}],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        },
+    ),
+]
 
 
 def provide_chat_service(state: State) -> ChatService:
@@ -81,7 +103,7 @@ class ChatController(Controller):
     )
     async def chat_completions(
         self,
-        data: JSONBody[ChatCompletionRequest],
+        data: Annotated[ChatCompletionRequest, Body(examples=CHAT_EXAMPLES)],
         chat_service: NamedDependency[ChatService],
         principal: NamedDependency[Principal],
     ) -> Response[ChatCompletion]:
@@ -100,7 +122,7 @@ class ChatController(Controller):
     async def models(self) -> ModelList:
         return ModelList(data=[ModelCard(id=name, created=STARTED, owned_by="rag-gateway") for name in MODELS])
 
-    @get("/models/{model_id:str}", summary="One model", responses=_errors(401, 404, 429))
+    @get("/models/{model_id:str}", summary="One model", responses=_errors(400, 401, 404, 429))
     async def model(self, model_id: Annotated[str, PathParameter(max_length=256)]) -> ModelCard:
         if model_id not in MODELS:
             raise NotFoundError(f"The model {model_id!r} does not exist.", field="model", code="model_not_found")

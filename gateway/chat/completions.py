@@ -144,16 +144,18 @@ class ChatService:
         if requested_tokens is not None and requested_tokens > limits.max_tokens:
             field = "max_completion_tokens" if request.max_completion_tokens else "max_tokens"
             raise ClientError(f"{field} is {requested_tokens}; the maximum is {limits.max_tokens}.", field=field)
-        last = request.messages[-1]
-        question = message_text(last).strip()
-        if last.role != "user" or not question:
+        # The question is the last user message; anything after it (an assistant prefill, a tool
+        # result) has nothing to route and is ignored, and the turns before it are the history.
+        last = next((i for i in range(len(request.messages) - 1, -1, -1) if request.messages[i].role == "user"), None)
+        question = message_text(request.messages[last]).strip() if last is not None else ""
+        if last is None or not question:
             raise ClientError(
-                "The last message must be a non-empty user message: it is the question the gateway answers.",
+                "No question: the last user message must have text; it is what the gateway answers.",
                 field="messages",
             )
         history = [
             Turn(role=m.role, text=message_text(m))
-            for m in request.messages[:-1]
+            for m in request.messages[:last]
             if m.role in ("user", "assistant") and message_text(m).strip()
         ][-limits.history_messages :]
         tenant = principal.tenant_for(request.tenant or "default")

@@ -40,7 +40,17 @@ class StreamOptions(msgspec.Struct, kw_only=True):
 
 
 class ChatCompletionRequest(msgspec.Struct, kw_only=True):
-    model: Annotated[str, Meta(description="A route: gateway-auto, gateway-direct, gateway-single-hop, ...")]
+    model: Annotated[
+        str,
+        Meta(
+            description="A route: gateway-auto, gateway-direct, gateway-single-hop or gateway-multi-hop "
+            "(GET /v1/models); any other name is 404 model_not_found.",
+            examples=list(MODELS),
+            # Litestar copies "extra" into the OpenAPI schema; validation stays a plain string so an
+            # unknown model is the OpenAI-style 404 model_not_found, not a type error.
+            extra_json_schema={"extra": {"enum": list(MODELS)}},
+        ),
+    ]
     messages: Annotated[list[ChatMessage], Meta(min_length=1)]
     stream: bool | None = False
     stream_options: StreamOptions | None = None

@@ -240,3 +240,21 @@ def test_cli_new_key_prints_a_usable_entry(capsys: pytest.CaptureFixture[str]) -
     entry = ApiKeyConfig.model_validate_json(out[1].split(": ", 1)[1])
     assert entry.key_sha256 == hash_key(key)
     assert entry.scopes == ["admin"]
+
+
+async def test_app_refuses_to_start_open_on_a_public_address(make_client: Any, settings: Settings) -> None:
+    exposed = settings.model_copy(update={"host": "0.0.0.0"})
+    with pytest.raises(BaseExceptionGroup) as caught:  # the test client's task group wraps lifespan errors
+        async with make_client(chat_model(), settings_override=exposed):
+            pass
+    assert caught.group_contains(OpenAccessError, match="GATEWAY_ALLOW_OPEN_ACCESS")
+
+
+def test_main_exits_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gateway import __main__ as entry
+
+    monkeypatch.setenv("GATEWAY_HOST", "0.0.0.0")
+    monkeypatch.delenv("GATEWAY_API_KEYS", raising=False)
+    monkeypatch.delenv("GATEWAY_ALLOW_OPEN_ACCESS", raising=False)
+    with pytest.raises(SystemExit, match="without API keys"):
+        entry.main()

@@ -232,3 +232,20 @@ async def test_client_error_body_is_the_openai_shape(make_client: Any) -> None:
     assert set(error) == {"message", "type", "param", "code"}
     assert error["type"] == "invalid_request_error"
     assert "json" in error["message"].lower()
+
+
+async def test_question_is_the_last_user_message(make_client: Any) -> None:
+    async with make_client(chat_model(rewrite="What is the population of Paris?")) as (client, model):
+        completion = await openai_client(client).chat.completions.create(
+            model="gateway-direct",
+            messages=[
+                {"role": "user", "content": "Tell me about Paris."},
+                {"role": "assistant", "content": "Paris is the capital of France."},
+                {"role": "user", "content": "How many people live there?"},
+                {"role": "assistant", "content": "Let me check"},  # a prefill: not part of the question
+            ],
+        )
+    rewrite_prompt = str(model.calls[0][0][-1].content)
+    assert "Last message: How many people live there?" in rewrite_prompt
+    assert "Let me check" not in rewrite_prompt
+    assert completion.choices[0].message.content == "Direct answer to: What is the population of Paris?"
