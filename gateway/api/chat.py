@@ -56,6 +56,39 @@ def provide_chat_service(state: State) -> ChatService:
     )
 
 
+def _sse_event_schema() -> Schema:
+    """One server-sent event (OpenAPI 3.1 reads a stream's schema per event): its ``data`` is a
+    ``chat.completion.chunk``, an OpenAI error object (a failure mid-stream, then the stream ends),
+    or the final ``[DONE]``."""
+    string, obj, array = OpenAPIType.STRING, OpenAPIType.OBJECT, OpenAPIType.ARRAY
+    chunk = Schema(
+        type=obj,
+        required=["id", "object", "created", "model", "choices"],
+        properties={
+            "id": Schema(type=string),
+            "object": Schema(const="chat.completion.chunk"),
+            "created": Schema(type=OpenAPIType.INTEGER),
+            "model": Schema(type=string),
+            "choices": Schema(type=array, items=Schema(type=obj, required=["index", "delta"])),
+            "usage": Schema(type=obj),
+            "gateway": Schema(type=obj),
+        },
+    )
+    error = Schema(
+        type=obj,
+        required=["error"],
+        properties={"error": Schema(type=obj, required=["message", "type"])},
+    )
+    data = Schema(
+        type=string,
+        any_of=[
+            Schema(const="[DONE]"),
+            Schema(content_media_type="application/json", content_schema=Schema(one_of=[chunk, error])),
+        ],
+    )
+    return Schema(type=obj, required=["data"], properties={"data": data})
+
+
 @dataclass
 class ChatOperation(Operation):
     """The chat operation's 200 is JSON or, with ``stream: true``, an event stream: document both."""
@@ -63,13 +96,7 @@ class ChatOperation(Operation):
     def __post_init__(self) -> None:
         ok = (self.responses or {}).get("200")
         if isinstance(ok, OpenAPIResponse) and ok.content is not None:
-            ok.content["text/event-stream"] = OpenAPIMediaType(
-                schema=Schema(
-                    type=OpenAPIType.STRING,
-                    description="Server-sent events: 'data: <chat.completion.chunk JSON>' lines, then "
-                    "'data: [DONE]'; a failure mid-stream ends with 'data: {\"error\": ...}' and no [DONE].",
-                )
-            )
+            ok.content["text/event-stream"] = OpenAPIMediaType(schema=_sse_event_schema())
 
 
 def _errors(*statuses: int) -> dict[int, ResponseSpec]:
