@@ -58,11 +58,6 @@ class TenantForbiddenError(PermissionDeniedError):
     """The body names a tenant other than the API key's."""
 
 
-class PayloadTooLargeError(ClientError):
-    status_code = 413
-    title = "Request too large"
-
-
 class RateLimitedError(ClientError):
     status_code = 429
     title = "Too many requests"

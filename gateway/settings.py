@@ -35,7 +35,7 @@ class ApiKeyConfig(BaseModel):
 
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
     key_sha256: str = Field(pattern=r"^[0-9a-fA-F]{64}$")
-    tenant: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    tenant: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")  # the vector stores' TENANT_PATTERN
     scopes: list[Literal["query", "admin"]] = Field(default_factory=lambda: list[Literal["query", "admin"]](["query"]))
     requests_per_minute: int | None = Field(None, ge=1)
     daily_tokens: int | None = Field(None, ge=1)

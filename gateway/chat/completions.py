@@ -39,6 +39,7 @@ class ChatLimits:
     max_tokens: int
     rewrite_followups: bool
     history_messages: int
+    max_query_chars: int
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ChatLimits:
@@ -48,6 +49,7 @@ class ChatLimits:
             max_tokens=settings.chat_max_tokens,
             rewrite_followups=settings.chat_rewrite_followups,
             history_messages=settings.chat_history_messages,
+            max_query_chars=settings.max_query_chars,
         )
 
 
@@ -152,6 +154,13 @@ class ChatService:
             raise ClientError(
                 "No question: the last user message must have text; it is what the gateway answers.",
                 field="messages",
+            )
+        if len(question) > limits.max_query_chars:
+            # Checked here too (QueryService checks again) so a stream never starts for a request that must fail.
+            raise ClientError(
+                f"The question (the last user message) has {len(question)} characters; the maximum is "
+                f"{limits.max_query_chars}. Shorten it or raise GATEWAY_MAX_QUERY_CHARS.",
+                field=f"messages[{last}].content",
             )
         history = [
             Turn(role=m.role, text=message_text(m))

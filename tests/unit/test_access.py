@@ -258,3 +258,20 @@ def test_main_exits_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("GATEWAY_ALLOW_OPEN_ACCESS", raising=False)
     with pytest.raises(SystemExit, match="without API keys"):
         entry.main()
+
+
+@pytest.mark.parametrize(
+    ("path", "content"),
+    [
+        ("/v1/chat/completions", b'{"model": '),
+        ("/v1/chat/completions", b'{"model": "nope", "messages": []}'),
+        ("/v1/query", b'{"query": ""}'),
+        ("/v1/documents", b"[]"),
+    ],
+)
+async def test_401_comes_before_body_validation(
+    make_client: Any, settings: Settings, path: str, content: bytes
+) -> None:
+    async with make_client(chat_model(), settings_override=keyed(settings)) as (client, _):
+        response = await client.post(path, content=content, headers={"content-type": "application/json"})
+    assert response.status_code == 401, response.text

@@ -91,11 +91,14 @@ async def test_native_body_size_limit_is_a_413_problem(make_client: Any, setting
     assert response.json()["status"] == 413
 
 
-async def test_long_last_message_is_bounded_by_the_query_limit_too(make_client: Any, settings: Settings) -> None:
+@pytest.mark.parametrize("stream", [False, True])
+async def test_long_question_is_bounded_by_the_query_limit_too(
+    make_client: Any, settings: Settings, stream: bool
+) -> None:
     tight = settings.model_copy(update={"max_query_chars": 10})
     async with make_client(chat_model(), settings_override=tight) as (client, _):
-        response = await client.post(
-            "/v1/chat/completions", json={"model": "gateway-direct", "messages": [user("a question longer than ten")]}
-        )
-    assert response.status_code == 400
+        body = {"model": "gateway-direct", "messages": [user("a question longer than ten")], "stream": stream}
+        response = await client.post("/v1/chat/completions", json=body)
+    assert response.status_code == 400  # a plain 4xx, also for a stream: it never starts
     assert "maximum is 10" in response.json()["error"]["message"]
+    assert response.json()["error"]["param"] == "messages[0].content"
