@@ -275,3 +275,18 @@ async def test_401_comes_before_body_validation(
     async with make_client(chat_model(), settings_override=keyed(settings)) as (client, _):
         response = await client.post(path, content=content, headers={"content-type": "application/json"})
     assert response.status_code == 401, response.text
+
+
+async def test_keys_never_reach_the_logs(
+    make_client: Any, settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("DEBUG")
+    async with make_client(chat_model(), settings_override=keyed(settings, requests_per_minute=1)) as (client, _):
+        await client.post("/v1/route", json={"query": "hi"}, headers=bearer(ACME_KEY))
+        limited = await client.post("/v1/route", json={"query": "hi"}, headers=bearer(ACME_KEY))
+        wrong = await client.post("/v1/route", json={"query": "hi"}, headers=bearer("rgw-leaked-wrong-key"))
+    assert (limited.status_code, wrong.status_code) == (429, 401)
+    logged = caplog.text + limited.text + wrong.text
+    for secret in (ACME_KEY, hash_key(ACME_KEY), "rgw-leaked-wrong-key"):
+        assert secret not in logged
+    assert "acme-chatbot" in limited.text  # the key's name identifies it instead

@@ -249,3 +249,23 @@ async def test_question_is_the_last_user_message(make_client: Any) -> None:
     assert "Last message: How many people live there?" in rewrite_prompt
     assert "Let me check" not in rewrite_prompt
     assert completion.choices[0].message.content == "Direct answer to: What is the population of Paris?"
+
+
+async def test_multi_hop_streams_the_checked_answer(make_client: Any) -> None:
+    async with make_client(chat_model()) as (client, model):
+        docs = {"documents": [{"id": "leave", "text": "Employees get 25 days of annual leave per year."}]}
+        assert (await client.post("/v1/documents", json=docs)).status_code == 200
+        stream = await openai_client(client).chat.completions.create(
+            model="gateway-multi-hop",
+            messages=[{"role": "user", "content": "How many days of annual leave do employees get?"}],
+            stream=True,
+        )
+        chunks = [chunk async for chunk in stream]
+    deltas = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+    final = next(c for c in chunks if c.choices and c.choices[0].finish_reason)
+    gateway = (final.model_extra or {})["gateway"]
+    assert gateway["route"] == "multi_hop"
+    assert "check_grounded: supported" in gateway["steps"], gateway["steps"]
+    assert len(deltas) > 1
+    assert "25 days" in "".join(deltas)
+    assert len(model.calls) >= 2  # generation and the Self-RAG checks ran before anything streamed
