@@ -15,7 +15,7 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     settings = Settings()
     try:
-        check_exposure(settings)  # before loading models: an open gateway on a public address never starts
+        check_exposure(settings, quiet=True)  # before loading models: an open public gateway never starts
     except OpenAccessError as exc:
         raise SystemExit(f"gateway: {exc}") from exc
     uvicorn.run(

@@ -106,9 +106,14 @@ class OpenAccessError(RuntimeError):
     """No API keys while listening beyond loopback: refuse to start instead of exposing everything."""
 
 
-def check_exposure(settings: Settings, host: str | None = None) -> None:
-    """Start-up check: open mode (no keys) only on loopback unless ``allow_open_access`` says otherwise."""
+def check_exposure(settings: Settings, host: str | None = None, *, quiet: bool = False) -> None:
+    """Start-up check: open mode (no keys) only on loopback unless ``allow_open_access`` says otherwise.
+
+    ``quiet`` only refuses (the CLI checks before loading anything; the lifespan then logs the mode once).
+    """
     bind = host or settings.host
+    if quiet and (settings.api_keys or is_loopback(bind) or settings.allow_open_access):
+        return
     if settings.api_keys:
         logger.info("API keys required: %d key(s) configured", len(settings.api_keys))
         return
