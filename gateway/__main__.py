@@ -6,6 +6,7 @@ import logging
 
 import uvicorn
 
+from gateway.access.keys import OpenAccessError, check_exposure
 from gateway.app import create_app
 from gateway.settings import Settings
 
@@ -13,6 +14,10 @@ from gateway.settings import Settings
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     settings = Settings()
+    try:
+        check_exposure(settings, quiet=True)  # before loading models: an open public gateway never starts
+    except OpenAccessError as exc:
+        raise SystemExit(f"gateway: {exc}") from exc
     uvicorn.run(
         create_app(settings),
         host=settings.host,

@@ -17,7 +17,10 @@ from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import SwaggerRenderPlugin
+from litestar.openapi.spec import Components
 
+from gateway.access.guard import SECURITY_SCHEMES, access_lifespan, provide_access, provide_principal
+from gateway.api.chat import ChatController, provide_chat_service
 from gateway.api.documents import DocumentController
 from gateway.api.health import HealthController
 from gateway.api.query import QueryController
@@ -266,19 +269,24 @@ def create_app(settings: Settings | None = None, overrides: ProviderOverrides | 
     overrides = overrides or ProviderOverrides()
 
     return Litestar(
-        route_handlers=[QueryController, DocumentController, HealthController],
-        lifespan=[_lifespan(settings, overrides)],
+        route_handlers=[QueryController, DocumentController, HealthController, ChatController],
+        lifespan=[access_lifespan(settings), _lifespan(settings, overrides)],
         dependencies={
             "services": Provide(provide_services, sync_to_thread=False),
             "settings": Provide(lambda: settings, sync_to_thread=False, use_cache=True),
             "query_service": Provide(provide_query_service, sync_to_thread=False),
             "knowledge": Provide(provide_knowledge, sync_to_thread=False),
+            "principal": Provide(provide_principal, sync_to_thread=False),
+            "access": Provide(provide_access, sync_to_thread=False),
+            "chat_service": Provide(provide_chat_service, sync_to_thread=False),
         },
+        request_max_body_size=settings.max_body_bytes,
         exception_handlers={Exception: handle_exception},
         openapi_config=OpenAPIConfig(
             title="Adaptive RAG routing gateway",
             version="1.0.0",
             path="/schema",
             render_plugins=[SwaggerRenderPlugin()],
+            components=Components(security_schemes=SECURITY_SCHEMES),
         ),
     )

@@ -25,6 +25,7 @@ PROBLEM_JSON = "application/problem+json"
 class GatewayError(Exception):
     status_code = HTTP_500_INTERNAL_SERVER_ERROR
     title = "Internal error"
+    headers: dict[str, str] = {}
 
     def __init__(self, detail: str, **extra: Any) -> None:
         super().__init__(detail)
@@ -40,6 +41,30 @@ class ClientError(GatewayError):
 class NotFoundError(ClientError):
     status_code = 404
     title = "Not found"
+
+
+class AuthenticationError(ClientError):
+    status_code = 401
+    title = "Unauthorized"
+    headers = {"WWW-Authenticate": "Bearer"}
+
+
+class PermissionDeniedError(ClientError):
+    status_code = 403
+    title = "Forbidden"
+
+
+class TenantForbiddenError(PermissionDeniedError):
+    """The body names a tenant other than the API key's."""
+
+
+class RateLimitedError(ClientError):
+    status_code = 429
+    title = "Too many requests"
+
+    def __init__(self, detail: str, *, retry_after_s: int, **extra: Any) -> None:
+        super().__init__(detail, retry_after_s=retry_after_s, **extra)
+        self.headers = {"Retry-After": str(retry_after_s)}
 
 
 class ProviderError(GatewayError):
@@ -67,7 +92,17 @@ class ProviderTimeoutError(ProviderError):
     title = "Upstream provider timed out"
 
 
-def problem(status: int, title: str, detail: str, instance: str, **extra: Any) -> Response[dict[str, Any]]:
+class AccessUnavailableError(ProviderUnavailableError):
+    """Limits cannot be checked (Redis down) and the operator chose to fail closed."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail, provider="rate_limiter")
+        self.headers = {"Retry-After": "5"}
+
+
+def problem(
+    status: int, title: str, detail: str, instance: str, *, headers: dict[str, str] | None = None, **extra: Any
+) -> Response[dict[str, Any]]:
     body: dict[str, Any] = {
         "type": "about:blank",
         "title": title,
@@ -76,7 +111,7 @@ def problem(status: int, title: str, detail: str, instance: str, **extra: Any) -
         "instance": instance,
         **extra,
     }
-    return Response(content=body, status_code=status, media_type=PROBLEM_JSON)
+    return Response(content=body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
 
 
 def _validation_errors(exc: ValidationException) -> list[dict[str, Any]]:
@@ -94,7 +129,7 @@ def handle_exception(request: Request[Any, Any, Any], exc: Exception) -> Respons
     if isinstance(exc, GatewayError):
         if isinstance(exc, ProviderError):
             logger.warning("provider error from %s: %s", exc.provider, exc.detail)
-        return problem(exc.status_code, exc.title, exc.detail, path, **exc.extra)
+        return problem(exc.status_code, exc.title, exc.detail, path, headers=exc.headers or None, **exc.extra)
     if isinstance(exc, ValidationException):
         errors = _validation_errors(exc)
         detail = "; ".join(f"{e.get('key', 'body')}: {e.get('message', '')}".strip() for e in errors) or exc.detail

@@ -30,6 +30,17 @@ class ModelPrice(BaseModel):
     output: float = 0.0
 
 
+class ApiKeyConfig(BaseModel):
+    """One client's key, as configured: only its SHA-256 hex digest (``python -m gateway.access hash-key``)."""
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
+    key_sha256: str = Field(pattern=r"^[0-9a-fA-F]{64}$")
+    tenant: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")  # the vector stores' TENANT_PATTERN
+    scopes: list[Literal["query", "admin"]] = Field(default_factory=lambda: list[Literal["query", "admin"]](["query"]))
+    requests_per_minute: int | None = Field(None, ge=1)
+    daily_tokens: int | None = Field(None, ge=1)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GATEWAY_", extra="ignore", populate_by_name=True)
 
@@ -130,6 +141,25 @@ class Settings(BaseSettings):
 
     # Readiness probes
     readiness_timeout_s: float = Field(2.0, gt=0)
+
+    # Access (gateway/access): API keys (GATEWAY_API_KEYS, a JSON list of ApiKeyConfig; hashes only).
+    # Without keys the gateway is open, which start-up refuses off loopback unless allow_open_access.
+    api_keys: list[ApiKeyConfig] = Field(default_factory=list)
+    allow_open_access: bool = False
+    rate_limit_prefix: str = "ratelimit"
+    rate_limit_timeout_s: float = Field(0.1, gt=0)
+    # Redis down: False = fall back to per-process limits (answers keep flowing, limits per replica);
+    # True = refuse with 503 (limits are never exceeded, availability follows Redis).
+    rate_limit_fail_closed: bool = False
+
+    # Request limits (each answered with a clear 4xx)
+    max_body_bytes: int = Field(10 * 1024 * 1024, ge=1024)
+    chat_max_messages: int = Field(64, ge=1)
+    chat_max_message_chars: int = Field(16_000, ge=1)
+    chat_max_tokens: int = Field(4096, ge=1)
+    # Follow-ups: earlier turns (at most this many messages) make the last question self-contained.
+    chat_rewrite_followups: bool = True
+    chat_history_messages: int = Field(8, ge=1)
 
     @property
     def uses_pinecone(self) -> bool:

@@ -8,6 +8,9 @@ from litestar import Controller, delete, post
 from litestar.di import NamedDependency
 from litestar.params import JSONBody, PathParameter, QueryParameter
 
+from gateway.access.guard import BEARER, require
+from gateway.access.keys import Principal
+from gateway.api.problems import problem_responses
 from gateway.errors import ClientError, NotFoundError
 from gateway.knowledge import KnowledgeBase, NewDocument
 from gateway.providers.vectorstores.base import TENANT_PATTERN
@@ -18,14 +21,23 @@ from gateway.settings import Settings
 class DocumentController(Controller):
     path = "/v1/documents"
     tags = ["documents"]
+    guards = [require("admin")]  # ingestion changes what every client of the tenant is told
+    security = [{BEARER: []}]
 
-    @post("/", status_code=200, summary="Upsert documents by id; long texts are chunked")
+    @post(
+        "/",
+        status_code=200,
+        summary="Upsert documents by id; long texts are chunked",
+        responses=problem_responses(400, 401, 403, 413, 429, 502, 503, 504),
+    )
     async def upsert(
         self,
         data: JSONBody[DocumentsRequest],
         knowledge: NamedDependency[KnowledgeBase],
         settings: NamedDependency[Settings],
+        principal: NamedDependency[Principal],
     ) -> DocumentsResponse:
+        tenant = principal.tenant_for(data.tenant)
         if len(data.documents) > settings.max_documents_per_request:
             raise ClientError(
                 f"{len(data.documents)} documents in one request; the maximum is "
@@ -43,18 +55,25 @@ class DocumentController(Controller):
                     f"{settings.max_document_chars}. Split it into several documents."
                 )
         result = await knowledge.ingest(
-            data.tenant,
+            tenant,
             [NewDocument(id=d.id, text=d.text, title=d.title or "", metadata=d.metadata or {}) for d in data.documents],
         )
         return DocumentsResponse(upserted=result.upserted, chunks=result.chunks)
 
-    @delete("/{doc_id:str}", status_code=200, summary="Delete a document and all its chunks")
+    @delete(
+        "/{doc_id:str}",
+        status_code=200,
+        summary="Delete a document and all its chunks",
+        responses=problem_responses(400, 401, 403, 404, 429, 502, 503, 504),
+    )
     async def remove(
         self,
         doc_id: Annotated[str, PathParameter(max_length=256)],
         knowledge: NamedDependency[KnowledgeBase],
+        principal: NamedDependency[Principal],
         tenant: Annotated[str, QueryParameter(pattern=TENANT_PATTERN)] = "default",
     ) -> DeleteResponse:
+        tenant = principal.tenant_for(tenant)
         if not await knowledge.delete(tenant, doc_id):
             raise NotFoundError(f"Tenant {tenant!r} has no document {doc_id!r}.")
         return DeleteResponse(deleted=doc_id, tenant=tenant)

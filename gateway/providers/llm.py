@@ -19,6 +19,7 @@ from langchain_openai import ChatOpenAI
 from pydantic import BaseModel, ValidationError
 
 from gateway.errors import MalformedOutputError, ProviderError, ProviderTimeoutError, ProviderUnavailableError
+from gateway.providers.token_stream import call_model
 from gateway.settings import ModelPrice, Settings
 from pipelines.shared.deps import ChatReply, LLMCall, SchemaT
 
@@ -35,6 +36,8 @@ def build_chat_model(settings: Settings) -> ChatOpenAI:
         max_retries=settings.llm_max_retries,
         temperature=settings.llm_temperature,
         max_tokens=settings.llm_max_tokens,
+        # Streamed answers (the chat endpoint) report token usage too, so budgets count them.
+        stream_usage=True,
     )
 
 
@@ -81,7 +84,7 @@ class LLMClient:
     async def _invoke(self, runnable: Any, messages: list[BaseMessage], node: str) -> tuple[AIMessage, LLMCall]:
         started = time.perf_counter()
         try:
-            message = await runnable.ainvoke(messages)
+            message = await call_model(runnable, messages, node)
         except openai.APITimeoutError as exc:
             raise ProviderTimeoutError(f"LLM call timed out in node {node}", provider=PROVIDER) from exc
         except openai.APIConnectionError as exc:

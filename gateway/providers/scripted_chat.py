@@ -6,13 +6,15 @@ real adapter, graph and HTTP code run while the model's answers are decided by t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import re
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
+import httpx
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from pydantic import ConfigDict, Field
 
 Responder = Callable[[list[BaseMessage], dict[str, Any]], str]
@@ -29,6 +31,8 @@ class ScriptedChatModel(BaseChatModel):
 
     responder: Responder
     calls: list[tuple[list[BaseMessage], dict[str, Any]]] = Field(default_factory=list)
+    # Streaming: the connection drops after this many chunks (a mid-stream upstream failure).
+    stream_fail_after: int | None = None
 
     @property
     def _llm_type(self) -> str:
@@ -62,6 +66,23 @@ class ScriptedChatModel(BaseChatModel):
         **kwargs: Any,
     ) -> ChatResult:
         return self._generate(messages, stop, None, **kwargs)
+
+    async def _astream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[ChatGenerationChunk]:
+        """Word-sized chunks like a real server's tokens; usage arrives on the last chunk (``stream_usage``)."""
+        whole = self._generate(messages, stop, None, **kwargs).generations[0].message
+        pieces = re.findall(r"\s*\S+", str(whole.content)) or [""]
+        for index, piece in enumerate(pieces):
+            if self.stream_fail_after is not None and index >= self.stream_fail_after:
+                raise httpx.ReadError("scripted upstream closed the stream")
+            yield ChatGenerationChunk(message=AIMessageChunk(content=piece))
+        usage = whole.usage_metadata if isinstance(whole, AIMessage) else None
+        yield ChatGenerationChunk(message=AIMessageChunk(content="", usage_metadata=usage))
 
 
 def replies(*texts: str) -> Responder:

@@ -1,0 +1,125 @@
+"""Authentication and rate limiting as Litestar guards, run before a handler reads its body.
+
+Keys come from ``Authorization: Bearer <key>`` (what the ``openai`` client sends) or ``x-api-key``.
+A guard stores the :class:`Principal` on the connection state; handlers receive it through the
+``principal`` dependency. Neither the key nor its digest is logged: only the key's configured name.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from litestar import Litestar
+from litestar.connection import ASGIConnection
+from litestar.handlers.base import BaseRouteHandler
+from litestar.openapi.spec import Reference, SecurityScheme
+
+from gateway.access.keys import ANONYMOUS, KeyRing, Principal, Scope, check_exposure
+from gateway.access.limits import LocalRateLimiter, RateLimiter, RedisRateLimiter
+from gateway.errors import AuthenticationError, PermissionDeniedError, RateLimitedError
+from gateway.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+Guard = Callable[[ASGIConnection[Any, Any, Any, Any], BaseRouteHandler], Coroutine[Any, Any, None]]
+PRINCIPAL = "principal"
+BEARER = "apiKey"  # the OpenAPI security scheme of every guarded endpoint
+SECURITY_SCHEMES: dict[str, SecurityScheme | Reference] = {
+    BEARER: SecurityScheme(
+        type="http",
+        scheme="bearer",
+        description="A gateway API key (GATEWAY_API_KEYS); 'x-api-key: <key>' works too. Not needed in open mode.",
+    )
+}
+
+
+@dataclass
+class Access:
+    keys: KeyRing
+    limiter: RateLimiter
+
+
+def presented_key(connection: ASGIConnection[Any, Any, Any, Any]) -> str | None:
+    authorization = connection.headers.get("authorization", "")
+    scheme, _, value = authorization.partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.strip()
+    api_key = connection.headers.get("x-api-key", "").strip()
+    return api_key or None
+
+
+def require(scope: Scope) -> Guard:
+    """A guard admitting keys with ``scope`` (admin includes query) within their limits."""
+
+    async def guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+        access: Access = connection.app.state.access
+        if access.keys.open:
+            connection.state[PRINCIPAL] = ANONYMOUS
+            return
+        key = presented_key(connection)
+        if key is None:
+            raise AuthenticationError(
+                "No API key: send it as 'Authorization: Bearer <key>' (or in the 'x-api-key' header)."
+            )
+        principal = access.keys.lookup(key)
+        if principal is None:
+            raise AuthenticationError("The API key is not valid.")
+        if not principal.allows(scope):
+            raise PermissionDeniedError(f"The API key {principal.name!r} lacks the {scope!r} scope for this endpoint.")
+        decision = await access.limiter.admit(principal)
+        if not decision.allowed:
+            what = (
+                f"{decision.limit} requests per minute"
+                if decision.verdict == "requests"
+                else f"its daily budget of {decision.limit} tokens"
+            )
+            raise RateLimitedError(
+                f"The API key {principal.name!r} exceeded {what}; retry after {decision.retry_after_s} s.",
+                retry_after_s=decision.retry_after_s,
+                code="rate_limit_exceeded" if decision.verdict == "requests" else "daily_token_budget_exceeded",
+            )
+        connection.state[PRINCIPAL] = principal
+
+    return guard
+
+
+def provide_principal(request: ASGIConnection[Any, Any, Any, Any]) -> Principal:
+    principal: Principal = request.state.get(PRINCIPAL, ANONYMOUS)
+    return principal
+
+
+def provide_access(request: ASGIConnection[Any, Any, Any, Any]) -> Access:
+    access: Access = request.app.state.access
+    return access
+
+
+def open_limiter(settings: Settings) -> RateLimiter:
+    if settings.redis_url:
+        return RedisRateLimiter.from_url(
+            settings.redis_url,
+            prefix=settings.rate_limit_prefix,
+            timeout_s=settings.rate_limit_timeout_s,
+            fail_closed=settings.rate_limit_fail_closed,
+        )
+    if any(k.requests_per_minute or k.daily_tokens for k in settings.api_keys):
+        logger.warning("rate limits and token budgets are enforced per process: no REDIS_URL to share them")
+    return LocalRateLimiter()
+
+
+def access_lifespan(settings: Settings) -> Callable[[Litestar], Any]:
+    @asynccontextmanager
+    async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        check_exposure(settings)
+        keys = KeyRing(settings.api_keys)
+        limiter = open_limiter(settings)
+        app.state.access = Access(keys, limiter)
+        try:
+            yield
+        finally:
+            await limiter.close()
+
+    return lifespan

@@ -1,0 +1,132 @@
+"""API keys: configured as SHA-256 digests, matched in constant time, mapped to a tenant.
+
+Only digests are ever configured or kept in memory, so a leaked config or heap dump reveals no
+usable key. Keys are high-entropy random strings (``new-key``), which is why a plain SHA-256 and
+not a slow password hash is the right tool: there is nothing to brute-force. Lookup compares the
+presented key's digest with every configured digest using ``hmac.compare_digest`` and does not
+stop at the first match, so timing says nothing about which or how many keys exist.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import logging
+import secrets
+from dataclasses import dataclass
+from typing import Literal
+
+from gateway.errors import TenantForbiddenError
+from gateway.settings import ApiKeyConfig, Settings
+
+logger = logging.getLogger(__name__)
+
+Scope = Literal["query", "admin"]
+OPEN_TENANT = "default"
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def new_key() -> str:
+    """256 bits of randomness, prefixed so a leaked key is recognisable in secret scanners."""
+    return "rgw-" + secrets.token_urlsafe(32)
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """The caller of one request. ``name`` (never the key) labels limits and logs."""
+
+    name: str
+    tenant: str
+    scopes: frozenset[Scope]
+    requests_per_minute: int | None = None
+    daily_tokens: int | None = None
+    authenticated: bool = True
+
+    def allows(self, scope: Scope) -> bool:
+        # admin is the superset: an ingestion key may also query what it ingested.
+        return scope in self.scopes or "admin" in self.scopes
+
+    def tenant_for(self, requested: str) -> str:
+        """The tenant a request acts on: the key's. ``default`` means "not named" and becomes the key's
+        tenant; naming any other tenant is refused (403) rather than silently ignored."""
+        if not self.authenticated or requested in (OPEN_TENANT, self.tenant):
+            return self.tenant if self.authenticated else requested
+        raise TenantForbiddenError(
+            f"This API key belongs to tenant {self.tenant!r}; it cannot act on tenant {requested!r}. "
+            "Leave 'tenant' out or use a key of that tenant."
+        )
+
+
+ANONYMOUS = Principal(name="anonymous", tenant=OPEN_TENANT, scopes=frozenset({"query", "admin"}), authenticated=False)
+
+
+class KeyRing:
+    def __init__(self, keys: list[ApiKeyConfig]) -> None:
+        names = [k.name for k in keys]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"GATEWAY_API_KEYS: key names must be unique (limits are kept per name): {duplicates}")
+        self._entries = [(bytes.fromhex(k.key_sha256.lower()), k) for k in keys]
+
+    @property
+    def open(self) -> bool:
+        return not self._entries
+
+    def lookup(self, presented: str) -> Principal | None:
+        digest = hashlib.sha256(presented.encode("utf-8")).digest()
+        found: ApiKeyConfig | None = None
+        for configured, entry in self._entries:
+            if hmac.compare_digest(configured, digest):
+                found = entry
+        if found is None:
+            return None
+        return Principal(
+            name=found.name,
+            tenant=found.tenant,
+            scopes=frozenset(found.scopes),
+            requests_per_minute=found.requests_per_minute,
+            daily_tokens=found.daily_tokens,
+        )
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class OpenAccessError(RuntimeError):
+    """No API keys while listening beyond loopback: refuse to start instead of exposing everything."""
+
+
+def check_exposure(settings: Settings, host: str | None = None, *, quiet: bool = False) -> None:
+    """Start-up check: open mode (no keys) only on loopback unless ``allow_open_access`` says otherwise.
+
+    ``quiet`` only refuses (the CLI checks before loading anything; the lifespan then logs the mode once).
+    """
+    bind = host or settings.host
+    if quiet and (settings.api_keys or is_loopback(bind) or settings.allow_open_access):
+        return
+    if settings.api_keys:
+        logger.info("API keys required: %d key(s) configured", len(settings.api_keys))
+        return
+    if is_loopback(bind):
+        logger.warning("OPEN ACCESS: no API keys configured (GATEWAY_API_KEYS); serving loopback %s only", bind)
+        return
+    if not settings.allow_open_access:
+        raise OpenAccessError(
+            f"Refusing to serve {bind} without API keys: set GATEWAY_API_KEYS (see `python -m gateway.access "
+            "new-key`) or, on a network you trust, GATEWAY_ALLOW_OPEN_ACCESS=true."
+        )
+    logger.warning(
+        "OPEN ACCESS on %s: no API keys configured and GATEWAY_ALLOW_OPEN_ACCESS=true; "
+        "anyone who reaches this port can query and ingest documents",
+        bind,
+    )
