@@ -10,6 +10,9 @@ import yaml
 
 from tests.deploy.chart_tools import CHART, deep_merge, helm_binary
 
+# sha256 of "test": a digest, never a key, is what the chart carries.
+API_KEY_SHA256 = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+
 # Every optional part of the chart switched on, with the values those parts need.
 ALL_FLAGS: dict[str, Any] = {
     "autoscaling": {"enabled": True, "customMetric": {"enabled": True}},
@@ -31,13 +34,23 @@ ALL_FLAGS: dict[str, Any] = {
     "serviceAccount": {"create": True},
     "redis": {"enabled": True, "persistence": {"enabled": True, "storageClassName": "standard"}},
     "llamaCpp": {"enabled": True, "model": {"existingClaim": "gguf-models"}, "extraArgs": ["--parallel", "2"]},
+    "auth": {"allowOpenAccess": True},
     "otel": {"enabled": True, "endpoint": "http://otel-collector.monitoring:4317"},
     "vectorStore": {"existingClaim": "lancedb"},
     "secrets": {
         "openaiApiKey": "sk-test-openai-0123456789",
         "pineconeApiKey": "pc-test-0123456789",
         "tavilyApiKey": "tvly-test-0123456789",
-        "apiKeys": [{"key": "gw-test-key-0123456789", "tenant": "acme", "scopes": ["chat"], "rpm": 60}],
+        "apiKeys": [
+            {
+                "name": "chatbot",
+                "key_sha256": API_KEY_SHA256,
+                "tenant": "acme",
+                "scopes": ["query", "admin"],
+                "requests_per_minute": 60,
+                "daily_tokens": 1_000_000,
+            }
+        ],
     },
     "extraEnv": [{"name": "GATEWAY_LOG_EXTRA", "value": "1"}],
 }

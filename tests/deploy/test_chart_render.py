@@ -12,8 +12,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from gateway.settings import Settings
 from tests.deploy.chart_tools import CHART, RELEASE, REPO, RenderError, kinds_and_names, render
-from tests.deploy.conftest import KUBE_VERSIONS
+from tests.deploy.conftest import API_KEY_SHA256, KUBE_VERSIONS
 
 FULLNAME = f"{RELEASE}-rag-gateway"
 # Prometheus Operator kinds: kubernetes-validate ships only the built-in API schemas, so these two are
@@ -211,7 +212,11 @@ def test_secret_from_values_feeds_the_gateway(everything: list[dict[str, Any]]) 
     data = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
     assert data["OPENAI_API_KEY"] == "sk-test-openai-0123456789"
     assert data["PINECONE_API_KEY"] == "pc-test-0123456789"
-    assert json.loads(data["GATEWAY_API_KEYS"])[0]["tenant"] == "acme"
+    # The app itself parses what the chart writes: same field names, a digest rather than a key.
+    keys = Settings.model_validate({"api_keys": json.loads(data["GATEWAY_API_KEYS"])}).api_keys
+    assert [(k.name, k.tenant, k.key_sha256, k.requests_per_minute) for k in keys] == [
+        ("chatbot", "acme", API_KEY_SHA256, 60)
+    ]
     env_from = pod_spec(one(everything, "Deployment"))["containers"][0]["envFrom"]
     assert {"secretRef": {"name": FULLNAME}} in env_from
     # Secret values never land in the ConfigMap.
@@ -225,6 +230,11 @@ def test_existing_secret_is_referenced_not_created(helm: Path, work: Path, defau
     assert not [o for o in objects if o["kind"] == "Secret"]
     env_from = pod_spec(one(objects, "Deployment"))["containers"][0]["envFrom"]
     assert {"secretRef": {"name": "gateway-keys"}} in env_from
+
+
+def test_open_access_is_an_explicit_choice(defaults: list[dict[str, Any]], everything: list[dict[str, Any]]) -> None:
+    assert "GATEWAY_ALLOW_OPEN_ACCESS" not in one(defaults, "ConfigMap")["data"]
+    assert one(everything, "ConfigMap")["data"]["GATEWAY_ALLOW_OPEN_ACCESS"] == "true"
 
 
 def test_in_cluster_redis_and_llm_are_wired_into_the_settings(everything: list[dict[str, Any]]) -> None:

@@ -49,6 +49,9 @@ def test_schema_describes_every_default_key(
         {"autoscaling": {"targetCPUUtilizationPercentage": 150}},
         {"autoscaling": {"minReplica": 2}},  # typo of minReplicas: nested unknown keys fail too
         {"secrets": {"apiKeys": "gw-key"}},
+        {"secrets": {"apiKeys": [{"name": "bot", "key": "gw-plaintext-key", "tenant": "acme"}]}},  # keys: digests only
+        {"secrets": {"apiKeys": [{"name": "bot", "key_sha256": "abc", "tenant": "acme"}]}},
+        {"auth": {"allowOpenAccess": "yes"}},
         {"secrets": {"redisUrl": "localhost:6379"}},
         {"config": {"GATEWAY_LLM_PRICES": {"gpt-4o": 1}}},
         {"resources": {"requests": {"cpu": "lots"}}},
