@@ -17,15 +17,21 @@ from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import SwaggerRenderPlugin
+from opentelemetry.sdk.trace import TracerProvider
 
 from gateway.api.documents import DocumentController
 from gateway.api.health import HealthController
+from gateway.api.metrics import MetricsController
 from gateway.api.query import QueryController
 from gateway.cache.layer import CacheLayer, open_cache
 from gateway.cache.semantic import SemanticCache
 from gateway.chunking import Chunker
 from gateway.errors import handle_exception
 from gateway.knowledge import KnowledgeBase, NewDocument
+from gateway.observability.http import trace_requests
+from gateway.observability.metrics import GatewayMetrics
+from gateway.observability.recorder import Telemetry
+from gateway.observability.tracing import build_tracer_provider
 from gateway.providers.embeddings import build_embeddings, embedding_dimensions
 from gateway.providers.llm import LLMClient, build_chat_model, ping_llm
 from gateway.providers.vectorstores.base import VectorStore
@@ -71,6 +77,20 @@ def _embed_texts(embeddings: Embeddings) -> EmbedTexts:
     return embed
 
 
+def build_telemetry(settings: Settings, overrides: ProviderOverrides) -> Telemetry:
+    """Fresh metrics and tracer provider per app, so apps (and tests) never share counters or spans."""
+    metrics = GatewayMetrics() if settings.metrics_enabled else None
+    provider = None
+    if settings.tracing_enabled:
+        provider = build_tracer_provider(otlp=settings.otlp_enabled, extra_exporter=overrides.span_exporter)
+    return Telemetry(
+        metrics,
+        provider,
+        include_content=settings.trace_include_content,
+        llm_provider_name=settings.llm_provider_name,
+    )
+
+
 async def build_router(settings: Settings, embeddings: Embeddings, llm: LLMClient) -> FrontRouter:
     examples = [e for e in load_examples() if e.split == "train"]
     model = await asyncio.to_thread(
@@ -80,7 +100,12 @@ async def build_router(settings: Settings, embeddings: Embeddings, llm: LLMClien
 
 
 def build_route_table(
-    settings: Settings, llm: LLMClient, knowledge: KnowledgeBase, http: httpx.AsyncClient, embeddings: Embeddings
+    settings: Settings,
+    llm: LLMClient,
+    knowledge: KnowledgeBase,
+    http: httpx.AsyncClient,
+    embeddings: Embeddings,
+    telemetry: Telemetry | None = None,
 ) -> RouteTable:
     """Compile every graph once, at start-up, around the clients the lifespan opened."""
     grounding = GroundingPolicy(settings.min_relevance, settings.min_answer_support)
@@ -97,6 +122,7 @@ def build_route_table(
         recursion_limit=settings.recursion_limit,
         grounding=grounding,
     )
+    observer = telemetry or Telemetry(None, None)
     search: WebSearch = LocalStoreSearch(knowledge)
     if settings.tavily_api_key is not None:
         search = TavilySearch(http, settings.tavily_api_key.get_secret_value(), embeddings)
@@ -107,11 +133,14 @@ def build_route_table(
         relevance=corrective_policy.relevance,
         lower=settings.escalate_below,
         upper=settings.crag_upper,
+        telemetry=observer,
     )
     return RouteTable(
-        direct=build_direct_graph(llm),
+        direct=build_direct_graph(llm, observer),
         single_hop=build_single_hop_graph(single_hop),
-        corrective=build_corrective_graph(CorrectiveDeps(llm, knowledge, search, knowledge, corrective_policy)),
+        corrective=build_corrective_graph(
+            CorrectiveDeps(llm, knowledge, search, knowledge, corrective_policy, telemetry=observer)
+        ),
         policy=RoutePolicy(
             default_top_k=settings.default_top_k,
             max_top_k=settings.max_top_k,
@@ -119,10 +148,11 @@ def build_route_table(
             escalate_on_incorrect=settings.escalate_on_incorrect,
             recursion_limit=settings.recursion_limit,
         ),
+        telemetry=observer,
     )
 
 
-def open_cache_layer(settings: Settings) -> CacheLayer | None:
+def open_cache_layer(settings: Settings, telemetry: Telemetry | None = None) -> CacheLayer | None:
     if not settings.cache_enabled:
         return None
     return open_cache(
@@ -137,6 +167,7 @@ def open_cache_layer(settings: Settings) -> CacheLayer | None:
         max_wait_s=settings.cache_max_wait_s,
         memory_max_entries=settings.cache_memory_max_entries,
         memory_max_bytes=settings.cache_memory_max_bytes,
+        events=telemetry or Telemetry(None, None),
     )
 
 
@@ -156,6 +187,7 @@ def open_semantic_cache(settings: Settings, cache: CacheLayer | None, embeddings
         bucket_cap=settings.cache_semantic_bucket_cap,
         timeout_s=settings.cache_timeout_s,
         backoff_s=settings.cache_backoff_s,
+        events=cache.events,
     )
 
 
@@ -183,6 +215,9 @@ def _lifespan(
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
+            telemetry = build_telemetry(settings, overrides)
+            stack.callback(_close_telemetry, telemetry)
+            app.state.telemetry = telemetry  # read by the tracing middleware
             http = await stack.enter_async_context(httpx.AsyncClient())
             embeddings = overrides.embeddings
             if embeddings is None:
@@ -191,8 +226,13 @@ def _lifespan(
             store = overrides.vector_store or await open_vector_store(settings, dimensions)
             stack.push_async_callback(store.close)
             chat_model = overrides.chat_model or build_chat_model(settings)
-            llm = LLMClient(chat_model, model_name=settings.llm_model, price=settings.price_for(settings.llm_model))
-            cache = open_cache_layer(settings)
+            llm = LLMClient(
+                chat_model,
+                model_name=settings.llm_model,
+                price=settings.price_for(settings.llm_model),
+                telemetry=telemetry,
+            )
+            cache = open_cache_layer(settings, telemetry)
             query_embeddings = embeddings
             if cache is not None:
                 stack.push_async_callback(cache.close)
@@ -209,7 +249,7 @@ def _lifespan(
             )
             # Router training embeds in bulk with the sync API: it gets the unwrapped model.
             router = await build_router(settings, embeddings, llm)
-            table = build_route_table(settings, llm, knowledge, http, embeddings)
+            table = build_route_table(settings, llm, knowledge, http, embeddings, telemetry)
 
             async def llm_check() -> None:
                 if overrides.chat_model is None:
@@ -228,9 +268,11 @@ def _lifespan(
                     cache=cache.responses if cache is not None else None,
                     semantic=open_semantic_cache(settings, cache, query_embeddings),
                     versions=cache.versions if cache is not None else None,
+                    telemetry=telemetry,
                 ),
                 llm_check=llm_check,
                 cache=cache,
+                telemetry=telemetry,
             )
             if settings.load_sample_kb:
                 chunks = await load_sample_kb(knowledge)
@@ -246,6 +288,14 @@ def _lifespan(
             yield
 
     return lifespan
+
+
+def _close_telemetry(telemetry: Telemetry) -> None:
+    """Flush queued spans (OTLP batch) and retire this worker's live gauges."""
+    if isinstance(telemetry.provider, TracerProvider):
+        telemetry.provider.shutdown()
+    if telemetry.metrics is not None:
+        telemetry.metrics.close()
 
 
 def provide_services(state: State) -> Services:
@@ -266,7 +316,8 @@ def create_app(settings: Settings | None = None, overrides: ProviderOverrides | 
     overrides = overrides or ProviderOverrides()
 
     return Litestar(
-        route_handlers=[QueryController, DocumentController, HealthController],
+        route_handlers=[QueryController, DocumentController, HealthController, MetricsController],
+        middleware=[trace_requests],
         lifespan=[_lifespan(settings, overrides)],
         dependencies={
             "services": Provide(provide_services, sync_to_thread=False),
