@@ -261,12 +261,17 @@ class Telemetry:
         if self.metrics is not None:
             self.metrics.cache_requests.labels(layer, result).inc()
         span = trace.get_current_span()
-        if result != "error" and span.is_recording() and getattr(span, "name", "") == "cache.lookup":
-            span.set_attribute("gateway.cache.result", result)
+        if span.is_recording() and getattr(span, "name", "") == "cache.lookup":
+            if result == "error":
+                span.set_attribute("gateway.cache.error", True)
+            else:
+                span.set_attribute("gateway.cache.result", result)
 
     @contextmanager
     def cache_lookup(self, layer: str) -> Iterator[None]:
-        with self.tracer.start_as_current_span("cache.lookup", attributes={"gateway.cache.layer": layer}):
+        """A lookup span; its result is "miss" unless a hit is reported inside it."""
+        attributes = {"gateway.cache.layer": layer, "gateway.cache.result": "miss"}
+        with self.tracer.start_as_current_span("cache.lookup", attributes=attributes):
             yield None
 
     # -- dependencies ----------------------------------------------------------------------

@@ -1,0 +1,89 @@
+"""``/metrics`` after real requests: per-route counts, cache layers, LLM usage and cost, node timings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.providers.embeddings import USEEmbeddings
+from gateway.settings import ModelPrice, Settings
+from tests.unit.corrective_support import K2_QUESTION, TENANT
+from tests.unit.observability_support import ask, scrape, traced_app, value
+
+MODEL = "qwen2.5-coder-1.5b-instruct-q4_k_m"
+
+
+async def test_requests_are_counted_per_route_and_cache_use(settings: Settings, embeddings: USEEmbeddings) -> None:
+    priced = settings.model_copy(update={"llm_prices": {settings.llm_model: ModelPrice(input=1.0, output=2.0)}})
+    async with traced_app(priced, embeddings) as (client, model, _):
+        answers = {
+            route: await ask(client, K2_QUESTION if route != "direct" else "Hello there!", route)
+            for route in ("direct", "single_hop", "multi_hop")
+        }
+        again = await ask(client, K2_QUESTION, "single_hop")
+        bad = await client.post("/v1/query", json={"tenant": TENANT, "query": "   "})
+        samples, _ = await scrape(client)
+
+    assert again["cached"] is True
+    assert bad.status_code == 400
+    for route, answer in answers.items():
+        assert answer["route"] == route
+        assert not answer["cached"]
+        assert value(samples, "gateway_requests_total", route=route, status="200", cached="false") == 1
+        assert value(samples, "gateway_request_duration_seconds_count", route=route, cached="false") == 1
+        assert value(samples, "gateway_route_decisions_total", route=route, classifier="override") == 1
+    assert value(samples, "gateway_requests_total", route="single_hop", status="200", cached="true") == 1
+    assert value(samples, "gateway_requests_total", route="none", status="400", cached="false") == 1
+    assert value(samples, "gateway_requests_in_flight") == 0
+
+    # Every model call is counted once, on the route that ran it, with its node and the configured model.
+    assert value(samples, "gateway_llm_calls_total") == len(model.calls)
+    for route, answer in answers.items():
+        calls = answer["usage"]["llm_calls"]
+        assert value(samples, "gateway_llm_calls_total", route=route, model=MODEL) == calls
+        tokens_in = value(samples, "gateway_llm_tokens_total", route=route, kind="input")
+        tokens_out = value(samples, "gateway_llm_tokens_total", route=route, kind="output")
+        assert (tokens_in, tokens_out) == (answer["usage"]["input_tokens"], answer["usage"]["output_tokens"])
+        cost = value(samples, "gateway_cost_usd_total", route=route, model=MODEL)
+        assert abs(cost - answer["usage"]["cost_usd"]) < 1e-9
+        assert cost > 0
+    assert value(samples, "gateway_llm_calls_total", route="direct", node="answer_directly") == 1
+    assert value(samples, "gateway_llm_duration_seconds_count", node="answer_directly", model=MODEL) == 1
+
+    # The exact cache: three misses then the repeat's hit; the repeat ran no pipeline node.
+    assert value(samples, "gateway_cache_requests_total", layer="exact", result="miss") == 3
+    assert value(samples, "gateway_cache_requests_total", layer="exact", result="hit") == 1
+    assert value(samples, "gateway_cache_requests_total", layer="exact", result="error") == 0
+    assert value(samples, "gateway_node_duration_seconds_count", pipeline="direct", node="answer_directly") == 1
+    assert value(samples, "gateway_node_duration_seconds_count", pipeline="single_hop", node="retrieve") == 1
+    assert value(samples, "gateway_node_duration_seconds_count", pipeline="corrective", node="retrieve") == 1
+    assert value(samples, "gateway_retrieval_verdicts_total", pipeline="single_hop") == 1
+    corrective_rounds = sum(s.startswith("evaluate:") for s in answers["multi_hop"]["steps"])
+    assert value(samples, "gateway_retrieval_verdicts_total", pipeline="corrective") == corrective_rounds
+
+
+async def test_labels_carry_no_tenant_query_or_trace_id(settings: Settings, embeddings: USEEmbeddings) -> None:
+    async with traced_app(settings, embeddings) as (client, _, _):
+        answer = await ask(client, K2_QUESTION, "multi_hop")
+        samples, _ = await scrape(client)
+    label_values = {v for (_, labels) in samples for _, v in labels}
+    assert TENANT not in label_values
+    assert answer["trace_id"] not in label_values
+    assert not any("Kumo" in v or "payload" in v for v in label_values)
+
+
+async def test_metrics_can_be_switched_off(settings: Settings, embeddings: USEEmbeddings) -> None:
+    off = settings.model_copy(update={"metrics_enabled": False})
+    async with traced_app(off, embeddings) as (client, _, _):
+        answer = await ask(client, "Hello there!", "direct")
+        response = await client.get("/metrics")
+    assert answer["route"] == "direct"
+    assert response.status_code == 404
+    assert response.headers["content-type"].startswith("application/problem+json")
+
+
+async def test_readiness_probe_sets_dependency_gauges(client: Any) -> None:
+    await client.get("/readyz")
+    samples, _ = await scrape(client)
+    # An injected chat model has no endpoint to ping, so its check passes; the vector store is local LanceDB.
+    assert value(samples, "gateway_dependency_up", dependency="vector_store") == 1
+    assert value(samples, "gateway_dependency_up", dependency="llm") == 1
