@@ -326,6 +326,9 @@ def create_app(settings: Settings | None = None, overrides: ProviderOverrides | 
             "knowledge": Provide(provide_knowledge, sync_to_thread=False),
         },
         exception_handlers={Exception: handle_exception},
+        # Logging is the process's to configure (``python -m gateway``: JSON lines); Litestar's default would
+        # replace the root handler with its own text format at start-up.
+        logging_config=None,
         openapi_config=OpenAPIConfig(
             title="Adaptive RAG routing gateway",
             version="1.0.0",

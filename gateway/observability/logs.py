@@ -11,6 +11,7 @@ from opentelemetry import trace
 
 # LogRecord attributes that are not user-supplied ``extra=`` fields.
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime", "taskName"}
+_DROPPED = frozenset({"color_message"})  # uvicorn's ANSI-coloured copy of the message
 
 
 class JsonFormatter(logging.Formatter):
@@ -28,7 +29,7 @@ class JsonFormatter(logging.Formatter):
             entry["trace_id"] = format(context.trace_id, "032x")
             entry["span_id"] = format(context.span_id, "016x")
         for key, value in vars(record).items():
-            if key not in _STANDARD and not key.startswith("_"):
+            if key not in _STANDARD and key not in _DROPPED and not key.startswith("_"):
                 entry[key] = value
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)

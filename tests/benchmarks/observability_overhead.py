@@ -90,7 +90,7 @@ async def main() -> None:
         results: dict[tuple[str, bool], list[float]] = {}
         async with AsyncTestClient(apps[True]) as client_on, AsyncTestClient(apps[False]) as client_off:
             clients = {True: client_on, False: client_off}
-            for on, client in clients.items():
+            for client in clients.values():
                 first = (await client.post("/v1/query", json=BODY)).json()
                 assert first["cached"] is False
                 await http_round(client, 200)  # warm-up
