@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
+from litestar.testing import AsyncTestClient
+
+from gateway.app import create_app
+from gateway.cache.exact import ExactCache
+from gateway.cache.versions import KnowledgeVersions
 from gateway.providers.embeddings import USEEmbeddings
+from gateway.schemas import QueryResponse
 from gateway.settings import ModelPrice, Settings
-from tests.unit.corrective_support import K2_QUESTION, TENANT
+from gateway.state import ProviderOverrides
+from tests.scripted import CountedCompute
+from tests.unit.corrective_support import K2_QUESTION, OFF_TOPIC, TENANT
 from tests.unit.observability_support import ask, scrape, traced_app, value
+from tests.unit.test_cache_exact import FlakyMemory
 
 MODEL = "qwen2.5-coder-1.5b-instruct-q4_k_m"
 
@@ -87,3 +98,61 @@ async def test_readiness_probe_sets_dependency_gauges(client: Any) -> None:
     # An injected chat model has no endpoint to ping, so its check passes; the vector store is local LanceDB.
     assert value(samples, "gateway_dependency_up", dependency="vector_store") == 1
     assert value(samples, "gateway_dependency_up", dependency="llm") == 1
+
+
+async def test_escalation_is_counted_with_its_reason(settings: Settings, embeddings: USEEmbeddings) -> None:
+    async with traced_app(settings, embeddings) as (client, _, _):
+        answer = await ask(client, OFF_TOPIC, "single_hop", top_k=2)
+        samples, _ = await scrape(client)
+    assert answer["escalated_from"] == "single_hop"
+    assert answer["route"] == "multi_hop"
+    labels = {"from_route": "single_hop", "to_route": "multi_hop", "reason": "retrieval_incorrect"}
+    assert value(samples, "gateway_escalations_total", **labels) == 1
+    assert value(samples, "gateway_retrieval_verdicts_total", pipeline="single_hop", verdict="incorrect") == 1
+    # Counted once, on the route that answered.
+    assert value(samples, "gateway_requests_total", route="multi_hop", status="200") == 1
+    assert value(samples, "gateway_requests_total", route="single_hop") == 0
+
+
+async def test_unreachable_llm_is_counted_as_errors(settings: Settings, embeddings: USEEmbeddings) -> None:
+    """The real ChatOpenAI client against a closed port (fixture ``settings``): a 503 and an ``unavailable`` error."""
+    app = create_app(settings, ProviderOverrides(embeddings=embeddings))
+    async with AsyncTestClient(app) as client:
+        response = await client.post("/v1/query", json={"query": "Hello there!", "route": "direct"})
+        ready = await client.get("/readyz")
+        samples, _ = await scrape(client)
+    assert response.status_code == 503
+    assert ready.status_code == 503
+    assert value(samples, "gateway_requests_total", route="direct", status="503", cached="false") == 1
+    labels = {"node": "answer_directly", "model": MODEL, "error": "unavailable"}
+    assert value(samples, "gateway_llm_errors_total", **labels) == 1
+    assert value(samples, "gateway_llm_calls_total") == 0
+    assert value(samples, "gateway_dependency_up", dependency="llm") == 0
+
+
+class RecordingEvents:
+    def __init__(self) -> None:
+        self.results: list[tuple[str, str]] = []
+        self.lookups: list[str] = []
+
+    def cache_result(self, layer: str, result: str) -> None:
+        self.results.append((layer, result))
+
+    @contextmanager
+    def cache_lookup(self, layer: str) -> Iterator[None]:
+        self.lookups.append(layer)
+        yield None
+
+
+async def test_cache_outage_is_reported_as_errors_and_misses() -> None:
+    backend = FlakyMemory()
+    events = RecordingEvents()
+    cache = ExactCache(backend, KnowledgeVersions(backend), QueryResponse, events=events)
+    compute = CountedCompute()
+    await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)
+    await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)
+    backend.down = True
+    await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)
+    assert events.results == [("exact", "miss"), ("exact", "hit"), ("exact", "error")]
+    assert compute.calls == 2  # the outage is served by computing, never by failing
+    assert events.lookups == ["exact", "exact"]  # no lookup at all without the tenant's version
