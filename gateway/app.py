@@ -80,6 +80,11 @@ def _embed_texts(embeddings: Embeddings) -> EmbedTexts:
 def build_telemetry(settings: Settings, overrides: ProviderOverrides) -> Telemetry:
     """Fresh metrics and tracer provider per app, so apps (and tests) never share counters or spans."""
     metrics = GatewayMetrics() if settings.metrics_enabled else None
+    if metrics is not None:
+        layers = ["exact", "embedding"] if settings.cache_enabled else []
+        if settings.cache_enabled and settings.cache_semantic_enabled:
+            layers.append("semantic")
+        metrics.initialise(classifier=settings.router_classifier, cache_layers=layers)
     provider = None
     if settings.tracing_enabled:
         provider = build_tracer_provider(otlp=settings.otlp_enabled, extra_exporter=overrides.span_exporter)

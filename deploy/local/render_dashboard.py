@@ -108,14 +108,14 @@ def main() -> None:
     start = end - args.minutes * 60
     step = max(5.0, args.minutes * 60 / 240)
     panels = board["panels"]
-    height = max(p["gridPos"]["y"] + p["gridPos"]["h"] for p in panels)
+    height = max(p["gridPos"]["y"] + p["gridPos"]["h"] for p in panels) + 1  # one unit on top for the title
     fig = plt.figure(figsize=(20, height * ROW_HEIGHT_IN))
-    fig.suptitle(f"{board['title']} — last {args.minutes:g} min, from {args.prometheus}", fontsize=12)
+    fig.suptitle(f"{board['title']} — last {args.minutes:g} min, from {args.prometheus}", fontsize=12, y=0.999)
     with httpx.Client(base_url=args.prometheus, timeout=30) as client:
         for panel in panels:
             pos = panel["gridPos"]
             left, width = pos["x"] / 24, pos["w"] / 24
-            top = 1 - pos["y"] / height
+            top = 1 - (pos["y"] + 1) / height
             if panel["type"] == "row":
                 fig.text(0.01, top - 0.3 / height, panel["title"], fontsize=11, weight="bold")
                 continue
@@ -133,7 +133,7 @@ def main() -> None:
                 draw_stat(ax, panel, series)
             else:
                 draw_timeseries(ax, panel, series)
-                ax.invert_xaxis()
+                ax.set_xlim(args.minutes, 0)
     fig.savefig(args.out, dpi=110)
     print(f"wrote {args.out} ({len([p for p in panels if p['type'] != 'row'])} panels)")
 

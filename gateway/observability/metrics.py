@@ -14,6 +14,7 @@ Wipe the directory between runs of the server, as prometheus-client requires.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
@@ -23,6 +24,11 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 45.0, 60.0)
 LLM_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0)
 NODE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+ROUTES = ("direct", "single_hop", "multi_hop")
+VERDICTS = ("correct", "ambiguous", "incorrect")
+LOOP_REASONS = ("retrieval_incorrect", "retrieval_ambiguous", "unsupported_answer", "answer_not_useful")
 
 
 def multiprocess_dir() -> Path | None:
@@ -136,6 +142,28 @@ class GatewayMetrics:
             registry=r,
             multiprocess_mode="mostrecent",
         )
+
+    def initialise(self, *, classifier: str, cache_layers: Iterable[str]) -> None:
+        """Create the series every deployment will have at zero, so ``rate()`` sees their first increment.
+
+        A counter series that appears at 1 has no increase in Prometheus' eyes until it moves again; the
+        label values here are the bounded, known ones (LLM node/model series appear with their first call).
+        """
+        for route in ROUTES:
+            for cached in ("true", "false"):
+                self.requests.labels(route, "200", cached)
+                self.request_duration.labels(route, cached)
+            for name in (classifier, "override"):
+                self.route_decisions.labels(route, name)
+        self.escalations.labels("single_hop", "multi_hop", "retrieval_incorrect")
+        for pipeline in ("single_hop", "corrective"):
+            for verdict in VERDICTS:
+                self.retrieval_verdicts.labels(pipeline, verdict)
+        for reason in LOOP_REASONS:
+            self.corrective_loops.labels(reason)
+        for layer in cache_layers:
+            for result in ("hit", "miss", "error"):
+                self.cache_requests.labels(layer, result)
 
     def exposition(self) -> bytes:
         """The text format for ``/metrics``: this process's registry, or every worker's in multiprocess mode."""

@@ -21,6 +21,7 @@ from tests.unit.observability_support import ask, scrape, traced_app, value
 from tests.unit.test_cache_exact import FlakyMemory
 
 MODEL = "qwen2.5-coder-1.5b-instruct-q4_k_m"
+ESCALATION = {"from_route": "single_hop", "to_route": "multi_hop", "reason": "retrieval_incorrect"}
 
 
 async def test_requests_are_counted_per_route_and_cache_use(settings: Settings, embeddings: USEEmbeddings) -> None:
@@ -45,6 +46,11 @@ async def test_requests_are_counted_per_route_and_cache_use(settings: Settings, 
     assert value(samples, "gateway_requests_total", route="single_hop", status="200", cached="true") == 1
     assert value(samples, "gateway_requests_total", route="none", status="400", cached="false") == 1
     assert value(samples, "gateway_requests_in_flight") == 0
+    # Known label values exist at zero before their first event, so rate() sees that event.
+    assert (
+        samples[("gateway_route_decisions_total", frozenset({("route", "multi_hop"), ("classifier", "logistic")}))] == 0
+    )
+    assert samples[("gateway_escalations_total", frozenset(ESCALATION.items()))] == 0
 
     # Every model call is counted once, on the route that ran it, with its node and the configured model.
     assert value(samples, "gateway_llm_calls_total") == len(model.calls)
@@ -106,8 +112,7 @@ async def test_escalation_is_counted_with_its_reason(settings: Settings, embeddi
         samples, _ = await scrape(client)
     assert answer["escalated_from"] == "single_hop"
     assert answer["route"] == "multi_hop"
-    labels = {"from_route": "single_hop", "to_route": "multi_hop", "reason": "retrieval_incorrect"}
-    assert value(samples, "gateway_escalations_total", **labels) == 1
+    assert value(samples, "gateway_escalations_total", **ESCALATION) == 1
     assert value(samples, "gateway_retrieval_verdicts_total", pipeline="single_hop", verdict="incorrect") == 1
     # Counted once, on the route that answered.
     assert value(samples, "gateway_requests_total", route="multi_hop", status="200") == 1
