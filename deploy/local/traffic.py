@@ -24,6 +24,7 @@ QUESTIONS = [
     ("multi_hop", "Who founded the company that makes the Kumo Carrier K2, and in which city?"),
     ("auto", "Thanks, that is all."),
     ("auto", "What is the maximum payload of the Kumo Carrier K2?"),
+    ("single_hop", "Who painted the ceiling of the Sistine Chapel?"),  # nothing relevant: escalates to multi_hop
 ]
 
 
