@@ -78,7 +78,7 @@ def draw_timeseries(ax: Axes, panel: dict[str, Any], series: list[tuple[str, lis
     else:
         for name, ts, vs in series:
             ax.plot([t / 60 for t in ts], [v * factor for v in vs], label=name, linewidth=1.2)
-    ax.set_xlabel("minutes ago", fontsize=7)
+    ax.set_xlabel("minutes before the end of the window", fontsize=7)
     ax.set_ylabel(suffix, fontsize=7)
     ax.tick_params(labelsize=6)
     ax.grid(alpha=0.3)
@@ -88,7 +88,10 @@ def draw_timeseries(ax: Axes, panel: dict[str, Any], series: list[tuple[str, lis
 
 def draw_stat(ax: Axes, panel: dict[str, Any], series: list[tuple[str, list[float], list[float]]]) -> None:
     factor, suffix = scale(panel["fieldConfig"]["defaults"].get("unit", ""))
-    values = [vs[-1] for _, _, vs in series if vs and not math.isnan(vs[-1])]
+    # Grafana's "lastNotNull": the newest value that is a number.
+    values = [
+        next(v for v in reversed(vs) if not math.isnan(v)) for _, _, vs in series if any(not math.isnan(v) for v in vs)
+    ]
     text = f"{values[0] * factor:.3g} {suffix}" if values else "no data"
     ax.text(0.5, 0.45, text, ha="center", va="center", fontsize=18, transform=ax.transAxes, color="#1f77b4")
     ax.set_xticks([])
@@ -101,16 +104,18 @@ def main() -> None:
     parser.add_argument("--dashboard", type=Path, default=DASHBOARD)
     parser.add_argument("--minutes", type=float, default=15.0)
     parser.add_argument("--rate-interval", default="1m", help="what $__rate_interval becomes")
+    parser.add_argument("--end-ago", type=float, default=0.0, help="end the window this many minutes ago")
     parser.add_argument("--out", type=Path, default=Path("dashboard.png"))
     args = parser.parse_args()
     board = json.loads(args.dashboard.read_text(encoding="utf-8"))
-    end = time.time()
+    end = time.time() - args.end_ago * 60
     start = end - args.minutes * 60
     step = max(5.0, args.minutes * 60 / 240)
     panels = board["panels"]
     height = max(p["gridPos"]["y"] + p["gridPos"]["h"] for p in panels) + 1  # one unit on top for the title
     fig = plt.figure(figsize=(20, height * ROW_HEIGHT_IN))
-    fig.suptitle(f"{board['title']} — last {args.minutes:g} min, from {args.prometheus}", fontsize=12, y=0.999)
+    window = time.strftime("%Y-%m-%d %H:%M", time.gmtime(start)) + " – " + time.strftime("%H:%M UTC", time.gmtime(end))
+    fig.suptitle(f"{board['title']} — {window}, from {args.prometheus}", fontsize=12, y=0.999)
     with httpx.Client(base_url=args.prometheus, timeout=30) as client:
         for panel in panels:
             pos = panel["gridPos"]

@@ -13,6 +13,7 @@ nodes in tasks that copy the context, so the value reaches them.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -28,6 +29,8 @@ from gateway.errors import MalformedOutputError, ProviderError, ProviderTimeoutE
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.tracing import trace_id_of, tracer_of
 from pipelines.shared.deps import LLMCall
+
+request_log = logging.getLogger("gateway.requests")
 
 NO_ROUTE = "none"
 ROUTER = "router"
@@ -134,6 +137,19 @@ class Telemetry:
                         span.set_attribute("gateway.route", scope.route)
                         span.set_attribute("gateway.cached", scope.cached)
                         span.set_attribute("http.response.status_code", int(status))
+                    # Inside the span, so the JSON line carries this request's trace_id.
+                    request_log.info(
+                        "answer %s route=%s cached=%s",
+                        status,
+                        scope.route,
+                        scope.cached,
+                        extra={
+                            "route": scope.route,
+                            "status": int(status),
+                            "cached": scope.cached,
+                            "duration_ms": round((time.perf_counter() - started) * 1000, 2),
+                        },
+                    )
         finally:
             _request_var.reset(token)
             if metrics is not None:

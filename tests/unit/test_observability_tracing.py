@@ -130,6 +130,29 @@ async def test_content_goes_into_spans_only_when_opted_in(settings: Settings, em
     assert K2_QUESTION in str(llm.attributes["gen_ai.input.messages"])
 
 
+async def test_each_answer_logs_one_json_line_with_its_trace_id(settings: Settings, embeddings: USEEmbeddings) -> None:
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    logger = logging.getLogger("gateway.requests")
+    logger.addHandler(handler)
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        async with traced_app(settings, embeddings) as (client, _, _):
+            answer = await ask(client, "Hello there!", "direct")
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    (line,) = [json.loads(text) for text in stream.getvalue().splitlines()]
+    assert line["trace_id"] == answer["trace_id"]
+    assert line["route"] == "direct"
+    assert line["status"] == 200
+    assert line["cached"] is False
+    assert line["duration_ms"] > 0
+    assert "Hello" not in json.dumps(line)  # no query text in logs either
+
+
 async def test_caller_trace_context_is_continued(settings: Settings, embeddings: USEEmbeddings) -> None:
     trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
     async with traced_app(settings, embeddings) as (client, _, exporter):
