@@ -5,14 +5,17 @@
 Builds two apps in this process, identical but for ``metrics_enabled``/``tracing_enabled`` (tracing
 on means spans are made, with no exporter, as in production without ``OTEL_EXPORTER_OTLP_ENDPOINT``),
 warms one cached answer in each, then alternates rounds of sequential hits between them so drift on
-a shared machine hits both alike. Prints per-request latency through the whole ASGI stack (in
-process, no sockets) and through ``QueryService.answer`` alone, and the on/off ratios.
+a shared machine hits both alike. Both log as in production (a JSON line per answer, to /dev/null).
+Prints per-request latency through the whole ASGI stack (in process, no sockets) and through
+``QueryService.answer`` alone, and the on/off ratios.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -22,6 +25,7 @@ import numpy as np
 from litestar.testing import AsyncTestClient
 
 from gateway.app import create_app
+from gateway.observability.logs import JsonFormatter
 from gateway.providers.embeddings import USEEmbeddings
 from gateway.providers.scripted_chat import ScriptedChatModel
 from gateway.schemas import QueryRequest
@@ -78,6 +82,17 @@ async def main() -> None:
     parser.add_argument("--requests", type=int, default=2000, help="requests per round and mode")
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
+    # Production logging (one JSON line per answer, at INFO) into /dev/null, for both apps alike.
+    with open(os.devnull, "w", encoding="utf-8") as sink:  # noqa: ASYNC230 - opened once, before the loop runs
+        handler = logging.StreamHandler(sink)
+        handler.setFormatter(JsonFormatter())
+        logging.getLogger().handlers[:] = [handler]
+        logging.getLogger().setLevel(logging.INFO)
+        logging.getLogger("httpx").setLevel(logging.WARNING)
+        await measure(args.requests, args.rounds)
+
+
+async def measure(requests: int, rounds: int) -> None:
     embeddings = USEEmbeddings()
     with tempfile.TemporaryDirectory() as tmp:
         apps = {
@@ -94,11 +109,11 @@ async def main() -> None:
                 first = (await client.post("/v1/query", json=BODY)).json()
                 assert first["cached"] is False
                 await http_round(client, 200)  # warm-up
-            for _ in range(args.rounds):
+            for _ in range(rounds):
                 for on, client in clients.items():
-                    results.setdefault(("http", on), []).extend(await http_round(client, args.requests))
+                    results.setdefault(("http", on), []).extend(await http_round(client, requests))
                     service = apps[on].state.services.query_service
-                    results.setdefault(("service", on), []).extend(await service_round(service, args.requests))
+                    results.setdefault(("service", on), []).extend(await service_round(service, requests))
     for layer in ("http", "service"):
         on, off = results[(layer, True)], results[(layer, False)]
         what = "HTTP (ASGI in-process)" if layer == "http" else "QueryService.answer"
