@@ -20,6 +20,7 @@ from tests.unit.promql import base_name, metric_names
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "gateway-dashboard.json"
 RULES = ROOT / "deploy" / "prometheus" / "alerts.yaml"
+ALERT_TESTS = Path(__file__).parent / "data" / "alerts_test.yaml"
 # The issue's panel list: every topic has a panel whose title names it.
 PANEL_TOPICS = [
     "request rate",
@@ -125,6 +126,22 @@ def test_promtool_accepts_the_rules() -> None:
     result = subprocess.run([promtool, "check", "rules", str(RULES)], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"SUCCESS: {len(rules())} rules found" in result.stdout
+
+
+def test_alerts_fire_on_the_series_they_are_meant_for() -> None:
+    """promtool's rule unit tests (tests/unit/data/alerts_test.yaml): fire, stay quiet, exact labels and summaries."""
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.fail("promtool is missing: `make test` installs it (Debian package prometheus)")
+    result = subprocess.run(
+        [promtool, "test", "rules", str(ALERT_TESTS)],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ALERT_TESTS.parent,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
 
 
 async def test_every_metric_used_is_exported(settings: Settings, embeddings: USEEmbeddings) -> None:
