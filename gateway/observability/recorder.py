@@ -12,6 +12,7 @@ nodes in tasks that copy the context, so the value reaches them.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -33,6 +34,7 @@ from pipelines.shared.deps import LLMCall
 request_log = logging.getLogger("gateway.requests")
 
 NO_ROUTE = "none"
+CLIENT_CLOSED = "499"  # nginx's code for a request the client abandoned
 ROUTER = "router"
 CONTENT_CHARS = 2000
 
@@ -129,6 +131,9 @@ class Telemetry:
                     span.set_attribute("gateway.query", _truncate(query))
                 try:
                     yield scope
+                except asyncio.CancelledError:
+                    status = CLIENT_CLOSED  # the caller went away: not a server error
+                    raise
                 except BaseException as exc:
                     status = str(getattr(exc, "status_code", 500))
                     raise

@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import pytest
 from litestar.testing import AsyncTestClient
 
 from gateway.app import create_app
 from gateway.cache.exact import ExactCache
 from gateway.cache.versions import KnowledgeVersions
+from gateway.observability.metrics import GatewayMetrics
+from gateway.observability.recorder import Telemetry
 from gateway.providers.embeddings import USEEmbeddings
 from gateway.schemas import QueryResponse
 from gateway.settings import ModelPrice, Settings
 from gateway.state import ProviderOverrides
 from tests.scripted import CountedCompute
 from tests.unit.corrective_support import K2_QUESTION, OFF_TOPIC, TENANT
-from tests.unit.observability_support import ask, scrape, traced_app, value
+from tests.unit.observability_support import ask, parse_exposition, scrape, traced_app, value
 from tests.unit.test_cache_exact import FlakyMemory
 
 MODEL = "qwen2.5-coder-1.5b-instruct-q4_k_m"
@@ -161,3 +165,13 @@ async def test_cache_outage_is_reported_as_errors_and_misses() -> None:
     assert events.results == [("exact", "miss"), ("exact", "hit"), ("exact", "error")]
     assert compute.calls == 2  # the outage is served by computing, never by failing
     assert events.lookups == ["exact", "exact"]  # no lookup at all without the tenant's version
+
+
+def test_abandoned_request_is_not_a_server_error() -> None:
+    telemetry = Telemetry(GatewayMetrics(), None)
+    with pytest.raises(asyncio.CancelledError), telemetry.request("multi_hop", "q"):
+        raise asyncio.CancelledError
+    assert telemetry.metrics is not None
+    samples, _ = parse_exposition(telemetry.metrics.exposition().decode())
+    assert value(samples, "gateway_requests_total", route="multi_hop", status="499") == 1
+    assert value(samples, "gateway_requests_in_flight") == 0
