@@ -19,7 +19,7 @@ from gateway.providers.embeddings import USEEmbeddings
 from gateway.schemas import QueryResponse
 from gateway.settings import ModelPrice, Settings
 from gateway.state import ProviderOverrides
-from tests.scripted import CountedCompute
+from tests.scripted import CountedCompute, answer_with_first_passage
 from tests.unit.corrective_support import K2_QUESTION, OFF_TOPIC, TENANT
 from tests.unit.observability_support import ask, parse_exposition, scrape, traced_app, value
 from tests.unit.test_cache_exact import FlakyMemory
@@ -175,3 +175,25 @@ def test_abandoned_request_is_not_a_server_error() -> None:
     samples, _ = parse_exposition(telemetry.metrics.exposition().decode())
     assert value(samples, "gateway_requests_total", route="multi_hop", status="499") == 1
     assert value(samples, "gateway_requests_in_flight") == 0
+
+
+async def test_semantic_cache_layer_is_counted(settings: Settings, embeddings: USEEmbeddings) -> None:
+    semantic = settings.model_copy(update={"cache_semantic_enabled": True})  # on the in-process backend
+    leave = {"id": "leave", "title": "Leave", "text": "In 2023 Acme employees got 25 days of annual leave."}
+    async with traced_app(semantic, embeddings, answer_with_first_passage) as (client, _, exporter):
+        assert (await client.post("/v1/documents", json={"tenant": TENANT, "documents": [leave]})).status_code == 200
+        first = await ask(client, "How many days of annual leave did employees get in 2023?", "single_hop")
+        exporter.clear()
+        paraphrase = await ask(client, "In 2023, how many days of annual leave did employees get?", "single_hop")
+        spans = exporter.get_finished_spans()
+        samples, _ = await scrape(client)
+    assert first["cached"] is False
+    assert paraphrase["cached"] is True
+    assert paraphrase["steps"][0].startswith("semantic_cache(")
+    assert value(samples, "gateway_cache_requests_total", layer="semantic", result="miss") == 1
+    assert value(samples, "gateway_cache_requests_total", layer="semantic", result="hit") == 1
+    assert value(samples, "gateway_cache_requests_total", layer="exact", result="miss") == 2
+    assert value(samples, "gateway_requests_total", route="single_hop", cached="true") == 1
+    lookups = {(s.attributes or {}).get("gateway.cache.layer"): s for s in spans if s.name == "cache.lookup"}
+    assert (lookups["semantic"].attributes or {})["gateway.cache.result"] == "hit"
+    assert (lookups["exact"].attributes or {})["gateway.cache.result"] == "miss"
