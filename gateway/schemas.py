@@ -58,6 +58,10 @@ class QueryResponse(msgspec.Struct):
     evidence: list[Source]
     stop_reason: str | None
     escalated_from: str | None
+    trace_id: Annotated[
+        str | None,
+        Meta(description="OpenTelemetry trace id of this request (32 hex digits); null with tracing off."),
+    ] = None
 
 
 class RouteResponse(msgspec.Struct):

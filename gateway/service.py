@@ -14,6 +14,7 @@ from gateway.cache.semantic import SemanticCache, semantic_scope
 from gateway.cache.versions import KnowledgeVersions
 from gateway.errors import ClientError
 from gateway.knowledge import KnowledgeBase
+from gateway.observability.recorder import Telemetry
 from gateway.schemas import QueryRequest, QueryResponse, RouteResponse, Source, Usage
 from pipelines.shared.deps import LLMCall, Passage
 from routes.router import FrontRouter
@@ -36,6 +37,7 @@ class QueryService:
         cache: ExactCache[QueryResponse] | None = None,
         semantic: SemanticCache | None = None,
         versions: KnowledgeVersions | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self._knowledge = knowledge
         self._router = router
@@ -44,6 +46,7 @@ class QueryService:
         self._cache = cache
         self._semantic = semantic
         self._versions = versions
+        self._telemetry = telemetry or Telemetry(None, None)
 
     def _clean(self, query: str) -> str:
         cleaned = query.strip()
@@ -64,6 +67,13 @@ class QueryService:
         return decision
 
     async def answer(self, request: QueryRequest) -> QueryResponse:
+        """Every answer path (``/v1/query``, chat completions) comes through here: one span and one count each."""
+        with self._telemetry.request(request.route, request.query) as scope:
+            response = await self._answer(request)
+            self._telemetry.answered(scope, route=response.route, cached=response.cached, answer=response.answer)
+            return msgspec.structs.replace(response, trace_id=scope.trace_id)
+
+    async def _answer(self, request: QueryRequest) -> QueryResponse:
         started = time.perf_counter()
         query = self._clean(request.query)
         if self._cache is None:
@@ -111,7 +121,9 @@ class QueryService:
     ) -> QueryResponse:
         if vector is None:
             vector = await self._knowledge.embed_query(query)
-        decision, router_calls = await self._router.decide(query, request.route, vector)
+        with self._telemetry.routing() as span:
+            decision, router_calls = await self._router.decide(query, request.route, vector)
+            self._telemetry.decided(span, decision.route, decision.classifier, decision.confidence)
         result = await self._table.run(
             decision.route,
             query=query,

@@ -160,6 +160,17 @@ class Settings(BaseSettings):
     # Follow-ups: earlier turns (at most this many messages) make the last question self-contained.
     chat_rewrite_followups: bool = True
     chat_history_messages: int = Field(8, ge=1)
+    # Observability: Prometheus at /metrics, OpenTelemetry spans (OTLP export via the standard OTEL_* variables)
+    metrics_enabled: bool = True
+    tracing_enabled: bool = True
+    # Force the OTLP exporter on without OTEL_EXPORTER_OTLP_ENDPOINT (it then sends to localhost:4318).
+    otlp_enabled: bool = False
+    # Privacy by default: queries, prompts and answers go into span attributes only when this is true.
+    trace_include_content: bool = False
+    # ``gen_ai.provider.name`` of LLM spans: the API flavour of GATEWAY_LLM_BASE_URL.
+    llm_provider_name: str = "openai"
+    log_format: Literal["json", "text"] = "json"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     @property
     def uses_pinecone(self) -> bool:

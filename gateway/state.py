@@ -12,10 +12,12 @@ from dataclasses import dataclass, field
 import httpx
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
+from opentelemetry.sdk.trace.export import SpanExporter
 
 from gateway.cache.backend import RedisBackend
 from gateway.cache.layer import CacheLayer
 from gateway.knowledge import KnowledgeBase
+from gateway.observability.recorder import Telemetry
 from gateway.providers.llm import LLMClient
 from gateway.providers.vectorstores.base import VectorStore
 from gateway.service import QueryService
@@ -29,6 +31,8 @@ class ProviderOverrides:
     chat_model: BaseChatModel | None = None
     embeddings: Embeddings | None = None
     vector_store: VectorStore | None = None
+    # Receives every span synchronously, besides any OTLP export: tests pass the SDK's in-memory exporter.
+    span_exporter: SpanExporter | None = None
 
 
 @dataclass
@@ -41,6 +45,7 @@ class Services:
     llm_check: Check
     cache: CacheLayer | None = None
     extra_checks: dict[str, Check] = field(default_factory=dict)
+    telemetry: Telemetry = field(default_factory=lambda: Telemetry(None, None))
 
     def readiness_checks(self) -> dict[str, Check]:
         """Dependencies every answer needs: when one is down the pod is not ready."""

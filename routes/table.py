@@ -15,6 +15,7 @@ from langgraph.errors import GraphRecursionError
 from langgraph.graph.state import CompiledStateGraph
 
 from pipelines.shared.deps import LLMCall, Passage
+from pipelines.shared.telemetry import NO_TELEMETRY, PipelineTelemetry
 from routes.types import Route
 
 Graph = CompiledStateGraph[Any, Any, Any, Any]
@@ -43,11 +44,19 @@ class RouteResult:
 
 
 class RouteTable:
-    def __init__(self, direct: Graph, single_hop: Graph, corrective: Graph, policy: RoutePolicy) -> None:
+    def __init__(
+        self,
+        direct: Graph,
+        single_hop: Graph,
+        corrective: Graph,
+        policy: RoutePolicy,
+        telemetry: PipelineTelemetry = NO_TELEMETRY,
+    ) -> None:
         self._direct = direct
         self._single_hop = single_hop
         self._corrective = corrective
         self._policy = policy
+        self._telemetry = telemetry
 
     def _k(self, requested: int | None, floor: int) -> int:
         return min(max(requested or floor, 1), self._policy.max_top_k)
@@ -63,21 +72,24 @@ class RouteTable:
         allow_escalation: bool = True,
     ) -> RouteResult:
         if route == "direct":
-            return _result(route, await self._direct.ainvoke({"query": query, "tenant": tenant}))
+            with self._telemetry.route("direct"):
+                return _result(route, await self._direct.ainvoke({"query": query, "tenant": tenant}))
         if route == "multi_hop":
             return await self._run_corrective(query, tenant, self._k(top_k, self._policy.multi_hop_top_k), query_vector)
-        state = await self._single_hop.ainvoke(
-            {
-                "query": query,
-                "tenant": tenant,
-                "top_k": self._k(top_k, self._policy.default_top_k),
-                "query_vector": query_vector,
-                "allow_escalation": allow_escalation and self._policy.escalate_on_incorrect,
-            }
-        )
+        with self._telemetry.route("single_hop"):
+            state = await self._single_hop.ainvoke(
+                {
+                    "query": query,
+                    "tenant": tenant,
+                    "top_k": self._k(top_k, self._policy.default_top_k),
+                    "query_vector": query_vector,
+                    "allow_escalation": allow_escalation and self._policy.escalate_on_incorrect,
+                }
+            )
         plain = _result("single_hop", state)
         if not state.get("escalate"):
             return plain
+        self._telemetry.escalation("single_hop", "multi_hop", "retrieval_incorrect")
         corrective = await self._run_corrective(
             query, tenant, self._k(top_k, self._policy.multi_hop_top_k), query_vector
         )
@@ -97,7 +109,10 @@ class RouteTable:
             "started_at": time.monotonic(),
         }
         try:
-            state = await self._corrective.ainvoke(initial, config={"recursion_limit": self._policy.recursion_limit})
+            with self._telemetry.route("multi_hop"):
+                state = await self._corrective.ainvoke(
+                    initial, config={"recursion_limit": self._policy.recursion_limit}
+                )
         except GraphRecursionError:
             # Budgets end every loop first; reaching this means a routing bug, so say so plainly.
             return RouteResult(

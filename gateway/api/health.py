@@ -27,6 +27,8 @@ class HealthController(Controller):
         limit = services.settings.readiness_timeout_s
         required = await _run_checks(services.readiness_checks(), limit)
         optional = await _run_checks(services.degradable_checks(), limit)
+        for name, outcome in {**required, **optional}.items():
+            services.telemetry.dependency(name, outcome == "ok")
         ready = all(status == "ok" for status in required.values())
         degraded = {name: f"degraded: {status}" for name, status in optional.items() if status != "ok"}
         checks = {**required, **{name: degraded.get(name, "ok") for name in optional}}

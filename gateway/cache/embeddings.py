@@ -14,6 +14,7 @@ import numpy as np
 from langchain_core.embeddings import Embeddings
 
 from gateway.cache.backend import CacheBackend, CacheUnavailableError
+from gateway.cache.events import NO_CACHE_EVENTS, CacheEvents
 from gateway.cache.keys import DEFAULT_PREFIX, embedding_key
 
 logger = logging.getLogger(__name__)
@@ -39,6 +40,7 @@ class CachedEmbeddings(Embeddings):
         model: str,
         ttl_s: float = DEFAULT_EMBEDDING_TTL_S,
         prefix: str = DEFAULT_PREFIX,
+        events: CacheEvents = NO_CACHE_EVENTS,
     ) -> None:
         self.inner = inner
         self._backend = backend
@@ -50,6 +52,7 @@ class CachedEmbeddings(Embeddings):
         self.hits = 0
         self.misses = 0
         self.errors = 0
+        self._events = events
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         return self.inner.embed_documents(texts)
@@ -62,7 +65,9 @@ class CachedEmbeddings(Embeddings):
 
     async def aembed_query(self, text: str) -> list[float]:
         key = embedding_key(self._prefix, self._model, text)
-        cached = await self._read(key)
+        with self._events.cache_lookup("embedding"):
+            cached = await self._read(key)
+            self._events.cache_result("embedding", "miss" if cached is None else "hit")
         if cached is not None:
             self.hits += 1
             return cached
@@ -72,6 +77,7 @@ class CachedEmbeddings(Embeddings):
             await self._backend.set(key, vector.tobytes(), self._ttl_s)
         except CacheUnavailableError as exc:
             self.errors += 1
+            self._events.cache_result("embedding", "error")
             logger.debug("embedding cache store failed: %s", exc.detail)
         return vector.tolist()  # type: ignore[no-any-return]
 
@@ -80,6 +86,7 @@ class CachedEmbeddings(Embeddings):
             raw = await self._backend.get(key)
         except CacheUnavailableError as exc:
             self.errors += 1
+            self._events.cache_result("embedding", "error")
             logger.debug("embedding cache read failed: %s", exc.detail)
             return None
         if raw is None:
@@ -90,6 +97,7 @@ class CachedEmbeddings(Embeddings):
             or (self.dimensions is not None and len(raw) != self.dimensions * _FLOAT32_LE.itemsize)
         ):
             self.errors += 1
+            self._events.cache_result("embedding", "error")
             logger.warning("embedding cache entry %s has %d bytes; recomputing", key, len(raw))
             return None
         return np.frombuffer(raw, dtype=_FLOAT32_LE).tolist()  # type: ignore[no-any-return]

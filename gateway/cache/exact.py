@@ -16,6 +16,7 @@ from typing import Generic, Literal, TypeVar
 import msgspec
 
 from gateway.cache.backend import CacheBackend, CacheUnavailableError
+from gateway.cache.events import NO_CACHE_EVENTS, CacheEvents
 from gateway.cache.keys import DEFAULT_PREFIX, KeyParams, exact_key
 from gateway.cache.single_flight import StampedeGuard
 from gateway.cache.versions import KnowledgeVersions
@@ -84,6 +85,7 @@ class ExactCache(Generic[R]):
         lock_ttl_s: float = 5.0,
         max_wait_s: float = 30.0,
         poll_s: float = 0.05,
+        events: CacheEvents = NO_CACHE_EVENTS,
     ) -> None:
         self._backend = backend
         self._versions = versions
@@ -98,6 +100,7 @@ class ExactCache(Generic[R]):
             backend, lock_ttl_s=lock_ttl_s, max_wait_s=max_wait_s, poll_s=poll_s, on_error=self._record_error
         )
         self._degraded = False
+        self._events = events
         self.stats = CacheStats()
 
     @property
@@ -123,11 +126,13 @@ class ExactCache(Generic[R]):
 
     async def get(self, key: str) -> R | None:
         """A hit, or None on a miss *and* on any cache failure (counted, never raised)."""
-        value = await self._fetch(key)
-        if value is None:
-            self.stats.misses += 1
-        else:
-            self.stats.hits += 1
+        with self._events.cache_lookup("exact"):
+            value = await self._fetch(key)
+            if value is None:
+                self.stats.misses += 1
+            else:
+                self.stats.hits += 1
+            self._events.cache_result("exact", "miss" if value is None else "hit")
         return value
 
     async def set(self, key: str, value: R) -> bool:
@@ -162,10 +167,12 @@ class ExactCache(Generic[R]):
             self.stats.bypassed += 1
             return CacheOutcome(await compute(), "bypass", None)
         if not self._guard.in_flight(key):  # joining a flight needs no round trip
-            found = await self._fetch(key)
-            if found is not None:
-                self.stats.hits += 1
-                return CacheOutcome(found, "hit", key)
+            with self._events.cache_lookup("exact"):
+                found = await self._fetch(key)
+                if found is not None:
+                    self.stats.hits += 1
+                    self._events.cache_result("exact", "hit")
+                    return CacheOutcome(found, "hit", key)
 
         async def compute_and_store() -> R:
             value = await compute()
@@ -179,6 +186,8 @@ class ExactCache(Generic[R]):
             self.stats.coalesced += 1
         else:
             self.stats.misses += 1
+        # A request that shared another's computation did not pay for it: a hit, as in ``CacheOutcome.cached``.
+        self._events.cache_result("exact", "miss" if loaded.source == "computed" else "hit")
         return CacheOutcome(loaded.value, loaded.source, key)
 
     async def _fetch(self, key: str) -> R | None:
@@ -199,6 +208,7 @@ class ExactCache(Generic[R]):
 
     def _record_error(self, exc: CacheUnavailableError) -> None:
         self.stats.errors += 1
+        self._events.cache_result("exact", "error")
         if not self._degraded:
             self._degraded = True
             logger.warning("response cache degraded to misses (%s): %s", self._backend.name, exc.detail)

@@ -13,6 +13,7 @@ from langchain_core.embeddings import Embeddings
 
 from gateway.cache.backend import DEFAULT_BACKOFF_S, DEFAULT_TIMEOUT_S, CacheBackend, MemoryBackend, RedisBackend
 from gateway.cache.embeddings import DEFAULT_EMBEDDING_TTL_S, CachedEmbeddings
+from gateway.cache.events import NO_CACHE_EVENTS, CacheEvents
 from gateway.cache.exact import DEFAULT_TTL_S, ExactCache
 from gateway.cache.keys import DEFAULT_PREFIX
 from gateway.cache.versions import KnowledgeVersions
@@ -25,11 +26,12 @@ class CacheLayer:
     versions: KnowledgeVersions
     responses: ExactCache[QueryResponse]
     prefix: str
+    events: CacheEvents = NO_CACHE_EVENTS
 
     def wrap_embeddings(
         self, inner: Embeddings, *, model: str, ttl_s: float = DEFAULT_EMBEDDING_TTL_S
     ) -> CachedEmbeddings:
-        return CachedEmbeddings(inner, self.backend, model=model, ttl_s=ttl_s, prefix=self.prefix)
+        return CachedEmbeddings(inner, self.backend, model=model, ttl_s=ttl_s, prefix=self.prefix, events=self.events)
 
     async def close(self) -> None:
         await self.backend.close()
@@ -48,6 +50,7 @@ def open_cache(
     max_wait_s: float = 30.0,
     memory_max_entries: int = 10_000,
     memory_max_bytes: int = 64 * 1024 * 1024,
+    events: CacheEvents = NO_CACHE_EVENTS,
 ) -> CacheLayer:
     """Redis when ``redis_url`` is set (shared by replicas), else the in-process LRU.
 
@@ -72,5 +75,6 @@ def open_cache(
         prefix=f"{prefix}:{namespace}" if namespace else prefix,
         lock_ttl_s=lock_ttl_s,
         max_wait_s=max_wait_s,
+        events=events,
     )
-    return CacheLayer(backend=backend, versions=versions, responses=responses, prefix=prefix)
+    return CacheLayer(backend=backend, versions=versions, responses=responses, prefix=prefix, events=events)

@@ -37,6 +37,7 @@ from gateway.cache.backend import (
     RedisBackend,
 )
 from gateway.cache.contrast import Contrast, find_contrast
+from gateway.cache.events import NO_CACHE_EVENTS, CacheEvents
 from gateway.cache.keys import DEFAULT_PREFIX, normalize_query, sha256_hex
 from gateway.providers.vectorstores.base import check_tenant
 
@@ -232,6 +233,7 @@ class SemanticCache:
         guard: Guard | None = find_contrast,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         backoff_s: float = DEFAULT_BACKOFF_S,
+        events: CacheEvents = NO_CACHE_EVENTS,
     ) -> None:
         if not -1.0 <= threshold <= 1.0 or ttl_s <= 0 or max_candidates < 1 or bucket_cap < 1:
             raise ValueError("invalid semantic cache settings")
@@ -248,6 +250,7 @@ class SemanticCache:
         self._max_candidates, self._bucket_cap, self._guard = max_candidates, bucket_cap, guard
         self._lsh: dict[int, HyperplaneLSH] = {}
         self._degraded = False
+        self._events = events
         self.stats = SemanticStats()
 
     def _base(self, tenant: str, version: int, scope: str) -> str:
@@ -281,11 +284,13 @@ class SemanticCache:
         self.stats.lookups += 1
         self.stats.last_candidates = self.stats.last_ids_seen = 0
         self.stats.last_rejection = None
-        hit = await self._lookup(tenant, version, query, vector, scope)
-        if hit is None:
-            self.stats.misses += 1
-        else:
-            self.stats.hits += 1
+        with self._events.cache_lookup("semantic"):
+            hit = await self._lookup(tenant, version, query, vector, scope)
+            if hit is None:
+                self.stats.misses += 1
+            else:
+                self.stats.hits += 1
+            self._events.cache_result("semantic", "miss" if hit is None else "hit")
         return hit
 
     async def _lookup(self, tenant: str, version: int, query: str, vector: Any, scope: str) -> SemanticHit | None:
@@ -373,6 +378,7 @@ class SemanticCache:
 
     def _record_error(self, detail: str) -> None:
         self.stats.errors += 1
+        self._events.cache_result("semantic", "error")
         if not self._degraded:
             self._degraded = True
             logger.warning("semantic cache degraded to misses: %s", detail)

@@ -19,6 +19,7 @@ from langchain_openai import ChatOpenAI
 from pydantic import BaseModel, ValidationError
 
 from gateway.errors import MalformedOutputError, ProviderError, ProviderTimeoutError, ProviderUnavailableError
+from gateway.observability.recorder import Telemetry
 from gateway.providers.token_stream import call_model
 from gateway.settings import ModelPrice, Settings
 from pipelines.shared.deps import ChatReply, LLMCall, SchemaT
@@ -51,14 +52,17 @@ def _json_schema_format(schema: type[BaseModel]) -> dict[str, Any]:
 class LLMClient:
     """Usage-accounting, error-translating front of a chat model."""
 
-    def __init__(self, model: BaseChatModel, *, model_name: str, price: ModelPrice) -> None:
+    def __init__(
+        self, model: BaseChatModel, *, model_name: str, price: ModelPrice, telemetry: Telemetry | None = None
+    ) -> None:
         self._model = model
         self.model_name = model_name
         self._price = price
+        self._telemetry = telemetry or Telemetry(None, None)
 
     async def chat(self, messages: list[BaseMessage], *, node: str, max_tokens: int | None = None) -> ChatReply:
         runnable: Any = self._model.bind(max_tokens=max_tokens) if max_tokens else self._model
-        message, call = await self._invoke(runnable, messages, node)
+        message, call = await self._invoke(runnable, messages, node, max_tokens)
         return ChatReply(text=_text_of(message), call=call)
 
     async def structured(
@@ -75,13 +79,23 @@ class LLMClient:
         try:
             return schema.model_validate_json(_strip_fences(text)), call
         except (ValidationError, json.JSONDecodeError) as exc:
+            self._telemetry.llm_failed(node, self.model_name, "malformed_output")
             error = MalformedOutputError(
                 f"model returned output that does not match {schema.__name__}", provider=PROVIDER, node=node
             )
             error.call = call
             raise error from exc
 
-    async def _invoke(self, runnable: Any, messages: list[BaseMessage], node: str) -> tuple[AIMessage, LLMCall]:
+    async def _invoke(
+        self, runnable: Any, messages: list[BaseMessage], node: str, max_tokens: int | None = None
+    ) -> tuple[AIMessage, LLMCall]:
+        with self._telemetry.llm_call(node, self.model_name, messages, max_tokens) as span:
+            message, call = await self._call(runnable, messages, node)
+            span.done(call, _text_of(message))
+        self._telemetry.llm_usage(call)
+        return message, call
+
+    async def _call(self, runnable: Any, messages: list[BaseMessage], node: str) -> tuple[AIMessage, LLMCall]:
         started = time.perf_counter()
         try:
             message = await call_model(runnable, messages, node)

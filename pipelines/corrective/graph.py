@@ -28,6 +28,7 @@ from pipelines.corrective.rewrite import rewrite_query as llm_rewrite
 from pipelines.corrective.state import CorrectiveState, StopReason
 from pipelines.shared.deps import ChatClient, Embedder, Passage, Retriever, WebSearch
 from pipelines.shared.generation import draft_answer
+from pipelines.shared.telemetry import NO_TELEMETRY, PipelineTelemetry, instrument
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class CorrectiveDeps:
     search: WebSearch
     embedder: Embedder
     policy: CorrectivePolicy
+    telemetry: PipelineTelemetry = NO_TELEMETRY
 
 
 def expanded_query(question: str, evidence: list[Passage], chars: int = 300) -> str:
@@ -54,6 +56,7 @@ def _merge(old: list[Passage], new: list[Passage]) -> list[Passage]:
 
 def build_graph(deps: CorrectiveDeps) -> CompiledStateGraph[Any, Any, Any, Any]:
     policy = deps.policy
+    telemetry = deps.telemetry
 
     def calls_left(state: CorrectiveState) -> int:
         return policy.max_llm_calls - len(state.get("llm_calls", []))
@@ -80,6 +83,7 @@ def build_graph(deps: CorrectiveDeps) -> CompiledStateGraph[Any, Any, Any, Any]:
             deps.llm, policy, state["query"], candidates, grading_calls, scoring_query=round_query
         )
         evidence = state.get("evidence", [])
+        telemetry.verdict("corrective", result.verdict)
         # Correct and Ambiguous keep what they found; Incorrect discards this round's documents.
         return {
             "verdict": result.verdict,
@@ -93,6 +97,7 @@ def build_graph(deps: CorrectiveDeps) -> CompiledStateGraph[Any, Any, Any, Any]:
     def after_evaluate(state: CorrectiveState) -> Literal["refine", "rewrite_query", "finish"]:
         wants_more = state["verdict"] != "correct" and state.get("rewrites", 0) < policy.max_rewrites
         if wants_more and budget_stop(state, needed=2) is None:
+            telemetry.corrective_loop(f"retrieval_{state['verdict']}")
             return "rewrite_query"
         if state.get("answer") and len(state.get("evidence", [])) == state.get("answered_with", -1):
             return "finish"  # nothing new was found since the last answer: another round would repeat it
@@ -180,6 +185,8 @@ def build_graph(deps: CorrectiveDeps) -> CompiledStateGraph[Any, Any, Any, Any]:
             calls_left(state),
         )
         step = "check_grounded: supported" if critique.ok else f"check_grounded: unsupported {critique.detail[:3]}"
+        if not critique.ok:
+            telemetry.groundedness_failure()
         if critique.ok and not state.get("best"):
             return {
                 "grounded": True,
@@ -199,6 +206,7 @@ def build_graph(deps: CorrectiveDeps) -> CompiledStateGraph[Any, Any, Any, Any]:
         if state.get("grounded"):
             return "check_useful"
         if not state.get("regenerated") and budget_stop(state) is None:
+            telemetry.corrective_loop("unsupported_answer")
             return "generate"
         return "cautious_answer"
 
@@ -224,7 +232,10 @@ def build_graph(deps: CorrectiveDeps) -> CompiledStateGraph[Any, Any, Any, Any]:
         if state.get("useful") or state.get("rewrites", 0) >= policy.max_rewrites:
             return "finish"
         # A new round needs a rewrite, a generation and its checks.
-        return "rewrite_query" if budget_stop(state, needed=3) is None else "finish"
+        if budget_stop(state, needed=3) is not None:
+            return "finish"
+        telemetry.corrective_loop("answer_not_useful")
+        return "rewrite_query"
 
     async def cautious(state: CorrectiveState) -> dict[str, Any]:
         best = state.get("best")
@@ -261,7 +272,7 @@ def build_graph(deps: CorrectiveDeps) -> CompiledStateGraph[Any, Any, Any, Any]:
         ("cautious_answer", cautious),
         ("finish", finish),
     ]:
-        builder.add_node(name, node)
+        builder.add_node(name, instrument(telemetry, "corrective", name, node))
     builder.add_edge(START, "retrieve")
     builder.add_edge("retrieve", "evaluate")
     builder.add_conditional_edges("evaluate", after_evaluate)

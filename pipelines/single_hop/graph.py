@@ -16,6 +16,7 @@ from langgraph.graph.state import CompiledStateGraph
 from pipelines.shared.deps import ChatClient, Retriever
 from pipelines.shared.generation import GroundingPolicy, generate_grounded
 from pipelines.shared.relevance import RelevanceModel, fast_verdict
+from pipelines.shared.telemetry import NO_TELEMETRY, PipelineTelemetry, instrument
 from pipelines.single_hop.state import SingleHopState
 
 
@@ -27,6 +28,7 @@ class SingleHopDeps:
     relevance: RelevanceModel
     lower: float
     upper: float
+    telemetry: PipelineTelemetry = NO_TELEMETRY
 
 
 def build_graph(deps: SingleHopDeps) -> CompiledStateGraph[Any, Any, Any, Any]:
@@ -41,6 +43,7 @@ def build_graph(deps: SingleHopDeps) -> CompiledStateGraph[Any, Any, Any, Any]:
         verdict = fast_verdict(deps.relevance, state["query"], passages, deps.lower, deps.upper)
         # An empty tenant has nothing for a rewritten query to find: abstain rather than escalate.
         escalate = verdict == "incorrect" and bool(passages) and state.get("allow_escalation", False)
+        deps.telemetry.verdict("single_hop", verdict)
         return {"verdict": verdict, "escalate": escalate, "steps": [f"assess_retrieval: {verdict}"]}
 
     def after_assess(state: SingleHopState) -> Literal["generate_answer", "__end__"]:
@@ -59,9 +62,12 @@ def build_graph(deps: SingleHopDeps) -> CompiledStateGraph[Any, Any, Any, Any]:
         }
 
     builder = StateGraph(SingleHopState)
-    builder.add_node("retrieve", retrieve)
-    builder.add_node("assess_retrieval", assess_retrieval)
-    builder.add_node("generate_answer", generate_answer)
+    for name, node in [
+        ("retrieve", retrieve),
+        ("assess_retrieval", assess_retrieval),
+        ("generate_answer", generate_answer),
+    ]:
+        builder.add_node(name, instrument(deps.telemetry, "single_hop", name, node))
     builder.add_edge(START, "retrieve")
     builder.add_edge("retrieve", "assess_retrieval")
     builder.add_conditional_edges("assess_retrieval", after_assess)

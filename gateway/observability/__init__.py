@@ -1,0 +1,1 @@
+"""Prometheus metrics, OpenTelemetry traces and JSON logs of the gateway (see README "Observability")."""

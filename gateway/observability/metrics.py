@@ -1,0 +1,181 @@
+"""Every Prometheus metric of the gateway, created per app on its own registry.
+
+Per app rather than at import, so each test builds a fresh app with fresh counters. Labels take
+bounded values only: routes, nodes, verdicts and configured model names, never tenants, queries,
+request ids or keys.
+
+Multi-process serving (several uvicorn/gunicorn workers): set ``PROMETHEUS_MULTIPROC_DIR`` to an
+empty, writable directory *before* the workers start (prometheus-client reads it at import). Every
+worker then writes its samples to files there and ``/metrics`` sums them across workers with
+:class:`prometheus_client.multiprocess.MultiProcessCollector`, whichever worker answers the scrape.
+Wipe the directory between runs of the server, as prometheus-client requires.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 45.0, 60.0)
+LLM_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0)
+NODE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+ROUTES = ("direct", "single_hop", "multi_hop")
+VERDICTS = ("correct", "ambiguous", "incorrect")
+LOOP_REASONS = ("retrieval_incorrect", "retrieval_ambiguous", "unsupported_answer", "answer_not_useful")
+
+
+def multiprocess_dir() -> Path | None:
+    value = os.environ.get(MULTIPROC_ENV) or os.environ.get(MULTIPROC_ENV.lower())
+    return Path(value) if value else None
+
+
+class GatewayMetrics:
+    """The metric objects; :class:`gateway.observability.recorder.Recorder` is what updates them."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "gateway_requests_total",
+            "Answer requests by answering route, HTTP status and whether the cache served them.",
+            ["route", "status", "cached"],
+            registry=r,
+        )
+        self.request_duration = Histogram(
+            "gateway_request_duration_seconds",
+            "Answer latency seen by the caller, by answering route and cache use.",
+            ["route", "cached"],
+            buckets=REQUEST_BUCKETS,
+            registry=r,
+        )
+        self.in_flight = Gauge(
+            "gateway_requests_in_flight",
+            "Answer requests being processed now (summed over live workers): an HPA custom metric.",
+            registry=r,
+            multiprocess_mode="livesum",
+        )
+        self.route_decisions = Counter(
+            "gateway_route_decisions_total",
+            "Front-router decisions by chosen route and classifier (logistic, llm, override).",
+            ["route", "classifier"],
+            registry=r,
+        )
+        self.escalations = Counter(
+            "gateway_escalations_total",
+            "Requests handed from one route to another mid-flight.",
+            ["from_route", "to_route", "reason"],
+            registry=r,
+        )
+        self.llm_calls = Counter(
+            "gateway_llm_calls_total",
+            "LLM calls by the route running them, the pipeline node and the configured model.",
+            ["route", "node", "model"],
+            registry=r,
+        )
+        self.llm_errors = Counter(
+            "gateway_llm_errors_total",
+            "LLM calls that failed (timeout, unreachable, HTTP error, malformed structured output).",
+            ["node", "model", "error"],
+            registry=r,
+        )
+        self.llm_tokens = Counter(
+            "gateway_llm_tokens_total",
+            "Tokens reported by the LLM endpoint, by route, model and kind (input or output).",
+            ["route", "model", "kind"],
+            registry=r,
+        )
+        self.llm_duration = Histogram(
+            "gateway_llm_duration_seconds",
+            "Wall time of one LLM call, by pipeline node and model.",
+            ["node", "model"],
+            buckets=LLM_BUCKETS,
+            registry=r,
+        )
+        self.cost = Counter(
+            "gateway_cost_usd_total",
+            "LLM spend in US dollars from the configured per-model prices (GATEWAY_LLM_PRICES).",
+            ["route", "model"],
+            registry=r,
+        )
+        self.retrieval_verdicts = Counter(
+            "gateway_retrieval_verdicts_total",
+            "Retrieval evaluator verdicts (CRAG's correct / ambiguous / incorrect), by pipeline.",
+            ["pipeline", "verdict"],
+            registry=r,
+        )
+        self.corrective_loops = Counter(
+            "gateway_corrective_loops_total",
+            "Extra rounds the corrective pipeline took, by reason (retrieval verdict, unsupported, not useful).",
+            ["reason"],
+            registry=r,
+        )
+        self.groundedness_failures = Counter(
+            "gateway_groundedness_failures_total",
+            "Generated answers the groundedness check (Self-RAG IsSup) found unsupported by the evidence.",
+            registry=r,
+        )
+        self.cache_requests = Counter(
+            "gateway_cache_requests_total",
+            "Cache lookups by layer and result; 'error' counts failed cache operations (served as misses).",
+            ["layer", "result"],
+            registry=r,
+        )
+        self.node_duration = Histogram(
+            "gateway_node_duration_seconds",
+            "Wall time of one pipeline node run.",
+            ["pipeline", "node"],
+            buckets=NODE_BUCKETS,
+            registry=r,
+        )
+
+        self.dependency_up = Gauge(
+            "gateway_dependency_up",
+            "1 when the last readiness probe reached the dependency (llm, vector_store, redis), else 0.",
+            ["dependency"],
+            registry=r,
+            multiprocess_mode="mostrecent",
+        )
+
+    def initialise(self, *, classifier: str, cache_layers: Iterable[str]) -> None:
+        """Create the series every deployment will have at zero, so ``rate()`` sees their first increment.
+
+        A counter series that appears at 1 has no increase in Prometheus' eyes until it moves again; the
+        label values here are the bounded, known ones (LLM node/model series appear with their first call).
+        """
+        for route in ROUTES:
+            for cached in ("true", "false"):
+                self.requests.labels(route, "200", cached)
+                self.request_duration.labels(route, cached)
+            for name in (classifier, "override"):
+                self.route_decisions.labels(route, name)
+        self.escalations.labels("single_hop", "multi_hop", "retrieval_incorrect")
+        for pipeline in ("single_hop", "corrective"):
+            for verdict in VERDICTS:
+                self.retrieval_verdicts.labels(pipeline, verdict)
+        for reason in LOOP_REASONS:
+            self.corrective_loops.labels(reason)
+        for layer in cache_layers:
+            for result in ("hit", "miss", "error"):
+                self.cache_requests.labels(layer, result)
+
+    def exposition(self) -> bytes:
+        """The text format for ``/metrics``: this process's registry, or every worker's in multiprocess mode."""
+        path = multiprocess_dir()
+        if path is None:
+            return generate_latest(self.registry)
+        combined = CollectorRegistry()
+        multiprocess.MultiProcessCollector(combined, path=str(path))  # type: ignore[no-untyped-call]
+        return generate_latest(combined)
+
+    def close(self) -> None:
+        """Drop this worker's live gauges so ``in_flight`` stops counting a worker that exited."""
+        path = multiprocess_dir()
+        if path is not None:
+            multiprocess.mark_process_dead(os.getpid(), str(path))  # type: ignore[no-untyped-call]

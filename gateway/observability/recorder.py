@@ -1,0 +1,323 @@
+"""One object that turns what happens on the request path into metrics and spans.
+
+The app builds one :class:`Telemetry` in its lifespan and hands it, like any client, to the query
+service, the LLM client, the caches, the route table and the graphs (which see it through the
+:class:`pipelines.shared.telemetry.PipelineTelemetry` protocol). Each signal can be off on its
+own: without metrics the counters are skipped, without tracing the tracer is a no-op one.
+
+Request-scoped facts (the route a request is on) live in a context variable, so an LLM call deep
+in a graph is attributed to its route without every function passing it along; LangGraph runs
+nodes in tasks that copy the context, so the value reaches them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.messages import BaseMessage
+from opentelemetry import trace
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+
+from gateway.errors import MalformedOutputError, ProviderError, ProviderTimeoutError, ProviderUnavailableError
+from gateway.observability.metrics import GatewayMetrics
+from gateway.observability.tracing import trace_id_of, tracer_of
+from pipelines.shared.deps import LLMCall
+
+request_log = logging.getLogger("gateway.requests")
+
+NO_ROUTE = "none"
+CLIENT_CLOSED = "499"  # nginx's code for a request the client abandoned
+ROUTER = "router"
+CONTENT_CHARS = 2000
+
+# Which list fields of a node's state update are counted on its span (number of documents, never text).
+_COUNTED = {"passages": "documents", "candidates": "documents", "evidence": "evidence", "strips": "strips"}
+
+
+@dataclass(slots=True)
+class RequestScope:
+    """The facts of one answer request, filled in as it goes; read when it ends, even on error."""
+
+    route: str = NO_ROUTE
+    cached: bool = False
+    span: Span = field(default_factory=trace.get_current_span)
+    trace_id: str | None = None
+
+
+_route_var: ContextVar[str] = ContextVar("gateway_route", default=NO_ROUTE)
+_request_var: ContextVar[RequestScope | None] = ContextVar("gateway_request", default=None)
+
+
+class _NodeScope:
+    __slots__ = ("span",)
+
+    def __init__(self, span: Span) -> None:
+        self.span = span
+
+    def finish(self, update: Mapping[str, Any]) -> None:
+        if not self.span.is_recording():
+            return
+        for key, name in _COUNTED.items():
+            value = update.get(key)
+            if isinstance(value, Sequence):
+                self.span.set_attribute(f"gateway.retrieval.{name}", len(value))
+        for key in ("verdict", "stop_reason"):
+            value = update.get(key)
+            if isinstance(value, str):
+                self.span.set_attribute(f"gateway.retrieval.{key}" if key == "verdict" else f"gateway.{key}", value)
+        calls = update.get("llm_calls")
+        if isinstance(calls, Sequence):
+            self.span.set_attribute("gateway.llm_calls", len(calls))
+
+
+class LLMSpan:
+    """Handle of one LLM call in flight: :meth:`done` records its usage on the span and the metrics."""
+
+    __slots__ = ("_include_content", "span")
+
+    def __init__(self, span: Span, include_content: bool) -> None:
+        self.span = span
+        self._include_content = include_content
+
+    def done(self, call: LLMCall, output: str) -> None:
+        self.span.set_attribute("gen_ai.usage.input_tokens", call.input_tokens)
+        self.span.set_attribute("gen_ai.usage.output_tokens", call.output_tokens)
+        if self._include_content:
+            self.span.set_attribute("gen_ai.output.messages", _truncate(output))
+
+
+class Telemetry:
+    """Metrics and tracing for one app; either part may be off (``metrics=None``, ``provider=None``)."""
+
+    def __init__(
+        self,
+        metrics: GatewayMetrics | None,
+        provider: trace.TracerProvider | None,
+        *,
+        include_content: bool = False,
+        llm_provider_name: str = "openai",
+    ) -> None:
+        self.metrics = metrics
+        self.provider = provider
+        self.tracer = tracer_of(provider)
+        self.include_content = include_content
+        self.llm_provider_name = llm_provider_name
+
+    # -- request ---------------------------------------------------------------------------
+
+    @contextmanager
+    def request(self, requested_route: str, query: str) -> Iterator[RequestScope]:
+        """One answer request: a span, the in-flight gauge, and the request counter/histogram at the end."""
+        metrics = self.metrics
+        started = time.perf_counter()
+        scope = RequestScope(route=requested_route if requested_route != "auto" else NO_ROUTE)
+        token = _request_var.set(scope)
+        if metrics is not None:
+            metrics.in_flight.inc()
+        status = "200"
+        try:
+            with self.tracer.start_as_current_span("gateway.answer") as span:
+                scope.span = span
+                scope.trace_id = trace_id_of(span)
+                if self.include_content and span.is_recording():
+                    span.set_attribute("gateway.query", _truncate(query))
+                try:
+                    yield scope
+                except asyncio.CancelledError:
+                    status = CLIENT_CLOSED  # the caller went away: not a server error
+                    raise
+                except BaseException as exc:
+                    status = str(getattr(exc, "status_code", 500))
+                    raise
+                finally:
+                    if span.is_recording():
+                        span.set_attribute("gateway.route", scope.route)
+                        span.set_attribute("gateway.cached", scope.cached)
+                        span.set_attribute("http.response.status_code", int(status))
+                    # Inside the span, so the JSON line carries this request's trace_id.
+                    request_log.info(
+                        "answer %s route=%s cached=%s",
+                        status,
+                        scope.route,
+                        scope.cached,
+                        extra={
+                            "route": scope.route,
+                            "status": int(status),
+                            "cached": scope.cached,
+                            "duration_ms": round((time.perf_counter() - started) * 1000, 2),
+                        },
+                    )
+        finally:
+            _request_var.reset(token)
+            if metrics is not None:
+                metrics.in_flight.dec()
+                cached = "true" if scope.cached else "false"
+                metrics.requests.labels(scope.route, status, cached).inc()
+                metrics.request_duration.labels(scope.route, cached).observe(time.perf_counter() - started)
+
+    def answered(self, scope: RequestScope, *, route: str, cached: bool, answer: str) -> None:
+        scope.route = route
+        scope.cached = cached
+        if self.include_content and scope.span.is_recording():
+            scope.span.set_attribute("gateway.answer", _truncate(answer))
+
+    @contextmanager
+    def routing(self) -> Iterator[Span]:
+        """The front router's decision; its LLM calls (``llm`` classifier) count under route ``router``."""
+        token = _route_var.set(ROUTER)
+        try:
+            with self.tracer.start_as_current_span("route_query") as span:
+                yield span
+        finally:
+            _route_var.reset(token)
+
+    def decided(self, span: Span, route: str, classifier: str, confidence: float) -> None:
+        if self.metrics is not None:
+            self.metrics.route_decisions.labels(route, classifier).inc()
+        if span.is_recording():
+            span.set_attribute("gateway.route", route)
+            span.set_attribute("gateway.classifier", classifier)
+            span.set_attribute("gateway.route.confidence", confidence)
+
+    # -- pipelines (PipelineTelemetry) -----------------------------------------------------
+
+    @contextmanager
+    def route(self, route: str) -> Iterator[None]:
+        token = _route_var.set(route)
+        request = _request_var.get()
+        if request is not None:
+            request.route = route  # an error further down is counted on the route that failed
+        try:
+            with self.tracer.start_as_current_span(f"route {route}", attributes={"gateway.route": route}):
+                yield None
+        finally:
+            _route_var.reset(token)
+
+    @contextmanager
+    def node(self, pipeline: str, node: str) -> Iterator[_NodeScope]:
+        started = time.perf_counter()
+        try:
+            attributes = {"gateway.pipeline": pipeline, "gateway.node": node}
+            with self.tracer.start_as_current_span(f"{pipeline}.{node}", attributes=attributes) as span:
+                yield _NodeScope(span)
+        finally:
+            if self.metrics is not None:
+                self.metrics.node_duration.labels(pipeline, node).observe(time.perf_counter() - started)
+
+    def verdict(self, pipeline: str, verdict: str) -> None:
+        if self.metrics is not None:
+            self.metrics.retrieval_verdicts.labels(pipeline, verdict).inc()
+
+    def corrective_loop(self, reason: str) -> None:
+        if self.metrics is not None:
+            self.metrics.corrective_loops.labels(reason).inc()
+
+    def groundedness_failure(self) -> None:
+        if self.metrics is not None:
+            self.metrics.groundedness_failures.inc()
+
+    def escalation(self, from_route: str, to_route: str, reason: str) -> None:
+        if self.metrics is not None:
+            self.metrics.escalations.labels(from_route, to_route, reason).inc()
+        span = trace.get_current_span()
+        if span.is_recording():
+            span.add_event("escalation", {"from_route": from_route, "to_route": to_route, "reason": reason})
+
+    # -- LLM calls -------------------------------------------------------------------------
+
+    @contextmanager
+    def llm_call(
+        self, node: str, model: str, messages: list[BaseMessage], max_tokens: int | None = None
+    ) -> Iterator[LLMSpan]:
+        """A GenAI-convention CLIENT span around one chat call; errors are counted by exception type."""
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": self.llm_provider_name,
+            "gen_ai.request.model": model,
+            "gateway.node": node,
+        }
+        if max_tokens:
+            attributes["gen_ai.request.max_tokens"] = max_tokens
+        with self.tracer.start_as_current_span(
+            f"chat {model}", kind=SpanKind.CLIENT, attributes=attributes, record_exception=False
+        ) as span:
+            if self.include_content and span.is_recording():
+                span.set_attribute("gen_ai.input.messages", _messages_json(messages))
+            try:
+                yield LLMSpan(span, self.include_content)
+            except Exception as exc:
+                kind = _error_kind(exc)
+                span.set_attribute("error.type", kind)
+                span.set_status(Status(StatusCode.ERROR, kind))
+                self.llm_failed(node, model, kind)
+                raise
+
+    def llm_failed(self, node: str, model: str, kind: str) -> None:
+        if self.metrics is not None:
+            self.metrics.llm_errors.labels(node, model, kind).inc()
+
+    def llm_usage(self, call: LLMCall) -> None:
+        """Counters of a finished call (malformed structured output included: its tokens were spent)."""
+        metrics = self.metrics
+        if metrics is None:
+            return
+        route = _route_var.get()
+        metrics.llm_calls.labels(route, call.node, call.model).inc()
+        metrics.llm_tokens.labels(route, call.model, "input").inc(call.input_tokens)
+        metrics.llm_tokens.labels(route, call.model, "output").inc(call.output_tokens)
+        metrics.llm_duration.labels(call.node, call.model).observe(call.duration_s)
+        metrics.cost.labels(route, call.model).inc(call.cost_usd)
+
+    # -- caches (gateway.cache.events.CacheEvents) -----------------------------------------
+
+    def cache_result(self, layer: str, result: str) -> None:
+        if self.metrics is not None:
+            self.metrics.cache_requests.labels(layer, result).inc()
+        span = trace.get_current_span()
+        if span.is_recording() and getattr(span, "name", "") == "cache.lookup":
+            if result == "error":
+                span.set_attribute("gateway.cache.error", True)
+            else:
+                span.set_attribute("gateway.cache.result", result)
+
+    @contextmanager
+    def cache_lookup(self, layer: str) -> Iterator[None]:
+        """A lookup span; its result is "miss" unless a hit is reported inside it."""
+        attributes = {"gateway.cache.layer": layer, "gateway.cache.result": "miss"}
+        with self.tracer.start_as_current_span("cache.lookup", attributes=attributes):
+            yield None
+
+    # -- dependencies ----------------------------------------------------------------------
+
+    def dependency(self, name: str, up: bool) -> None:
+        if self.metrics is not None:
+            self.metrics.dependency_up.labels(name).set(1 if up else 0)
+
+
+def _error_kind(exc: Exception) -> str:
+    """A bounded label for a failed LLM call."""
+    if isinstance(exc, ProviderTimeoutError):
+        return "timeout"
+    if isinstance(exc, ProviderUnavailableError):
+        return "unavailable"
+    if isinstance(exc, MalformedOutputError):
+        return "malformed_output"
+    if isinstance(exc, ProviderError):
+        return "http_error"
+    return "other"
+
+
+def _truncate(text: str) -> str:
+    return text if len(text) <= CONTENT_CHARS else text[:CONTENT_CHARS] + "…"
+
+
+def _messages_json(messages: list[BaseMessage]) -> str:
+    return _truncate(json.dumps([{"role": m.type, "content": str(m.content)} for m in messages], ensure_ascii=False))

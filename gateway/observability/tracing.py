@@ -1,0 +1,65 @@
+"""The app's OpenTelemetry tracer provider, built in the lifespan and shut down in its finally.
+
+Export follows the standard variables: ``OTEL_EXPORTER_OTLP_ENDPOINT`` or
+``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` (plus ``OTEL_EXPORTER_OTLP_HEADERS``, ``OTEL_SERVICE_NAME``,
+``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_TRACES_SAMPLER``...) switch on an OTLP/HTTP exporter behind a
+batch processor; ``OTEL_TRACES_EXPORTER=none`` switches it off. With none set, spans are still made
+(the response and the logs carry a trace id) but nothing is queued or sent, so tracing costs a few
+microseconds per span. The provider is never installed as the global one: each app (and each test)
+owns its own, passed to the code that makes spans.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter
+
+logger = logging.getLogger(__name__)
+
+ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+SERVICE_NAME = "rag-gateway"
+TRACER_NAME = "gateway"
+
+
+def otlp_requested(environ: Mapping[str, str], force: bool = False) -> bool:
+    if environ.get("OTEL_TRACES_EXPORTER", "").strip().lower() == "none":
+        return False
+    return force or any(environ.get(name) for name in ENDPOINT_VARIABLES)
+
+
+def build_tracer_provider(
+    *, otlp: bool = False, extra_exporter: SpanExporter | None = None, environ: Mapping[str, str] | None = None
+) -> TracerProvider:
+    """``otlp`` forces the OTLP exporter on (its endpoint then defaults to localhost:4318).
+
+    ``extra_exporter`` is exported to synchronously: tests pass the SDK's in-memory exporter.
+    """
+    env = os.environ if environ is None else environ
+    resource = Resource.create({"service.name": env.get("OTEL_SERVICE_NAME") or SERVICE_NAME})
+    provider = TracerProvider(resource=resource)
+    if otlp_requested(env, otlp):
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        logger.info("exporting traces over OTLP/HTTP")
+    if extra_exporter is not None:
+        provider.add_span_processor(SimpleSpanProcessor(extra_exporter))
+    return provider
+
+
+def tracer_of(provider: trace.TracerProvider | None) -> trace.Tracer:
+    """A no-op tracer when tracing is off: spans cost a function call and carry no trace id."""
+    if provider is None:
+        return trace.NoOpTracer()
+    return provider.get_tracer(TRACER_NAME)
+
+
+def trace_id_of(span: trace.Span) -> str | None:
+    context = span.get_span_context()
+    return format(context.trace_id, "032x") if context.is_valid else None

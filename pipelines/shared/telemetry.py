@@ -1,0 +1,96 @@
+"""What pipelines and the route table report to the outside world: node timings, verdicts, loops.
+
+A protocol here, implemented by :mod:`gateway.observability`, so the request still flows one way
+(gateway -> routes -> pipelines) and graphs built without telemetry (unit tests, notebooks) pay
+nothing: :data:`NO_TELEMETRY` does no work at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, Protocol, TypeVar, cast
+
+StateT = TypeVar("StateT", contravariant=True)
+
+
+class Node(Protocol[StateT]):
+    """A graph node as LangGraph types it: one parameter named ``state``."""
+
+    def __call__(self, state: StateT) -> Awaitable[dict[str, Any]]: ...
+
+
+class NodeScope(Protocol):
+    def finish(self, update: Mapping[str, Any]) -> None:
+        """The node's state update: the observer keeps bounded facts from it (counts, verdicts), never text."""
+        ...
+
+
+class PipelineTelemetry(Protocol):
+    def node(self, pipeline: str, node: str) -> AbstractContextManager[NodeScope]: ...
+
+    def route(self, route: str) -> AbstractContextManager[None]:
+        """Everything inside (nodes, LLM calls) is attributed to ``route``."""
+        ...
+
+    def verdict(self, pipeline: str, verdict: str) -> None: ...
+
+    def corrective_loop(self, reason: str) -> None: ...
+
+    def groundedness_failure(self) -> None: ...
+
+    def escalation(self, from_route: str, to_route: str, reason: str) -> None: ...
+
+
+class _NoScope:
+    def finish(self, update: Mapping[str, Any]) -> None:
+        return None
+
+
+_NO_SCOPE = _NoScope()
+
+
+class NoTelemetry:
+    """Observes nothing."""
+
+    @contextmanager
+    def node(self, pipeline: str, node: str) -> Iterator[NodeScope]:
+        yield _NO_SCOPE
+
+    @contextmanager
+    def route(self, route: str) -> Iterator[None]:
+        yield None
+
+    def verdict(self, pipeline: str, verdict: str) -> None:
+        return None
+
+    def corrective_loop(self, reason: str) -> None:
+        return None
+
+    def groundedness_failure(self) -> None:
+        return None
+
+    def escalation(self, from_route: str, to_route: str, reason: str) -> None:
+        return None
+
+
+NO_TELEMETRY: PipelineTelemetry = NoTelemetry()
+
+
+def instrument(telemetry: PipelineTelemetry, pipeline: str, name: str, node: Node[StateT]) -> Node[StateT]:
+    """``node`` timed and traced as ``pipeline/name``; applied once per node when a graph is built.
+
+    The wrapper takes an unannotated ``state`` so LangGraph reads the graph's own state schema.
+    """
+    if telemetry is NO_TELEMETRY:
+        return node
+
+    async def observed(state: Any) -> dict[str, Any]:
+        with telemetry.node(pipeline, name) as scope:
+            update = await node(state)
+            scope.finish(update)
+            return update
+
+    observed.__name__ = name
+    observed.__qualname__ = f"{pipeline}.{name}"
+    return cast(Node[StateT], observed)

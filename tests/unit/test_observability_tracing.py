@@ -1,0 +1,218 @@
+"""The span tree of one request, recorded with the SDK's in-memory exporter; JSON logs carry its trace id."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import SpanKind
+
+from gateway.observability.logs import JsonFormatter
+from gateway.observability.tracing import build_tracer_provider
+from gateway.providers.embeddings import USEEmbeddings
+from gateway.settings import Settings
+from tests.unit.corrective_support import K2_ANSWER, K2_INVENTED, K2_QUESTION, SUPPORTED, Script, unsupported
+from tests.unit.observability_support import HEX32, ask, by_name, parent_of, scrape, traced_app, value
+
+MODEL = "qwen2.5-coder-1.5b-instruct-q4_k_m"
+GEN_AI = (
+    "gen_ai.operation.name",
+    "gen_ai.provider.name",
+    "gen_ai.request.model",
+    "gen_ai.usage.input_tokens",
+    "gen_ai.usage.output_tokens",
+)
+
+
+# The LLM call's node name (``gateway.node`` of its span) -> the graph node that makes it.
+NODE_OF = {
+    "grade_document": {"evaluate"},
+    "rewrite_query": {"rewrite_query"},
+    "generate": {"generate"},
+    "check_grounded": {"check_grounded"},
+    "check_useful": {"check_useful"},
+}
+
+
+def one(spans: tuple[ReadableSpan, ...], name: str) -> ReadableSpan:
+    found = by_name(spans, name)
+    assert len(found) == 1, [s.name for s in spans]
+    return found[0]
+
+
+def invented_then_supported() -> Script:
+    """The first draft invents a payload and the critic says so; the regenerated answer is supported."""
+    return Script(answers=[K2_INVENTED, K2_ANSWER], grounded=[unsupported(K2_INVENTED), SUPPORTED])
+
+
+async def test_multi_hop_request_span_tree(settings: Settings, embeddings: USEEmbeddings) -> None:
+    async with traced_app(settings, embeddings, invented_then_supported()) as (client, model, exporter):
+        answer = await ask(client, K2_QUESTION, "multi_hop")
+        spans = exporter.get_finished_spans()
+        samples, _ = await scrape(client)
+
+    assert answer["answer"] == K2_ANSWER
+    assert "check_grounded: unsupported ['The Kumo Carrier K2 has a maximum payload of 900 kg [1].']" in answer["steps"]
+    assert HEX32.match(answer["trace_id"])
+    assert {format(s.context.trace_id, "032x") for s in spans if s.context} == {answer["trace_id"]}
+
+    server = one(spans, "POST /v1/query")
+    assert server.kind == SpanKind.SERVER
+    assert server.parent is None
+    assert server.attributes is not None
+    assert server.attributes["http.response.status_code"] == 200
+    request = one(spans, "gateway.answer")
+    assert parent_of(spans, request) is server
+    assert request.attributes is not None
+    assert request.attributes["gateway.route"] == "multi_hop"
+    lookups = by_name(spans, "cache.lookup")
+    assert {s.attributes["gateway.cache.layer"] for s in lookups if s.attributes} == {"exact", "embedding"}
+    assert all(parent_of(spans, s) is request for s in lookups)
+    assert all(s.attributes and s.attributes["gateway.cache.result"] == "miss" for s in lookups)
+    assert parent_of(spans, one(spans, "route_query")) is request
+    route = one(spans, "route multi_hop")
+    assert parent_of(spans, route) is request
+
+    # One span per node run, each a child of the route; the steps say which nodes ran.
+    node_spans = [s for s in spans if s.name.startswith("corrective.")]
+    assert node_spans
+    assert all(parent_of(spans, s) is route for s in node_spans)
+    assert len(by_name(spans, "corrective.generate")) == 2  # the regeneration is a second run of the node
+    retrieve = one(spans, "corrective.retrieve")
+    assert retrieve.attributes is not None
+    assert retrieve.attributes["gateway.retrieval.documents"] == 5
+    evaluate = by_name(spans, "corrective.evaluate")[0]
+    assert evaluate.attributes is not None
+    assert evaluate.attributes["gateway.retrieval.verdict"] == "correct"
+
+    # One CLIENT span per model call, under the node that made it, with the GenAI attributes.
+    llm_spans = by_name(spans, f"chat {MODEL}")
+    assert len(llm_spans) == len(model.calls) == answer["usage"]["llm_calls"] >= 3
+    for span in llm_spans:
+        assert span.kind == SpanKind.CLIENT
+        assert span.attributes is not None
+        assert all(key in span.attributes for key in GEN_AI)
+        assert span.attributes["gen_ai.operation.name"] == "chat"
+        assert span.attributes["gen_ai.provider.name"] == "openai"
+        assert span.attributes["gen_ai.request.model"] == MODEL
+        node = parent_of(spans, span)
+        assert node is not None
+        assert node.parent is not None
+        assert parent_of(spans, node) is route
+        assert node.attributes is not None
+        assert node.attributes["gateway.node"] in NODE_OF[span.attributes["gateway.node"]]
+    assert (
+        sum(s.attributes["gen_ai.usage.input_tokens"] for s in llm_spans if s.attributes)
+        == (answer["usage"]["input_tokens"])
+    )
+
+    # Privacy by default: neither the question nor a document nor the answer is in any attribute.
+    texts = [str(v) for s in spans for v in (s.attributes or {}).values()]
+    assert not any("Kumo" in t or "payload" in t for t in texts)
+
+    # The loop and the failed critique are counted too.
+    assert value(samples, "gateway_groundedness_failures_total") == 1
+    assert value(samples, "gateway_corrective_loops_total", reason="unsupported_answer") == 1
+
+
+async def test_content_goes_into_spans_only_when_opted_in(settings: Settings, embeddings: USEEmbeddings) -> None:
+    opted_in = settings.model_copy(update={"trace_include_content": True})
+    async with traced_app(opted_in, embeddings) as (client, _, exporter):
+        await ask(client, K2_QUESTION, "single_hop")
+        spans = exporter.get_finished_spans()
+    request = one(spans, "gateway.answer")
+    assert request.attributes is not None
+    assert request.attributes["gateway.query"] == K2_QUESTION
+    llm = one(spans, f"chat {MODEL}")
+    assert llm.attributes is not None
+    assert K2_QUESTION in str(llm.attributes["gen_ai.input.messages"])
+
+
+async def test_each_answer_logs_one_json_line_with_its_trace_id(settings: Settings, embeddings: USEEmbeddings) -> None:
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    logger = logging.getLogger("gateway.requests")
+    logger.addHandler(handler)
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        async with traced_app(settings, embeddings) as (client, _, _):
+            answer = await ask(client, "Hello there!", "direct")
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    (line,) = [json.loads(text) for text in stream.getvalue().splitlines()]
+    assert line["trace_id"] == answer["trace_id"]
+    assert line["route"] == "direct"
+    assert line["status"] == 200
+    assert line["cached"] is False
+    assert line["duration_ms"] > 0
+    assert "Hello" not in json.dumps(line)  # no query text in logs either
+
+
+async def test_caller_trace_context_is_continued(settings: Settings, embeddings: USEEmbeddings) -> None:
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    async with traced_app(settings, embeddings) as (client, _, exporter):
+        response = await client.post(
+            "/v1/query",
+            json={"tenant": "acme", "query": "Hello there!", "route": "direct"},
+            headers={"traceparent": f"00-{trace_id}-00f067aa0ba902b7-01"},
+        )
+        spans = exporter.get_finished_spans()
+    assert response.json()["trace_id"] == trace_id == response.headers["x-trace-id"]
+    server = one(spans, "POST /v1/query")
+    assert server.parent is not None
+    assert format(server.parent.span_id, "016x") == "00f067aa0ba902b7"
+
+
+async def test_failed_request_is_traced_and_counted(settings: Settings, embeddings: USEEmbeddings) -> None:
+    async with traced_app(settings, embeddings) as (client, _, exporter):
+        response = await client.post("/v1/query", json={"tenant": "acme", "query": "x" * 5000})
+        spans = exporter.get_finished_spans()
+        samples, _ = await scrape(client)
+    assert response.status_code == 400
+    assert HEX32.match(response.headers["x-trace-id"])
+    server = one(spans, "POST /v1/query")
+    assert server.attributes is not None
+    assert server.attributes["http.response.status_code"] == 400
+    assert value(samples, "gateway_requests_total", route="none", status="400") == 1
+
+
+async def test_tracing_can_be_switched_off(settings: Settings, embeddings: USEEmbeddings) -> None:
+    off = settings.model_copy(update={"tracing_enabled": False})
+    async with traced_app(off, embeddings) as (client, _, exporter):
+        response = await client.post("/v1/query", json={"tenant": "acme", "query": "Hello there!", "route": "direct"})
+        spans = exporter.get_finished_spans()
+        samples, _ = await scrape(client)
+    assert response.status_code == 200
+    assert response.json()["trace_id"] is None
+    assert "x-trace-id" not in response.headers
+    assert spans == ()
+    assert value(samples, "gateway_requests_total", route="direct", status="200") == 1
+
+
+def test_json_log_lines_carry_the_trace_id() -> None:
+    provider = build_tracer_provider(environ={})
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    logger = logging.getLogger("tests.observability.json")
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        with provider.get_tracer("test").start_as_current_span("work") as span:
+            logger.warning("cache degraded: %s", "timeout", extra={"layer": "exact"})
+        logger.warning("outside any span")
+    finally:
+        logger.removeHandler(handler)
+        provider.shutdown()
+    inside, outside = (json.loads(line) for line in stream.getvalue().splitlines())
+    assert inside["trace_id"] == format(span.get_span_context().trace_id, "032x")
+    assert inside["span_id"] == format(span.get_span_context().span_id, "016x")
+    assert inside["message"] == "cache degraded: timeout"
+    assert inside["level"] == "WARNING"
+    assert inside["layer"] == "exact"
+    assert "trace_id" not in outside
