@@ -64,11 +64,15 @@ async def test_native_endpoints_answer_401_problems(
             assert response.json()["status"] == 401
 
 
-async def test_probes_and_schema_stay_open(make_client: Any, settings: Settings) -> None:
+async def test_probes_metrics_and_schema_stay_open(make_client: Any, settings: Settings) -> None:
     async with make_client(chat_model(), settings_override=keyed(settings)) as (client, _):
         assert (await client.get("/healthz")).status_code == 200
         assert (await client.get("/readyz")).status_code == 200
         assert (await client.get("/schema/openapi.json")).status_code == 200
+        metrics = await client.get("/metrics")  # Prometheus scrapes without a client key
+        assert metrics.status_code == 200
+        assert metrics.headers["content-type"].count("charset") == 1
+        assert "gateway_requests_total" in metrics.text
 
 
 async def test_x_api_key_header_is_accepted(make_client: Any, settings: Settings) -> None:
