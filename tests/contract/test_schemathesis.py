@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -20,21 +19,16 @@ import httpx
 import pytest
 
 from gateway.access.keys import hash_key
+from tests.ports import free_port
 
 KEY = "rgw-contract-admin-key"
 CHECKS = "not_a_server_error,response_schema_conformance,status_code_conformance,content_type_conformance"
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def live_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = _free_port()
+    port = free_port()
     workdir = tmp_path_factory.mktemp("contract")
     entry = f'[{{"name": "contract", "key_sha256": "{hash_key(KEY)}", "tenant": "contract", "scopes": ["admin"]}}]'
     env = {**os.environ, "GATEWAY_API_KEYS": entry, "CONTRACT_WORKDIR": str(workdir)}

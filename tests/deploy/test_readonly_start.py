@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ import pytest
 
 from tests.deploy.chart_tools import REPO
 from tests.deploy.test_container import ENTRYPOINT, env_of_final_stage
+from tests.ports import free_port
 
 NAMESPACE_SCRIPT = """
 set -eu
@@ -45,13 +45,6 @@ def namespaces_available() -> bool:
 pytestmark = pytest.mark.skipif(
     not namespaces_available(), reason="needs `unshare -m` (root with CAP_SYS_ADMIN) to make / read-only"
 )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @pytest.fixture(scope="module")

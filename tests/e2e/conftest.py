@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -15,14 +14,9 @@ import pytest
 
 from gateway.local_llm.model import default_model_dir, prepare
 from gateway.local_llm.server import LocalLLMServer, ServerConfig
+from tests.ports import free_port
 
 MODEL = "qwen2.5-coder-1.5b-instruct-q4_k_m"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="session")

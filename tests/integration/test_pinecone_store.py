@@ -7,7 +7,6 @@ these tests fail if the adapter leans on something a real serverless index would
 from __future__ import annotations
 
 import math
-import socket
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
@@ -18,6 +17,7 @@ from gateway.errors import ClientError, ProviderError, ProviderUnavailableError
 from gateway.providers.vectorstores.base import ChunkRecord
 from gateway.providers.vectorstores.pinecone_store import PineconeVectorStore
 from tests.fakes.pinecone_server import FAKE_API_KEY, FakePinecone, running_fake_pinecone
+from tests.ports import free_port
 
 DIM = 4
 
@@ -38,12 +38,6 @@ def _chunks(doc_id: str, vectors: Sequence[Sequence[float]], **metadata: Any) ->
 
 def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
     return sum(x * y for x, y in zip(a, b, strict=True)) / (math.hypot(*a) * math.hypot(*b))
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture
@@ -169,7 +163,7 @@ async def test_ping_reports_a_healthy_index(store: PineconeVectorStore, fake: Fa
 
 @pytest.mark.usefixtures("no_retry_sleep")
 async def test_server_down_raises_provider_unavailable() -> None:
-    store = await PineconeVectorStore.open(FAKE_API_KEY, f"http://127.0.0.1:{_free_port()}", "idx", DIM)
+    store = await PineconeVectorStore.open(FAKE_API_KEY, f"http://127.0.0.1:{free_port()}", "idx", DIM)
     try:
         with pytest.raises(ProviderUnavailableError) as search_error:
             await store.search("acme", [1, 0, 0, 0], k=3)
