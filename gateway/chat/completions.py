@@ -102,6 +102,7 @@ class ChatAnswer:
             steps=steps,
             query=rewrite.query if rewrite else prepared.query.query,
             tenant=prepared.query.tenant,
+            trace_id=response.trace_id,
         )
 
 

@@ -98,6 +98,7 @@ class GatewayInfo(msgspec.Struct):
     steps: list[str]
     query: Annotated[str, Meta(description="The question that was routed: the follow-up rewrite when there was one.")]
     tenant: str
+    trace_id: Annotated[str | None, Meta(description="The request's OpenTelemetry trace (also in X-Trace-Id).")] = None
 
 
 class ChatCompletion(msgspec.Struct):

@@ -32,6 +32,7 @@ async def test_openai_client_non_streaming(make_client: Any) -> None:
     assert gateway["cached"] is False
     assert gateway["steps"] == ["answer_directly"]
     assert gateway["tenant"] == "default"
+    assert len(gateway["trace_id"]) == 32  # the request's trace, for following it in the tracing backend
 
 
 async def test_openai_client_streams_direct_answers_token_by_token(make_client: Any) -> None:
