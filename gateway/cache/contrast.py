@@ -17,130 +17,48 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
+from gateway.cache.contrast_lexicon import (
+    APOSTROPHES,
+    AUX,
+    COPULA,
+    DATE_WORDS,
+    DIGITS,
+    EN_AXES,
+    EN_BOUND,
+    EN_BOUNDS,
+    EN_JOINERS,
+    EN_NEGATION,
+    EN_NOT_NEGATION,
+    EN_NUMERIC_DIRECTION,
+    EN_OFFSETS,
+    EN_OTHER_PREP,
+    EN_PREP_ROLE,
+    EN_RELATIVE,
+    EN_TOKEN,
+    JA_AXES,
+    JA_DATE,
+    JA_DATES,
+    JA_HONORIFIC,
+    JA_NEGATION,
+    JA_NOT_NEGATION,
+    JA_PARTICLES,
+    JA_RUN,
+    JA_SUFFIX_AFTER,
+    JA_SUFFIX_ENDING,
+    KANJI_DIGITS,
+    KANJI_NUMBER,
+    KANJI_UNITS,
+    MODIFIER,
+    MONTHS,
+    NOT_ENTITY,
+    ONE_POLE_AXES,
+    ROMAN,
+    THOUSANDS,
+    WH,
+    WORD_NUMBERS,
+    word_set,
+)
 from pipelines.shared.support import STOPWORDS, mostly_cjk
-
-
-def _set(words: str) -> frozenset[str]:
-    return frozenset(words.split())
-
-
-def _pairs(spec: str) -> dict[str, str]:
-    """``"at_least=amount- ..."`` -> ``{"at least": "amount-", ...}``: word lists stay readable in a few lines."""
-    return {key.replace("_", " "): value for key, _, value in (item.partition("=") for item in spec.split())}
-
-
-def _numbered(spec: str) -> dict[str, str]:
-    """``"zero|first|two second"`` -> each word mapped to the index of its group."""
-    return {word: str(i) for i, group in enumerate(spec.split("|")) for word in group.split()}
-
-
-_APOSTROPHES = str.maketrans({"’": "'", "‘": "'", "`": "'"})
-_DIGITS = re.compile(r"(\d+(?:\.\d+)?)\s*(万|億)?")
-_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
-_KANJI_DIGITS = {c: i for i, c in enumerate("〇一二三四五六七八九")}
-_KANJI_UNITS = {"十": 10, "百": 100, "千": 1000}
-_KANJI_NUMBER = re.compile(
-    r"第((?:[〇一二三四五六七八九十百千](?!半期))+)"
-    r"|(?<!\d)([〇一二三四五六七八九十百千][〇一二三四五六七八九十百千万億]*)"
-    r"(?=[人日月年回件個時分円名週歳階台本枚泊号番つ割倍点位]|か月|ヶ月)"
-)
-_WORD_NUMBERS = _numbered(
-    "zero|first|two second twice|three third|four fourth|five fifth|six sixth|seven seventh|eight eighth|nine ninth"
-    "|ten tenth|eleven|twelve dozen"
-) | _pairs("twenty=20 thirty=30 forty=40 fifty=50 hundred=100 thousand=1000")
-_ROMAN = _pairs("II=2 III=3 IV=4 VI=6 VII=7 VIII=8 IX=9 XI=11 XII=12")
-_MONTHS = _numbered(
-    "|january jan|february feb|march|april apr|may|june jun|july jul|august aug|september sep sept|october oct"
-    "|november nov|december dec"
-)
-_DATE_WORDS = _pairs(
-    "monday=dow1 tuesday=dow2 wednesday=dow3 thursday=dow4 friday=dow5 saturday=dow6 sunday=dow7 today=day0 "
-    "tonight=day0 tomorrow=day+1 yesterday=day-1 a.m.=am p.m.=pm"
-)
-_EN_RELATIVE = re.compile(r"\b(this|current|last|previous|past|next|coming|following)\s+(year|quarter|month|week)\b")
-_EN_OFFSETS = _pairs("this=0 current=0 last=-1 previous=-1 past=-1 next=+1 coming=+1 following=+1")
-_JA_DATES = _pairs(
-    "今日=day0 本日=day0 明日=day+1 昨日=day-1 前日=day-1 翌日=day+1 今週=week0 先週=week-1 来週=week+1 今月=month0 "
-    "先月=month-1 来月=month+1 今年=year0 本年=year0 去年=year-1 昨年=year-1 前年=year-1 来年=year+1 翌年=year+1 "
-    "今期=term0 前期=term-1 来期=term+1 午前=am 午後=pm"
-)
-_JA_DATE = re.compile("|".join(sorted(_JA_DATES, key=len, reverse=True)) + r"|([月火水木金土日])曜")
-
-_EN_NEGATION = re.compile(
-    r"\b(not|no|never|none|nobody|nothing|nowhere|neither|nor|without|cannot|unable|lacks?|lacking|excluding|except)\b"
-    r"|n't\b"
-)
-_EN_NOT_NEGATION = re.compile(r"\b(whether or not|not only|no matter|no (?:more|less|later|earlier|fewer) than)\b")
-_JA_NEGATION = re.compile(r"(?<![少危幼])な(?:い|く|かっ|し)|ません|せず|ずに|無い|無し|不可|不要|以外|未(?!満|来)")
-_JA_NOT_NEGATION = re.compile(
-    r"なければ(?:なら|いけ)ない|なくては(?:なら|いけ)ない|ないと(?:いけ|だめ)|かもしれない|構わない|構いません|かまわない"
-)
-
-# axis -> (words of one pole, words of the other); EN words are whole words, JA entries are regexes.
-_EN_AXES = {
-    "amount": (
-        "more most greater greatest larger largest bigger biggest higher highest above exceed exceeds exceeding "
-        "maximum increase increased increases longer longest expensive pricier",
-        "less least fewer fewest smaller smallest lower lowest below minimum decrease decreased decreases "
-        "shorter shortest cheaper cheapest",
-    ),
-    "time": ("before earlier earliest prior previously", "after later latest since afterwards"),
-    "age": ("older oldest elder eldest senior", "younger youngest newer newest junior"),
-    "quality": ("better best", "worse worst"),
-    "speed": ("faster fastest quicker quickest", "slower slowest"),
-    "phase": ("open opens opening start starts begin begins", "close closes closing closed end ends finish finishes"),
-    "flow": ("import upload inbound incoming buy bought hired", "export download outbound outgoing sell sold fired"),
-    "permission": ("allowed permitted", "prohibited forbidden banned"),
-}
-# "Can I…" / "Am I allowed to…" ask the same; "most" / none do not: only these axes count a one-sided pole.
-_ONE_POLE_AXES = _set("amount time age order")
-_EN_BOUNDS = _pairs(
-    "at_least=amount- no_less_than=amount- at_most=amount+ no_more_than=amount+ "
-    "no_later_than=time+ no_earlier_than=time-"
-)
-_EN_BOUND = re.compile(r"\b(" + "|".join(_EN_BOUNDS) + r")\b")
-_EN_NUMERIC_DIRECTION = re.compile(r"\b(over|under|up to)\s+(?=[$¥€£]?\d)")
-_JA_AXES = {
-    "amount": (
-        r"以上|超え|超|上回|多い|多く|最多|最大|大きい|高い|最高|増|上限|長い|重い",
-        r"以下|未満|下回|少ない|少な|最少|最小|小さい|低い|最低|減|下限|短い|安い|軽い",
-    ),
-    "time": (r"(?<![名午手])前(?![提年期日月週])|以前|事前|早い|早く", r"(?<![午最今])後|以降|以後|遅い|遅く"),
-    "age": (r"年上|年長", r"年下|年少"),
-    "order": (r"最初|初め", r"最後|終わり"),
-    "phase": (r"開始|始ま|開き|開く|開い", r"終了|終わる|閉ま|閉じ"),
-    "flow": (
-        r"輸入|アップロード|入金|購入|受信|(?<!新)入社|入会|採用",
-        r"輸出|ダウンロード|出金|販売|送信|退社|退会|解雇",
-    ),
-    "quality": (r"最良|ベスト", r"最悪|ワースト"),
-    "permission": (r"許可", r"禁止"),
-}
-
-_EN_TOKEN = re.compile(r"[A-Za-z][A-Za-z0-9'\-&]*|\d+(?:\.\d+)?")
-_AUX = _set("do does did has have had can could will would should may might must")
-_COPULA = _set("is are was were")
-_WH = _set("who whom what which whose when where why how")
-_MODIFIER = _set("the a an this that these those our my your their its his her any every each some")
-_EN_PREP_ROLE = _pairs("to=to into=to towards=to toward=to from=from than=than of=obj by=subj")
-_EN_OTHER_PREP = _set("in on at for with about during across within via per")
-_EN_JOINERS = _set("and or as")
-_NOT_ENTITY = STOPWORDS | _set(
-    "i please tell list show give explain describe find name compare help is are was were do does did can could "
-    "will would should may might must hi hello am if let there here"
-)
-_JA_RUN = re.compile(r"[一-龥々]+|[ァ-ヴー]+|[A-Za-z][A-Za-z0-9\-.&]*|\d+|[ぁ-ゖ]+|[^\s]")
-_JA_HONORIFIC = re.compile(r"(さん|様|さま|氏|君|くん|ちゃん|部長|課長|社長|係長|室長|先生)")
-_JA_SUFFIXES = "支社|支店|本社|事業所|工場|大学|銀行|株式会社|部|課|社|県|市|区|町|村|駅|山|川"
-_JA_SUFFIX_AFTER = re.compile(f"(?:{_JA_SUFFIXES})")
-_JA_SUFFIX_ENDING = re.compile(f"(?:{_JA_SUFFIXES})$")
-# Particle after a term -> its role; longest first ("には" before "に"); "?" = says nothing about the role.
-_JA_PARTICLES = tuple(
-    _pairs(
-        "について=? にとって=? によって=subj に対して=to には=to からは=from では=? とは=? "
-        "に=to へ=to から=from より=than を=obj が=subj は=subj"
-    ).items()
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,10 +93,10 @@ def _compact(text: str) -> str:
 def _kanji_number(text: str) -> int:
     total, section, digit = 0, 0, 0
     for ch in text:
-        if ch in _KANJI_DIGITS:
-            digit = _KANJI_DIGITS[ch]
-        elif ch in _KANJI_UNITS:
-            section += (digit or 1) * _KANJI_UNITS[ch]
+        if ch in KANJI_DIGITS:
+            digit = KANJI_DIGITS[ch]
+        elif ch in KANJI_UNITS:
+            section += (digit or 1) * KANJI_UNITS[ch]
             digit = 0
         else:  # 万 / 億 close a section
             total += (section + digit or 1) * (10_000 if ch == "万" else 100_000_000)
@@ -188,27 +106,27 @@ def _kanji_number(text: str) -> int:
 
 def _numbers(raw: str, text: str) -> set[str]:
     found: set[str] = set()
-    for number, unit in _DIGITS.findall(_THOUSANDS.sub("", text)):
+    for number, unit in DIGITS.findall(THOUSANDS.sub("", text)):
         value = float(number) * {"万": 10_000, "億": 100_000_000}.get(unit, 1)
         found.add(str(int(value)) if value.is_integer() else number)
-    kanji = _KANJI_NUMBER.findall(re.sub(r"一番(?!目)", "", text))  # 一番 is "most", not "number one"
+    kanji = KANJI_NUMBER.findall(re.sub(r"一番(?!目)", "", text))  # 一番 is "most", not "number one"
     found |= {str(_kanji_number(ordinal or counted)) for ordinal, counted in kanji}
-    found |= {_WORD_NUMBERS[w] for w in re.findall(r"[a-z]+", text) if w in _WORD_NUMBERS}
-    found |= {_ROMAN[w] for w in re.findall(r"\b[IVX]{2,4}\b", raw) if w in _ROMAN}
+    found |= {WORD_NUMBERS[w] for w in re.findall(r"[a-z]+", text) if w in WORD_NUMBERS}
+    found |= {ROMAN[w] for w in re.findall(r"\b[IVX]{2,4}\b", raw) if w in ROMAN}
     for match in re.finditer(r"\b([A-Za-z]+)\b(\s*\d)?", raw):
         word, month = match.group(1), match.group(1).casefold()
         # "may"/"march" are months when capitalised mid-sentence or before a day: not in "May I…?"
         verb_like = month in ("may", "march") and not (word[0].isupper() and (match.start() or match.group(2)))
-        if month in _MONTHS and not verb_like:
-            found.add(_MONTHS[month])
+        if month in MONTHS and not verb_like:
+            found.add(MONTHS[month])
     return found
 
 
 def _dates(text: str) -> set[str]:
-    found = {_DATE_WORDS[w] for w in re.findall(r"\b[ap]\.m\.|[a-z]+", text) if w in _DATE_WORDS}
-    found |= {f"{unit}{_EN_OFFSETS[when]}" for when, unit in _EN_RELATIVE.findall(text)}
-    for match in _JA_DATE.finditer(text):
-        found.add(f"dow{match.group(1)}" if match.group(1) else _JA_DATES[match.group(0)])
+    found = {DATE_WORDS[w] for w in re.findall(r"\b[ap]\.m\.|[a-z]+", text) if w in DATE_WORDS}
+    found |= {f"{unit}{EN_OFFSETS[when]}" for when, unit in EN_RELATIVE.findall(text)}
+    for match in JA_DATE.finditer(text):
+        found.add(f"dow{match.group(1)}" if match.group(1) else JA_DATES[match.group(0)])
     return found
 
 
@@ -216,30 +134,30 @@ def _directions(text: str, ja: bool) -> set[str]:
     if ja:
         return {
             f"{axis}{pole}"
-            for axis, (up, down) in _JA_AXES.items()
+            for axis, (up, down) in JA_AXES.items()
             for pole, rx in (("+", up), ("-", down))
             if re.search(rx, text)
         }
-    found = {_EN_BOUNDS[phrase] for phrase in _EN_BOUND.findall(text)}
-    text = _EN_BOUND.sub(" ", _EN_RELATIVE.sub(" ", text))  # "last year" is a date; "at least" was counted
+    found = {EN_BOUNDS[phrase] for phrase in EN_BOUND.findall(text)}
+    text = EN_BOUND.sub(" ", EN_RELATIVE.sub(" ", text))  # "last year" is a date; "at least" was counted
     words = set(re.findall(r"[a-z]+", text))
-    for axis, (up, down) in _EN_AXES.items():
-        found |= {f"{axis}{pole}" for pole, ws in (("+", up), ("-", down)) if words & _set(ws)}
-    found |= {"amount+" if w == "over" else "amount-" for w in _EN_NUMERIC_DIRECTION.findall(text)}
+    for axis, (up, down) in EN_AXES.items():
+        found |= {f"{axis}{pole}" for pole, ws in (("+", up), ("-", down)) if words & word_set(ws)}
+    found |= {"amount+" if w == "over" else "amount-" for w in EN_NUMERIC_DIRECTION.findall(text)}
     return found
 
 
 def _is_entity(token: str) -> bool:
     base = token.removesuffix("'s").rstrip("'")
     folded = base.casefold()
-    if base in _ROMAN or folded in _WORD_NUMBERS or folded in _MONTHS or folded in _NOT_ENTITY:
+    if base in ROMAN or folded in WORD_NUMBERS or folded in MONTHS or folded in NOT_ENTITY:
         return False
     return any(c.isupper() for c in base)
 
 
 def _en_entities(raw: str) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
     """Capitalised tokens and acronyms (not question words or numerals), grouped into spans, with their role."""
-    tokens = _EN_TOKEN.findall(raw)
+    tokens = EN_TOKEN.findall(raw)
     lowered = [t.casefold() for t in tokens]
     entities: list[str] = []
     roles: list[tuple[str, str]] = []
@@ -267,16 +185,16 @@ def _en_role(words: list[str], start: int, end: int) -> str | None:
     if words[end - 1].endswith("'s") or words[end - 1].endswith("s'"):
         return "obj"  # "Alice's manager" = "the manager of Alice"
     cue = start - 1
-    while cue >= 0 and words[cue] in _MODIFIER:  # "depend on the Payments team" -> "on"
+    while cue >= 0 and words[cue] in MODIFIER:  # "depend on the Payments team" -> "on"
         cue -= 1
     prev = words[cue] if cue >= 0 else None
-    if prev is None or prev in _AUX or prev in _WH:
+    if prev is None or prev in AUX or prev in WH:
         return "subj"
-    if prev in _EN_PREP_ROLE or prev in _EN_OTHER_PREP:
-        return _EN_PREP_ROLE.get(prev, prev)
-    if prev in _COPULA:  # "Is Tokyo bigger…" (yes/no) or "Who is Alice reporting to?"; not "How tall is Everest?"
+    if prev in EN_PREP_ROLE or prev in EN_OTHER_PREP:
+        return EN_PREP_ROLE.get(prev, prev)
+    if prev in COPULA:  # "Is Tokyo bigger…" (yes/no) or "Who is Alice reporting to?"; not "How tall is Everest?"
         return "subj" if cue == 0 or (end < len(words) and words[end].endswith("ing")) else None
-    if prev in _EN_JOINERS or prev in _WORD_NUMBERS or not prev[0].isalpha():
+    if prev in EN_JOINERS or prev in WORD_NUMBERS or not prev[0].isalpha():
         return None
     return "obj"
 
@@ -287,26 +205,26 @@ def _ja_entities(text: str) -> tuple[tuple[str, ...], frozenset[str], frozenset[
     katakana: set[str] = set()
     people: set[str] = set()
     roles: list[tuple[str, str]] = []
-    for run in _JA_RUN.finditer(text):
+    for run in JA_RUN.finditer(text):
         term, rest = run.group(), text[run.end() :]
         latin = term[0].isascii() and term[0].isalpha()
-        if honorific := _JA_HONORIFIC.match(rest):
+        if honorific := JA_HONORIFIC.match(rest):
             rest = rest[honorific.end() :]
             people.add(term)
-        elif (latin or len(term) >= 2) and (suffix := _JA_SUFFIX_AFTER.match(rest)):
+        elif (latin or len(term) >= 2) and (suffix := JA_SUFFIX_AFTER.match(rest)):
             rest = rest[suffix.end() :]  # "A社は", "大阪支社を"
         if re.fullmatch(r"[ァ-ヴー]{2,}", term):
             katakana.add(term)
         elif honorific or latin:
             entities.append(term.casefold())
-        elif re.fullmatch(r"[一-龥々]+", term) and (end := _JA_SUFFIX_ENDING.search(term)) and end.start() >= 2:
+        elif re.fullmatch(r"[一-龥々]+", term) and (end := JA_SUFFIX_ENDING.search(term)) and end.start() >= 2:
             entities.append(term)
         if latin or honorific or re.fullmatch(r"[一-龥々]{2,}|[ァ-ヴー]{2,}", term):
             # A person's の is possessive, as "Alice's" is in English: "中村さんの上司" is Nakamura's boss.
             role = (
                 "obj"
                 if honorific and rest.startswith("の")
-                else next((r for p, r in _JA_PARTICLES if rest.startswith(p)), "?")
+                else next((r for p, r in JA_PARTICLES if rest.startswith(p)), "?")
             )
             if role != "?":
                 roles.append((term.casefold(), role))
@@ -316,14 +234,14 @@ def _ja_entities(text: str) -> tuple[tuple[str, ...], frozenset[str], frozenset[
 @lru_cache(maxsize=4096)
 def analyse(query: str) -> Features:
     """Extract every feature the rules compare (cached: candidates repeat across lookups)."""
-    raw = unicodedata.normalize("NFKC", query).translate(_APOSTROPHES)
+    raw = unicodedata.normalize("NFKC", query).translate(APOSTROPHES)
     text = " ".join(raw.casefold().split())
     ja = mostly_cjk(text)
-    neg_text = (_JA_NOT_NEGATION if ja else _EN_NOT_NEGATION).sub(" ", text)
-    negation = (_JA_NEGATION if ja else _EN_NEGATION).search(neg_text)
+    neg_text = (JA_NOT_NEGATION if ja else EN_NOT_NEGATION).sub(" ", text)
+    negation = (JA_NEGATION if ja else EN_NEGATION).search(neg_text)
     if ja:
         entities, katakana, people, roles = _ja_entities(raw)
-        tokens = tuple(m.group().casefold() for m in _JA_RUN.finditer(raw) if not m.group().isspace())
+        tokens = tuple(m.group().casefold() for m in JA_RUN.finditer(raw) if not m.group().isspace())
     else:
         (entities, roles), katakana, people = _en_entities(raw), frozenset(), frozenset()
         tokens = tuple(re.findall(r"[a-z0-9]+(?:'[a-z]+)?", text))
@@ -389,7 +307,7 @@ def direction_differs(a: Features, b: Features) -> str | None:
     for axis in sorted({d[:-1] for d in a.directions | b.directions}):
         poles_a = {d for d in a.directions if d[:-1] == axis}
         poles_b = {d for d in b.directions if d[:-1] == axis}
-        if poles_a != poles_b and (axis in _ONE_POLE_AXES or (poles_a and poles_b)):
+        if poles_a != poles_b and (axis in ONE_POLE_AXES or (poles_a and poles_b)):
             return f"comparison direction differs on {axis}: {sorted(poles_a)} vs {sorted(poles_b)}"
     return None
 
