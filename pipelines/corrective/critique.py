@@ -24,13 +24,15 @@ from pipelines.corrective.prompts import (
     USEFUL_USER,
 )
 from pipelines.shared.deps import ChatClient, LLMCall, Passage, StructuredOutputError
-from pipelines.shared.generation import format_context
+from pipelines.shared.generation import format_context, states_nothing
 from pipelines.shared.prompts import ABSTAIN_EN, ABSTAIN_JA, NOT_IN_CONTEXT
 from pipelines.shared.support import lexical_support, mostly_cjk
 
 _CLAIM_SPLIT = re.compile(r"(?<=[.!?。！？])\s*")
 _JAPANESE = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff]")
 _CITATIONS = re.compile(r"\s*\[\d{1,2}(?:\s*,\s*\d{1,2})*\]")
+# The "claim" a citations-only answer is doubted for: the graph regenerates with EMPTY_ANSWER_NOTE for it.
+CITATIONS_ONLY = "the answer states nothing but citation numbers"
 _ABSTENTIONS = (NOT_IN_CONTEXT, ABSTAIN_EN, ABSTAIN_JA, "could not confirm", "完全な回答を確認できません")
 
 
@@ -58,6 +60,8 @@ def claims_of(answer: str) -> list[str]:
 async def check_grounded(
     llm: ChatClient, question: str, answer: str, evidence: list[Passage], min_support: float, calls_left: int
 ) -> Critique:
+    if states_nothing(answer):
+        return Critique(ok=False, detail=[CITATIONS_ONLY])
     texts = [p.text for p in evidence]
     # Across scripts (an English answer over Japanese passages) words cannot be compared, so every
     # claim goes to the critic; within a script only the claims the lexical check doubts do.
@@ -106,6 +110,7 @@ def cautious_answer(question: str, evidence: list[Passage], unsupported: list[st
         return ABSTAIN_JA if japanese else ABSTAIN_EN
     said = " ".join(f"“{p.text[:280]}” [{i}]" for i, p in enumerate(evidence[:3], start=1))
     text = (CAUTIOUS_JA if japanese else CAUTIOUS_EN).format(said=said)
+    unsupported = [claim for claim in unsupported if claim != CITATIONS_ONLY]
     if unsupported:
         missing = "; ".join(_CITATIONS.sub("", claim).strip().rstrip(".。") for claim in unsupported[:3])
         text += (CAUTIOUS_MISSING_JA if japanese else CAUTIOUS_MISSING_EN).format(missing=missing)

@@ -19,10 +19,10 @@ from typing import Any, Literal
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
-from pipelines.corrective.critique import cautious_answer, check_grounded, check_useful
+from pipelines.corrective.critique import CITATIONS_ONLY, cautious_answer, check_grounded, check_useful
 from pipelines.corrective.evaluator import evaluate_passages
 from pipelines.corrective.policy import CorrectivePolicy
-from pipelines.corrective.prompts import REGENERATE_NOTE
+from pipelines.corrective.prompts import EMPTY_ANSWER_NOTE, REGENERATE_NOTE
 from pipelines.corrective.refine import refine_evidence
 from pipelines.corrective.rewrite import rewrite_query as llm_rewrite
 from pipelines.corrective.state import CorrectiveState, StopReason
@@ -157,8 +157,11 @@ def build_graph(deps: CorrectiveDeps) -> CompiledStateGraph[Any, Any, Any, Any]:
 
     async def generate(state: CorrectiveState) -> dict[str, Any]:
         feedback = ""
-        if state.get("unsupported_claims"):
-            feedback = REGENERATE_NOTE.format(claims="; ".join(state["unsupported_claims"]))
+        claims = state.get("unsupported_claims", [])
+        if claims == [CITATIONS_ONLY]:
+            feedback = EMPTY_ANSWER_NOTE
+        elif claims:
+            feedback = REGENERATE_NOTE.format(claims="; ".join(claims))
         draft = await draft_answer(
             deps.llm, state["query"], state.get("strips", []), node="generate", feedback=feedback
         )

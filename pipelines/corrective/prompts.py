@@ -62,6 +62,9 @@ Answer: {answer}"""
 REGENERATE_NOTE = """Your previous answer made claims the passages do not state: {claims}.
 Answer again using only what the passages state."""
 
+EMPTY_ANSWER_NOTE = """Your previous answer gave only citation numbers and stated nothing.
+Answer the question in one or two full sentences, citing the passages like [1]."""
+
 CAUTIOUS_EN = "I could not confirm a complete answer from the knowledge base. What the documents do say: {said}"
 CAUTIOUS_JA = "ナレッジベースから完全な回答を確認できませんでした。文書に書かれていること: {said}"
 CAUTIOUS_MISSING_EN = " They do not state: {missing}."

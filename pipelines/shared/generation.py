@@ -19,6 +19,7 @@ from pipelines.shared.support import lexical_support
 _CITATION = re.compile(r"\[(\d{1,2})(?:\s*,\s*(\d{1,2}))*\]")
 _NUMBERS = re.compile(r"\d{1,2}")
 _JAPANESE = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff]")
+_WORD = re.compile(r"\w{2,}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +51,12 @@ def cited_passages(answer: str, passages: list[Passage]) -> list[Passage]:
             if 0 <= index < len(passages) and passages[index] not in chosen:
                 chosen.append(passages[index])
     return chosen
+
+
+def states_nothing(answer: str) -> bool:
+    """A reply of citation numbers alone ("[1] [2]"): small models produce it over terse strips, and
+    every lexical check passes it, since it makes no claim at all."""
+    return not _WORD.search(_CITATION.sub(" ", answer))
 
 
 def abstention_for(question: str) -> str:
@@ -97,6 +104,8 @@ async def generate_grounded(
     draft = await draft_answer(llm, question, usable, node=node)
     if not draft.found:
         return GroundedAnswer(draft.text, [], True, draft.call, "model found no answer", usable)
+    if states_nothing(draft.text):
+        return GroundedAnswer(abstention_for(question), [], True, draft.call, "model gave only citations", usable)
     support = lexical_support(draft.text, question, [p.text for p in usable])
     if not support.supported(policy.min_support):
         unsupported = ", ".join((support.missing_numbers or support.missing)[:5])

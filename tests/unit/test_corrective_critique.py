@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 
 from gateway.knowledge import KnowledgeBase
-from pipelines.corrective.critique import cautious_answer
+from pipelines.corrective.critique import CITATIONS_ONLY, cautious_answer
 from pipelines.corrective.policy import CorrectivePolicy
-from pipelines.corrective.prompts import REGENERATE_NOTE
+from pipelines.corrective.prompts import EMPTY_ANSWER_NOTE, REGENERATE_NOTE
 from pipelines.shared.deps import Passage
 from pipelines.shared.prompts import ABSTAIN_EN, NOT_IN_CONTEXT
 from tests.unit.corrective_support import (
@@ -121,6 +121,28 @@ async def test_regenerated_answer_that_is_supported_goes_on_to_the_usefulness_ch
     assert state["useful"] is True
     assert state["unsupported_claims"] == []
     assert str(model.calls[2][0][-1].content) == REGENERATE_NOTE.format(claims="payload of 900 kg")
+
+
+async def test_answer_of_citations_alone_is_regenerated_with_a_request_for_a_sentence(
+    knowledge: KnowledgeBase,
+) -> None:
+    script = Script(answers=["[1] [2]", K2_ANSWER])
+    state, model = await run_graph(knowledge, script, query=K2_QUESTION)
+    assert state["steps"][3:] == regenerated_then_answered(f"['{CITATIONS_ONLY}']")
+    # No critic call for an answer that states nothing: the check is lexical.
+    assert [kind(c) for c in model.calls] == ["generate", "generate", "UsefulnessCheck"]
+    assert str(model.calls[1][0][-1].content) == EMPTY_ANSWER_NOTE
+    assert state["answer"] == K2_ANSWER
+
+
+async def test_answer_of_citations_twice_falls_back_to_a_cautious_answer_without_naming_a_claim(
+    knowledge: KnowledgeBase,
+) -> None:
+    state, _ = await run_graph(knowledge, Script(answers=["[1]", "[1]."]), query=K2_QUESTION)
+    assert state["steps"][-2:] == ["cautious_answer", "stop: unsupported"]
+    assert state["abstained"] is True
+    assert "do not state" not in state["answer"]
+    assert "“The Kumo Carrier K2 has a maximum payload of 150 kg.” [1]" in state["answer"]
 
 
 async def test_lexical_doubt_cleared_by_the_critic_needs_no_regeneration(knowledge: KnowledgeBase) -> None:

@@ -182,6 +182,16 @@ async def test_model_saying_insufficient_context_abstains() -> None:
     assert result.call.node == "generate"
 
 
+@pytest.mark.parametrize("reply", ["[2]", "[1] [2] [3]", " [1, 2]. "])
+async def test_answer_of_citation_numbers_alone_abstains(reply: str) -> None:
+    llm, model = scripted(reply)
+    result = await generate_grounded(llm, VPN_QUESTION, PASSAGES, GroundingPolicy(), node="generate")
+    assert result.abstained
+    assert result.answer == ABSTAIN_EN
+    assert result.note == "model gave only citations"
+    assert len(model.calls) == 1
+
+
 async def test_supported_answer_cites_the_second_usable_passage() -> None:
     answer = "The VPN policy was last updated on 12 March 2024 [2]."
     llm, model = scripted(answer)
