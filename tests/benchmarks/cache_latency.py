@@ -15,11 +15,8 @@ import time
 import uuid
 
 import httpx
-import numpy as np
 
-
-def pct(values: list[float], q: float) -> float:
-    return float(np.percentile(values, q)) if values else float("nan")
+from tests.benchmarks.figures import percentile as pct
 
 
 async def timed_post(client: httpx.AsyncClient, body: dict[str, object]) -> tuple[float, dict[str, object]]:

@@ -32,6 +32,7 @@ from gateway.schemas import QueryRequest
 from gateway.service import QueryService
 from gateway.settings import Settings
 from gateway.state import ProviderOverrides
+from tests.benchmarks.figures import percentile
 
 BODY = {"tenant": "bench", "query": "Hello, who are you?", "route": "direct"}
 
@@ -72,8 +73,8 @@ async def service_round(service: QueryService, n: int) -> list[float]:
 def line(label: str, values: list[float]) -> str:
     a = np.asarray(values)
     return (
-        f"{label:<34} n={a.size:>6}  mean={a.mean():8.1f} us  p50={np.percentile(a, 50):8.1f} us  "
-        f"p99={np.percentile(a, 99):8.1f} us"
+        f"{label:<34} n={a.size:>6}  mean={a.mean():8.1f} us  p50={percentile(values, 50):8.1f} us  "
+        f"p99={percentile(values, 99):8.1f} us"
     )
 
 
@@ -121,8 +122,8 @@ async def measure(requests: int, rounds: int) -> None:
         print(line(f"{what}, metrics+tracing off", disabled))
         print(
             f"{'':<34} ratio on/off: mean {np.mean(enabled) / np.mean(disabled):.3f}, "
-            f"p50 {np.percentile(enabled, 50) / np.percentile(disabled, 50):.3f}, "
-            f"added per request (p50) {np.percentile(enabled, 50) - np.percentile(disabled, 50):.1f} us"
+            f"p50 {percentile(enabled, 50) / percentile(disabled, 50):.3f}, "
+            f"added per request (p50) {percentile(enabled, 50) - percentile(disabled, 50):.1f} us"
         )
 
 

@@ -14,7 +14,8 @@ import statistics
 import time
 
 import httpx
-import numpy as np
+
+from tests.benchmarks.figures import percentile
 
 QUERIES: dict[str, list[str]] = {
     "direct": [
@@ -54,10 +55,6 @@ QUERIES: dict[str, list[str]] = {
         "What is the VPN policy version and when did the Tokyo office open?",
     ],
 }
-
-
-def percentile(values: list[float], q: float) -> float:
-    return float(np.percentile(values, q)) if values else float("nan")
 
 
 def main() -> None:
