@@ -7,6 +7,7 @@ import pytest
 from gateway.cache.backend import CacheBackend, CacheUnavailableError, MemoryBackend
 from gateway.cache.versions import KnowledgeVersions
 from gateway.errors import ProviderError
+from tests.unit.test_cache_exact import FlakyMemory
 
 
 class FakeClock:
@@ -21,35 +22,18 @@ class FakeClock:
         return self.wall
 
 
-class SwitchableBackend(MemoryBackend):
-    """A memory backend that fails every call while ``down``, like Redis during an outage."""
+class SwitchableBackend(FlakyMemory):
+    """A memory backend that fails every call while ``down``, like Redis during an outage, and only
+    version increments while ``writes_down``, like a read-only replica."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.down = False
-        self.writes_down = False  # reads answer, version increments fail
-
-    def _check(self) -> None:
-        if self.down:
-            raise CacheUnavailableError("cache get failed: connection refused")
-
-    async def get(self, key: str) -> bytes | None:
-        self._check()
-        return await super().get(key)
-
-    async def set(self, key: str, value: bytes, ttl_s: float) -> None:
-        self._check()
-        await super().set(key, value, ttl_s)
+        self.writes_down = False
 
     async def incr_version(self, key: str) -> int:
-        self._check()
         if self.writes_down:
             raise CacheUnavailableError("cache incr_version failed: READONLY")
         return await super().incr_version(key)
-
-    async def get_version(self, key: str) -> int:
-        self._check()
-        return await super().get_version(key)
 
 
 @pytest.fixture

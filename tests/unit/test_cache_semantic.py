@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gateway.cache.backend import CacheUnavailableError, MemoryBackend
+from gateway.cache.backend import MemoryBackend
 from gateway.cache.contrast import Contrast
 from gateway.cache.semantic import (
     DEFAULT_THRESHOLD,
@@ -15,6 +15,8 @@ from gateway.cache.semantic import (
     semantic_scope,
 )
 from gateway.providers.embeddings import USEEmbeddings
+from tests.unit.test_cache_backend import FakeClock
+from tests.unit.test_cache_exact import FlakyMemory
 
 DIM = 64
 
@@ -33,30 +35,6 @@ def near(vector: np.ndarray, cosine: float, seed: int = 99) -> np.ndarray:
     orthogonal /= np.linalg.norm(orthogonal)
     result: np.ndarray = cosine * vector + np.sqrt(1 - cosine**2) * orthogonal
     return result
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class FlakyMemory(MemoryBackend):
-    def __init__(self) -> None:
-        super().__init__()
-        self.down = False
-
-    async def get(self, key: str) -> bytes | None:
-        if self.down:
-            raise CacheUnavailableError("cache get failed: connection refused")
-        return await super().get(key)
-
-    async def set(self, key: str, value: bytes, ttl_s: float) -> None:
-        if self.down:
-            raise CacheUnavailableError("cache set failed: connection refused")
-        await super().set(key, value, ttl_s)
 
 
 def make(backend: MemoryBackend | None = None, **kwargs: object) -> SemanticCache:
