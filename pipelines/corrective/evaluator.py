@@ -38,12 +38,11 @@ class Evaluation:
         return f"evaluate: {self.verdict} (kept {len(self.kept)}/{total}, llm graded {self.graded})"
 
 
-def excerpt(policy: CorrectivePolicy, question: str, passage: Passage) -> str:
+def excerpt(scorer: QueryScorer, passage: Passage) -> str:
     """The passage's most relevant strips, in order: shorter prompts grade faster and more sharply."""
     strips = split_strips(passage.text)
     if len(passage.text) <= GRADER_TEXT_CHARS or len(strips) < 2:
         return passage.text[:GRADER_TEXT_CHARS]
-    scorer = QueryScorer.of(policy.relevance, question)
     scored = sorted(
         range(len(strips)),
         key=lambda i: -scorer.score(passage.title, strips[i], passage.score),
@@ -56,8 +55,9 @@ def excerpt(policy: CorrectivePolicy, question: str, passage: Passage) -> str:
     return " ".join(strips[i] for i in sorted(chosen or scored[:1]))
 
 
-async def grade(llm: ChatClient, policy: CorrectivePolicy, question: str, passage: Passage) -> tuple[bool, LLMCall]:
-    text = excerpt(policy, question, passage)
+async def grade(llm: ChatClient, scorer: QueryScorer, question: str, passage: Passage) -> tuple[bool, LLMCall]:
+    """``scorer`` is the question's, built once per round: it picks the excerpt the grader sees."""
+    text = excerpt(scorer, passage)
     messages = [
         SystemMessage(GRADE_SYSTEM),
         HumanMessage(GRADE_USER.format(question=question, title=passage.title, text=text)),
@@ -105,7 +105,7 @@ async def evaluate_passages(
             undecided.extend([] if exploring else [passages[index]])
             continue
         try:
-            is_relevant, call = await grade(llm, policy, question, passages[index])
+            is_relevant, call = await grade(llm, scorers[0], question, passages[index])
         except StructuredOutputError as exc:
             evaluation.calls.extend([exc.call] if exc.call else [])
             undecided.extend([] if exploring else [passages[index]])
