@@ -51,6 +51,18 @@ class FlakyMemory(MemoryBackend):
         return await super().acquire_lock(key, token, ttl_s)
 
 
+async def nothing() -> str | None:
+    """A lookup that never finds the value (nobody else stores it)."""
+    return None
+
+
+def returning(value: str) -> Callable[[], Awaitable[str]]:
+    async def compute() -> str:
+        return value
+
+    return compute
+
+
 def make_cache(backend: MemoryBackend, **kwargs: Any) -> ExactCache[QueryResponse]:
     return ExactCache(backend, KnowledgeVersions(backend, prefix="t"), QueryResponse, prefix="t", **kwargs)
 
@@ -262,15 +274,9 @@ async def test_a_dead_lock_holder_delays_others_only_until_its_lock_expires() ->
     await shared.acquire_lock(lock_key("k"), "a replica that died", 0.1)
     guard: StampedeGuard[str] = StampedeGuard(shared, poll_s=0.01, max_wait_s=5)
 
-    async def nothing() -> str | None:
-        return None
-
-    async def compute() -> str:
-        return "computed here"
-
     loop = asyncio.get_running_loop()
     started = loop.time()
-    loaded = await guard.load("k", nothing, compute)
+    loaded = await guard.load("k", nothing, returning("computed here"))
     assert (loaded.value, loaded.source) == ("computed here", "computed")
     assert 0.08 <= loop.time() - started < 1.0
 
@@ -280,22 +286,13 @@ async def test_the_wait_for_another_replica_is_bounded() -> None:
     await shared.acquire_lock(lock_key("k"), "a very slow replica", 60)
     guard: StampedeGuard[str] = StampedeGuard(shared, poll_s=0.01, max_wait_s=0.1)
 
-    async def nothing() -> str | None:
-        return None
-
-    async def compute() -> str:
-        return "computed anyway"
-
-    assert (await guard.load("k", nothing, compute)).value == "computed anyway"
+    assert (await guard.load("k", nothing, returning("computed anyway"))).value == "computed anyway"
 
 
 async def test_the_holder_keeps_a_short_lock_alive_while_it_computes() -> None:
     shared = MemoryBackend()
     guard: StampedeGuard[str] = StampedeGuard(shared, lock_ttl_s=0.06)
     lock_seen: list[bool] = []
-
-    async def nothing() -> str | None:
-        return None
 
     async def slow() -> str:
         for _ in range(4):
