@@ -26,6 +26,7 @@ from gateway.cache.contrast_lexicon import (
     EN_AXES,
     EN_BOUND,
     EN_BOUNDS,
+    EN_INFLECTION,
     EN_JOINERS,
     EN_NEGATION,
     EN_NOT_NEGATION,
@@ -36,6 +37,7 @@ from gateway.cache.contrast_lexicon import (
     EN_RELATIVE,
     EN_TOKEN,
     JA_AXES,
+    JA_CONTENT,
     JA_DATE,
     JA_DATES,
     JA_HONORIFIC,
@@ -335,8 +337,7 @@ def roles_differ(a: Features, b: Features) -> str | None:
 
 
 def _variant(x: str, y: str) -> bool:
-    stem = re.compile(r"(?:ing|ed|es|s|er|ers|ion)$")
-    return x.startswith(y) or y.startswith(x) or stem.sub("", x) == stem.sub("", y)
+    return x.startswith(y) or y.startswith(x) or EN_INFLECTION.sub("", x) == EN_INFLECTION.sub("", y)
 
 
 def term_substituted(a: Features, b: Features) -> str | None:
@@ -352,8 +353,7 @@ def term_substituted(a: Features, b: Features) -> str | None:
     if not (1 <= len(mid_a) <= 2 and 1 <= len(mid_b) <= 2):
         return None
     if a.ja:
-        content = re.compile(r"[一-龥々ァ-ヴーA-Za-z]")
-        if not (any(content.match(t) for t in mid_a) and any(content.match(t) for t in mid_b)):
+        if not (any(JA_CONTENT.match(t) for t in mid_a) and any(JA_CONTENT.match(t) for t in mid_b)):
             return None
     elif all(t in STOPWORDS for t in mid_a) or all(t in STOPWORDS for t in mid_b):
         return None

@@ -104,6 +104,8 @@ JA_AXES = {
     "permission": (r"許可", r"禁止"),
 }
 
+# Suffixes two single-word substitutes may differ by and still be one word ("booking" ~ "booked").
+EN_INFLECTION = re.compile(r"(?:ing|ed|es|s|er|ers|ion)$")
 EN_TOKEN = re.compile(r"[A-Za-z][A-Za-z0-9'\-&]*|\d+(?:\.\d+)?")
 AUX = word_set("do does did has have had can could will would should may might must")
 COPULA = word_set("is are was were")
@@ -117,6 +119,7 @@ NOT_ENTITY = STOPWORDS | word_set(
     "will would should may might must hi hello am if let there here"
 )
 JA_RUN = re.compile(r"[一-龥々]+|[ァ-ヴー]+|[A-Za-z][A-Za-z0-9\-.&]*|\d+|[ぁ-ゖ]+|[^\s]")
+JA_CONTENT = re.compile(r"[一-龥々ァ-ヴーA-Za-z]")  # a run that carries meaning (not kana grammar or digits)
 JA_HONORIFIC = re.compile(r"(さん|様|さま|氏|君|くん|ちゃん|部長|課長|社長|係長|室長|先生)")
 _JA_SUFFIXES = "支社|支店|本社|事業所|工場|大学|銀行|株式会社|部|課|社|県|市|区|町|村|駅|山|川"
 JA_SUFFIX_AFTER = re.compile(f"(?:{_JA_SUFFIXES})")
