@@ -91,8 +91,9 @@ def recommend(pairs: list[Pair], margin: float = 0.0) -> float:
     safe = [t for t in THRESHOLDS if _guarded_contrast_hits(pairs, t - margin) == 0]
     if not safe:
         return THRESHOLDS[-1]
-    best = max(rates(pairs, t)["all"]["paraphrase+guard"] for t in safe)
-    return max(t for t in safe if rates(pairs, t)["all"]["paraphrase+guard"] == best)
+    guarded = {t: rates(pairs, t)["all"]["paraphrase+guard"] for t in safe}
+    best = max(guarded.values())
+    return max(t for t, rate in guarded.items() if rate == best)
 
 
 def closest_unguarded(pairs: list[Pair]) -> Pair | None:
