@@ -22,7 +22,7 @@ from litestar.testing import AsyncTestClient
 from gateway.app import create_app
 from gateway.eval.datasets import load
 from gateway.eval.report import draw_chart, summarise
-from gateway.eval.runner import Mode, Outcome, ask, ingest
+from gateway.eval.runner import Mode, Outcome, ask, first_retrieval, ingest
 from gateway.settings import Settings
 
 
@@ -44,11 +44,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         report["model"] = services.settings.llm_model
         chunks, seconds = await ingest(client, tenant, dataset)
         report["ingest"] = {"documents": len(dataset.documents), "chunks": chunks, "seconds": round(seconds, 1)}
+        firsts = [await first_retrieval(services, tenant, question) for question in questions]
         per_mode: dict[str, list[Outcome]] = {}
         for mode in modes:
             outcomes = per_mode.setdefault(mode, [])
-            for n, question in enumerate(questions, start=1):
-                outcome = await ask(client, services, tenant, question, mode)
+            for n, (question, first) in enumerate(zip(questions, firsts, strict=True), start=1):
+                outcome = await ask(client, tenant, question, mode, first)
                 outcomes.append(outcome)
                 if args.verbose:
                     print(

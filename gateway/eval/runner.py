@@ -12,7 +12,6 @@ from litestar.testing import AsyncTestClient
 from gateway.eval.datasets import Dataset, Question
 from gateway.eval.metrics import answer_in_prediction, exact_match, f1_score, passage_recall
 from gateway.state import Services
-from pipelines.shared.relevance import RelevanceModel, fast_verdict
 
 Mode = Literal["plain", "corrective", "adaptive"]
 MODE_REQUEST: dict[Mode, dict[str, Any]] = {
@@ -69,24 +68,23 @@ class FirstRetrieval:
 
     gold_found: bool | None
     recall: float | None
-    verdict: str
 
 
-async def first_retrieval(services: Services, tenant: str, question: Question, k: int) -> FirstRetrieval:
-    passages = await services.knowledge.search(tenant, question.text, k)
-    settings = services.settings
-    verdict = fast_verdict(RelevanceModel(), question.text, passages, settings.crag_lower, settings.crag_upper)
+async def first_retrieval(services: Services, tenant: str, question: Question) -> FirstRetrieval:
+    """The same in every mode: searched once per question, not once per mode."""
+    passages = await services.knowledge.search(tenant, question.text, services.settings.default_top_k)
     ids = [p.doc_id for p in passages]
     gold = bool(question.gold_doc_ids & set(ids)) if question.gold_doc_ids else None
-    return FirstRetrieval(gold, passage_recall(ids, question.gold_doc_ids), verdict)
+    return FirstRetrieval(gold, passage_recall(ids, question.gold_doc_ids))
 
 
-async def ask(client: AsyncTestClient[Any], services: Services, tenant: str, question: Question, mode: Mode) -> Outcome:
+async def ask(
+    client: AsyncTestClient[Any], tenant: str, question: Question, mode: Mode, first: FirstRetrieval
+) -> Outcome:
     body = {"query": question.text, "tenant": tenant, **MODE_REQUEST[mode]}
     response = await client.post("/v1/query", json=body, timeout=600)
     response.raise_for_status()
     result = response.json()
-    first = await first_retrieval(services, tenant, question, services.settings.default_top_k)
     verdicts = [m.group(1) for step in result["steps"] if (m := _VERDICT.match(step))]
     answer = "" if result["abstained"] else result["answer"]
     evidence_ids = [e["id"] for e in result["evidence"]]
