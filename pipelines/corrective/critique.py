@@ -18,8 +18,10 @@ from pipelines.corrective.prompts import (
     CAUTIOUS_JA,
     CAUTIOUS_MISSING_EN,
     CAUTIOUS_MISSING_JA,
+    EMPTY_ANSWER_NOTE,
     GROUNDED_SYSTEM,
     GROUNDED_USER,
+    REGENERATE_NOTE,
     USEFUL_SYSTEM,
     USEFUL_USER,
 )
@@ -31,7 +33,7 @@ from pipelines.shared.support import lexical_support, mostly_cjk
 _CLAIM_SPLIT = re.compile(r"(?<=[.!?。！？])\s*")
 _JAPANESE = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff]")
 _CITATIONS = re.compile(r"\s*\[\d{1,2}(?:\s*,\s*\d{1,2})*\]")
-# The "claim" a citations-only answer is doubted for: the graph regenerates with EMPTY_ANSWER_NOTE for it.
+# The "claim" a citations-only answer is doubted for: regeneration_note and cautious_answer know it is none.
 CITATIONS_ONLY = "the answer states nothing but citation numbers"
 _ABSTENTIONS = (NOT_IN_CONTEXT, ABSTAIN_EN, ABSTAIN_JA, "could not confirm", "完全な回答を確認できません")
 
@@ -83,6 +85,13 @@ async def check_grounded(
         return Critique(ok=False, detail=doubtful, calls=[exc.call] if exc.call else [])
     unsupported = [c for c in verdict.unsupported_claims if c.strip()]
     return Critique(ok=not unsupported, detail=unsupported, calls=[call])
+
+
+def regeneration_note(unsupported: list[str]) -> str:
+    """What a regenerated answer is told about the doubted one ("" for a first answer)."""
+    if unsupported == [CITATIONS_ONLY]:
+        return EMPTY_ANSWER_NOTE
+    return REGENERATE_NOTE.format(claims="; ".join(unsupported)) if unsupported else ""
 
 
 def is_abstention(answer: str) -> bool:

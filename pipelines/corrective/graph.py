@@ -19,10 +19,9 @@ from typing import Any, Literal
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
-from pipelines.corrective.critique import CITATIONS_ONLY, cautious_answer, check_grounded, check_useful
+from pipelines.corrective.critique import cautious_answer, check_grounded, check_useful, regeneration_note
 from pipelines.corrective.evaluator import evaluate_passages
 from pipelines.corrective.policy import CorrectivePolicy
-from pipelines.corrective.prompts import EMPTY_ANSWER_NOTE, REGENERATE_NOTE
 from pipelines.corrective.refine import refine_evidence
 from pipelines.corrective.rewrite import rewrite_query as llm_rewrite
 from pipelines.corrective.state import CorrectiveState, StopReason
@@ -156,12 +155,7 @@ def build_graph(deps: CorrectiveDeps) -> CompiledStateGraph[Any, Any, Any, Any]:
         return "generate" if budget_stop(state) is None else "cautious_answer"
 
     async def generate(state: CorrectiveState) -> dict[str, Any]:
-        feedback = ""
-        claims = state.get("unsupported_claims", [])
-        if claims == [CITATIONS_ONLY]:
-            feedback = EMPTY_ANSWER_NOTE
-        elif claims:
-            feedback = REGENERATE_NOTE.format(claims="; ".join(claims))
+        feedback = regeneration_note(state.get("unsupported_claims", []))
         draft = await draft_answer(
             deps.llm, state["query"], state.get("strips", []), node="generate", feedback=feedback
         )
