@@ -50,11 +50,15 @@ def pairs(data_dir: Path, seed: int = 0) -> list[Pair]:
 
 
 def features(rows: list[Pair], embeddings: USEEmbeddings) -> np.ndarray:
-    questions = embeddings.embed_array([r[0] for r in rows])
+    # A question recurs with each of its paragraphs (10 for HotpotQA, 4 for SQuAD): embed it once.
+    unique = list(dict.fromkeys(r[0] for r in rows))
+    index = {question: i for i, question in enumerate(unique)}
+    questions = embeddings.embed_array(unique)[[index[r[0]] for r in rows]]
     passages = embeddings.embed_array([f"{r[1]}\n{r[2]}" for r in rows])
     cosine = (questions * passages).sum(axis=1)
-    text_overlap = [overlap(terms(r[0]), r[2]) for r in rows]
-    title_overlap = [overlap(terms(r[0]), r[1]) for r in rows]
+    query_terms = [terms(r[0]) for r in rows]
+    text_overlap = [overlap(q, r[2]) for q, r in zip(query_terms, rows, strict=True)]
+    title_overlap = [overlap(q, r[1]) for q, r in zip(query_terms, rows, strict=True)]
     return np.column_stack([cosine, np.asarray(text_overlap), np.asarray(title_overlap)])
 
 
