@@ -62,8 +62,8 @@ class LLMClient:
 
     async def chat(self, messages: list[BaseMessage], *, node: str, max_tokens: int | None = None) -> ChatReply:
         runnable: Any = self._model.bind(max_tokens=max_tokens) if max_tokens else self._model
-        message, call = await self._invoke(runnable, messages, node, max_tokens)
-        return ChatReply(text=_text_of(message), call=call)
+        text, call = await self._invoke(runnable, messages, node, max_tokens)
+        return ChatReply(text=text, call=call)
 
     async def structured(
         self, messages: list[BaseMessage], schema: type[SchemaT], *, node: str
@@ -74,8 +74,7 @@ class LLMClient:
         a grammar and small models follow a grammar far more reliably than a tool protocol.
         """
         runnable = self._model.bind(response_format=_json_schema_format(schema))
-        message, call = await self._invoke(runnable, messages, node)
-        text = _text_of(message)
+        text, call = await self._invoke(runnable, messages, node)
         try:
             return schema.model_validate_json(_strip_fences(text)), call
         except (ValidationError, json.JSONDecodeError) as exc:
@@ -88,12 +87,14 @@ class LLMClient:
 
     async def _invoke(
         self, runnable: Any, messages: list[BaseMessage], node: str, max_tokens: int | None = None
-    ) -> tuple[AIMessage, LLMCall]:
+    ) -> tuple[str, LLMCall]:
+        """The reply's text (read once, for the caller and the span) and its accounting."""
         with self._telemetry.llm_call(node, self.model_name, messages, max_tokens) as span:
             message, call = await self._call(runnable, messages, node)
-            span.done(call, _text_of(message))
+            text = _text_of(message)
+            span.done(call, text)
         self._telemetry.llm_usage(call)
-        return message, call
+        return text, call
 
     async def _call(self, runnable: Any, messages: list[BaseMessage], node: str) -> tuple[AIMessage, LLMCall]:
         started = time.perf_counter()
