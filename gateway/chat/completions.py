@@ -129,6 +129,7 @@ class ChatService:
                 "Send only the recent turns.",
                 field="messages",
             )
+        texts: list[str] = []
         for index, message in enumerate(request.messages):
             if isinstance(message.content, list):
                 kinds = sorted({p.type for p in message.content if p.type != "text"})
@@ -137,7 +138,8 @@ class ChatService:
                         f"messages[{index}] has content parts of type {', '.join(kinds)}; only text is supported.",
                         field=f"messages[{index}].content",
                     )
-            chars = len(message_text(message))
+            texts.append(message_text(message))
+            chars = len(texts[-1])
             if chars > limits.max_message_chars:
                 raise ClientError(
                     f"messages[{index}] has {chars} characters; the maximum is {limits.max_message_chars}.",
@@ -150,7 +152,7 @@ class ChatService:
         # The question is the last user message; anything after it (an assistant prefill, a tool
         # result) has nothing to route and is ignored, and the turns before it are the history.
         last = next((i for i in range(len(request.messages) - 1, -1, -1) if request.messages[i].role == "user"), None)
-        question = message_text(request.messages[last]).strip() if last is not None else ""
+        question = texts[last].strip() if last is not None else ""
         if last is None or not question:
             raise ClientError(
                 "No question: the last user message must have text; it is what the gateway answers.",
@@ -164,9 +166,9 @@ class ChatService:
                 field=f"messages[{last}].content",
             )
         history = [
-            Turn(role=m.role, text=message_text(m))
-            for m in request.messages[:last]
-            if m.role in ("user", "assistant") and message_text(m).strip()
+            Turn(role=m.role, text=text)
+            for m, text in zip(request.messages[:last], texts, strict=False)
+            if m.role in ("user", "assistant") and text.strip()
         ][-limits.history_messages :]
         tenant = principal.tenant_for(request.tenant or "default")
         return PreparedChat(
