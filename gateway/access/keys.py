@@ -70,7 +70,20 @@ class KeyRing:
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ValueError(f"GATEWAY_API_KEYS: key names must be unique (limits are kept per name): {duplicates}")
-        self._entries = [(bytes.fromhex(k.key_sha256.lower()), k) for k in keys]
+        # Principals are immutable, so each key's is built once here rather than on every request.
+        self._entries = [
+            (
+                bytes.fromhex(k.key_sha256.lower()),
+                Principal(
+                    name=k.name,
+                    tenant=k.tenant,
+                    scopes=frozenset(k.scopes),
+                    requests_per_minute=k.requests_per_minute,
+                    daily_tokens=k.daily_tokens,
+                ),
+            )
+            for k in keys
+        ]
 
     @property
     def open(self) -> bool:
@@ -78,19 +91,11 @@ class KeyRing:
 
     def lookup(self, presented: str) -> Principal | None:
         digest = hashlib.sha256(presented.encode("utf-8")).digest()
-        found: ApiKeyConfig | None = None
-        for configured, entry in self._entries:
+        found: Principal | None = None
+        for configured, principal in self._entries:
             if hmac.compare_digest(configured, digest):
-                found = entry
-        if found is None:
-            return None
-        return Principal(
-            name=found.name,
-            tenant=found.tenant,
-            scopes=frozenset(found.scopes),
-            requests_per_minute=found.requests_per_minute,
-            daily_tokens=found.daily_tokens,
-        )
+                found = principal
+        return found
 
 
 def is_loopback(host: str) -> bool:
