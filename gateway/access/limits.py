@@ -158,8 +158,8 @@ class RedisRateLimiter(RateLimiter):
         )
         return cls(client, prefix=prefix, timeout_s=timeout_s, fail_closed=fail_closed, owns_client=True)
 
-    def _keys(self, principal: Principal, minute: int, day: str) -> list[str]:
-        return [f"{self._prefix}:rpm:{principal.name}:{minute}", f"{self._prefix}:tok:{principal.name}:{day}"]
+    def _tokens_key(self, principal: Principal, day: str) -> str:
+        return f"{self._prefix}:tok:{principal.name}:{day}"
 
     async def admit(self, principal: Principal) -> Decision:
         if principal.requests_per_minute is None and principal.daily_tokens is None:
@@ -168,7 +168,8 @@ class RedisRateLimiter(RateLimiter):
         args = [principal.requests_per_minute or 0, WINDOW_S * 2, principal.daily_tokens or 0]
         try:
             async with asyncio.timeout(self._timeout_s):
-                code = int(await self._admit(keys=self._keys(principal, minute, day), args=args))
+                keys = [f"{self._prefix}:rpm:{principal.name}:{minute}", self._tokens_key(principal, day)]
+                code = int(await self._admit(keys=keys, args=args))
         except (RedisError, OSError, TimeoutError) as exc:
             self._failed("admit", exc)
             return await self._fallback.admit(principal)
@@ -182,10 +183,10 @@ class RedisRateLimiter(RateLimiter):
     async def charge(self, principal: Principal, tokens: int) -> None:
         if principal.daily_tokens is None or tokens <= 0:
             return
-        minute, _, _, day = _windows(self._clock())
+        day = _windows(self._clock())[3]
         try:
             async with asyncio.timeout(self._timeout_s):
-                await self._charge(keys=[self._keys(principal, minute, day)[1]], args=[tokens, DAY_S * 2])
+                await self._charge(keys=[self._tokens_key(principal, day)], args=[tokens, DAY_S * 2])
         except (RedisError, OSError, TimeoutError) as exc:
             # An answer already went out: record locally and never fail the response for it.
             logger.warning("token budget: could not charge %d tokens to %s in Redis: %r", tokens, principal.name, exc)
