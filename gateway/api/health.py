@@ -25,8 +25,10 @@ class HealthController(Controller):
         """503 only when a dependency every answer needs is down. Without Redis the gateway still
         answers (uncached), so a Redis outage marks the pod degraded instead of pulling it from service."""
         limit = services.settings.readiness_timeout_s
-        required = await _run_checks(services.readiness_checks(), limit)
-        optional = await _run_checks(services.degradable_checks(), limit)
+        # Both groups at once, so a slow probe costs one readiness timeout, not two.
+        required, optional = await asyncio.gather(
+            _run_checks(services.readiness_checks(), limit), _run_checks(services.degradable_checks(), limit)
+        )
         for name, outcome in {**required, **optional}.items():
             services.telemetry.dependency(name, outcome == "ok")
         ready = all(status == "ok" for status in required.values())
