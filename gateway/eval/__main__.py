@@ -20,31 +20,31 @@ from typing import Any, cast
 from litestar.testing import AsyncTestClient
 
 from gateway.app import create_app
-from gateway.eval.datasets import load
+from gateway.eval.datasets import Question, load
 from gateway.eval.report import draw_chart, summarise
-from gateway.eval.runner import Mode, Outcome, ask, first_retrieval, ingest
+from gateway.eval.runner import FirstRetrieval, Mode, Outcome, ask, first_retrieval, ingest
 from gateway.settings import Settings
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     dataset = load(args.dataset)
-    questions = dataset.questions
-    if args.sample:
-        questions = random.Random(args.seed).sample(questions, min(args.limit or len(questions), len(questions)))
-    elif args.limit:
-        questions = questions[: args.limit]
     modes = cast(list[Mode], args.mode.split(","))
     store = Path(tempfile.mkdtemp(prefix="eval-lancedb-"))
     # No response cache: every mode must compute its answers for the figures to mean anything.
     app = create_app(Settings(vector_store_path=store, cache_enabled=False))
     tenant = f"eval-{dataset.name}-{int(time.time())}"
-    report: dict[str, Any] = {"dataset": dataset.name, "file": str(args.dataset), "questions": len(questions)}
+    report: dict[str, Any] = {"dataset": dataset.name, "file": str(args.dataset)}
     async with AsyncTestClient(app, timeout=900) as client:
         services = app.state.services
         report["model"] = services.settings.llm_model
         chunks, seconds = await ingest(client, tenant, dataset)
         report["ingest"] = {"documents": len(dataset.documents), "chunks": chunks, "seconds": round(seconds, 1)}
-        firsts = [await first_retrieval(services, tenant, question) for question in questions]
+        pool = [(q, await first_retrieval(services, tenant, q)) for q in dataset.questions]
+        picked = pick(pool, args.where, args.limit, args.seed if args.sample else None)
+        questions = [question for question, _ in picked]
+        firsts = [first for _, first in picked]
+        report["questions"] = len(questions)
+        report["where"] = args.where
         per_mode: dict[str, list[Outcome]] = {}
         for mode in modes:
             outcomes = per_mode.setdefault(mode, [])
@@ -62,6 +62,21 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
+def pick(
+    pool: list[tuple[Question, FirstRetrieval]], where: str, limit: int, seed: int | None
+) -> list[tuple[Question, FirstRetrieval]]:
+    """The questions to run: filtered by what plain RAG's first top-k held, then sampled or cut.
+
+    ``where="missed"`` selects the questions "where retrieval fails" (a gold passage is absent from
+    the first top-k) before sampling, so a small run still measures exactly that slice.
+    """
+    if where != "all":
+        pool = [(q, f) for q, f in pool if f.gold_found is not None and f.complete == (where == "complete")]
+    if seed is not None:
+        return random.Random(seed).sample(pool, min(limit or len(pool), len(pool)))
+    return pool[:limit] if limit else pool
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dataset", type=Path, required=True, help="HotpotQA (with *_corpus.json) or SQuAD v2 JSON")
@@ -71,6 +86,12 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=0, help="run only N questions")
     parser.add_argument("--sample", action="store_true", help="pick the N questions at random (with --seed)")
     parser.add_argument("--seed", type=int, default=13)
+    parser.add_argument(
+        "--where",
+        choices=["all", "missed", "complete"],
+        default="all",
+        help="only questions whose first top-k missed a gold passage (missed) or held them all (complete)",
+    )
     parser.add_argument("--out", type=Path, default=Path("reports"))
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args()

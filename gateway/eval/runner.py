@@ -69,6 +69,11 @@ class FirstRetrieval:
     gold_found: bool | None
     recall: float | None
 
+    @property
+    def complete(self) -> bool:
+        """Every gold passage was in the top-k; the report's "missed" slice is the rest."""
+        return self.recall == 1.0
+
 
 async def first_retrieval(services: Services, tenant: str, question: Question) -> FirstRetrieval:
     """The same in every mode: searched once per question, not once per mode."""
