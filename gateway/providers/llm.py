@@ -100,6 +100,15 @@ class LLMClient:
         started = time.perf_counter()
         try:
             message = await call_model(runnable, messages, node)
+        except (openai.LengthFinishReasonError, openai.ContentFilterFinishReasonError) as exc:
+            # The model answered but its structured reply was cut off (max_tokens) or filtered: a
+            # malformed judgement the pipeline degrades on, not a failure of the whole request.
+            self._telemetry.llm_failed(node, self.model_name, "malformed_output")
+            error = MalformedOutputError(
+                f"model output cut short in node {node} ({exc.__class__.__name__})", provider=PROVIDER, node=node
+            )
+            error.call = self._account(node, _completion_usage(exc), time.perf_counter() - started)
+            raise error from exc
         except openai.APITimeoutError as exc:
             raise ProviderTimeoutError(f"LLM call timed out in node {node}", provider=PROVIDER) from exc
         except openai.APIConnectionError as exc:
@@ -114,12 +123,14 @@ class LLMClient:
             ) from exc
         except httpx.HTTPError as exc:
             raise ProviderUnavailableError(f"LLM transport error: {exc}", provider=PROVIDER) from exc
-        duration = time.perf_counter() - started
         usage = getattr(message, "usage_metadata", None) or {}
-        input_tokens = int(usage.get("input_tokens", 0))
-        output_tokens = int(usage.get("output_tokens", 0))
+        tokens = (int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0)))
+        return message, self._account(node, tokens, time.perf_counter() - started)
+
+    def _account(self, node: str, tokens: tuple[int, int], duration: float) -> LLMCall:
+        input_tokens, output_tokens = tokens
         cost = (input_tokens * self._price.input + output_tokens * self._price.output) / 1_000_000
-        call = LLMCall(
+        return LLMCall(
             node=node,
             model=self.model_name,
             input_tokens=input_tokens,
@@ -127,7 +138,15 @@ class LLMClient:
             duration_s=duration,
             cost_usd=cost,
         )
-        return message, call
+
+
+def _completion_usage(exc: openai.LengthFinishReasonError | openai.ContentFilterFinishReasonError) -> tuple[int, int]:
+    """Tokens spent by a call the OpenAI client refused to parse (they are still billed)."""
+    completion = getattr(exc, "completion", None)
+    usage = getattr(completion, "usage", None)
+    if usage is None:
+        return 0, 0
+    return int(usage.prompt_tokens or 0), int(usage.completion_tokens or 0)
 
 
 async def ping_llm(http: httpx.AsyncClient, settings: Settings) -> None:

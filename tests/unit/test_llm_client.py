@@ -123,6 +123,49 @@ async def test_structured_raises_provider_error_on_invalid_output(text: str) -> 
     assert error.__cause__ is not None
 
 
+def cut_off_completion() -> openai.types.chat.ChatCompletion:
+    """What the OpenAI client parses when a JSON-schema reply hits ``max_tokens`` (seen on llama.cpp)."""
+    return openai.types.chat.ChatCompletion.model_validate(
+        {
+            "id": "c1",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "local",
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "length",
+                    "message": {"role": "assistant", "content": '{"unsupported_claims": ["a claim that never en'},
+                }
+            ],
+            "usage": {"prompt_tokens": 423, "completion_tokens": 320, "total_tokens": 743},
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("error", "tokens"),
+    [
+        (openai.LengthFinishReasonError(completion=cut_off_completion()), (423, 320)),
+        (openai.ContentFilterFinishReasonError(), (0, 0)),
+    ],
+)
+async def test_structured_reply_cut_short_is_malformed_output_with_its_tokens_counted(
+    error: Exception, tokens: tuple[int, int]
+) -> None:
+    """A judgement cut off at max_tokens must degrade that judgement, not fail the request with a 500."""
+    client = LLMClient(failing_model(error), model_name="local", price=ModelPrice(input=1.0, output=1.0))
+    with pytest.raises(StructuredOutputError) as info:
+        await client.structured([HumanMessage("judge")], Verdict, node="check_grounded")
+    assert type(info.value) is MalformedOutputError
+    assert info.value.__cause__ is error
+    call = info.value.call
+    assert call is not None
+    assert (call.input_tokens, call.output_tokens) == tokens
+    assert call.node == "check_grounded"
+    assert call.cost_usd == pytest.approx(sum(tokens) / 1_000_000)
+
+
 # --- error translation ----------------------------------------------------------------------------
 
 
