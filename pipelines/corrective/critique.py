@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Annotated
 
 from langchain_core.messages import HumanMessage, SystemMessage
 from pydantic import BaseModel, Field
@@ -33,13 +34,19 @@ from pipelines.shared.support import lexical_support, mostly_cjk
 _CLAIM_SPLIT = re.compile(r"(?<=[.!?。！？])\s*")
 _JAPANESE = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff]")
 _CITATIONS = re.compile(r"\s*\[\d{1,2}(?:\s*,\s*\d{1,2})*\]")
-# The "claim" a citations-only answer is doubted for: regeneration_note and cautious_answer know it is none.
-CITATIONS_ONLY = "the answer states nothing but citation numbers"
+# The "claim" an answer that states nothing (citation numbers alone, or a sentence broken off before its
+# answer) is doubted for: regeneration_note, cautious_answer and the graph know it is none.
+CITATIONS_ONLY = "the answer states nothing (citation numbers or an unfinished sentence)"
 _ABSTENTIONS = (NOT_IN_CONTEXT, ABSTAIN_EN, ABSTAIN_JA, "could not confirm", "完全な回答を確認できません")
 
 
+# Bounds in the schema become bounds in llama.cpp's grammar (5 x 200 characters fit in max_tokens): a
+# small model repeating itself inside a claim is cut at the claim's end instead of running out of tokens.
+Claim = Annotated[str, Field(max_length=200)]
+
+
 class GroundednessCheck(BaseModel):
-    unsupported_claims: list[str] = Field(default_factory=list, max_length=8)
+    unsupported_claims: list[Claim] = Field(default_factory=list, max_length=5)
 
 
 class UsefulnessCheck(BaseModel):
