@@ -163,3 +163,24 @@ def test_summary_scores_answerable_and_unanswerable_separately(tmp_path: Path) -
     chart = tmp_path / "chart.png"
     draw_chart({"plain": summary, "adaptive": summary}, "test", chart)
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_where_picks_the_slice_before_sampling_so_a_small_run_is_all_missed() -> None:
+    from gateway.eval.__main__ import pick
+    from gateway.eval.datasets import Question
+    from gateway.eval.runner import FirstRetrieval
+
+    def question(n: int) -> Question:
+        return Question(id=f"q{n}", text=f"question {n}", answers=["a"], gold_doc_ids=frozenset({"d"}))
+
+    missed = [(question(n), FirstRetrieval(gold_found=n % 3 == 0, recall=0.5 if n % 3 == 0 else 0.0)) for n in range(9)]
+    complete = [(question(n), FirstRetrieval(gold_found=True, recall=1.0)) for n in range(9, 12)]
+    unjudged = [(question(99), FirstRetrieval(gold_found=None, recall=None))]
+    pool = [*complete, *missed, *unjudged]
+
+    sampled = pick(pool, "missed", 4, seed=13)
+    assert len(sampled) == 4
+    assert all(not first.complete for _, first in sampled)
+    assert sampled == pick(pool, "missed", 4, seed=13)  # the same seed picks the same questions
+    assert [q.id for q, _ in pick(pool, "complete", 0, seed=None)] == ["q9", "q10", "q11"]
+    assert pick(pool, "all", 2, seed=None) == pool[:2]
