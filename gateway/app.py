@@ -116,7 +116,7 @@ def build_route_table(
     telemetry: Telemetry | None = None,
 ) -> RouteTable:
     """Compile every graph once, at start-up, around the clients the lifespan opened."""
-    grounding = GroundingPolicy(settings.min_relevance, settings.min_answer_support)
+    grounding = GroundingPolicy(settings.min_relevance, settings.min_answer_support, settings.answer_max_tokens)
     corrective_policy = CorrectivePolicy(
         upper=settings.crag_upper,
         lower=settings.crag_lower,

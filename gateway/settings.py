@@ -118,6 +118,9 @@ class Settings(BaseSettings):
     # an answer's new words that must occur in its cited passages.
     min_relevance: float = Field(0.18, ge=-1.0, le=1.0)
     min_answer_support: float = Field(0.5, ge=0.0, le=1.0)
+    # Grounded answers are one to three sentences: the cap ends a small model's repetition loop early
+    # (on CPU every runaway token costs ~0.1 s), not a legitimate answer.
+    answer_max_tokens: int = Field(200, ge=16)
 
     # Corrective pipeline (CRAG + Self-RAG); thresholds are on the fast scorer's probability.
     crag_upper: float = Field(0.5, ge=0.0, le=1.0)
@@ -188,6 +191,7 @@ class Settings(BaseSettings):
             self.multi_hop_top_k,
             self.min_relevance,
             self.min_answer_support,
+            self.answer_max_tokens,
             self.crag_upper,
             self.crag_lower,
             self.crag_max_graded,

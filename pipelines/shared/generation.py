@@ -20,12 +20,17 @@ _CITATION = re.compile(r"\[(\d{1,2})(?:\s*,\s*(\d{1,2}))*\]")
 _NUMBERS = re.compile(r"\d{1,2}")
 _JAPANESE = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff]")
 _WORD = re.compile(r"\w{2,}")
+_SPACED_CITATION = re.compile(r"\s*\[\d{1,3}(?:\s*,\s*\d{1,3})*\]")
+_SPACE_BEFORE_STOP = re.compile(r"\s+([.,;:!?。])")
+# A last word after which an English sentence cannot end: the answer was cut off before it said anything.
+_DANGLING = frozenset(["is", "are", "was", "were", "of", "the", "an", "to", "by", "in", "at", "from", "with", "and"])
 
 
 @dataclass(frozen=True, slots=True)
 class GroundingPolicy:
     min_relevance: float = 0.18
     min_support: float = 0.5
+    max_tokens: int | None = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,10 +58,27 @@ def cited_passages(answer: str, passages: list[Passage]) -> list[Passage]:
     return chosen
 
 
+def drop_phantom_citations(answer: str, passages: int) -> str:
+    """The answer without citation markers of passages that do not exist.
+
+    A small model can fall into counting "[1] [2] ... [42]" until max_tokens; those markers cite
+    nothing, and left in they hide that the sentence before them never ended.
+    """
+
+    def keep(match: re.Match[str]) -> str:
+        numbers = [n for n in _NUMBERS.findall(match.group(0)) if 1 <= int(n) <= passages]
+        return f" [{', '.join(numbers)}]" if numbers else ""
+
+    cleaned = _SPACED_CITATION.sub(keep, answer)
+    return _SPACE_BEFORE_STOP.sub(r"\1", cleaned).strip()
+
+
 def states_nothing(answer: str) -> bool:
-    """A reply of citation numbers alone ("[1] [2]"): small models produce it over terse strips, and
-    every lexical check passes it, since it makes no claim at all."""
-    return not _WORD.search(_CITATION.sub(" ", answer))
+    """A reply that makes no claim, so every lexical check passes it: citation numbers alone ("[1] [2]"),
+    which small models produce over terse strips, or a sentence broken off before its answer
+    ("The maximum payload of the robot is [1].")."""
+    words = _WORD.findall(_CITATION.sub(" ", answer).lower())
+    return not words or words[-1] in _DANGLING
 
 
 def abstention_for(question: str) -> str:
@@ -76,7 +98,13 @@ class Draft:
 
 
 async def draft_answer(
-    llm: ChatClient, question: str, passages: list[Passage], *, node: str, feedback: str = ""
+    llm: ChatClient,
+    question: str,
+    passages: list[Passage],
+    *,
+    node: str,
+    feedback: str = "",
+    max_tokens: int | None = None,
 ) -> Draft:
     """One generation over numbered passages; ``feedback`` asks for a corrected second attempt."""
     messages: list[BaseMessage] = [
@@ -85,8 +113,8 @@ async def draft_answer(
     ]
     if feedback:
         messages.append(HumanMessage(feedback))
-    reply = await llm.chat(messages, node=node)
-    text = reply.text.strip()
+    reply = await llm.chat(messages, node=node, max_tokens=max_tokens)
+    text = drop_phantom_citations(reply.text, len(passages))
     if NOT_IN_CONTEXT in text or not text:
         return Draft(abstention_for(question), [], False, reply.call)
     return Draft(text, cited_passages(text, passages) or list(passages), True, reply.call)
@@ -101,7 +129,7 @@ async def generate_grounded(
         best = max((p.score for p in passages), default=0.0)
         note = f"no passage above relevance {policy.min_relevance} (best {best:.2f})"
         return GroundedAnswer(abstention_for(question), [], True, None, note)
-    draft = await draft_answer(llm, question, usable, node=node)
+    draft = await draft_answer(llm, question, usable, node=node, max_tokens=policy.max_tokens)
     if not draft.found:
         return GroundedAnswer(draft.text, [], True, draft.call, "model found no answer", usable)
     if states_nothing(draft.text):

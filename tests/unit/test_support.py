@@ -11,7 +11,7 @@ from gateway.providers.llm import LLMClient
 from gateway.providers.scripted_chat import ScriptedChatModel
 from gateway.settings import ModelPrice
 from pipelines.shared.deps import Passage
-from pipelines.shared.generation import GroundingPolicy, generate_grounded
+from pipelines.shared.generation import GroundingPolicy, drop_phantom_citations, generate_grounded, states_nothing
 from pipelines.shared.prompts import ABSTAIN_EN, ABSTAIN_JA, NOT_IN_CONTEXT
 from pipelines.shared.support import lexical_support, terms
 
@@ -247,3 +247,27 @@ async def test_japanese_question_without_relevant_passages_gets_the_japanese_abs
     )
     assert result.answer == ABSTAIN_JA
     assert model.calls == []
+
+
+@pytest.mark.parametrize(
+    ("raw", "passages", "cleaned", "says_nothing"),
+    [
+        # The local model's loop: counting citations until max_tokens, after a sentence that never ended.
+        (
+            "The maximum payload of the robot is [1] [2] [3] [4] [5] [42].",
+            1,
+            "The maximum payload of the robot is [1].",
+            True,
+        ),
+        ("It carries 300 kg [1][2], and runs 14 h [3].", 2, "It carries 300 kg [1] [2], and runs 14 h.", False),
+        ("It carries 300 kg [1, 5].", 2, "It carries 300 kg [1].", False),
+        ("[1] [2]", 2, "[1] [2]", True),
+        ("Yes [1].", 1, "Yes [1].", False),
+        ("名古屋支社です [1]", 1, "名古屋支社です [1]", False),
+    ],
+)
+def test_phantom_citations_are_dropped_and_an_answer_that_says_nothing_is_recognised(
+    raw: str, passages: int, cleaned: str, says_nothing: bool
+) -> None:
+    assert drop_phantom_citations(raw, passages) == cleaned
+    assert states_nothing(cleaned) is says_nothing
