@@ -33,6 +33,9 @@ class Evaluation:
     fast_scores: list[float]
     calls: list[LLMCall] = field(default_factory=list)
     graded: int = 0
+    # The kept documents judged relevant (fast score above upper, or the grader's verified "yes"), as
+    # opposed to those kept undecided: refinement keeps at least one strip of each.
+    confirmed: list[Passage] = field(default_factory=list)
 
     def describe(self, total: int) -> str:
         return f"evaluate: {self.verdict} (kept {len(self.kept)}/{total}, llm graded {self.graded})"
@@ -114,6 +117,7 @@ async def evaluate_passages(
         evaluation.graded += 1
         if is_relevant:
             relevant.append(passages[index])
+    evaluation.confirmed = relevant
     if relevant:
         evaluation.verdict = "correct"
         evaluation.kept = relevant + undecided

@@ -19,7 +19,13 @@ from typing import Any, Literal
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
-from pipelines.corrective.critique import cautious_answer, check_grounded, check_useful, regeneration_note
+from pipelines.corrective.critique import (
+    CITATIONS_ONLY,
+    cautious_answer,
+    check_grounded,
+    check_useful,
+    regeneration_note,
+)
 from pipelines.corrective.evaluator import evaluate_passages
 from pipelines.corrective.policy import CorrectivePolicy
 from pipelines.corrective.refine import refine_evidence
@@ -88,6 +94,7 @@ def build_graph(deps: CorrectiveDeps) -> CompiledStateGraph[Any, Any, Any, Any]:
             "verdict": result.verdict,
             "verdicts": [*state.get("verdicts", []), result.verdict],
             "evidence": _merge(evidence, result.kept),
+            "confirmed": [*state.get("confirmed", []), *(p.chunk_id for p in result.confirmed)],
             "seen": [*state.get("seen", []), *(p.chunk_id for p in candidates)],
             "steps": [result.describe(len(candidates))],
             "llm_calls": result.calls,
@@ -112,6 +119,9 @@ def build_graph(deps: CorrectiveDeps) -> CompiledStateGraph[Any, Any, Any, Any]:
             query = expanded_query(state["query"], pool) or query
         return {
             "search_query": query,
+            # A new round of evidence gets its own first answer and its one regeneration.
+            "regenerated": False,
+            "unsupported_claims": [],
             "queries": [*state.get("queries", []), query],
             "rewrites": state.get("rewrites", 0) + 1,
             "steps": [f"rewrite_query({state.get('rewrites', 0) + 1}): {query[:120]}"],
@@ -145,7 +155,14 @@ def build_graph(deps: CorrectiveDeps) -> CompiledStateGraph[Any, Any, Any, Any]:
 
     async def refine(state: CorrectiveState) -> dict[str, Any]:
         evidence = state.get("evidence", [])
-        strips = await refine_evidence(deps.embedder.embed_texts, policy, state["query"], evidence)
+        strips = await refine_evidence(
+            deps.embedder.embed_texts,
+            policy,
+            state["query"],
+            evidence,
+            follow_ups=state.get("queries", []),
+            confirmed=set(state.get("confirmed", [])),
+        )
         step = f"refine(strips from {len(strips)}/{len(evidence)} passages)"
         return {"strips": strips, "steps": [step]}
 
@@ -157,7 +174,12 @@ def build_graph(deps: CorrectiveDeps) -> CompiledStateGraph[Any, Any, Any, Any]:
     async def generate(state: CorrectiveState) -> dict[str, Any]:
         feedback = regeneration_note(state.get("unsupported_claims", []))
         draft = await draft_answer(
-            deps.llm, state["query"], state.get("strips", []), node="generate", feedback=feedback
+            deps.llm,
+            state["query"],
+            state.get("strips", []),
+            node="generate",
+            feedback=feedback,
+            max_tokens=policy.grounding.max_tokens,
         )
         return {
             "answer": draft.text,
@@ -199,12 +221,20 @@ def build_graph(deps: CorrectiveDeps) -> CompiledStateGraph[Any, Any, Any, Any]:
             "llm_calls": critique.calls,
         }
 
-    def after_grounded(state: CorrectiveState) -> Literal["check_useful", "generate", "cautious_answer"]:
+    def after_grounded(
+        state: CorrectiveState,
+    ) -> Literal["check_useful", "generate", "rewrite_query", "cautious_answer"]:
         if state.get("grounded"):
             return "check_useful"
         if not state.get("regenerated") and budget_stop(state) is None:
             telemetry.corrective_loop("unsupported_answer")
             return "generate"
+        # Twice the generator could say nothing from this evidence: it lacks the answer (typically the second
+        # hop of a bridge question the grader rightly found relevant), so search for it.
+        rounds_left = state.get("rewrites", 0) < policy.max_rewrites
+        if said_nothing_twice(state) and rounds_left and budget_stop(state, needed=3) is None:
+            telemetry.corrective_loop("empty_answer")
+            return "rewrite_query"
         return "cautious_answer"
 
     async def useful(state: CorrectiveState) -> dict[str, Any]:
@@ -282,6 +312,10 @@ def build_graph(deps: CorrectiveDeps) -> CompiledStateGraph[Any, Any, Any, Any]:
     builder.add_edge("cautious_answer", "finish")
     builder.add_edge("finish", END)
     return builder.compile(name="corrective")
+
+
+def said_nothing_twice(state: CorrectiveState) -> bool:
+    return bool(state.get("regenerated")) and state.get("unsupported_claims") == [CITATIONS_ONLY]
 
 
 def _snapshot(state: CorrectiveState) -> dict[str, Any]:

@@ -17,22 +17,42 @@ MIN_KEPT = 2
 
 
 async def refine_evidence(
-    embed: EmbedTexts, policy: CorrectivePolicy, question: str, evidence: list[Passage]
+    embed: EmbedTexts,
+    policy: CorrectivePolicy,
+    question: str,
+    evidence: list[Passage],
+    follow_ups: list[str] | None = None,
+    confirmed: set[str] | None = None,
 ) -> list[Passage]:
-    """Refined passages: each keeps only its chosen strips, recomposed in their original order."""
+    """Refined passages: each keeps only its chosen strips, recomposed in their original order.
+
+    A strip scores the better of its score against the question and against each follow-up query:
+    the second hop's fact ("Maximum payload: 300 kg") answers the follow-up, and scored against the
+    question alone it would lose to the bridge document's strips it was searched to complete.
+    """
     pieces = [(i, j, strip) for i, p in enumerate(evidence) for j, strip in enumerate(split_strips(p.text))]
     if not pieces:
         return []
-    vectors = np.asarray(await embed([question, *[strip for _, _, strip in pieces]]), dtype=np.float32)
-    cosines = vectors[1:] @ vectors[0]
-    scorer = QueryScorer.of(policy.relevance, question)
+    queries = list(dict.fromkeys([question, *(follow_ups or [])]))
+    vectors = np.asarray(await embed([*queries, *[strip for _, _, strip in pieces]]), dtype=np.float32)
+    cosines = vectors[len(queries) :] @ vectors[: len(queries)].T  # strips x queries
+    scorers = [QueryScorer.of(policy.relevance, query) for query in queries]
     scores = [
-        scorer.score(evidence[i].title, strip, float(cos)) for (i, _, strip), cos in zip(pieces, cosines, strict=True)
+        max(scorer.score(evidence[i].title, strip, float(cos)) for scorer, cos in zip(scorers, row, strict=True))
+        for (i, _, strip), row in zip(pieces, cosines, strict=True)
     ]
     ranked = sorted(range(len(pieces)), key=lambda n: -scores[n])
     chosen = [n for n in ranked if scores[n] >= policy.strip_threshold][: policy.max_strips]
     if len(chosen) < MIN_KEPT:
         chosen = ranked[: min(MIN_KEPT, len(ranked))]
+    # Refinement picks within the documents the evaluator judged relevant, it does not overrule it: each
+    # ``confirmed`` chunk keeps at least its best strip (a second hop's fact can score low against every query).
+    for i, passage in enumerate(evidence):
+        if passage.chunk_id not in (confirmed or set()):
+            continue
+        own = [n for n in ranked if pieces[n][0] == i]
+        if own and not any(pieces[n][0] == i for n in chosen):
+            chosen.append(own[0])
     refined: list[Passage] = []
     for i, passage in enumerate(evidence):
         kept = sorted((pieces[n][1], pieces[n][2], scores[n]) for n in chosen if pieces[n][0] == i)

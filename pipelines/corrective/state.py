@@ -20,6 +20,7 @@ class CorrectiveState(PipelineInput, PipelineOutput):
     seen: NotRequired[list[str]]
     candidates: NotRequired[list[Passage]]
     evidence: NotRequired[list[Passage]]
+    confirmed: NotRequired[list[str]]  # chunk ids of evidence judged relevant, not merely kept undecided
     strips: NotRequired[list[Passage]]
     verdict: NotRequired[Verdict]
     verdicts: NotRequired[list[Verdict]]

@@ -157,3 +157,56 @@ async def test_search_more_merges_both_searches_best_first_without_known_chunks(
     assert search.calls == [("Sistine Chapel painter", 4), (expanded_query(OFF_TOPIC, first), 4)]
     assert [(p.doc_id, p.score) for p in state["candidates"]] == [("xenon", 0.7), ("zinc", 0.6)]
     assert state["seen"] == [*(p.chunk_id for p in first), "xenon#0", "zinc#0"]
+
+
+async def test_bridge_judged_relevant_but_twice_unanswerable_sends_the_pipeline_after_the_second_hop(
+    aurora: KnowledgeBase,
+) -> None:
+    """What the local model did end to end: the grader rightly calls the bridge relevant (it names the robot), so the
+    round is Correct, but the generator can say nothing from it ("... is [1] [2] ... [42]"). After the one
+    regeneration the pipeline treats the evidence as lacking the answer and searches for it, instead of falling
+    back to a cautious answer."""
+    broken_off = "The maximum payload of the robot developed under Project Aurora is [1] [2] [3] [4] [5] [6] [7]."
+    script = Script(
+        rewrites=["What is the maximum payload of the Kumo Carrier K3?"],
+        grades={"Project Aurora": relevant("the Kumo Carrier K3"), "Kumo Carrier K3 specification": relevant(K3_FACT)},
+        answers=[broken_off, "[1]", AURORA_ANSWER],
+    )
+    state, model = await run_graph(aurora, script, query=AURORA_QUESTION, tenant=AURORA, top_k=1)
+
+    empty = "check_grounded: unsupported ['the answer states nothing (citation numbers or an unfinished sentence)']"
+    assert state["steps"][:9] == [
+        "retrieve(k=1, found=1)",
+        "evaluate: correct (kept 1/1, llm graded 1)",
+        "refine(strips from 1/1 passages)",
+        "generate_answer",
+        empty,
+        "regenerate_answer",
+        empty,
+        "rewrite_query(1): What is the maximum payload of the Kumo Carrier K3?",
+        "search_more(local, queries=2, new=1)",
+    ]
+    # The new round gets a first answer of its own (not a "regenerate" carrying the old round's complaint).
+    assert state["steps"][9:] == [
+        "evaluate: correct (kept 1/1, llm graded 0)",  # the rewrite names the K3: its sheet scores above upper
+        "refine(strips from 2/2 passages)",  # the K3 sheet's strips answer the follow-up query
+        *ANSWERED,
+    ]
+    assert prompts(model, "generate")[-1].endswith("Answer (with [n] citations):")
+    # The generator sees the second hop's fact and the bridge that names the robot, best first.
+    assert [c.text for c in state["context"]] == [
+        "Kumo Carrier K3 specification sheet. Maximum payload: 300 kg.",
+        "Project Aurora is the internal codename for the Kumo Carrier K3, the third-generation warehouse robot.",
+    ]
+    # Phantom citations are dropped from what the model wrote: there is one passage, so only [1] remains.
+    assert state["answer"] == AURORA_ANSWER
+    assert "k3-spec" in doc_ids(state["evidence"])
+    assert state["stop_reason"] == "answered"
+    assert nodes(state) == [
+        "grade_document",
+        "generate",
+        "generate",
+        "rewrite_query",
+        "generate",
+        "check_useful",
+    ]
