@@ -100,13 +100,15 @@ def build_graph(deps: CorrectiveDeps) -> CompiledStateGraph[Any, Any, Any, Any]:
             "llm_calls": result.calls,
         }
 
-    def after_evaluate(state: CorrectiveState) -> Literal["refine", "rewrite_query", "finish"]:
+    def after_evaluate(state: CorrectiveState) -> Literal["refine", "rewrite_query", "cautious_answer", "finish"]:
         wants_more = state["verdict"] != "correct" and state.get("rewrites", 0) < policy.max_rewrites
         if wants_more and budget_stop(state, needed=2) is None:
             telemetry.corrective_loop(f"retrieval_{state['verdict']}")
             return "rewrite_query"
         if state.get("answer") and len(state.get("evidence", [])) == state.get("answered_with", -1):
-            return "finish"  # nothing new was found since the last answer: another round would repeat it
+            # Nothing new was found since the last answer: another round would repeat it. An answer the
+            # groundedness check rejected is never returned as it is.
+            return "finish" if state.get("grounded") else "cautious_answer"
         return "refine"
 
     async def rewrite_query(state: CorrectiveState) -> dict[str, Any]:
@@ -229,11 +231,12 @@ def build_graph(deps: CorrectiveDeps) -> CompiledStateGraph[Any, Any, Any, Any]:
         if not state.get("regenerated") and budget_stop(state) is None:
             telemetry.corrective_loop("unsupported_answer")
             return "generate"
-        # Twice the generator could say nothing from this evidence: it lacks the answer (typically the second
-        # hop of a bridge question the grader rightly found relevant), so search for it.
+        # Twice no supported answer from this evidence: it lacks the answer (typically the second hop of a
+        # bridge question whose first hop the grader rightly found relevant), so search for it while rounds
+        # remain; the cautious answer is for when they do not.
         rounds_left = state.get("rewrites", 0) < policy.max_rewrites
-        if said_nothing_twice(state) and rounds_left and budget_stop(state, needed=3) is None:
-            telemetry.corrective_loop("empty_answer")
+        if state.get("regenerated") and rounds_left and budget_stop(state, needed=3) is None:
+            telemetry.corrective_loop("empty_answer" if said_nothing_twice(state) else "unsupported_answer")
             return "rewrite_query"
         return "cautious_answer"
 

@@ -53,7 +53,8 @@ async def test_ungrounded_answer_is_regenerated_then_replaced_by_a_cautious_answ
     claim = "maximum payload of 900 kg"
     script = Script(answers=[K2_INVENTED], grounded=[unsupported(claim)])
 
-    state, model = await run_graph(knowledge, script, query=K2_QUESTION)
+    # No rounds left to search for better evidence (see the next test): the fallback follows the regeneration.
+    state, model = await run_graph(knowledge, script, query=K2_QUESTION, policy=CorrectivePolicy(max_rewrites=0))
 
     assert state["steps"] == [
         *K2_ROUND,
@@ -84,6 +85,36 @@ async def test_ungrounded_answer_is_regenerated_then_replaced_by_a_cautious_answ
     assert state["context"] == state["strips"]
     assert state["fallback"] is True
     assert state["stop_reason"] == "unsupported"
+
+
+async def test_ungrounded_regeneration_with_rounds_left_searches_again_before_the_cautious_answer(
+    knowledge: KnowledgeBase,
+) -> None:
+    claim = "maximum payload of 900 kg"
+    script = Script(answers=[K2_INVENTED], grounded=[unsupported(claim)], rewrites=["Kumo Carrier K2 specification"])
+    state, _ = await run_graph(knowledge, script, query=K2_QUESTION, policy=CorrectivePolicy(max_rewrites=1))
+    round_of_answers = [
+        "generate_answer",  # each round's first answer is a first answer, not a regeneration
+        f"check_grounded: unsupported ['{claim}']",
+        "regenerate_answer",
+        f"check_grounded: unsupported ['{claim}']",
+    ]
+    assert state["steps"][: len(K2_ROUND) + 5] == [
+        *K2_ROUND,
+        *round_of_answers,
+        "rewrite_query(1): Kumo Carrier K2 specification",
+    ]
+    # The new search finds nothing new: no second generation round; the rejected answer is never returned.
+    assert state["steps"][len(K2_ROUND) + 5 :] == [
+        "search_more(local, queries=2, new=0)",
+        "evaluate: incorrect (kept 0/0, llm graded 0)",
+        "cautious_answer",
+        "stop: unsupported",
+    ]
+    assert state["rewrites"] == 1
+    assert state["fallback"] is True
+    assert "900" not in state["answer"].replace(claim, "")
+    assert state["abstained"] is True
 
 
 async def test_unsupported_answer_after_retrieval_rewrites_reports_unsupported(

@@ -263,6 +263,7 @@ async def test_japanese_question_without_relevant_passages_gets_the_japanese_abs
         ("It carries 300 kg [1, 5].", 2, "It carries 300 kg [1].", False),
         ("[1] [2]", 2, "[1] [2]", True),
         ("Yes [1].", 1, "Yes [1].", False),
+        ("Its payload is 300 kg, as stated in [2].", 2, "Its payload is 300 kg, as stated in [2].", False),
         ("名古屋支社です [1]", 1, "名古屋支社です [1]", False),
     ],
 )
