@@ -78,12 +78,15 @@ class LLMClient:
         try:
             return schema.model_validate_json(_strip_fences(text)), call
         except (ValidationError, json.JSONDecodeError) as exc:
-            self._telemetry.llm_failed(node, self.model_name, "malformed_output")
-            error = MalformedOutputError(
-                f"model returned output that does not match {schema.__name__}", provider=PROVIDER, node=node
-            )
-            error.call = call
-            raise error from exc
+            raise self._malformed(node, f"model returned output that does not match {schema.__name__}", call) from exc
+
+    def _malformed(self, node: str, detail: str, call: LLMCall) -> MalformedOutputError:
+        """The model answered, but not in the requested structure: the pipeline may degrade that one judgement,
+        and the call it still paid for travels with the error."""
+        self._telemetry.llm_failed(node, self.model_name, "malformed_output")
+        error = MalformedOutputError(detail, provider=PROVIDER, node=node)
+        error.call = call
+        return error
 
     async def _invoke(
         self, runnable: Any, messages: list[BaseMessage], node: str, max_tokens: int | None = None
@@ -101,14 +104,11 @@ class LLMClient:
         try:
             message = await call_model(runnable, messages, node)
         except (openai.LengthFinishReasonError, openai.ContentFilterFinishReasonError) as exc:
-            # The model answered but its structured reply was cut off (max_tokens) or filtered: a
-            # malformed judgement the pipeline degrades on, not a failure of the whole request.
-            self._telemetry.llm_failed(node, self.model_name, "malformed_output")
-            error = MalformedOutputError(
-                f"model output cut short in node {node} ({exc.__class__.__name__})", provider=PROVIDER, node=node
-            )
-            error.call = self._account(node, _completion_usage(exc), time.perf_counter() - started)
-            raise error from exc
+            # The structured reply was cut off (max_tokens) or filtered: malformed output, not a failed request.
+            call = self._account(node, _completion_usage(exc), time.perf_counter() - started)
+            self._telemetry.llm_usage(call)  # spent like any other call's (_invoke never gets to count it)
+            detail = f"model output cut short in node {node} ({exc.__class__.__name__})"
+            raise self._malformed(node, detail, call) from exc
         except openai.APITimeoutError as exc:
             raise ProviderTimeoutError(f"LLM call timed out in node {node}", provider=PROVIDER) from exc
         except openai.APIConnectionError as exc:

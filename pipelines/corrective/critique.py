@@ -27,13 +27,12 @@ from pipelines.corrective.prompts import (
     USEFUL_USER,
 )
 from pipelines.shared.deps import ChatClient, LLMCall, Passage, StructuredOutputError
-from pipelines.shared.generation import format_context, states_nothing
+from pipelines.shared.generation import CITATION_MARKER, format_context, states_nothing
 from pipelines.shared.prompts import ABSTAIN_EN, ABSTAIN_JA, NOT_IN_CONTEXT
 from pipelines.shared.support import lexical_support, mostly_cjk
 
 _CLAIM_SPLIT = re.compile(r"(?<=[.!?。！？])\s*")
 _JAPANESE = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff]")
-_CITATIONS = re.compile(r"\s*\[\d{1,2}(?:\s*,\s*\d{1,2})*\]")
 # The "claim" an answer that states nothing (citation numbers alone, or a sentence broken off before its
 # answer) is doubted for: regeneration_note, cautious_answer and the graph know it is none.
 CITATIONS_ONLY = "the answer states nothing (citation numbers or an unfinished sentence)"
@@ -128,6 +127,6 @@ def cautious_answer(question: str, evidence: list[Passage], unsupported: list[st
     text = (CAUTIOUS_JA if japanese else CAUTIOUS_EN).format(said=said)
     unsupported = [claim for claim in unsupported if claim != CITATIONS_ONLY]
     if unsupported:
-        missing = "; ".join(_CITATIONS.sub("", claim).strip().rstrip(".。") for claim in unsupported[:3])
+        missing = "; ".join(CITATION_MARKER.sub("", claim).strip().rstrip(".。") for claim in unsupported[:3])
         text += (CAUTIOUS_MISSING_JA if japanese else CAUTIOUS_MISSING_EN).format(missing=missing)
     return text

@@ -234,9 +234,10 @@ def build_graph(deps: CorrectiveDeps) -> CompiledStateGraph[Any, Any, Any, Any]:
         # Twice no supported answer from this evidence: it lacks the answer (typically the second hop of a
         # bridge question whose first hop the grader rightly found relevant), so search for it while rounds
         # remain; the cautious answer is for when they do not.
-        rounds_left = state.get("rewrites", 0) < policy.max_rewrites
-        if state.get("regenerated") and rounds_left and budget_stop(state, needed=3) is None:
-            telemetry.corrective_loop("empty_answer" if said_nothing_twice(state) else "unsupported_answer")
+        # (Reached also when the budget refused the regeneration: then it refuses a new round too.)
+        if state.get("rewrites", 0) < policy.max_rewrites and budget_stop(state, needed=3) is None:
+            said_nothing = state.get("unsupported_claims") == [CITATIONS_ONLY]
+            telemetry.corrective_loop("empty_answer" if said_nothing else "unsupported_answer")
             return "rewrite_query"
         return "cautious_answer"
 
@@ -315,10 +316,6 @@ def build_graph(deps: CorrectiveDeps) -> CompiledStateGraph[Any, Any, Any, Any]:
     builder.add_edge("cautious_answer", "finish")
     builder.add_edge("finish", END)
     return builder.compile(name="corrective")
-
-
-def said_nothing_twice(state: CorrectiveState) -> bool:
-    return bool(state.get("regenerated")) and state.get("unsupported_claims") == [CITATIONS_ONLY]
 
 
 def _snapshot(state: CorrectiveState) -> dict[str, Any]:

@@ -47,12 +47,13 @@ async def refine_evidence(
         chosen = ranked[: min(MIN_KEPT, len(ranked))]
     # Refinement picks within the documents the evaluator judged relevant, it does not overrule it: each
     # ``confirmed`` chunk keeps at least its best strip (a second hop's fact can score low against every query).
-    for i, passage in enumerate(evidence):
-        if passage.chunk_id not in (confirmed or set()):
-            continue
-        own = [n for n in ranked if pieces[n][0] == i]
-        if own and not any(pieces[n][0] == i for n in chosen):
-            chosen.append(own[0])
+    must_keep = confirmed or set()
+    represented = {pieces[n][0] for n in chosen}
+    for n in ranked:  # best first: the first strip met of a document is its best
+        i = pieces[n][0]
+        if i not in represented and evidence[i].chunk_id in must_keep:
+            chosen.append(n)
+            represented.add(i)
     refined: list[Passage] = []
     for i, passage in enumerate(evidence):
         kept = sorted((pieces[n][1], pieces[n][2], scores[n]) for n in chosen if pieces[n][0] == i)

@@ -20,7 +20,8 @@ _CITATION = re.compile(r"\[(\d{1,2})(?:\s*,\s*(\d{1,2}))*\]")
 _NUMBERS = re.compile(r"\d{1,2}")
 _JAPANESE = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff]")
 _WORD = re.compile(r"\w{2,}")
-_SPACED_CITATION = re.compile(r"\s*\[\d{1,3}(?:\s*,\s*\d{1,3})*\]")
+# A citation marker with the space before it: removed from claims and from answers, whatever its numbers.
+CITATION_MARKER = re.compile(r"\s*\[\d{1,3}(?:\s*,\s*\d{1,3})*\]")
 _SPACE_BEFORE_STOP = re.compile(r"\s+([.,;:!?。])")
 # A last word after which an English sentence cannot end: the answer was cut off before it said anything.
 # Prepositions are not among them: "300 kg, as stated in [1]" is how small models cite.
@@ -67,10 +68,10 @@ def drop_phantom_citations(answer: str, passages: int) -> str:
     """
 
     def keep(match: re.Match[str]) -> str:
-        numbers = [n for n in _NUMBERS.findall(match.group(0)) if 1 <= int(n) <= passages]
+        numbers = [n for n in re.findall(r"\d+", match.group(0)) if 1 <= int(n) <= passages]
         return f" [{', '.join(numbers)}]" if numbers else ""
 
-    cleaned = _SPACED_CITATION.sub(keep, answer)
+    cleaned = CITATION_MARKER.sub(keep, answer)
     return _SPACE_BEFORE_STOP.sub(r"\1", cleaned).strip()
 
 
