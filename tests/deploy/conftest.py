@@ -13,6 +13,9 @@ from tests.deploy.chart_tools import CHART, deep_merge, helm_binary
 # sha256 of "test": a digest, never a key, is what the chart carries.
 API_KEY_SHA256 = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
 
+# A collector's OTLP/HTTP base URL (4318: OTLP/HTTP; the gateway ships no gRPC exporter for 4317).
+OTEL_COLLECTOR = "http://otel-collector.monitoring:4318"
+
 # Every optional part of the chart switched on, with the values those parts need.
 ALL_FLAGS: dict[str, Any] = {
     "autoscaling": {"enabled": True, "customMetric": {"enabled": True}},
@@ -35,7 +38,7 @@ ALL_FLAGS: dict[str, Any] = {
     "redis": {"enabled": True, "persistence": {"enabled": True, "storageClassName": "standard"}},
     "llamaCpp": {"enabled": True, "model": {"existingClaim": "gguf-models"}, "extraArgs": ["--parallel", "2"]},
     "auth": {"allowOpenAccess": True},
-    "otel": {"enabled": True, "endpoint": "http://otel-collector.monitoring:4317"},
+    "otel": {"enabled": True, "endpoint": OTEL_COLLECTOR},
     "vectorStore": {"existingClaim": "lancedb"},
     "secrets": {
         "openaiApiKey": "sk-test-openai-0123456789",

@@ -13,10 +13,18 @@ import pytest
 import yaml
 
 from gateway.settings import Settings
-from tests.deploy.chart_tools import CHART, RELEASE, REPO, RenderError, kinds_and_names, render
-from tests.deploy.conftest import API_KEY_SHA256, KUBE_VERSIONS
+from tests.deploy.chart_tools import (
+    CHART,
+    FULLNAME,
+    REPO,
+    RenderError,
+    kinds_and_names,
+    one,
+    pod_spec,
+    render,
+)
+from tests.deploy.conftest import API_KEY_SHA256, KUBE_VERSIONS, OTEL_COLLECTOR
 
-FULLNAME = f"{RELEASE}-rag-gateway"
 # Prometheus Operator kinds: kubernetes-validate ships only the built-in API schemas, so these two are
 # checked structurally by test_service_monitor_scrapes_the_gateway and test_prometheus_rule_embeds_the_rule_file.
 OPERATOR_KINDS = {"ServiceMonitor", "PrometheusRule"}
@@ -46,17 +54,6 @@ ALL_FLAG_OBJECTS = sorted(
         ("StatefulSet", f"{FULLNAME}-redis"),
     ]
 )
-
-
-def one(objects: list[dict[str, Any]], kind: str, name: str = FULLNAME) -> dict[str, Any]:
-    found = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
-    assert len(found) == 1, f"{kind}/{name}: {len(found)} rendered"
-    return found[0]
-
-
-def pod_spec(workload: dict[str, Any]) -> dict[str, Any]:
-    spec: dict[str, Any] = workload["spec"]["template"]["spec"]
-    return spec
 
 
 @pytest.fixture
@@ -247,7 +244,7 @@ def test_in_cluster_redis_and_llm_are_wired_into_the_settings(everything: list[d
     args = llm["containers"][0]["args"]
     assert args[args.index("--alias") + 1] == config["GATEWAY_LLM_MODEL"]
     assert llm["volumes"][0]["persistentVolumeClaim"]["claimName"] == "gguf-models"
-    assert config["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel-collector.monitoring:4317"
+    assert config["OTEL_EXPORTER_OTLP_ENDPOINT"] == OTEL_COLLECTOR
     # The multi-process metrics directory is a mounted volume.
     mounts = {m["mountPath"] for m in pod_spec(one(everything, "Deployment"))["containers"][0]["volumeMounts"]}
     assert config["PROMETHEUS_MULTIPROC_DIR"] in mounts
@@ -302,6 +299,8 @@ def test_dashboard_config_map_carries_the_dashboard_for_the_sidecar(everything: 
         ({"terminationGracePeriodSeconds": 30}, "terminationGracePeriodSeconds"),
         ({"autoscaling": {"enabled": True, "minReplicas": 5, "maxReplicas": 2}}, "minReplicas"),
         ({"ingress": {"enabled": True}}, "ingress.hosts"),
+        ({"otel": {"enabled": True}}, "otel.endpoint"),
+        ({"otel": {"enabled": True, "endpoint": "http://otel-collector:4317"}}, "gRPC port"),
     ],
 )
 def test_contradictory_values_fail_to_render(

@@ -58,6 +58,8 @@ def test_schema_describes_every_default_key(
         {"redis": {"maxmemoryPolicy": "lru"}},
         {"llamaCpp": {"modelPath": "model.gguf"}},
         {"podDisruptionBudget": {"maxUnavailable": "half"}},
+        {"otel": {"protocol": "grpc"}},  # no gRPC exporter in the gateway: refused, not silently lost
+        {"otel": {"protocol": "http/json"}},
     ],
     ids=lambda o: json.dumps(o),
 )

@@ -2,55 +2,36 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-from gateway.observability.tracing import build_tracer_provider, otlp_requested
-
-
-class Collector(BaseHTTPRequestHandler):
-    """A minimal OTLP/HTTP trace receiver: keeps the span names of every export request."""
-
-    received: list[tuple[str, list[str]]] = []
-
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        request = ExportTraceServiceRequest.FromString(body)
-        names = [s.name for rs in request.resource_spans for ss in rs.scope_spans for s in ss.spans]
-        self.received.append((self.path, names))
-        self.send_response(200)
-        self.send_header("Content-Type", "application/x-protobuf")
-        self.end_headers()
-
-    def log_message(self, *args: object) -> None:
-        return None
+from gateway.observability.tracing import (
+    UnsupportedProtocolError,
+    build_tracer_provider,
+    otlp_protocol,
+    otlp_requested,
+)
+from tests.otlp_receiver import PROTOBUF, TRACES_PATH, OTLPReceiver, otlp_receiver
 
 
 @pytest.fixture
-def collector() -> Iterator[str]:
-    Collector.received = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Collector)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+def receiver() -> Iterator[OTLPReceiver]:
+    with otlp_receiver() as running:
+        yield running
 
 
-def test_spans_reach_an_otlp_http_collector(collector: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector)
+def test_spans_reach_an_otlp_http_collector(receiver: OTLPReceiver, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.url)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
     monkeypatch.setenv("OTEL_SERVICE_NAME", "gateway-under-test")
     provider = build_tracer_provider()
     with provider.get_tracer("test").start_as_current_span("gateway.answer"):
         pass
     provider.shutdown()  # what the lifespan's finally does: flushes the batch
-    assert Collector.received == [("/v1/traces", ["gateway.answer"])]
-    assert provider.resource.attributes["service.name"] == "gateway-under-test"
+    assert [(e.path, e.content_type) for e in receiver.exports] == [(TRACES_PATH, PROTOBUF)]
+    assert [(s.service_name, s.span.name) for s in receiver.spans()] == [("gateway-under-test", "gateway.answer")]
 
 
 def test_no_endpoint_means_no_exporter() -> None:
@@ -62,3 +43,28 @@ def test_no_endpoint_means_no_exporter() -> None:
     processors = provider._active_span_processor._span_processors  # the SDK keeps no public list
     assert not any(isinstance(p, BatchSpanProcessor) for p in processors)
     provider.shutdown()
+
+
+def test_the_protocol_is_http_protobuf_unless_set() -> None:
+    assert otlp_protocol({}) == "http/protobuf"
+    assert otlp_protocol({"OTEL_EXPORTER_OTLP_PROTOCOL": " HTTP/Protobuf "}) == "http/protobuf"
+    # The traces-specific variable wins over the general one, as the OTLP specification says.
+    traces_wins = {"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf"}
+    assert otlp_protocol(traces_wins) == "http/protobuf"
+
+
+@pytest.mark.parametrize(
+    "environ",
+    [
+        {"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"},
+        {"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"},
+        {"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "grpc"},
+    ],
+    ids=lambda e: ",".join(f"{k}={v}" for k, v in e.items()),
+)
+def test_a_transport_the_gateway_lacks_stops_the_start_up(environ: dict[str, str]) -> None:
+    """No gRPC exporter is installed: exporting over OTLP/HTTP to a gRPC port would lose every span in silence."""
+    exporting = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4317", **environ}
+    with pytest.raises(UnsupportedProtocolError, match="OTLP/HTTP only"):
+        build_tracer_provider(environ=exporting)
+
