@@ -1,7 +1,7 @@
 """A real OTLP/HTTP trace receiver for tests: an HTTP server on a loopback port that decodes what it gets.
 
 It speaks the collector's side of OTLP/HTTP (``POST /v1/traces``, a protobuf
-``ExportTraceServiceRequest`` body, optionally gzip-compressed), so the SDK's exporter runs unchanged
+``ExportTraceServiceRequest`` body, optionally gzip- or deflate-compressed), so the SDK's exporter runs unchanged
 down to the socket: a test that reads spans here proves they would reach a collector, which an
 in-memory or mocked exporter cannot.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import threading
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -82,8 +83,11 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_error(404, "only the traces signal is received here")
             return
         body = self.rfile.read(int(self.headers["Content-Length"]))
-        if self.headers.get("Content-Encoding") == "gzip":
+        encoding = self.headers.get("Content-Encoding")
+        if encoding == "gzip":
             body = gzip.decompress(body)
+        elif encoding == "deflate":
+            body = zlib.decompress(body)
         # A body that is not an ExportTraceServiceRequest raises here, and the exporter then sees an error.
         request = ExportTraceServiceRequest.FromString(body)
         self.server.receiver.record(Export(self.path, self.headers.get("Content-Type", ""), request))

@@ -131,8 +131,8 @@ def gateway_env(objects: list[dict[str, Any]]) -> dict[str, str]:
         if "configMapRef" in source:
             env.update(one(objects, "ConfigMap", source["configMapRef"]["name"])["data"])
         elif "secretRef" in source:
-            rendered = [o for o in objects if o["kind"] == "Secret" and o["metadata"]["name"] == source["secretRef"]["name"]]
-            for secret in rendered:
+            name = source["secretRef"]["name"]
+            for secret in (o for o in objects if o["kind"] == "Secret" and o["metadata"]["name"] == name):
                 env.update({k: base64.b64decode(v).decode() for k, v in secret.get("data", {}).items()})
     env.update({e["name"]: e["value"] for e in container.get("env", []) if "value" in e})
     return env

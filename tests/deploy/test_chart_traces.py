@@ -42,7 +42,9 @@ def chart_environment(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> N
         monkeypatch.setenv(name, value)
 
 
-def test_default_chart_exports_over_otlp_http_to_port_4318(helm: Path, work: Path, default_values: dict[str, Any]) -> None:
+def test_default_chart_exports_over_otlp_http_to_port_4318(
+    helm: Path, work: Path, default_values: dict[str, Any]
+) -> None:
     env = gateway_env(render(helm, deep_merge(default_values, TRACES_ON), work, KUBE_VERSIONS[-1]))
     assert env["OTEL_EXPORTER_OTLP_PROTOCOL"] == "http/protobuf"
     assert urlsplit(env["OTEL_EXPORTER_OTLP_ENDPOINT"]).port == 4318

@@ -67,4 +67,3 @@ def test_a_transport_the_gateway_lacks_stops_the_start_up(environ: dict[str, str
     exporting = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4317", **environ}
     with pytest.raises(UnsupportedProtocolError, match="OTLP/HTTP only"):
         build_tracer_provider(environ=exporting)
-
