@@ -61,7 +61,7 @@ class OTLPReceiver:
 
     def spans(self) -> list[ReceivedSpan]:
         """Every span of every export, with the ``service.name`` of the resource that sent it."""
-        found = []
+        found: list[ReceivedSpan] = []
         for export in self.exports:
             for resource_spans in export.request.resource_spans:
                 attributes = {a.key: a.value.string_value for a in resource_spans.resource.attributes}

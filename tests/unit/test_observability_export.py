@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -67,3 +68,12 @@ def test_a_transport_the_gateway_lacks_stops_the_start_up(environ: dict[str, str
     exporting = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4317", **environ}
     with pytest.raises(UnsupportedProtocolError, match="OTLP/HTTP only"):
         build_tracer_provider(environ=exporting)
+
+
+async def test_the_app_does_not_start_on_grpc(make_client: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+    with pytest.raises(ExceptionGroup) as failed:  # the test client's task group wraps the lifespan's error
+        async with make_client():
+            pass
+    assert failed.group_contains(UnsupportedProtocolError, match="OTEL_EXPORTER_OTLP_PROTOCOL=grpc is not supported")
