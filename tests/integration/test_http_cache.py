@@ -6,8 +6,11 @@ import os
 import uuid
 from typing import Any
 
+import pytest
 from gateway.settings import Settings
 from tests.scripted import answer_with_first_passage
+
+pytestmark = pytest.mark.redis
 
 REDIS_TEST_URL = os.environ.get("REDIS_TEST_URL", "redis://127.0.0.1:6379/15")
 

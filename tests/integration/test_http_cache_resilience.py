@@ -15,6 +15,8 @@ from gateway.settings import Settings
 from tests.redis_proxy import ThreadedProxy
 from tests.scripted import answer_with_first_passage
 
+pytestmark = pytest.mark.redis
+
 REDIS_TEST_URL = os.environ.get("REDIS_TEST_URL", "redis://127.0.0.1:6379/15")
 QUESTION = {"tenant": "acme", "query": "How many days of annual leave?", "route": "single_hop"}
 LEAVE = {"tenant": "acme", "documents": [{"id": "leave", "title": "Leave", "text": "Acme employees get 25 days."}]}
