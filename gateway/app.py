@@ -261,12 +261,9 @@ def _lifespan(
             )
             cache = open_cache_layer(settings, redis, telemetry)
             query_embeddings = embeddings
-            if cache is not None:
-                if settings.embedding_cache_ttl_s > 0:
-                    model = f"{settings.embedding_provider}:{settings.embedding_model}"
-                    query_embeddings = cache.wrap_embeddings(
-                        embeddings, model=model, ttl_s=settings.embedding_cache_ttl_s
-                    )
+            if cache is not None and settings.embedding_cache_ttl_s > 0:
+                model = f"{settings.embedding_provider}:{settings.embedding_model}"
+                query_embeddings = cache.wrap_embeddings(embeddings, model=model, ttl_s=settings.embedding_cache_ttl_s)
             knowledge = KnowledgeBase(
                 query_embeddings,
                 store,

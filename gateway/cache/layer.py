@@ -57,11 +57,9 @@ def open_cache(
     ``redis`` closes it, and Redis is dialled on first use, so a Redis that is down at start-up
     degrades the cache instead of failing the gateway's start.
     """
-    backend: CacheBackend
-    if redis is not None:
-        backend = RedisBackend(redis)
-    else:
-        backend = MemoryBackend(memory_max_entries, memory_max_bytes)
+    backend: CacheBackend = (
+        RedisBackend(redis) if redis is not None else MemoryBackend(memory_max_entries, memory_max_bytes)
+    )
     versions = KnowledgeVersions(backend, prefix=prefix)
     responses = ExactCache(
         backend,

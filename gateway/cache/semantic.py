@@ -147,7 +147,10 @@ class _RedisIndex:
         return [[m.decode() if isinstance(m, bytes) else str(m) for m in row] for row in rows]
 
     async def get_many(self, keys: list[str]) -> list[bytes | None]:
-        return list(await self._backend.run("semantic mget", lambda client: client.mget(keys))) if keys else []
+        if not keys:
+            return []
+        values = await self._backend.run("semantic mget", lambda client: client.mget(keys))
+        return [value.encode() if isinstance(value, str) else value for value in values]
 
     async def put(self, values: dict[str, bytes], buckets: list[str], member: str, ttl_s: float, cap: int) -> None:
         ttl_ms = max(1, round(ttl_s * 1000))

@@ -11,9 +11,11 @@ policy (a cache miss, per-process limits, a 503) and repeat no timeout or backof
 redis-py supplies the parts it has: the pool, the client name every connection announces
 (``CLIENT SETNAME``, so ``CLIENT LIST`` shows which connections are the gateway's), socket
 timeouts as a backstop, no retries inside a call (``Retry(NoBackoff(), 0)``: a retry would blow a
-50 ms budget) and its backoff policies for how long to fail fast after a failure. The call
-deadline (``asyncio.timeout``) and the fail-fast window are ours: redis-py has no circuit breaker
-for a single server.
+50 ms budget) and its backoff policies (``redis.backoff``) for how long to fail fast after a
+failure. The call deadline (``asyncio.timeout``) and the fail-fast window are ours: redis-py's
+circuit breaker belongs to its multi-database failover client (and needs pybreaker), and its
+``health_check_interval`` pings idle connections before use, a round trip a 50 ms budget cannot
+spare, so it stays off.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ import uuid
 from typing import Any
 
 import pytest
+
 from gateway.settings import Settings
 from tests.scripted import answer_with_first_passage
 

@@ -21,7 +21,9 @@ from tests.scripted import answer_with_first_passage
 
 pytestmark = pytest.mark.redis
 
-LEAVE = {"documents": [{"id": "leave", "title": "Leave", "text": "In 2023 Acme employees got 25 days of annual leave."}]}
+LEAVE = {
+    "documents": [{"id": "leave", "title": "Leave", "text": "In 2023 Acme employees got 25 days of annual leave."}]
+}
 QUESTION = {"query": "How many days of annual leave did employees get in 2023?", "route": "single_hop"}
 PARAPHRASE = {"query": "In 2023, how many days of annual leave did employees get?", "route": "single_hop"}
 
