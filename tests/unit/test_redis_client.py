@@ -59,11 +59,10 @@ def metrics() -> GatewayMetrics:
 
 
 @pytest.fixture
-async def redis(clock: FakeClock, metrics: GatewayMetrics) -> ResilientRedis:
-    client = ResilientRedis(
+def redis(clock: FakeClock, metrics: GatewayMetrics) -> ResilientRedis:
+    return ResilientRedis(
         Redis(), timeout_s=0.05, backoff=ConstantBackoff(1.0), events=Telemetry(metrics, None), clock=clock
     )
-    return client
 
 
 def transitions(metrics: GatewayMetrics, state: str) -> float | None:
@@ -198,3 +197,10 @@ async def test_from_url_names_every_connection_and_never_retries_inside_a_call()
 def test_the_timeout_must_be_positive() -> None:
     with pytest.raises(ValueError, match="positive"):
         ResilientRedis(Redis(), timeout_s=0)
+
+
+def test_transition_series_exist_at_zero_when_redis_is_configured(metrics: GatewayMetrics) -> None:
+    """So ``increase(gateway_dependency_transitions_total{state="down"}[5m]) > 0`` sees the first outage."""
+    assert transitions(metrics, "down") is None
+    metrics.initialise(classifier="logistic", cache_layers=[], dependencies=["redis"])
+    assert (transitions(metrics, "down"), transitions(metrics, "up")) == (0.0, 0.0)
