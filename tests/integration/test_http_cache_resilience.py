@@ -27,8 +27,11 @@ def generations(model: Any) -> int:
 
 
 def cache_settings(settings: Settings, redis_url: str) -> Settings:
+    """A short backoff, and a generous per-call budget: an outage here is a refused connection, not a slow
+    Redis, and a loaded machine can stall a first call, connection set-up included, past the production 50 ms."""
     prefix = f"test-{uuid.uuid4().hex[:8]}"
-    return settings.model_copy(update={"redis_url": redis_url, "cache_prefix": prefix, "cache_backoff_s": 0.2})
+    update = {"redis_url": redis_url, "cache_prefix": prefix, "cache_backoff_s": 0.2, "cache_timeout_s": 0.5}
+    return settings.model_copy(update=update)
 
 
 @pytest.fixture

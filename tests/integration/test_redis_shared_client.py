@@ -41,6 +41,8 @@ def shared_settings(settings: Settings, redis_url: str, prefix: str) -> Settings
             "rate_limit_prefix": f"{prefix}:rl",
             "cache_semantic_enabled": True,
             "cache_backoff_s": 0.2,
+            "cache_timeout_s": 0.5,  # outages here are refused connections; no stall of a loaded machine counts
+            "rate_limit_timeout_s": 0.5,
         }
     )
 
