@@ -20,12 +20,13 @@ from litestar.openapi.plugins import SwaggerRenderPlugin
 from litestar.openapi.spec import Components
 from opentelemetry.sdk.trace import TracerProvider
 
-from gateway.access.guard import SECURITY_SCHEMES, access_lifespan, provide_access, provide_principal
+from gateway.access.guard import SECURITY_SCHEMES, open_access, provide_access, provide_principal
 from gateway.api.chat import ChatController, provide_chat_service
 from gateway.api.documents import DocumentController
 from gateway.api.health import HealthController
 from gateway.api.metrics import MetricsController
 from gateway.api.query import QueryController
+from gateway.cache.backend import RedisBackend
 from gateway.cache.layer import CacheLayer, open_cache
 from gateway.cache.semantic import SemanticCache
 from gateway.chunking import Chunker
@@ -37,6 +38,7 @@ from gateway.observability.recorder import Telemetry
 from gateway.observability.tracing import build_tracer_provider
 from gateway.providers.embeddings import build_embeddings, embedding_dimensions
 from gateway.providers.llm import LLMClient, build_chat_model, ping_llm
+from gateway.providers.redis import ResilientRedis
 from gateway.providers.vectorstores.base import VectorStore
 from gateway.providers.vectorstores.lance import LanceVectorStore
 from gateway.providers.websearch import LocalStoreSearch, TavilySearch
@@ -87,7 +89,8 @@ def build_telemetry(settings: Settings, overrides: ProviderOverrides) -> Telemet
         layers = ["exact", "embedding"] if settings.cache_enabled else []
         if settings.cache_enabled and settings.cache_semantic_enabled:
             layers.append("semantic")
-        metrics.initialise(classifier=settings.router_classifier, cache_layers=layers)
+        dependencies = ["redis"] if settings.redis_url else []
+        metrics.initialise(classifier=settings.router_classifier, cache_layers=layers, dependencies=dependencies)
     provider = None
     if settings.tracing_enabled:
         provider = build_tracer_provider(otlp=settings.otlp_enabled, extra_exporter=overrides.span_exporter)
@@ -160,15 +163,29 @@ def build_route_table(
     )
 
 
-def open_cache_layer(settings: Settings, telemetry: Telemetry | None = None) -> CacheLayer | None:
+def open_redis(settings: Settings, telemetry: Telemetry) -> ResilientRedis | None:
+    """The app's one Redis client (None without REDIS_URL): the caches and the rate limiter share its
+    pool, its timeouts, its backoff and its degraded/recovered reports. Dials nothing yet."""
+    if not settings.redis_url:
+        return None
+    return ResilientRedis.from_url(
+        settings.redis_url,
+        timeout_s=settings.cache_timeout_s,
+        backoff_s=settings.cache_backoff_s,
+        socket_timeout_s=max(settings.cache_timeout_s, settings.rate_limit_timeout_s),  # the limiter's budget
+        events=telemetry,
+    )
+
+
+def open_cache_layer(
+    settings: Settings, redis: ResilientRedis | None, telemetry: Telemetry | None = None
+) -> CacheLayer | None:
     if not settings.cache_enabled:
         return None
     return open_cache(
-        settings.redis_url,
+        redis,
         prefix=settings.cache_prefix,
         namespace=settings.answer_fingerprint(),
-        timeout_s=settings.cache_timeout_s,
-        backoff_s=settings.cache_backoff_s,
         route_ttls=settings.cache_route_ttls,
         default_ttl_s=settings.cache_default_ttl_s,
         lock_ttl_s=settings.cache_lock_ttl_s,
@@ -193,16 +210,14 @@ def open_semantic_cache(settings: Settings, cache: CacheLayer | None, embeddings
         bits_per_band=settings.cache_semantic_bits_per_band,
         max_candidates=settings.cache_semantic_max_candidates,
         bucket_cap=settings.cache_semantic_bucket_cap,
-        timeout_s=settings.cache_timeout_s,
-        backoff_s=settings.cache_backoff_s,
         events=cache.events,
     )
 
 
-def _describe_cache(settings: Settings, cache: CacheLayer | None) -> str:
+def _describe_cache(cache: CacheLayer | None) -> str:
     if cache is None:
         return "disabled"
-    if settings.redis_url:
+    if isinstance(cache.backend, RedisBackend):
         return "redis"
     return "in-process LRU (no REDIS_URL: not shared between processes or replicas)"
 
@@ -226,6 +241,10 @@ def _lifespan(
             telemetry = build_telemetry(settings, overrides)
             stack.callback(_close_telemetry, telemetry)
             app.state.telemetry = telemetry  # read by the tracing middleware
+            redis = open_redis(settings, telemetry)
+            if redis is not None:
+                stack.push_async_callback(redis.aclose)
+            app.state.access = open_access(settings, redis)  # read by the guards, before any handler
             http = await stack.enter_async_context(httpx.AsyncClient())
             embeddings = overrides.embeddings
             if embeddings is None:
@@ -240,15 +259,11 @@ def _lifespan(
                 price=settings.price_for(settings.llm_model),
                 telemetry=telemetry,
             )
-            cache = open_cache_layer(settings, telemetry)
+            cache = open_cache_layer(settings, redis, telemetry)
             query_embeddings = embeddings
-            if cache is not None:
-                stack.push_async_callback(cache.close)
-                if settings.embedding_cache_ttl_s > 0:
-                    model = f"{settings.embedding_provider}:{settings.embedding_model}"
-                    query_embeddings = cache.wrap_embeddings(
-                        embeddings, model=model, ttl_s=settings.embedding_cache_ttl_s
-                    )
+            if cache is not None and settings.embedding_cache_ttl_s > 0:
+                model = f"{settings.embedding_provider}:{settings.embedding_model}"
+                query_embeddings = cache.wrap_embeddings(embeddings, model=model, ttl_s=settings.embedding_cache_ttl_s)
             knowledge = KnowledgeBase(
                 query_embeddings,
                 store,
@@ -280,6 +295,7 @@ def _lifespan(
                 ),
                 llm_check=llm_check,
                 cache=cache,
+                redis=redis,
                 telemetry=telemetry,
             )
             if settings.load_sample_kb:
@@ -291,7 +307,7 @@ def _lifespan(
                 settings.llm_base_url,
                 store.name,
                 router.classifier_name,
-                _describe_cache(settings, cache),
+                _describe_cache(cache),
             )
             yield
 
@@ -326,7 +342,7 @@ def create_app(settings: Settings | None = None, overrides: ProviderOverrides | 
     return Litestar(
         route_handlers=[QueryController, DocumentController, HealthController, ChatController, MetricsController],
         middleware=[trace_requests],
-        lifespan=[access_lifespan(settings), _lifespan(settings, overrides)],
+        lifespan=[_lifespan(settings, overrides)],
         dependencies={
             "services": Provide(provide_services, sync_to_thread=False),
             "settings": Provide(lambda: settings, sync_to_thread=False, use_cache=True),

@@ -14,11 +14,11 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
 from opentelemetry.sdk.trace.export import SpanExporter
 
-from gateway.cache.backend import RedisBackend
 from gateway.cache.layer import CacheLayer
 from gateway.knowledge import KnowledgeBase
 from gateway.observability.recorder import Telemetry
 from gateway.providers.llm import LLMClient
+from gateway.providers.redis import ResilientRedis
 from gateway.providers.vectorstores.base import VectorStore
 from gateway.service import QueryService
 from gateway.settings import Settings
@@ -44,6 +44,7 @@ class Services:
     query_service: QueryService
     llm_check: Check
     cache: CacheLayer | None = None
+    redis: ResilientRedis | None = None  # the one client the caches and the rate limiter share
     extra_checks: dict[str, Check] = field(default_factory=dict)
     telemetry: Telemetry = field(default_factory=lambda: Telemetry(None, None))
 
@@ -53,7 +54,8 @@ class Services:
         return {**checks, **self.extra_checks}
 
     def degradable_checks(self) -> dict[str, Check]:
-        """Dependencies the gateway can answer without (the cache): reported, never failing readiness."""
-        if self.cache is not None and isinstance(self.cache.backend, RedisBackend):
-            return {"redis": self.cache.backend.ping}
+        """Dependencies the gateway can answer without (Redis: uncached answers, per-process limits, or the
+        rate limiter's own 503 when it fails closed): reported, never failing readiness."""
+        if self.redis is not None:
+            return {"redis": self.redis.ping}
         return {}

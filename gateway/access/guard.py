@@ -8,12 +8,10 @@ A guard stores the :class:`Principal` on the connection state; handlers receive 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Coroutine
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from litestar import Litestar
 from litestar.connection import ASGIConnection
 from litestar.handlers.base import BaseRouteHandler
 from litestar.openapi.spec import Reference, SecurityScheme
@@ -21,6 +19,7 @@ from litestar.openapi.spec import Reference, SecurityScheme
 from gateway.access.keys import ANONYMOUS, KeyRing, Principal, Scope, check_exposure
 from gateway.access.limits import LocalRateLimiter, RateLimiter, RedisRateLimiter
 from gateway.errors import AuthenticationError, PermissionDeniedError, RateLimitedError
+from gateway.providers.redis import ResilientRedis
 from gateway.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -97,29 +96,23 @@ def provide_access(request: ASGIConnection[Any, Any, Any, Any]) -> Access:
     return access
 
 
-def open_limiter(settings: Settings) -> RateLimiter:
-    if settings.redis_url:
-        return RedisRateLimiter.from_url(
-            settings.redis_url,
+def open_access(settings: Settings, redis: ResilientRedis | None) -> Access:
+    """Keys and limiter for the app lifespan; limits go to the app's shared Redis client when it has one.
+
+    Refuses (``OpenAccessError``) to serve without keys on a public address before anything else.
+    """
+    check_exposure(settings)
+    keys = KeyRing(settings.api_keys)
+    limiter: RateLimiter
+    if redis is not None:
+        limiter = RedisRateLimiter(
+            redis,
             prefix=settings.rate_limit_prefix,
             timeout_s=settings.rate_limit_timeout_s,
             fail_closed=settings.rate_limit_fail_closed,
         )
-    if any(k.requests_per_minute or k.daily_tokens for k in settings.api_keys):
-        logger.warning("rate limits and token budgets are enforced per process: no REDIS_URL to share them")
-    return LocalRateLimiter()
-
-
-def access_lifespan(settings: Settings) -> Callable[[Litestar], Any]:
-    @asynccontextmanager
-    async def lifespan(app: Litestar) -> AsyncIterator[None]:
-        check_exposure(settings)
-        keys = KeyRing(settings.api_keys)
-        limiter = open_limiter(settings)
-        app.state.access = Access(keys, limiter)
-        try:
-            yield
-        finally:
-            await limiter.close()
-
-    return lifespan
+    else:
+        if any(k.requests_per_minute or k.daily_tokens for k in settings.api_keys):
+            logger.warning("rate limits and token budgets are enforced per process: no REDIS_URL to share them")
+        limiter = LocalRateLimiter()
+    return Access(keys, limiter)

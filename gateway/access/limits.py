@@ -12,7 +12,6 @@ Without Redis (no REDIS_URL) the same arithmetic runs in process, so limits hold
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import time
@@ -22,13 +21,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
-from redis.asyncio import Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.exceptions import RedisError
-
 from gateway.access.keys import Principal
 from gateway.errors import AccessUnavailableError
+from gateway.providers.redis import RedisUnavailableError, ResilientRedis
 
 logger = logging.getLogger(__name__)
 
@@ -67,9 +62,6 @@ class RateLimiter(ABC):
     @abstractmethod
     async def charge(self, principal: Principal, tokens: int) -> None:
         """Add an answer's tokens to the principal's daily usage."""
-
-    async def close(self) -> None:  # noqa: B027 - optional hook
-        pass
 
 
 class LocalRateLimiter(RateLimiter):
@@ -126,37 +118,33 @@ return 1
 
 
 class RedisRateLimiter(RateLimiter):
-    """Limits in Redis; when Redis fails, per-process limits (default) or 503 (``fail_closed``)."""
+    """Limits in Redis, on the app's shared client; when Redis fails (or the client is failing fast after
+    a failure), per-process limits (default) or 503 (``fail_closed``). The shared client bounds each
+    call by this limiter's ``timeout_s`` and logs the outage once, for every Redis caller."""
 
     name = "redis"
 
     def __init__(
         self,
-        client: Redis,
+        redis: ResilientRedis,
         *,
         prefix: str,
         timeout_s: float,
         fail_closed: bool,
-        owns_client: bool = False,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._client = client
+        self._redis = redis
         self._prefix = prefix
         self._timeout_s = timeout_s
         self._fail_closed = fail_closed
-        self._owns_client = owns_client
         self._clock = clock
         self._fallback = LocalRateLimiter(clock)
-        self._degraded = False
-        self._admit = client.register_script(_ADMIT_LUA)
-        self._charge = client.register_script(_CHARGE_LUA)
+        self._admit = redis.client.register_script(_ADMIT_LUA)
+        self._charge = redis.client.register_script(_CHARGE_LUA)
 
-    @classmethod
-    def from_url(cls, url: str, *, prefix: str, timeout_s: float, fail_closed: bool) -> RedisRateLimiter:
-        client = Redis.from_url(
-            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, retry=Retry(NoBackoff(), 0)
-        )
-        return cls(client, prefix=prefix, timeout_s=timeout_s, fail_closed=fail_closed, owns_client=True)
+    @property
+    def redis(self) -> ResilientRedis:
+        return self._redis
 
     def _tokens_key(self, principal: Principal, day: str) -> str:
         return f"{self._prefix}:tok:{principal.name}:{day}"
@@ -166,14 +154,19 @@ class RedisRateLimiter(RateLimiter):
             return Decision("ok")
         minute, minute_left, day_left, day = _windows(self._clock())
         args = [principal.requests_per_minute or 0, WINDOW_S * 2, principal.daily_tokens or 0]
+        keys = [f"{self._prefix}:rpm:{principal.name}:{minute}", self._tokens_key(principal, day)]
         try:
-            async with asyncio.timeout(self._timeout_s):
-                keys = [f"{self._prefix}:rpm:{principal.name}:{minute}", self._tokens_key(principal, day)]
-                code = int(await self._admit(keys=keys, args=args))
-        except (RedisError, OSError, TimeoutError) as exc:
-            self._failed("admit", exc)
-            return await self._fallback.admit(principal)
-        self._recovered()
+            raw = await self._redis.run(
+                "rate limit admit", lambda _: self._admit(keys=keys, args=args), timeout_s=self._timeout_s
+            )
+        except RedisUnavailableError as exc:
+            if self._fail_closed:
+                raise AccessUnavailableError(
+                    "Rate limits cannot be checked (Redis unavailable) and GATEWAY_RATE_LIMIT_FAIL_CLOSED is set; "
+                    "retry shortly."
+                ) from exc
+            return await self._fallback.admit(principal)  # per-process limits until Redis answers again
+        code = int(raw)
         if code == 2:
             return Decision("tokens", day_left, principal.daily_tokens)
         if code == 1:
@@ -183,36 +176,12 @@ class RedisRateLimiter(RateLimiter):
     async def charge(self, principal: Principal, tokens: int) -> None:
         if principal.daily_tokens is None or tokens <= 0:
             return
-        day = _windows(self._clock())[3]
+        key = self._tokens_key(principal, _windows(self._clock())[3])
         try:
-            async with asyncio.timeout(self._timeout_s):
-                await self._charge(keys=[self._tokens_key(principal, day)], args=[tokens, DAY_S * 2])
-        except (RedisError, OSError, TimeoutError) as exc:
-            # An answer already went out: record locally and never fail the response for it.
-            logger.warning("token budget: could not charge %d tokens to %s in Redis: %r", tokens, principal.name, exc)
-            await self._fallback.charge(principal, tokens)
-
-    def _failed(self, op: str, exc: BaseException) -> None:
-        if self._fail_closed:
-            raise AccessUnavailableError(
-                "Rate limits cannot be checked (Redis unavailable) and GATEWAY_RATE_LIMIT_FAIL_CLOSED is set; "
-                "retry shortly."
-            ) from exc
-        if not self._degraded:
-            logger.warning(
-                "rate limiter: Redis %s failed (%r); enforcing limits per process until it recovers", op, exc
+            await self._redis.run(
+                "token charge", lambda _: self._charge(keys=[key], args=[tokens, DAY_S * 2]), timeout_s=self._timeout_s
             )
-        self._degraded = True
-
-    def _recovered(self) -> None:
-        if self._degraded:
-            logger.info("rate limiter: Redis is back; limits are shared by all replicas again")
-        self._degraded = False
-
-    async def ping(self) -> None:
-        async with asyncio.timeout(self._timeout_s):
-            await self._client.ping()
-
-    async def close(self) -> None:
-        if self._owns_client:
-            await self._client.aclose()
+        except RedisUnavailableError as exc:
+            # An answer already went out: record locally and never fail the response for it.
+            logger.warning("token budget: could not charge %d tokens to %s in Redis: %s", tokens, principal.name, exc)
+            await self._fallback.charge(principal, tokens)

@@ -1,13 +1,13 @@
 """Where cached bytes live: a small async contract, Redis for replicas, memory for one process.
 
 The cache is an optimisation, never a dependency: every backend failure surfaces as one error type
-(``CacheUnavailableError``) that callers turn into a miss, and the Redis backend bounds every call
-by a short timeout so a slow Redis costs a request milliseconds, not seconds.
+(``CacheUnavailableError``) that callers turn into a miss. The Redis backend runs on the app's
+shared :class:`gateway.providers.redis.ResilientRedis`, which bounds every call by a short timeout
+(a slow Redis costs a request milliseconds, not seconds) and fails fast for a moment after a failure.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from abc import ABC, abstractmethod
 from collections import OrderedDict
@@ -15,16 +15,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from redis.asyncio import Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.exceptions import RedisError
 
 from gateway.errors import ProviderError
+from gateway.providers.redis import RedisUnavailableError, ResilientRedis
 
 T = TypeVar("T")
-
-DEFAULT_TIMEOUT_S = 0.05
-DEFAULT_BACKOFF_S = 1.0
 
 
 class CacheUnavailableError(ProviderError):
@@ -86,9 +81,6 @@ class CacheBackend(ABC):
     @abstractmethod
     async def ping(self) -> None:
         """Raise ``CacheUnavailableError`` when the backend cannot serve requests."""
-
-    async def close(self) -> None:  # noqa: B027 - optional hook
-        """Release connections; backends without any need not override."""
 
 
 class MemoryBackend(CacheBackend):
@@ -226,110 +218,57 @@ return 0
 
 
 class RedisBackend(CacheBackend):
-    """Redis through redis.asyncio, every call bounded by ``timeout_s``, with a short backoff.
+    """The cache's view of the app's shared :class:`ResilientRedis`: its failures become cache misses.
 
-    After a failure the backend answers ``CacheUnavailableError`` without touching Redis for
-    ``backoff_s``, so an outage costs each request nothing instead of one timeout per cache call;
-    the first call after the backoff tries Redis again, so recovery needs no restart. ``ping``
-    always probes (readiness must see the truth) and a successful probe ends the backoff.
+    Timeouts, the fail-fast backoff and the degraded/recovered log live in the shared client
+    (one Redis, one health, whichever layer calls it); this class only speaks the cache contract
+    and translates :class:`RedisUnavailableError` into ``CacheUnavailableError`` at its boundary.
+    ``ping`` always probes, so readiness sees the truth and a successful probe ends the backoff.
     """
 
     name = "redis"
 
-    def __init__(
-        self,
-        client: Redis,
-        *,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
-        backoff_s: float = DEFAULT_BACKOFF_S,
-        owns_client: bool = False,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        if timeout_s <= 0:
-            raise ValueError("the cache timeout must be positive")
-        self._client = client
-        self._timeout_s = timeout_s
-        self._backoff_s = max(backoff_s, 0.0)
-        self._owns_client = owns_client
-        self._clock = clock
-        self._down_until = 0.0
-        self._version_script = client.register_script(_VERSION_LUA)
-        self._refresh_script = client.register_script(_REFRESH_LUA)
-        self._release_script = client.register_script(_RELEASE_LUA)
-        self.failures = 0  # calls that reached Redis and failed or timed out
-        self.skipped = 0  # calls refused during a backoff
-
-    @classmethod
-    def from_url(
-        cls,
-        url: str,
-        *,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
-        backoff_s: float = DEFAULT_BACKOFF_S,
-        max_connections: int | None = None,
-    ) -> RedisBackend:
-        """A client of its own: socket timeouts at the budget and no retries (a retry would blow it)."""
-        client = Redis.from_url(
-            url,
-            socket_timeout=timeout_s,
-            socket_connect_timeout=timeout_s,
-            retry=Retry(NoBackoff(), 0),
-            max_connections=max_connections,
-        )
-        return cls(client, timeout_s=timeout_s, backoff_s=backoff_s, owns_client=True)
+    def __init__(self, redis: ResilientRedis) -> None:
+        self._redis = redis
+        self._version_script = redis.client.register_script(_VERSION_LUA)
+        self._refresh_script = redis.client.register_script(_REFRESH_LUA)
+        self._release_script = redis.client.register_script(_RELEASE_LUA)
 
     @property
-    def client(self) -> Redis:
-        return self._client
+    def redis(self) -> ResilientRedis:
+        return self._redis
 
-    @property
-    def available(self) -> bool:
-        """False while backing off after an error."""
-        return self._clock() >= self._down_until
-
-    async def _call(self, op: str, call: Callable[[], Awaitable[T]], *, probe: bool = False) -> T:
-        if not probe and not self.available:
-            self.skipped += 1
-            raise CacheUnavailableError(f"cache {op} skipped: Redis failed less than {self._backoff_s:g} s ago")
+    async def run(self, op: str, call: Callable[[Redis], Awaitable[T]], *, probe: bool = False) -> T:
+        """One Redis call for the cache (the semantic index uses it too): any failure is a cache error."""
         try:
-            async with asyncio.timeout(self._timeout_s):
-                result = await call()
-        except (RedisError, OSError, TimeoutError) as exc:  # TimeoutError: ours, from asyncio.timeout
-            self.failures += 1
-            self._down_until = self._clock() + self._backoff_s
-            reason = f"timed out after {self._timeout_s * 1000:g} ms" if isinstance(exc, TimeoutError) else str(exc)
-            raise CacheUnavailableError(f"cache {op} failed: {reason or type(exc).__name__}") from exc
-        self._down_until = 0.0
-        return result
+            return await self._redis.run(f"cache {op}", call, probe=probe)
+        except RedisUnavailableError as exc:
+            raise CacheUnavailableError(exc.detail) from exc
 
     async def get(self, key: str) -> bytes | None:
-        value = await self._call("get", lambda: self._client.get(key))
+        value = await self.run("get", lambda client: client.get(key))
         return value.encode() if isinstance(value, str) else value
 
     async def set(self, key: str, value: bytes, ttl_s: float) -> None:
         px = _ttl_ms(ttl_s)
-        await self._call("set", lambda: self._client.set(key, value, px=px))
+        await self.run("set", lambda client: client.set(key, value, px=px))
 
     async def incr_version(self, key: str) -> int:
-        return int(await self._call("incr_version", lambda: self._version_script(keys=[key], args=["1"])))
+        return int(await self.run("incr_version", lambda _: self._version_script(keys=[key], args=["1"])))
 
     async def get_version(self, key: str) -> int:
-        return int(await self._call("get_version", lambda: self._version_script(keys=[key], args=["0"])))
+        return int(await self.run("get_version", lambda _: self._version_script(keys=[key], args=["0"])))
 
     async def acquire_lock(self, key: str, token: str, ttl_s: float) -> bool:
         px = _ttl_ms(ttl_s)
-        return bool(await self._call("lock", lambda: self._client.set(key, token, px=px, nx=True)))
+        return bool(await self.run("lock", lambda client: client.set(key, token, px=px, nx=True)))
 
     async def refresh_lock(self, key: str, token: str, ttl_s: float) -> bool:
         px = _ttl_ms(ttl_s)
-        return bool(await self._call("refresh_lock", lambda: self._refresh_script(keys=[key], args=[token, px])))
+        return bool(await self.run("refresh_lock", lambda _: self._refresh_script(keys=[key], args=[token, px])))
 
     async def release_lock(self, key: str, token: str) -> bool:
-        return bool(await self._call("unlock", lambda: self._release_script(keys=[key], args=[token])))
+        return bool(await self.run("unlock", lambda _: self._release_script(keys=[key], args=[token])))
 
     async def ping(self) -> None:
-        await self._call("ping", lambda: self._client.ping(), probe=True)
-
-    async def close(self) -> None:
-        if self._owns_client:
-            await self._client.aclose()
+        await self.run("ping", lambda client: client.ping(), probe=True)

@@ -2,8 +2,8 @@
 
 Stores the whole serialised response (msgspec JSON) under a key that embeds the tenant's knowledge
 version, with a TTL per answering route (a multi-hop answer is worth keeping longer than a chat
-reply). It never fails a request: a cache that is down or slow is a miss, counted in ``stats``
-and logged once per outage; the backend's short backoff means recovery needs no restart.
+reply). It never fails a request: a cache that is down or slow is a miss, counted in ``stats``;
+the shared Redis client logs the outage once and its short backoff means recovery needs no restart.
 """
 
 from __future__ import annotations
@@ -99,7 +99,6 @@ class ExactCache(Generic[R]):
         self._guard: StampedeGuard[R] = StampedeGuard(
             backend, lock_ttl_s=lock_ttl_s, max_wait_s=max_wait_s, poll_s=poll_s, on_error=self._record_error
         )
-        self._degraded = False
         self._events = events
         self.stats = CacheStats()
 
@@ -121,7 +120,6 @@ class ExactCache(Generic[R]):
         except CacheUnavailableError as exc:
             self._record_error(exc)
             return None
-        self._record_success()
         return exact_key(self._prefix, tenant, version, route, query, params)
 
     async def get(self, key: str) -> R | None:
@@ -145,7 +143,6 @@ class ExactCache(Generic[R]):
         except CacheUnavailableError as exc:
             self._record_error(exc)
             return False
-        self._record_success()
         self.stats.stores += 1
         return True
 
@@ -196,7 +193,6 @@ class ExactCache(Generic[R]):
         except CacheUnavailableError as exc:
             self._record_error(exc)
             return None
-        self._record_success()
         if raw is None:
             return None
         try:
@@ -207,13 +203,7 @@ class ExactCache(Generic[R]):
             return None
 
     def _record_error(self, exc: CacheUnavailableError) -> None:
+        """Count a failure served as a miss; the backend's client logs outages (once, not per layer)."""
         self.stats.errors += 1
         self._events.cache_result("exact", "error")
-        if not self._degraded:
-            self._degraded = True
-            logger.warning("response cache degraded to misses (%s): %s", self._backend.name, exc.detail)
-
-    def _record_success(self) -> None:
-        if self._degraded:
-            self._degraded = False
-            logger.info("response cache recovered (%s)", self._backend.name)
+        logger.debug("response cache miss on error: %s", exc.detail)

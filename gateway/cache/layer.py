@@ -11,12 +11,13 @@ from dataclasses import dataclass
 
 from langchain_core.embeddings import Embeddings
 
-from gateway.cache.backend import DEFAULT_BACKOFF_S, DEFAULT_TIMEOUT_S, CacheBackend, MemoryBackend, RedisBackend
+from gateway.cache.backend import CacheBackend, MemoryBackend, RedisBackend
 from gateway.cache.embeddings import DEFAULT_EMBEDDING_TTL_S, CachedEmbeddings
 from gateway.cache.events import NO_CACHE_EVENTS, CacheEvents
 from gateway.cache.exact import DEFAULT_TTL_S, ExactCache
 from gateway.cache.keys import DEFAULT_PREFIX
 from gateway.cache.versions import KnowledgeVersions
+from gateway.providers.redis import ResilientRedis
 from gateway.schemas import QueryResponse
 
 
@@ -33,17 +34,12 @@ class CacheLayer:
     ) -> CachedEmbeddings:
         return CachedEmbeddings(inner, self.backend, model=model, ttl_s=ttl_s, prefix=self.prefix, events=self.events)
 
-    async def close(self) -> None:
-        await self.backend.close()
-
 
 def open_cache(
-    redis_url: str | None,
+    redis: ResilientRedis | None,
     *,
     prefix: str = DEFAULT_PREFIX,
     namespace: str = "",
-    timeout_s: float = DEFAULT_TIMEOUT_S,
-    backoff_s: float = DEFAULT_BACKOFF_S,
     route_ttls: Mapping[str, float] | None = None,
     default_ttl_s: float = DEFAULT_TTL_S,
     lock_ttl_s: float = 5.0,
@@ -52,19 +48,18 @@ def open_cache(
     memory_max_bytes: int = 64 * 1024 * 1024,
     events: CacheEvents = NO_CACHE_EVENTS,
 ) -> CacheLayer:
-    """Redis when ``redis_url`` is set (shared by replicas), else the in-process LRU.
+    """The app's shared Redis client when there is one (shared by replicas), else the in-process LRU.
 
     ``namespace`` goes into response keys only: pass a fingerprint of the settings that shape
     answers (model, pipeline thresholds) so a deploy that changes them never serves answers made
     by the old ones, while version keys stay shared and a bump from any replica, old or new,
-    still invalidates everything. Opens no connection: Redis is dialled on first use, so a Redis
-    that is down at start-up degrades the cache instead of failing the gateway's start.
+    still invalidates everything. Opens no connection and owns none: the lifespan that opened
+    ``redis`` closes it, and Redis is dialled on first use, so a Redis that is down at start-up
+    degrades the cache instead of failing the gateway's start.
     """
-    backend: CacheBackend
-    if redis_url:
-        backend = RedisBackend.from_url(redis_url, timeout_s=timeout_s, backoff_s=backoff_s)
-    else:
-        backend = MemoryBackend(memory_max_entries, memory_max_bytes)
+    backend: CacheBackend = (
+        RedisBackend(redis) if redis is not None else MemoryBackend(memory_max_entries, memory_max_bytes)
+    )
     versions = KnowledgeVersions(backend, prefix=prefix)
     responses = ExactCache(
         backend,

@@ -15,7 +15,6 @@ Like the exact cache it never fails a request: any backend error or timeout is a
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
@@ -27,15 +26,8 @@ from typing import Any, Protocol, TypeAlias
 import msgspec
 import numpy as np
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
-from gateway.cache.backend import (
-    DEFAULT_BACKOFF_S,
-    DEFAULT_TIMEOUT_S,
-    CacheBackend,
-    CacheUnavailableError,
-    RedisBackend,
-)
+from gateway.cache.backend import CacheBackend, CacheUnavailableError, RedisBackend
 from gateway.cache.contrast import Contrast, find_contrast
 from gateway.cache.events import NO_CACHE_EVENTS, CacheEvents
 from gateway.cache.keys import DEFAULT_PREFIX, normalize_query, sha256_hex
@@ -139,41 +131,33 @@ class _Index(Protocol):
 
 
 class _RedisIndex:
-    """Buckets as sorted sets (member: entry id, score: expiry in ms), every call bounded by a timeout."""
+    """Buckets as sorted sets (member: entry id, score: expiry in ms), on the backend's shared Redis client."""
 
-    def __init__(self, client: Redis, timeout_s: float, backoff_s: float, shared: RedisBackend | None) -> None:
-        self._client, self._timeout_s, self._backoff_s, self._shared = client, timeout_s, backoff_s, shared
-        self._down_until = 0.0
-
-    async def _run(self, op: str, call: Callable[[], Awaitable[Any]]) -> Any:
-        if time.monotonic() < self._down_until or (self._shared is not None and not self._shared.available):
-            raise CacheUnavailableError(f"semantic cache {op} skipped: Redis failed recently")
-        try:
-            async with asyncio.timeout(self._timeout_s):
-                return await call()
-        except (RedisError, OSError, TimeoutError) as exc:
-            self._down_until = time.monotonic() + self._backoff_s
-            raise CacheUnavailableError(f"semantic cache {op} failed: {exc or type(exc).__name__}") from exc
+    def __init__(self, backend: RedisBackend) -> None:
+        self._backend = backend
 
     async def members(self, buckets: list[str], limit: int, now_ms: int) -> list[list[str]]:
-        async def call() -> Any:
-            pipe = self._client.pipeline(transaction=False)
+        async def call(client: Redis) -> Any:
+            pipe = client.pipeline(transaction=False)
             for key in buckets:
                 pipe.zrevrangebyscore(key, "+inf", now_ms, start=0, num=limit)
             return await pipe.execute()
 
-        rows = await self._run("members", call)
+        rows = await self._backend.run("semantic members", call)
         return [[m.decode() if isinstance(m, bytes) else str(m) for m in row] for row in rows]
 
     async def get_many(self, keys: list[str]) -> list[bytes | None]:
-        return list(await self._run("mget", lambda: self._client.mget(keys))) if keys else []
+        if not keys:
+            return []
+        values = await self._backend.run("semantic mget", lambda client: client.mget(keys))
+        return [value.encode() if isinstance(value, str) else value for value in values]
 
     async def put(self, values: dict[str, bytes], buckets: list[str], member: str, ttl_s: float, cap: int) -> None:
         ttl_ms = max(1, round(ttl_s * 1000))
         now_ms = _now_ms()
 
-        async def call() -> Any:
-            pipe = self._client.pipeline(transaction=False)
+        async def call(client: Redis) -> Any:
+            pipe = client.pipeline(transaction=False)
             for key, value in values.items():
                 pipe.set(key, value, px=ttl_ms)
             for key in buckets:
@@ -184,7 +168,7 @@ class _RedisIndex:
                 pipe.pexpire(key, ttl_ms, gt=True)  # …an old one lives as long as its longest-lived member
             return await pipe.execute()
 
-        await self._run("store", call)
+        await self._backend.run("semantic store", call)
 
 
 class _BackendIndex:
@@ -219,7 +203,7 @@ class SemanticCache:
 
     def __init__(
         self,
-        store: CacheBackend | Redis,
+        store: CacheBackend,
         embed: Any = None,
         *,
         prefix: str = DEFAULT_PREFIX,
@@ -231,17 +215,13 @@ class SemanticCache:
         bucket_cap: int = DEFAULT_BUCKET_CAP,
         seed: int = 0,
         guard: Guard | None = find_contrast,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
-        backoff_s: float = DEFAULT_BACKOFF_S,
         events: CacheEvents = NO_CACHE_EVENTS,
     ) -> None:
         if not -1.0 <= threshold <= 1.0 or ttl_s <= 0 or max_candidates < 1 or bucket_cap < 1:
             raise ValueError("invalid semantic cache settings")
         self._index: _Index
         if isinstance(store, RedisBackend):
-            self._index = _RedisIndex(store.client, timeout_s, backoff_s, store)
-        elif isinstance(store, Redis):
-            self._index = _RedisIndex(store, timeout_s, backoff_s, None)
+            self._index = _RedisIndex(store)
         else:
             self._index = _BackendIndex(store)
         self._embed = _embedder(embed) if embed is not None else None
@@ -249,7 +229,6 @@ class SemanticCache:
         self._bands, self._bits, self._seed = bands, bits_per_band, seed
         self._max_candidates, self._bucket_cap, self._guard = max_candidates, bucket_cap, guard
         self._lsh: dict[int, HyperplaneLSH] = {}
-        self._degraded = False
         self._events = events
         self.stats = SemanticStats()
 
@@ -274,7 +253,8 @@ class SemanticCache:
         try:
             return _normalise(await self._embed(query))
         except Exception as exc:  # the cache must never fail a request, not even through its embedder
-            self._record_error(f"embedding failed: {exc}")
+            logger.warning("semantic cache skipped: embedding the query failed: %s", exc)
+            self._record_error()
             return None
 
     async def lookup(
@@ -322,12 +302,9 @@ class SemanticCache:
                     continue
                 payload = (await self._index.get_many([f"{base}:r:{entry}"]))[0]
                 if payload is not None:
-                    self._record_success()
                     return SemanticHit(payload, round(similarity, 4), matched, entry)
-        except CacheUnavailableError as exc:
-            self._record_error(exc.detail)
-            return None
-        self._record_success()
+        except CacheUnavailableError:
+            self._record_error()  # the shared Redis client logged the outage
         return None
 
     def _score(self, qvec: Vector, ids: list[str], raw: list[bytes | None]) -> list[tuple[float, str, str]]:
@@ -369,24 +346,15 @@ class SemanticCache:
         try:
             buckets = self.bucket_keys(tenant, version, qvec, scope)
             await self._index.put(values, buckets, entry, ttl, self._bucket_cap)
-        except CacheUnavailableError as exc:
-            self._record_error(exc.detail)
+        except CacheUnavailableError:
+            self._record_error()
             return False
-        self._record_success()
         self.stats.stores += 1
         return True
 
-    def _record_error(self, detail: str) -> None:
+    def _record_error(self) -> None:
         self.stats.errors += 1
         self._events.cache_result("semantic", "error")
-        if not self._degraded:
-            self._degraded = True
-            logger.warning("semantic cache degraded to misses: %s", detail)
-
-    def _record_success(self) -> None:
-        if self._degraded:
-            self._degraded = False
-            logger.info("semantic cache recovered")
 
 
 def _now_ms() -> int:

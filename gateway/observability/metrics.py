@@ -137,13 +137,19 @@ class GatewayMetrics:
 
         self.dependency_up = Gauge(
             "gateway_dependency_up",
-            "1 when the last readiness probe reached the dependency (llm, vector_store, redis), else 0.",
+            "1 when the last readiness probe (or, for redis, the last call) reached the dependency, else 0.",
             ["dependency"],
             registry=r,
             multiprocess_mode="mostrecent",
         )
+        self.dependency_transitions = Counter(
+            "gateway_dependency_transitions_total",
+            "A degradable dependency (redis) going down or coming back, as seen by calls to it (state: down, up).",
+            ["dependency", "state"],
+            registry=r,
+        )
 
-    def initialise(self, *, classifier: str, cache_layers: Iterable[str]) -> None:
+    def initialise(self, *, classifier: str, cache_layers: Iterable[str], dependencies: Iterable[str] = ()) -> None:
         """Create the series every deployment will have at zero, so ``rate()`` sees their first increment.
 
         A counter series that appears at 1 has no increase in Prometheus' eyes until it moves again; the
@@ -164,6 +170,9 @@ class GatewayMetrics:
         for layer in cache_layers:
             for result in ("hit", "miss", "error"):
                 self.cache_requests.labels(layer, result)
+        for dependency in dependencies:
+            for state in ("down", "up"):
+                self.dependency_transitions.labels(dependency, state)
 
     def exposition(self) -> bytes:
         """The text format for ``/metrics``: this process's registry, or every worker's in multiprocess mode."""

@@ -301,6 +301,12 @@ class Telemetry:
         if self.metrics is not None:
             self.metrics.dependency_up.labels(name).set(1 if up else 0)
 
+    def dependency_changed(self, name: str, up: bool) -> None:
+        """A call found a dependency down, or back (``gateway.providers.redis.DependencyEvents``)."""
+        if self.metrics is not None:
+            self.metrics.dependency_transitions.labels(name, "up" if up else "down").inc()
+        self.dependency(name, up)
+
 
 def _error_kind(exc: Exception) -> str:
     """A bounded label for a failed LLM call."""

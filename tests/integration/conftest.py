@@ -10,6 +10,7 @@ import pytest
 from redis.asyncio import Redis
 
 from gateway.cache.backend import RedisBackend
+from gateway.providers.redis import ResilientRedis
 
 REDIS_TEST_URL = os.environ.get("REDIS_TEST_URL", "redis://127.0.0.1:6379/15")
 
@@ -33,8 +34,14 @@ async def prefix(redis: Redis) -> AsyncIterator[str]:
 
 
 @pytest.fixture
-async def backend() -> AsyncIterator[RedisBackend]:
-    # A generous timeout: these tests are about behaviour; test_cache_outage is about timeouts.
-    backend = RedisBackend.from_url(REDIS_TEST_URL, timeout_s=0.5)
-    yield backend
-    await backend.close()
+async def shared_redis() -> AsyncIterator[ResilientRedis]:
+    """The gateway's resilient client, as the app opens it; a generous timeout: these tests are about
+    behaviour, test_cache_outage is about timeouts."""
+    client = ResilientRedis.from_url(REDIS_TEST_URL, timeout_s=0.5)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+def backend(shared_redis: ResilientRedis) -> RedisBackend:
+    return RedisBackend(shared_redis)

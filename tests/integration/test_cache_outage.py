@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 from uuid import uuid4
 
 import pytest
@@ -21,6 +21,7 @@ from gateway.cache.backend import CacheUnavailableError, RedisBackend
 from gateway.cache.embeddings import CachedEmbeddings
 from gateway.cache.exact import ExactCache
 from gateway.cache.versions import KnowledgeVersions
+from gateway.providers.redis import ResilientRedis
 from gateway.schemas import QueryResponse
 from tests.redis_proxy import TcpProxy
 from tests.scripted import CountedCompute, query_response
@@ -66,12 +67,10 @@ async def prefix() -> AsyncIterator[str]:
 
 @pytest.fixture
 async def backend(proxy: TcpProxy) -> AsyncIterator[RedisBackend]:
-    """The production configuration (50 ms per call) with a short backoff, through the proxy."""
-    url = urlsplit(REDIS_TEST_URL)
-    via_proxy = urlunsplit(url._replace(netloc=f"127.0.0.1:{proxy.port}"))
-    backend = RedisBackend.from_url(via_proxy, backoff_s=BACKOFF_S)
-    yield backend
-    await backend.close()
+    """The production configuration (the shared client, 50 ms per call) with a short backoff, through the proxy."""
+    redis = ResilientRedis.from_url(proxy.url_for(REDIS_TEST_URL), backoff_s=BACKOFF_S)
+    yield RedisBackend(redis)
+    await redis.aclose()
 
 
 async def test_redis_stopping_mid_run_degrades_to_misses_and_caching_resumes_when_it_is_back(
@@ -88,13 +87,13 @@ async def test_redis_stopping_mid_run_degrades_to_misses_and_caching_resumes_whe
     await proxy.stop()
     assert await cache.get(key) is None  # a miss, not an exception
     assert cache.errors == 1
-    assert backend.failures == 1
+    assert backend.redis.failures == 1
     down = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)
     assert (down.source, down.value.answer) == ("bypass", "computed #2")
     assert not await cache.set(key, query_response("lost"))
     assert await versions.bump("acme") is None  # a document changed while Redis was down
     assert cache.errors == 3
-    assert backend.skipped >= 1  # inside the backoff Redis is not even tried
+    assert backend.redis.skipped >= 1  # inside the backoff Redis is not even tried
     with pytest.raises(CacheUnavailableError) as raised:
         await backend.ping()
     assert raised.value.provider == "cache"

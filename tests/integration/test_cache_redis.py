@@ -17,6 +17,7 @@ from gateway.cache.embeddings import CachedEmbeddings
 from gateway.cache.exact import ExactCache
 from gateway.cache.keys import embedding_key, lock_key, version_key
 from gateway.cache.versions import KnowledgeVersions
+from gateway.providers.redis import ResilientRedis
 from gateway.schemas import QueryResponse
 from tests.integration.conftest import REDIS_TEST_URL
 from tests.scripted import CountedCompute, query_response
@@ -103,8 +104,8 @@ async def test_twenty_concurrent_misses_compute_once(backend: RedisBackend, pref
 
 async def test_concurrent_misses_on_two_replicas_compute_once(prefix: str) -> None:
     """Two caches with their own Redis clients stand for two gateway processes."""
-    replicas = [RedisBackend.from_url(REDIS_TEST_URL, timeout_s=0.5) for _ in range(2)]
-    caches = [make_cache(b, prefix, poll_s=0.02) for b in replicas]
+    clients = [ResilientRedis.from_url(REDIS_TEST_URL, timeout_s=0.5) for _ in range(2)]
+    caches = [make_cache(RedisBackend(c), prefix, poll_s=0.02) for c in clients]
     compute = CountedCompute(delay_s=0.3)
     try:
         outcomes = await asyncio.gather(
@@ -114,8 +115,8 @@ async def test_concurrent_misses_on_two_replicas_compute_once(prefix: str) -> No
             )
         )
     finally:
-        for b in replicas:
-            await b.close()
+        for c in clients:
+            await c.aclose()
     assert compute.calls == 1
     assert {o.value.answer for o in outcomes} == {"computed #1"}
     assert sorted(o.source for o in outcomes).count("computed") == 1
@@ -174,4 +175,4 @@ async def test_query_vectors_are_cached_as_float32(backend: RedisBackend, prefix
 
 async def test_ping(backend: RedisBackend) -> None:
     await backend.ping()
-    assert backend.available
+    assert backend.redis.available

@@ -12,6 +12,7 @@ from redis.asyncio import Redis
 from gateway.access.keys import Principal
 from gateway.access.limits import RedisRateLimiter
 from gateway.errors import AccessUnavailableError
+from gateway.providers.redis import RedisUnavailableError, ResilientRedis
 from gateway.settings import Settings
 from tests.chat_support import ACME_KEY, bearer, chat_model, keyed, openai_client
 from tests.integration.conftest import REDIS_TEST_URL
@@ -77,26 +78,29 @@ async def test_token_budget_is_shared_too(make_client: Any, settings: Settings, 
 
 async def test_concurrent_requests_never_overshoot(prefix: str) -> None:
     frozen_clock = 60.0 * 28_333_334 + 10  # 10 s into a minute: the burst cannot straddle two windows
-    client = Redis.from_url(REDIS_TEST_URL)
-    limiter = RedisRateLimiter(
-        client, prefix=prefix, timeout_s=2.0, fail_closed=True, owns_client=True, clock=lambda: frozen_clock
-    )
+    redis = ResilientRedis.from_url(REDIS_TEST_URL, timeout_s=2.0)
+    limiter = RedisRateLimiter(redis, prefix=prefix, timeout_s=2.0, fail_closed=True, clock=lambda: frozen_clock)
     principal = Principal(name="burst", tenant="acme", scopes=frozenset({"query"}), requests_per_minute=25)
     try:
         decisions = await asyncio.gather(*(limiter.admit(principal) for _ in range(60)))
     finally:
-        await limiter.close()
+        await redis.aclose()
     assert sum(d.allowed for d in decisions) == 25
     assert {d.retry_after_s for d in decisions if not d.allowed} == {50}
 
 
+def dead_limiter(*, fail_closed: bool) -> tuple[ResilientRedis, RedisRateLimiter]:
+    redis = ResilientRedis.from_url(DEAD_REDIS, timeout_s=0.2)
+    return redis, RedisRateLimiter(redis, prefix="unused", timeout_s=0.2, fail_closed=fail_closed)
+
+
 async def test_redis_down_fails_open_to_per_process_limits() -> None:
-    limiter = RedisRateLimiter.from_url(DEAD_REDIS, prefix="unused", timeout_s=0.2, fail_closed=False)
+    redis, limiter = dead_limiter(fail_closed=False)
     principal = Principal(name="bot", tenant="acme", scopes=frozenset({"query"}), requests_per_minute=2)
     try:
         decisions = [await limiter.admit(principal) for _ in range(3)]
     finally:
-        await limiter.close()
+        await redis.aclose()
     assert [d.verdict for d in decisions] == ["ok", "ok", "requests"]
 
 
@@ -118,10 +122,11 @@ async def test_redis_down_fails_closed_when_configured(make_client: Any, setting
 
 
 async def test_fail_closed_limiter_raises_the_503_error() -> None:
-    limiter = RedisRateLimiter.from_url(DEAD_REDIS, prefix="unused", timeout_s=0.2, fail_closed=True)
+    redis, limiter = dead_limiter(fail_closed=True)
     principal = Principal(name="bot", tenant="acme", scopes=frozenset({"query"}), requests_per_minute=2)
     try:
-        with pytest.raises(AccessUnavailableError):
+        with pytest.raises(AccessUnavailableError) as raised:
             await limiter.admit(principal)
     finally:
-        await limiter.close()
+        await redis.aclose()
+    assert isinstance(raised.value.__cause__, RedisUnavailableError)  # translated at the boundary

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import pytest
 from litestar.testing import AsyncTestClient
 
 from gateway.app import create_app
@@ -14,6 +15,7 @@ from gateway.state import ProviderOverrides
 REDIS_TEST_URL = os.environ.get("REDIS_TEST_URL", "redis://127.0.0.1:6379/15")
 
 
+@pytest.mark.redis  # the other tests point at ports where nothing listens: no Redis needed
 async def test_ready_when_redis_answers(make_client: Any, settings: Settings) -> None:
     async with make_client(settings_override=settings.model_copy(update={"redis_url": REDIS_TEST_URL})) as (client, _):
         response = await client.get("/readyz")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from langchain_core.embeddings import Embeddings
 
 from gateway.cache import CacheLayer, MemoryBackend, RedisBackend, open_cache
+from gateway.providers.redis import ResilientRedis
 from gateway.schemas import QueryResponse
 from tests.scripted import query_response
 
@@ -24,17 +25,20 @@ async def test_without_a_redis_url_the_cache_lives_in_process() -> None:
     assert isinstance(layer.backend, MemoryBackend)
     assert layer.responses.ttl_for("direct") == 0
     assert layer.responses.ttl_for("multi_hop") == 30
-    await layer.close()
 
 
-async def test_with_a_redis_url_nothing_is_dialled_until_first_use() -> None:
-    layer = open_cache("redis://127.0.0.1:1/0", timeout_s=0.02)  # nothing listens there
+async def test_with_a_redis_client_nothing_is_dialled_until_first_use() -> None:
+    redis = ResilientRedis.from_url("redis://127.0.0.1:1/0", timeout_s=0.02)  # nothing listens there
+    layer = open_cache(redis)
     assert isinstance(layer.backend, RedisBackend)
+    assert layer.backend.redis is redis  # the caller's client, not a pool of its own
+    assert redis.failures == 0
     outcome = await layer.responses.get_or_compute(
         tenant="acme", route="auto", query="q", compute=lambda: _value("single_hop")
     )
     assert outcome.source == "bypass"
-    await layer.close()
+    assert redis.failures == 1
+    await redis.aclose()
 
 
 async def _value(route: str) -> QueryResponse:
