@@ -1,9 +1,12 @@
-"""The request path as one straight line: validate -> embed once -> route -> run -> respond."""
+"""The request path as one straight line: embed once -> route -> run -> respond.
+
+Requests arrive validated (``gateway.api.validation``, at the edge) and leave uncharged (the API
+handlers charge token budgets): this layer only answers.
+"""
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 import msgspec
 
@@ -12,7 +15,6 @@ from gateway.cache.exact import ExactCache
 from gateway.cache.keys import KeyParams
 from gateway.cache.semantic import SemanticCache, semantic_scope
 from gateway.cache.versions import KnowledgeVersions
-from gateway.errors import ClientError
 from gateway.knowledge import KnowledgeBase
 from gateway.observability.recorder import Telemetry
 from gateway.schemas import QueryRequest, QueryResponse, RouteResponse, Source, Usage
@@ -22,18 +24,12 @@ from routes.table import RouteTable
 from routes.types import RouteDecision
 
 
-@dataclass(frozen=True, slots=True)
-class QueryLimits:
-    max_query_chars: int
-
-
 class QueryService:
     def __init__(
         self,
         knowledge: KnowledgeBase,
         router: FrontRouter,
         table: RouteTable,
-        limits: QueryLimits,
         cache: ExactCache[QueryResponse] | None = None,
         semantic: SemanticCache | None = None,
         versions: KnowledgeVersions | None = None,
@@ -42,28 +38,14 @@ class QueryService:
         self._knowledge = knowledge
         self._router = router
         self._table = table
-        self._limits = limits
         self._cache = cache
         self._semantic = semantic
         self._versions = versions
         self._telemetry = telemetry or Telemetry(None, None)
 
-    def _clean(self, query: str) -> str:
-        cleaned = query.strip()
-        if not cleaned:
-            raise ClientError("The query is empty: send a question in the 'query' field.", field="query")
-        if len(cleaned) > self._limits.max_query_chars:
-            raise ClientError(
-                f"The query has {len(cleaned)} characters; the maximum is {self._limits.max_query_chars}. "
-                "Shorten it or raise GATEWAY_MAX_QUERY_CHARS.",
-                field="query",
-            )
-        return cleaned
-
     async def route(self, query: str) -> RouteDecision:
-        cleaned = self._clean(query)
-        vector = await self._knowledge.embed_query(cleaned)
-        decision, _ = await self._router.decide(cleaned, "auto", vector)
+        vector = await self._knowledge.embed_query(query)
+        decision, _ = await self._router.decide(query, "auto", vector)
         return decision
 
     async def answer(self, request: QueryRequest) -> QueryResponse:
@@ -75,7 +57,7 @@ class QueryService:
 
     async def _answer(self, request: QueryRequest) -> QueryResponse:
         started = time.perf_counter()
-        query = self._clean(request.query)
+        query = request.query
         if self._cache is None:
             return await self._compute(request, query, started)
         params: KeyParams = {"top_k": request.top_k, "allow_escalation": request.allow_escalation}

@@ -21,7 +21,7 @@ from litestar.openapi.spec import Reference, SecurityScheme
 from gateway.access.keys import ANONYMOUS, KeyRing, Principal, Scope, check_exposure
 from gateway.access.limits import LocalRateLimiter, RateLimiter, RedisRateLimiter
 from gateway.errors import AuthenticationError, PermissionDeniedError, RateLimitedError
-from gateway.settings import Settings
+from gateway.settings import AccessSettings, RedisSettings
 
 logger = logging.getLogger(__name__)
 
@@ -97,10 +97,10 @@ def provide_access(request: ASGIConnection[Any, Any, Any, Any]) -> Access:
     return access
 
 
-def open_limiter(settings: Settings) -> RateLimiter:
-    if settings.redis_url:
+def open_limiter(settings: AccessSettings, redis: RedisSettings) -> RateLimiter:
+    if redis.url:
         return RedisRateLimiter.from_url(
-            settings.redis_url,
+            redis.url,
             prefix=settings.rate_limit_prefix,
             timeout_s=settings.rate_limit_timeout_s,
             fail_closed=settings.rate_limit_fail_closed,
@@ -110,12 +110,14 @@ def open_limiter(settings: Settings) -> RateLimiter:
     return LocalRateLimiter()
 
 
-def access_lifespan(settings: Settings) -> Callable[[Litestar], Any]:
+def access_lifespan(settings: AccessSettings, redis: RedisSettings, host: str) -> Callable[[Litestar], Any]:
+    """Keys and the rate limiter for the app's life; ``host`` is where it listens (open mode off loopback)."""
+
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
-        check_exposure(settings)
+        check_exposure(settings, host)
         keys = KeyRing(settings.api_keys)
-        limiter = open_limiter(settings)
+        limiter = open_limiter(settings, redis)
         app.state.access = Access(keys, limiter)
         try:
             yield

@@ -13,7 +13,7 @@ REDIS_TEST_URL = os.environ.get("REDIS_TEST_URL", "redis://127.0.0.1:6379/15")
 
 
 def cached_settings(settings: Settings) -> Settings:
-    return settings.model_copy(update={"redis_url": REDIS_TEST_URL, "cache_prefix": f"test-{uuid.uuid4().hex[:8]}"})
+    return settings.replace(redis={"url": REDIS_TEST_URL}, cache={"prefix": f"test-{uuid.uuid4().hex[:8]}"})
 
 
 async def upsert(client: Any, tenant: str, text: str) -> None:
@@ -69,7 +69,7 @@ async def test_same_query_two_tenants_two_answers(make_client: Any, settings: Se
 
 
 async def test_semantic_cache_serves_a_paraphrase_but_not_a_contrast(make_client: Any, settings: Settings) -> None:
-    semantic = cached_settings(settings).model_copy(update={"cache_semantic_enabled": True})
+    semantic = cached_settings(settings).replace(semantic_cache={"enabled": True})
     async with make_client(answer_with_first_passage, settings_override=semantic) as (client, model):
         await upsert(client, "acme", "In 2023 Acme employees got 25 days of annual leave; in 2024 they got 27.")
         first = await ask(client, "acme", "How many days of annual leave did employees get in 2023?")

@@ -26,7 +26,7 @@ def generations(model: Any) -> int:
 
 def cache_settings(settings: Settings, redis_url: str) -> Settings:
     prefix = f"test-{uuid.uuid4().hex[:8]}"
-    return settings.model_copy(update={"redis_url": redis_url, "cache_prefix": prefix, "cache_backoff_s": 0.2})
+    return settings.replace(redis={"url": redis_url}, cache={"prefix": prefix, "backoff_s": 0.2})
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import pytest
 
 from gateway.access.__main__ import main as access_cli
 from gateway.access.keys import KeyRing, OpenAccessError, check_exposure, hash_key
-from gateway.settings import ApiKeyConfig, Settings
+from gateway.settings import AccessSettings, ApiKeyConfig, Settings
 from tests.chat_support import ACME_ADMIN_KEY, ACME_KEY, GLOBEX_KEY, bearer, chat_model, keyed, openai_client
 
 PROBLEM = "application/problem+json"
@@ -200,8 +200,8 @@ def test_api_keys_load_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
         '"requests_per_minute": 600, "daily_tokens": 2000000}]',
     )
     settings = Settings()
-    assert settings.api_keys[0].key_sha256 == digest
-    assert settings.api_keys[0].requests_per_minute == 600
+    assert settings.access.api_keys[0].key_sha256 == digest
+    assert settings.access.api_keys[0].requests_per_minute == 600
 
 
 def test_plain_keys_are_not_accepted_as_digests() -> None:
@@ -223,12 +223,12 @@ def test_plain_keys_are_not_accepted_as_digests() -> None:
 )
 def test_open_access_only_on_loopback_unless_allowed(host: str, keys: bool, allow: bool, refused: bool) -> None:
     api_keys = [ApiKeyConfig(name="bot", key_sha256=hash_key("k"), tenant="acme")] if keys else []
-    settings = Settings(host=host, api_keys=api_keys, allow_open_access=allow)
+    access = AccessSettings(api_keys=api_keys, allow_open_access=allow)
     if refused:
         with pytest.raises(OpenAccessError, match="GATEWAY_API_KEYS"):
-            check_exposure(settings)
+            check_exposure(access, host)
     else:
-        check_exposure(settings)
+        check_exposure(access, host)
 
 
 def test_cli_hashes_a_key_from_stdin(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
@@ -247,7 +247,7 @@ def test_cli_new_key_prints_a_usable_entry(capsys: pytest.CaptureFixture[str]) -
 
 
 async def test_app_refuses_to_start_open_on_a_public_address(make_client: Any, settings: Settings) -> None:
-    exposed = settings.model_copy(update={"host": "0.0.0.0"})
+    exposed = settings.replace(server={"host": "0.0.0.0"})
     with pytest.raises(BaseExceptionGroup) as caught:  # the test client's task group wraps lifespan errors
         async with make_client(chat_model(), settings_override=exposed):
             pass
