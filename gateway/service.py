@@ -7,6 +7,7 @@ handlers charge token budgets): this layer only answers.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import msgspec
 
@@ -22,6 +23,8 @@ from pipelines.shared.deps import LLMCall, Passage
 from routes.router import FrontRouter
 from routes.table import RouteTable
 from routes.types import RouteDecision
+
+Admit = Callable[[QueryRequest], QueryRequest]
 
 
 class QueryService:
@@ -48,9 +51,16 @@ class QueryService:
         decision, _ = await self._router.decide(query, "auto", vector)
         return decision
 
-    async def answer(self, request: QueryRequest) -> QueryResponse:
-        """Every answer path (``/v1/query``, chat completions) comes through here: one span and one count each."""
+    async def answer(self, request: QueryRequest, admit: Admit | None = None) -> QueryResponse:
+        """Every answer path (``/v1/query``, chat completions) comes through here: one span and one count each.
+
+        ``admit`` is the API edge's check of a client's request (limits, tenant): it runs inside the
+        request's span and count, so a rejected request is traced and counted like any other. This layer
+        checks nothing itself.
+        """
         with self._telemetry.request(request.route, request.query) as scope:
+            if admit is not None:
+                request = admit(request)
             response = await self._answer(request)
             self._telemetry.answered(scope, route=response.route, cached=response.cached, answer=response.answer)
             return msgspec.structs.replace(response, trace_id=scope.trace_id)

@@ -36,11 +36,13 @@ class QueryController(Controller):
         principal: NamedDependency[Principal],
         access: NamedDependency[Access],
     ) -> QueryResponse:
-        # The request travels whole: only what the edge decides (the cleaned query, the key's tenant) changes.
-        request = msgspec.structs.replace(
-            data, query=clean_query(data.query, settings.limits), tenant=principal.tenant_for(data.tenant)
-        )
-        response = await query_service.answer(request)
+        tenant = principal.tenant_for(data.tenant)
+
+        def admit(request: QueryRequest) -> QueryRequest:
+            """The request travels whole: only what the edge decides (the cleaned query, the key's tenant) changes."""
+            return msgspec.structs.replace(request, query=clean_query(request.query, settings.limits), tenant=tenant)
+
+        response = await query_service.answer(data, admit)
         await access.limiter.charge(principal, response.usage.input_tokens + response.usage.output_tokens)
         return response
 

@@ -175,6 +175,26 @@ async def test_daily_token_budget_is_checked_before_and_charged_after(make_clien
     assert int(caught.value.response.headers["retry-after"]) <= 86_400
 
 
+@pytest.mark.parametrize("api", ["native", "chat", "chat-stream"])
+async def test_every_answering_api_charges_the_token_budget(make_client: Any, settings: Settings, api: str) -> None:
+    """One layer charges (the API handlers, once the answer is final): a spent budget refuses the next request."""
+    async with make_client(chat_model(), settings_override=keyed(settings, daily_tokens=5)) as (client, _):
+        if api == "native":
+            answered = await client.post("/v1/query", json={"query": "hi", "route": "direct"}, headers=bearer(ACME_KEY))
+            assert answered.status_code == 200, answered.text
+            assert answered.json()["usage"]["input_tokens"] + answered.json()["usage"]["output_tokens"] > 5
+        else:
+            messages = [{"role": "user", "content": "hi"}]
+            stream = await openai_client(client, ACME_KEY).chat.completions.create(
+                model="gateway-direct", messages=messages, stream=api == "chat-stream"
+            )
+            if api == "chat-stream":
+                assert [chunk async for chunk in stream]  # type: ignore[union-attr]
+        refused = await client.post("/v1/route", json={"query": "hi"}, headers=bearer(ACME_KEY))
+    assert refused.status_code == 429, refused.text
+    assert refused.json()["code"] == "daily_token_budget_exceeded"
+
+
 def test_keys_are_matched_by_digest_only() -> None:
     entry = ApiKeyConfig(name="bot", key_sha256=hash_key("secret-1"), tenant="acme")
     ring = KeyRing([entry])
