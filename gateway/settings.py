@@ -23,7 +23,7 @@ import os
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import AliasChoices, BaseModel, Field, SecretStr
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 LOCAL_MODEL = "qwen2.5-coder-1.5b-instruct-q4_k_m"
@@ -56,7 +56,8 @@ class SettingsGroup(BaseSettings):
     """One concern's settings. Subclasses must say whether they shape answers (no default: a new group
     cannot be added without deciding whether cached answers depend on it)."""
 
-    model_config = SettingsConfigDict(env_prefix="GATEWAY_", extra="ignore", validate_by_name=True)
+    # ``forbid``: a misspelt or pre-grouping keyword (``CacheSettings(cache_prefix=...)``) fails loudly.
+    model_config = SettingsConfigDict(env_prefix="GATEWAY_", extra="forbid", validate_by_name=True)
 
     shapes_answers: ClassVar[bool]
 
@@ -328,6 +329,9 @@ class ObservabilitySettings(SettingsGroup):
 class Settings(BaseModel):
     """All groups. ``Settings()`` reads the environment (each group its own variables); tests and
     embedders pass groups, or change some fields of a copy with :meth:`replace`."""
+
+    # A flat keyword from before the grouping (``Settings(llm_model=...)``) must fail, not be ignored.
+    model_config = ConfigDict(extra="forbid")
 
     server: ServerSettings = Field(default_factory=ServerSettings)
     limits: RequestLimits = Field(default_factory=RequestLimits)
