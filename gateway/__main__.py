@@ -14,17 +14,19 @@ from gateway.settings import Settings
 
 def main() -> None:
     settings = Settings()
-    configure_logging(settings.log_format, logging.getLevelNamesMapping()[settings.log_level])
+    server, observability = settings.server, settings.observability
+    configure_logging(observability.log_format, logging.getLevelNamesMapping()[observability.log_level])
     try:
-        check_exposure(settings, quiet=True)  # before loading models: an open public gateway never starts
+        # Before loading models: an open public gateway never starts.
+        check_exposure(settings.access, server.host, quiet=True)
     except OpenAccessError as exc:
         raise SystemExit(f"gateway: {exc}") from exc
     uvicorn.run(
         create_app(settings),
-        host=settings.host,
-        port=settings.port,
+        host=server.host,
+        port=server.port,
         log_config=None,  # keep the root handler above: uvicorn's lines become JSON too
-        log_level=settings.log_level.lower(),
+        log_level=observability.log_level.lower(),
         access_log=False,
         timeout_graceful_shutdown=30,
     )

@@ -27,8 +27,7 @@ from gateway.api.health import HealthController
 from gateway.api.metrics import MetricsController
 from gateway.api.query import QueryController
 from gateway.cache.backend import RedisBackend
-from gateway.cache.layer import CacheLayer, open_cache
-from gateway.cache.semantic import SemanticCache
+from gateway.cache.layer import CacheLayer, open_cache, open_semantic_cache
 from gateway.chunking import Chunker
 from gateway.errors import handle_exception
 from gateway.knowledge import KnowledgeBase, NewDocument
@@ -38,12 +37,12 @@ from gateway.observability.recorder import Telemetry
 from gateway.observability.tracing import build_tracer_provider
 from gateway.providers.embeddings import build_embeddings, embedding_dimensions
 from gateway.providers.llm import LLMClient, build_chat_model, ping_llm
-from gateway.providers.redis import ResilientRedis
+from gateway.providers.redis import ResilientRedis, open_redis
 from gateway.providers.vectorstores.base import VectorStore
 from gateway.providers.vectorstores.lance import LanceVectorStore
 from gateway.providers.websearch import LocalStoreSearch, TavilySearch
-from gateway.service import QueryLimits, QueryService
-from gateway.settings import Settings
+from gateway.service import QueryService
+from gateway.settings import Settings, VectorStoreSettings
 from gateway.state import ProviderOverrides, Services
 from pipelines.corrective.graph import CorrectiveDeps
 from pipelines.corrective.graph import build_graph as build_corrective_graph
@@ -62,7 +61,7 @@ from routes.table import RoutePolicy, RouteTable
 logger = logging.getLogger("gateway")
 
 
-async def open_vector_store(settings: Settings, dimensions: int) -> VectorStore:
+async def open_vector_store(settings: VectorStoreSettings, dimensions: int) -> VectorStore:
     if settings.pinecone_api_key is not None:
         from gateway.providers.vectorstores.pinecone_store import PineconeVectorStore
 
@@ -72,7 +71,7 @@ async def open_vector_store(settings: Settings, dimensions: int) -> VectorStore:
             index_name=settings.pinecone_index,
             dimensions=dimensions,
         )
-    return await LanceVectorStore.open(settings.vector_store_path, dimensions)
+    return await LanceVectorStore.open(settings.path, dimensions)
 
 
 def _embed_texts(embeddings: Embeddings) -> EmbedTexts:
@@ -84,30 +83,31 @@ def _embed_texts(embeddings: Embeddings) -> EmbedTexts:
 
 def build_telemetry(settings: Settings, overrides: ProviderOverrides) -> Telemetry:
     """Fresh metrics and tracer provider per app, so apps (and tests) never share counters or spans."""
-    metrics = GatewayMetrics() if settings.metrics_enabled else None
+    observability = settings.observability
+    metrics = GatewayMetrics() if observability.metrics_enabled else None
     if metrics is not None:
-        layers = ["exact", "embedding"] if settings.cache_enabled else []
-        if settings.cache_enabled and settings.cache_semantic_enabled:
+        layers = ["exact", "embedding"] if settings.cache.enabled else []
+        if settings.cache.enabled and settings.semantic_cache.enabled:
             layers.append("semantic")
-        dependencies = ["redis"] if settings.redis_url else []
-        metrics.initialise(classifier=settings.router_classifier, cache_layers=layers, dependencies=dependencies)
+        dependencies = ["redis"] if settings.redis.url else []
+        metrics.initialise(classifier=settings.router.classifier, cache_layers=layers, dependencies=dependencies)
     provider = None
-    if settings.tracing_enabled:
-        provider = build_tracer_provider(otlp=settings.otlp_enabled, extra_exporter=overrides.span_exporter)
+    if observability.tracing_enabled:
+        provider = build_tracer_provider(otlp=observability.otlp_enabled, extra_exporter=overrides.span_exporter)
     return Telemetry(
         metrics,
         provider,
-        include_content=settings.trace_include_content,
-        llm_provider_name=settings.llm_provider_name,
+        include_content=observability.trace_include_content,
+        llm_provider_name=observability.llm_provider_name,
     )
 
 
 async def build_router(settings: Settings, embeddings: Embeddings, llm: LLMClient) -> FrontRouter:
     examples = [e for e in load_examples() if e.split == "train"]
     model = await asyncio.to_thread(
-        load_or_train, settings.router_cache_dir, examples, _embed_texts(embeddings), settings.embedding_model
+        load_or_train, settings.router_artefact.cache_dir, examples, _embed_texts(embeddings), settings.embeddings.model
     )
-    return FrontRouter(LogisticRouter(model), LLMRouter(llm), settings.router_classifier)
+    return FrontRouter(LogisticRouter(model), LLMRouter(llm), settings.router.classifier)
 
 
 def build_route_table(
@@ -119,31 +119,32 @@ def build_route_table(
     telemetry: Telemetry | None = None,
 ) -> RouteTable:
     """Compile every graph once, at start-up, around the clients the lifespan opened."""
-    grounding = GroundingPolicy(settings.min_relevance, settings.min_answer_support, settings.answer_max_tokens)
+    gates, corrective, retrieval = settings.grounding, settings.corrective, settings.retrieval
+    grounding = GroundingPolicy(gates.min_relevance, gates.min_answer_support, gates.answer_max_tokens)
     corrective_policy = CorrectivePolicy(
-        upper=settings.crag_upper,
-        lower=settings.crag_lower,
-        max_graded=settings.crag_max_graded,
-        explore_floor=settings.crag_explore_floor,
-        strip_threshold=settings.strip_threshold,
-        max_strips=settings.max_strips,
-        max_rewrites=settings.max_rewrites,
-        max_llm_calls=settings.budget_max_llm_calls,
-        max_seconds=settings.budget_max_seconds,
-        recursion_limit=settings.recursion_limit,
+        upper=corrective.crag_upper,
+        lower=corrective.crag_lower,
+        max_graded=corrective.crag_max_graded,
+        explore_floor=corrective.crag_explore_floor,
+        strip_threshold=corrective.strip_threshold,
+        max_strips=corrective.max_strips,
+        max_rewrites=corrective.max_rewrites,
+        max_llm_calls=corrective.budget_max_llm_calls,
+        max_seconds=corrective.budget_max_seconds,
+        recursion_limit=corrective.recursion_limit,
         grounding=grounding,
     )
     observer = telemetry or Telemetry(None, None)
     search: WebSearch = LocalStoreSearch(knowledge)
-    if settings.tavily_api_key is not None:
-        search = TavilySearch(http, settings.tavily_api_key.get_secret_value(), embeddings)
+    if settings.web_search.tavily_api_key is not None:
+        search = TavilySearch(http, settings.web_search.tavily_api_key.get_secret_value(), embeddings)
     single_hop = SingleHopDeps(
         llm=llm,
         retriever=knowledge,
         grounding=grounding,
         relevance=corrective_policy.relevance,
-        lower=settings.escalate_below,
-        upper=settings.crag_upper,
+        lower=retrieval.escalate_below,
+        upper=corrective.crag_upper,
         telemetry=observer,
     )
     return RouteTable(
@@ -153,64 +154,26 @@ def build_route_table(
             CorrectiveDeps(llm, knowledge, search, knowledge, corrective_policy, telemetry=observer)
         ),
         policy=RoutePolicy(
-            default_top_k=settings.default_top_k,
-            max_top_k=settings.max_top_k,
-            multi_hop_top_k=settings.multi_hop_top_k,
-            escalate_on_incorrect=settings.escalate_on_incorrect,
-            recursion_limit=settings.recursion_limit,
+            default_top_k=retrieval.default_top_k,
+            max_top_k=retrieval.max_top_k,
+            multi_hop_top_k=retrieval.multi_hop_top_k,
+            escalate_on_incorrect=retrieval.escalate_on_incorrect,
+            recursion_limit=corrective.recursion_limit,
         ),
         telemetry=observer,
-    )
-
-
-def open_redis(settings: Settings, telemetry: Telemetry) -> ResilientRedis | None:
-    """The app's one Redis client (None without REDIS_URL): the caches and the rate limiter share its
-    pool, its timeouts, its backoff and its degraded/recovered reports. Dials nothing yet."""
-    if not settings.redis_url:
-        return None
-    return ResilientRedis.from_url(
-        settings.redis_url,
-        timeout_s=settings.cache_timeout_s,
-        backoff_s=settings.cache_backoff_s,
-        socket_timeout_s=max(settings.cache_timeout_s, settings.rate_limit_timeout_s),  # the limiter's budget
-        events=telemetry,
     )
 
 
 def open_cache_layer(
     settings: Settings, redis: ResilientRedis | None, telemetry: Telemetry | None = None
 ) -> CacheLayer | None:
-    if not settings.cache_enabled:
+    if not settings.cache.enabled:
         return None
     return open_cache(
         redis,
-        prefix=settings.cache_prefix,
+        settings.cache,
         namespace=settings.answer_fingerprint(),
-        route_ttls=settings.cache_route_ttls,
-        default_ttl_s=settings.cache_default_ttl_s,
-        lock_ttl_s=settings.cache_lock_ttl_s,
-        max_wait_s=settings.cache_max_wait_s,
-        memory_max_entries=settings.cache_memory_max_entries,
-        memory_max_bytes=settings.cache_memory_max_bytes,
         events=telemetry or Telemetry(None, None),
-    )
-
-
-def open_semantic_cache(settings: Settings, cache: CacheLayer | None, embeddings: Embeddings) -> SemanticCache | None:
-    """Shares the layer's backend and namespaced prefix, so a knowledge-version bump reaches it too."""
-    if cache is None or not settings.cache_semantic_enabled:
-        return None
-    namespace = settings.answer_fingerprint()
-    return SemanticCache(
-        cache.backend,
-        embeddings,
-        prefix=f"{settings.cache_prefix}:{namespace}",
-        threshold=settings.cache_semantic_threshold,
-        bands=settings.cache_semantic_bands,
-        bits_per_band=settings.cache_semantic_bits_per_band,
-        max_candidates=settings.cache_semantic_max_candidates,
-        bucket_cap=settings.cache_semantic_bucket_cap,
-        events=cache.events,
     )
 
 
@@ -241,33 +204,35 @@ def _lifespan(
             telemetry = build_telemetry(settings, overrides)
             stack.callback(_close_telemetry, telemetry)
             app.state.telemetry = telemetry  # read by the tracing middleware
-            redis = open_redis(settings, telemetry)
+            redis = open_redis(settings.redis, longest_call_s=settings.access.rate_limit_timeout_s, events=telemetry)
             if redis is not None:
                 stack.push_async_callback(redis.aclose)
-            app.state.access = open_access(settings, redis)  # read by the guards, before any handler
+            app.state.access = open_access(
+                settings.access, settings.server.host, redis
+            )  # read by the guards, before any handler
             http = await stack.enter_async_context(httpx.AsyncClient())
             embeddings = overrides.embeddings
             if embeddings is None:
-                embeddings = await asyncio.to_thread(build_embeddings, settings)
+                embeddings = await asyncio.to_thread(build_embeddings, settings.embeddings, settings.llm_endpoint)
             dimensions = embedding_dimensions(embeddings)
-            store = overrides.vector_store or await open_vector_store(settings, dimensions)
+            store = overrides.vector_store or await open_vector_store(settings.vector_store, dimensions)
             stack.push_async_callback(store.close)
-            chat_model = overrides.chat_model or build_chat_model(settings)
+            chat_model = overrides.chat_model or build_chat_model(settings.llm, settings.llm_endpoint)
             llm = LLMClient(
                 chat_model,
-                model_name=settings.llm_model,
-                price=settings.price_for(settings.llm_model),
+                model_name=settings.llm.model,
+                price=settings.llm_endpoint.price_for(settings.llm.model),
                 telemetry=telemetry,
             )
             cache = open_cache_layer(settings, redis, telemetry)
             query_embeddings = embeddings
-            if cache is not None and settings.embedding_cache_ttl_s > 0:
-                model = f"{settings.embedding_provider}:{settings.embedding_model}"
-                query_embeddings = cache.wrap_embeddings(embeddings, model=model, ttl_s=settings.embedding_cache_ttl_s)
+            if cache is not None and settings.cache.embedding_ttl_s > 0:
+                model = f"{settings.embeddings.provider}:{settings.embeddings.model}"
+                query_embeddings = cache.wrap_embeddings(embeddings, model=model, ttl_s=settings.cache.embedding_ttl_s)
             knowledge = KnowledgeBase(
                 query_embeddings,
                 store,
-                Chunker(settings.chunk_size, settings.chunk_overlap),
+                Chunker(settings.chunking.size, settings.chunking.overlap),
                 versions=cache.versions if cache is not None else None,
             )
             # Router training embeds in bulk with the sync API: it gets the unwrapped model.
@@ -276,7 +241,7 @@ def _lifespan(
 
             async def llm_check() -> None:
                 if overrides.chat_model is None:
-                    await ping_llm(http, settings)
+                    await ping_llm(http, settings.llm_endpoint, settings.server.readiness_timeout_s)
 
             app.state.services = Services(
                 settings=settings,
@@ -287,9 +252,10 @@ def _lifespan(
                     knowledge,
                     router,
                     table,
-                    QueryLimits(settings.max_query_chars),
                     cache=cache.responses if cache is not None else None,
-                    semantic=open_semantic_cache(settings, cache, query_embeddings),
+                    semantic=open_semantic_cache(
+                        cache, settings.semantic_cache, query_embeddings, namespace=settings.answer_fingerprint()
+                    ),
                     versions=cache.versions if cache is not None else None,
                     telemetry=telemetry,
                 ),
@@ -298,13 +264,13 @@ def _lifespan(
                 redis=redis,
                 telemetry=telemetry,
             )
-            if settings.load_sample_kb:
+            if settings.server.load_sample_kb:
                 chunks = await load_sample_kb(knowledge)
                 logger.info("sample knowledge base loaded into tenant 'default' (%d chunks)", chunks)
             logger.info(
                 "gateway ready: llm=%s at %s, vector store=%s, router=%s, cache=%s",
-                settings.llm_model,
-                settings.llm_base_url,
+                settings.llm.model,
+                settings.llm_endpoint.base_url,
                 store.name,
                 router.classifier_name,
                 _describe_cache(cache),
@@ -352,7 +318,7 @@ def create_app(settings: Settings | None = None, overrides: ProviderOverrides | 
             "access": Provide(provide_access, sync_to_thread=False),
             "chat_service": Provide(provide_chat_service, sync_to_thread=False),
         },
-        request_max_body_size=settings.max_body_bytes,
+        request_max_body_size=settings.limits.max_body_bytes,
         exception_handlers={Exception: handle_exception},
         # Logging is the process's to configure (``python -m gateway``: JSON lines); Litestar's default would
         # replace the root handler with its own text format at start-up.

@@ -26,8 +26,9 @@ def build_artefact(settings: Settings, embeddings: Embeddings) -> Path:
     def embed(texts: list[str]) -> np.ndarray:
         return np.asarray(embeddings.embed_documents(texts), dtype=np.float32)
 
-    load_or_train(settings.router_cache_dir, examples, embed, settings.embedding_model)
-    path = artefact_path(settings.router_cache_dir, examples, settings.embedding_model)
+    directory, model = settings.router_artefact.cache_dir, settings.embeddings.model
+    load_or_train(directory, examples, embed, model)
+    path = artefact_path(directory, examples, model)
     if not path.is_file():
         raise RuntimeError(f"router artefact was not written to {path} (is the directory writable?)")
     return path
@@ -36,7 +37,7 @@ def build_artefact(settings: Settings, embeddings: Embeddings) -> Path:
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     settings = Settings()
-    print(build_artefact(settings, build_embeddings(settings)))
+    print(build_artefact(settings, build_embeddings(settings.embeddings, settings.llm_endpoint)))
 
 
 if __name__ == "__main__":

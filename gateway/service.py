@@ -1,9 +1,13 @@
-"""The request path as one straight line: validate -> embed once -> route -> run -> respond."""
+"""The request path as one straight line: embed once -> route -> run -> respond.
+
+Requests arrive validated (``gateway.api.validation``, at the edge) and leave uncharged (the API
+handlers charge token budgets): this layer only answers.
+"""
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
 
 import msgspec
 
@@ -12,7 +16,6 @@ from gateway.cache.exact import ExactCache
 from gateway.cache.keys import KeyParams
 from gateway.cache.semantic import SemanticCache, semantic_scope
 from gateway.cache.versions import KnowledgeVersions
-from gateway.errors import ClientError
 from gateway.knowledge import KnowledgeBase
 from gateway.observability.recorder import Telemetry
 from gateway.schemas import QueryRequest, QueryResponse, RouteResponse, Source, Usage
@@ -21,10 +24,7 @@ from routes.router import FrontRouter
 from routes.table import RouteTable
 from routes.types import RouteDecision
 
-
-@dataclass(frozen=True, slots=True)
-class QueryLimits:
-    max_query_chars: int
+Admit = Callable[[QueryRequest], QueryRequest]
 
 
 class QueryService:
@@ -33,7 +33,6 @@ class QueryService:
         knowledge: KnowledgeBase,
         router: FrontRouter,
         table: RouteTable,
-        limits: QueryLimits,
         cache: ExactCache[QueryResponse] | None = None,
         semantic: SemanticCache | None = None,
         versions: KnowledgeVersions | None = None,
@@ -42,40 +41,33 @@ class QueryService:
         self._knowledge = knowledge
         self._router = router
         self._table = table
-        self._limits = limits
         self._cache = cache
         self._semantic = semantic
         self._versions = versions
         self._telemetry = telemetry or Telemetry(None, None)
 
-    def _clean(self, query: str) -> str:
-        cleaned = query.strip()
-        if not cleaned:
-            raise ClientError("The query is empty: send a question in the 'query' field.", field="query")
-        if len(cleaned) > self._limits.max_query_chars:
-            raise ClientError(
-                f"The query has {len(cleaned)} characters; the maximum is {self._limits.max_query_chars}. "
-                "Shorten it or raise GATEWAY_MAX_QUERY_CHARS.",
-                field="query",
-            )
-        return cleaned
-
     async def route(self, query: str) -> RouteDecision:
-        cleaned = self._clean(query)
-        vector = await self._knowledge.embed_query(cleaned)
-        decision, _ = await self._router.decide(cleaned, "auto", vector)
+        vector = await self._knowledge.embed_query(query)
+        decision, _ = await self._router.decide(query, "auto", vector)
         return decision
 
-    async def answer(self, request: QueryRequest) -> QueryResponse:
-        """Every answer path (``/v1/query``, chat completions) comes through here: one span and one count each."""
+    async def answer(self, request: QueryRequest, admit: Admit | None = None) -> QueryResponse:
+        """Every answer path (``/v1/query``, chat completions) comes through here: one span and one count each.
+
+        ``admit`` is the API edge's check of a client's request (limits, tenant): it runs inside the
+        request's span and count, so a rejected request is traced and counted like any other. This layer
+        checks nothing itself.
+        """
         with self._telemetry.request(request.route, request.query) as scope:
+            if admit is not None:
+                request = admit(request)
             response = await self._answer(request)
             self._telemetry.answered(scope, route=response.route, cached=response.cached, answer=response.answer)
             return msgspec.structs.replace(response, trace_id=scope.trace_id)
 
     async def _answer(self, request: QueryRequest) -> QueryResponse:
         started = time.perf_counter()
-        query = self._clean(request.query)
+        query = request.query
         if self._cache is None:
             return await self._compute(request, query, started)
         params: KeyParams = {"top_k": request.top_k, "allow_escalation": request.allow_escalation}

@@ -1,18 +1,29 @@
-"""Every knob of the gateway, read from the environment once at start-up.
+"""Every knob of the gateway, read from the environment once at start-up, grouped by concern.
 
-Well-known provider variables (``OPENAI_API_KEY``, ``OPENAI_BASE_URL``, ``PINECONE_API_KEY``,
-``REDIS_URL``) are honoured under their usual names so production switches providers without a
-gateway-specific mapping; everything else is ``GATEWAY_``-prefixed.
+Each group is a small ``BaseSettings`` with its own ``env_prefix``, so the environment variable of a
+field is ``env_prefix + field name`` unless the field names its variables itself (the well-known
+provider variables ``OPENAI_API_KEY``, ``OPENAI_BASE_URL``, ``PINECONE_API_KEY``,
+``PINECONE_INDEX_HOST``, ``REDIS_URL`` and ``TAVILY_API_KEY`` are honoured under their usual names, so
+production switches providers without a gateway-specific mapping). pydantic-settings does not read
+``validation_alias`` of fields inside a nested plain ``BaseModel`` from the environment, which is why
+the groups are settings classes of their own rather than nested models of one settings class.
+
+:class:`Settings` composes the groups; ``Settings()`` builds each from the environment, once, and the
+app hands each group whole to the component that owns it. A group says whether it shapes answers
+(``shapes_answers``): the answer cache's namespace is a digest of every shaping group, whole, so a
+new knob in one of them can never be left out of it. Groups mixing both kinds were split (the LLM's
+generation settings vs its endpoint, the router's classifier vs where its artefact is kept).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import AliasChoices, BaseModel, Field, SecretStr
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 LOCAL_MODEL = "qwen2.5-coder-1.5b-instruct-q4_k_m"
@@ -41,88 +52,95 @@ class ApiKeyConfig(BaseModel):
     daily_tokens: int | None = Field(None, ge=1)
 
 
-class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="GATEWAY_", extra="ignore", populate_by_name=True)
+class SettingsGroup(BaseSettings):
+    """One concern's settings. Subclasses must say whether they shape answers (no default: a new group
+    cannot be added without deciding whether cached answers depend on it)."""
 
-    # HTTP
-    host: str = "127.0.0.1"
-    port: int = 8000
-    max_query_chars: int = Field(4000, ge=1)
-    max_documents_per_request: int = Field(256, ge=1)
-    max_document_chars: int = Field(500_000, ge=1)
+    # ``forbid``: a misspelt or pre-grouping keyword (``CacheSettings(cache_prefix=...)``) fails loudly.
+    model_config = SettingsConfigDict(env_prefix="GATEWAY_", extra="forbid", validate_by_name=True)
 
-    # LLM (any OpenAI-compatible endpoint; the default is the local llama.cpp server)
-    llm_base_url: str = Field(
-        "http://127.0.0.1:8081/v1", validation_alias=AliasChoices("GATEWAY_LLM_BASE_URL", "OPENAI_BASE_URL")
-    )
-    llm_api_key: SecretStr = Field(
-        SecretStr("local-no-key"), validation_alias=AliasChoices("GATEWAY_LLM_API_KEY", "OPENAI_API_KEY")
-    )
-    llm_model: str = LOCAL_MODEL
-    llm_timeout_s: float = Field(120.0, gt=0)
-    llm_max_retries: int = Field(1, ge=0)
-    llm_temperature: float = 0.0
-    llm_max_tokens: int = Field(320, ge=16)
-    llm_prices: dict[str, ModelPrice] = Field(default_factory=dict)
+    shapes_answers: ClassVar[bool]
 
-    # Embeddings
-    embedding_provider: Literal["use", "openai"] = "use"
-    embedding_model: str = "use-multilingual-v3"
-    embedding_threads: int = Field(1, ge=1)
 
-    # Vector store: embedded LanceDB unless a Pinecone key is set
-    vector_store_path: Path = Path(".data/lancedb")
-    pinecone_api_key: SecretStr | None = Field(
-        None, validation_alias=AliasChoices("GATEWAY_PINECONE_API_KEY", "PINECONE_API_KEY")
-    )
-    pinecone_index_host: str | None = Field(
-        None, validation_alias=AliasChoices("GATEWAY_PINECONE_INDEX_HOST", "PINECONE_INDEX_HOST")
-    )
-    pinecone_index: str = "rag-gateway"
+# --- groups that shape answers: hashed whole into the answer cache's namespace -----------------------
 
-    # Cache: Redis when REDIS_URL is set (shared by replicas), else an in-process LRU
-    redis_url: str | None = Field(None, validation_alias=AliasChoices("GATEWAY_REDIS_URL", "REDIS_URL"))
-    cache_enabled: bool = True
-    cache_prefix: str = "rag"
-    cache_timeout_s: float = Field(0.05, gt=0)
-    cache_backoff_s: float = Field(1.0, ge=0)
-    cache_default_ttl_s: float = Field(300.0, ge=0)
-    cache_route_ttls: dict[str, float] = Field(
-        default_factory=lambda: {"direct": 600.0, "single_hop": 3600.0, "multi_hop": 3600.0}
-    )
-    cache_lock_ttl_s: float = Field(5.0, gt=0)
-    cache_max_wait_s: float = Field(30.0, ge=0)
-    cache_memory_max_entries: int = Field(10_000, ge=1)
-    cache_memory_max_bytes: int = Field(64 * 1024 * 1024, ge=1)
-    embedding_cache_ttl_s: float = Field(7 * 24 * 3600.0, ge=0)
-    # Semantic cache (opt-in): LSH buckets in plain Redis, exact cosine re-check, contrast guard.
-    cache_semantic_enabled: bool = False
-    cache_semantic_threshold: float = Field(0.87, ge=0.0, le=1.0)
-    cache_semantic_bands: int = Field(24, ge=1)
-    cache_semantic_bits_per_band: int = Field(12, ge=1, le=62)
-    cache_semantic_max_candidates: int = Field(64, ge=1)
-    cache_semantic_bucket_cap: int = Field(32, ge=1)
 
-    # Knowledge ingestion
-    chunk_size: int = Field(700, ge=100)
-    chunk_overlap: int = Field(100, ge=0)
-    load_sample_kb: bool = False
+class LLMSettings(SettingsGroup):
+    """What the model is asked with: the same question gets another answer when one of these changes."""
 
-    # Routing and retrieval
-    router_classifier: Literal["logistic", "llm"] = "logistic"
-    router_cache_dir: Path = Field(default_factory=lambda: cache_root() / "router")
+    model_config = SettingsConfigDict(env_prefix="GATEWAY_LLM_")
+    shapes_answers = True
+
+    model: str = LOCAL_MODEL
+    temperature: float = 0.0
+    max_tokens: int = Field(320, ge=16)
+
+
+class EmbeddingSettings(SettingsGroup):
+    """Query and passage vectors. ``threads`` is included too: BLAS thread counts may change the float
+    summation order, and a cache miss after retuning it costs less than a doubt about a served answer."""
+
+    model_config = SettingsConfigDict(env_prefix="GATEWAY_EMBEDDING_")
+    shapes_answers = True
+
+    provider: Literal["use", "openai"] = "use"
+    model: str = "use-multilingual-v3"
+    threads: int = Field(1, ge=1)
+
+
+class ChunkingSettings(SettingsGroup):
+    """How ingested documents are cut into passages (characters per chunk)."""
+
+    model_config = SettingsConfigDict(env_prefix="GATEWAY_CHUNK_")
+    shapes_answers = True
+
+    size: int = Field(700, ge=100)
+    overlap: int = Field(100, ge=0)
+
+
+class RouterSettings(SettingsGroup):
+    """Which classifier picks the route of an ``auto`` query (where its artefact lives: RouterArtefactSettings)."""
+
+    model_config = SettingsConfigDict(env_prefix="GATEWAY_ROUTER_")
+    shapes_answers = True
+
+    classifier: Literal["logistic", "llm"] = "logistic"
+
+
+class RetrievalSettings(SettingsGroup):
+    """Retrieval depth per route and when single_hop gives up and escalates to the corrective pipeline."""
+
+    shapes_answers = True
+
     default_top_k: int = Field(4, ge=1, le=50)
     max_top_k: int = Field(20, ge=1, le=100)
     multi_hop_top_k: int = Field(8, ge=1, le=50)
-    # Grounding gates (LLM-free): cosine floor for a passage to reach the generator, and the share of
-    # an answer's new words that must occur in its cited passages.
+    escalate_on_incorrect: bool = True
+    # single_hop escalates only when every passage scores below this (a clearly failed retrieval): on the
+    # shared SQuAD set 0.12 escalates 13% of questions, 62% of the answerable ones with gold really missed,
+    # vs 37% and 35% at crag_lower (0.2).
+    escalate_below: float = Field(0.12, ge=0.0, le=1.0)
+
+
+class GroundingSettings(SettingsGroup):
+    """LLM-free grounding gates: cosine floor for a passage to reach the generator, and the share of an
+    answer's new words that must occur in its cited passages."""
+
+    shapes_answers = True
+
     min_relevance: float = Field(0.18, ge=-1.0, le=1.0)
     min_answer_support: float = Field(0.5, ge=0.0, le=1.0)
     # Grounded answers are one to three sentences: the cap ends a small model's repetition loop early
     # (on CPU every runaway token costs ~0.1 s), not a legitimate answer.
     answer_max_tokens: int = Field(200, ge=16)
 
-    # Corrective pipeline (CRAG + Self-RAG); thresholds are on the fast scorer's probability.
+
+class CorrectiveSettings(SettingsGroup):
+    """Corrective pipeline (CRAG + Self-RAG); thresholds are on the fast scorer's probability. The budgets
+    belong here too: a loop cut short by them ends with another answer."""
+
+    shapes_answers = True
+
     crag_upper: float = Field(0.5, ge=0.0, le=1.0)
     crag_lower: float = Field(0.2, ge=0.0, le=1.0)
     crag_max_graded: int = Field(2, ge=0)
@@ -133,20 +151,157 @@ class Settings(BaseSettings):
     budget_max_llm_calls: int = Field(10, ge=1)
     budget_max_seconds: float = Field(90.0, gt=0)
     recursion_limit: int = Field(40, ge=10)
-    escalate_on_incorrect: bool = True
-    # single_hop escalates only when every passage scores below this (a clearly failed retrieval): on the
-    # shared SQuAD set 0.12 escalates 13% of questions, 62% of the answerable ones with gold really missed,
-    # vs 37% and 35% at crag_lower (0.2).
-    escalate_below: float = Field(0.12, ge=0.0, le=1.0)
+
+
+# --- groups that do not shape answers: endpoints, secrets, paths, timeouts, limits ---------------------
+
+
+class ServerSettings(SettingsGroup):
+    """The process: where it listens, how long a readiness probe waits, what it loads at start-up."""
+
+    shapes_answers = False
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    readiness_timeout_s: float = Field(2.0, gt=0)
+    # New documents bump the tenant's knowledge version, which already keys every cached answer.
+    load_sample_kb: bool = False
+
+
+class RequestLimits(SettingsGroup):
+    """Limits of the native API's requests, each answered with a clear 4xx (chat's own: ChatSettings)."""
+
+    shapes_answers = False
+
+    max_body_bytes: int = Field(10 * 1024 * 1024, ge=1024)
+    max_query_chars: int = Field(4000, ge=1)
+    max_documents_per_request: int = Field(256, ge=1)
+    max_document_chars: int = Field(500_000, ge=1)
+
+
+class ChatSettings(SettingsGroup):
+    """The OpenAI-compatible API's request limits and follow-up rewriting. Not answer-shaping: the
+    rewritten question is what the answer cache is keyed on."""
+
+    model_config = SettingsConfigDict(env_prefix="GATEWAY_CHAT_")
+    shapes_answers = False
+
+    max_messages: int = Field(64, ge=1)
+    max_message_chars: int = Field(16_000, ge=1)
+    max_tokens: int = Field(4096, ge=1)
+    # Follow-ups: earlier turns (at most this many messages) make the last question self-contained.
+    rewrite_followups: bool = True
+    history_messages: int = Field(8, ge=1)
+
+
+class LLMEndpointSettings(SettingsGroup):
+    """Where and how the model is called (any OpenAI-compatible endpoint; the default is the local
+    llama.cpp server), and what its tokens cost."""
+
+    model_config = SettingsConfigDict(env_prefix="GATEWAY_LLM_")
+    shapes_answers = False
+
+    base_url: str = Field(
+        "http://127.0.0.1:8081/v1", validation_alias=AliasChoices("GATEWAY_LLM_BASE_URL", "OPENAI_BASE_URL")
+    )
+    api_key: SecretStr = Field(
+        SecretStr("local-no-key"), validation_alias=AliasChoices("GATEWAY_LLM_API_KEY", "OPENAI_API_KEY")
+    )
+    timeout_s: float = Field(120.0, gt=0)
+    max_retries: int = Field(1, ge=0)
+    prices: dict[str, ModelPrice] = Field(default_factory=dict)
+
+    def price_for(self, model: str) -> ModelPrice:
+        return self.prices.get(model, ModelPrice())
+
+
+class VectorStoreSettings(SettingsGroup):
+    """Embedded LanceDB unless a Pinecone key is set."""
+
+    shapes_answers = False
+
+    path: Path = Field(Path(".data/lancedb"), validation_alias=AliasChoices("GATEWAY_VECTOR_STORE_PATH"))
+    pinecone_api_key: SecretStr | None = Field(
+        None, validation_alias=AliasChoices("GATEWAY_PINECONE_API_KEY", "PINECONE_API_KEY")
+    )
+    pinecone_index_host: str | None = Field(
+        None, validation_alias=AliasChoices("GATEWAY_PINECONE_INDEX_HOST", "PINECONE_INDEX_HOST")
+    )
+    pinecone_index: str = "rag-gateway"
+
+
+class RedisSettings(SettingsGroup):
+    """The Redis every shared state uses (caches, rate limits); unset: per-process fallbacks."""
+
+    shapes_answers = False
+
+    url: str | None = Field(None, validation_alias=AliasChoices("GATEWAY_REDIS_URL", "REDIS_URL"))
+    # Every Redis call (caches and rate limiter share one client): its budget, and how long every caller
+    # skips Redis after a failure. Named GATEWAY_CACHE_* since the cache was the first Redis caller.
+    timeout_s: float = Field(0.05, gt=0, validation_alias=AliasChoices("GATEWAY_CACHE_TIMEOUT_S"))
+    backoff_s: float = Field(1.0, ge=0, validation_alias=AliasChoices("GATEWAY_CACHE_BACKOFF_S"))
+
+
+class CacheSettings(SettingsGroup):
+    """Exact response cache and query-embedding cache: Redis when REDIS_URL is set, else an in-process LRU."""
+
+    model_config = SettingsConfigDict(env_prefix="GATEWAY_CACHE_")
+    shapes_answers = False
+
+    enabled: bool = True
+    prefix: str = "rag"
+    default_ttl_s: float = Field(300.0, ge=0)
+    route_ttls: dict[str, float] = Field(
+        default_factory=lambda: {"direct": 600.0, "single_hop": 3600.0, "multi_hop": 3600.0}
+    )
+    lock_ttl_s: float = Field(5.0, gt=0)
+    max_wait_s: float = Field(30.0, ge=0)
+    memory_max_entries: int = Field(10_000, ge=1)
+    memory_max_bytes: int = Field(64 * 1024 * 1024, ge=1)
+    embedding_ttl_s: float = Field(
+        7 * 24 * 3600.0, ge=0, validation_alias=AliasChoices("GATEWAY_EMBEDDING_CACHE_TTL_S")
+    )
+
+
+class SemanticCacheSettings(SettingsGroup):
+    """Semantic cache (opt-in): LSH buckets in plain Redis, exact cosine re-check, contrast guard."""
+
+    model_config = SettingsConfigDict(env_prefix="GATEWAY_CACHE_SEMANTIC_")
+    shapes_answers = False
+
+    enabled: bool = False
+    threshold: float = Field(0.87, ge=0.0, le=1.0)
+    bands: int = Field(24, ge=1)
+    bits_per_band: int = Field(12, ge=1, le=62)
+    max_candidates: int = Field(64, ge=1)
+    bucket_cap: int = Field(32, ge=1)
+
+
+class RouterArtefactSettings(SettingsGroup):
+    """Where the trained router is kept: the artefact's name already digests its training data and model."""
+
+    model_config = SettingsConfigDict(env_prefix="GATEWAY_ROUTER_")
+    shapes_answers = False
+
+    cache_dir: Path = Field(default_factory=lambda: cache_root() / "router")
+
+
+class WebSearchSettings(SettingsGroup):
+    """Web search for CRAG's search-more step; without a key the step searches the tenant's store."""
+
+    shapes_answers = False
+
     tavily_api_key: SecretStr | None = Field(
         None, validation_alias=AliasChoices("GATEWAY_TAVILY_API_KEY", "TAVILY_API_KEY")
     )
 
-    # Readiness probes
-    readiness_timeout_s: float = Field(2.0, gt=0)
 
-    # Access (gateway/access): API keys (GATEWAY_API_KEYS, a JSON list of ApiKeyConfig; hashes only).
-    # Without keys the gateway is open, which start-up refuses off loopback unless allow_open_access.
+class AccessSettings(SettingsGroup):
+    """API keys (GATEWAY_API_KEYS, a JSON list of ApiKeyConfig; hashes only) and rate limits. Without keys
+    the gateway is open, which start-up refuses off loopback unless allow_open_access."""
+
+    shapes_answers = False
+
     api_keys: list[ApiKeyConfig] = Field(default_factory=list)
     allow_open_access: bool = False
     rate_limit_prefix: str = "ratelimit"
@@ -155,15 +310,12 @@ class Settings(BaseSettings):
     # True = refuse with 503 (limits are never exceeded, availability follows Redis).
     rate_limit_fail_closed: bool = False
 
-    # Request limits (each answered with a clear 4xx)
-    max_body_bytes: int = Field(10 * 1024 * 1024, ge=1024)
-    chat_max_messages: int = Field(64, ge=1)
-    chat_max_message_chars: int = Field(16_000, ge=1)
-    chat_max_tokens: int = Field(4096, ge=1)
-    # Follow-ups: earlier turns (at most this many messages) make the last question self-contained.
-    chat_rewrite_followups: bool = True
-    chat_history_messages: int = Field(8, ge=1)
-    # Observability: Prometheus at /metrics, OpenTelemetry spans (OTLP export via the standard OTEL_* variables)
+
+class ObservabilitySettings(SettingsGroup):
+    """Prometheus at /metrics, OpenTelemetry spans (OTLP export via the standard OTEL_* variables), logs."""
+
+    shapes_answers = False
+
     metrics_enabled: bool = True
     tracing_enabled: bool = True
     # Force the OTLP exporter on without OTEL_EXPORTER_OTLP_ENDPOINT (it then sends to localhost:4318).
@@ -175,35 +327,56 @@ class Settings(BaseSettings):
     log_format: Literal["json", "text"] = "json"
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
-    @property
-    def uses_pinecone(self) -> bool:
-        return self.pinecone_api_key is not None
+
+class Settings(BaseModel):
+    """All groups. ``Settings()`` reads the environment (each group its own variables); tests and
+    embedders pass groups, or change some fields of a copy with :meth:`replace`."""
+
+    # A flat keyword from before the grouping (``Settings(llm_model=...)``) must fail, not be ignored.
+    model_config = ConfigDict(extra="forbid")
+
+    server: ServerSettings = Field(default_factory=ServerSettings)
+    limits: RequestLimits = Field(default_factory=RequestLimits)
+    chat: ChatSettings = Field(default_factory=ChatSettings)
+    llm: LLMSettings = Field(default_factory=LLMSettings)
+    llm_endpoint: LLMEndpointSettings = Field(default_factory=LLMEndpointSettings)
+    embeddings: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
+    vector_store: VectorStoreSettings = Field(default_factory=VectorStoreSettings)
+    redis: RedisSettings = Field(default_factory=RedisSettings)
+    cache: CacheSettings = Field(default_factory=CacheSettings)
+    semantic_cache: SemanticCacheSettings = Field(default_factory=SemanticCacheSettings)
+    chunking: ChunkingSettings = Field(default_factory=ChunkingSettings)
+    router: RouterSettings = Field(default_factory=RouterSettings)
+    router_artefact: RouterArtefactSettings = Field(default_factory=RouterArtefactSettings)
+    retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)
+    grounding: GroundingSettings = Field(default_factory=GroundingSettings)
+    corrective: CorrectiveSettings = Field(default_factory=CorrectiveSettings)
+    web_search: WebSearchSettings = Field(default_factory=WebSearchSettings)
+    access: AccessSettings = Field(default_factory=AccessSettings)
+    observability: ObservabilitySettings = Field(default_factory=ObservabilitySettings)
+
+    def groups(self) -> dict[str, SettingsGroup]:
+        return {name: getattr(self, name) for name in type(self).model_fields}
 
     def answer_fingerprint(self) -> str:
-        """Digest of the settings that shape answers: cached answers made under other settings never match."""
-        shaping = (
-            self.llm_model,
-            self.llm_temperature,
-            self.llm_max_tokens,
-            self.embedding_model,
-            self.chunk_size,
-            self.default_top_k,
-            self.multi_hop_top_k,
-            self.min_relevance,
-            self.min_answer_support,
-            self.answer_max_tokens,
-            self.crag_upper,
-            self.crag_lower,
-            self.crag_max_graded,
-            self.crag_explore_floor,
-            self.strip_threshold,
-            self.max_strips,
-            self.max_rewrites,
-            self.budget_max_llm_calls,
-            self.escalate_on_incorrect,
-            self.escalate_below,
-        )
-        return hashlib.sha256(repr(shaping).encode()).hexdigest()[:8]
+        """Digest of every answer-shaping group, whole: answers cached under other settings never match."""
+        shaping = {
+            name: group.model_dump(mode="json") for name, group in self.groups().items() if type(group).shapes_answers
+        }
+        return hashlib.sha256(json.dumps(shaping, sort_keys=True).encode()).hexdigest()[:8]
 
-    def price_for(self, model: str) -> ModelPrice:
-        return self.llm_prices.get(model, ModelPrice())
+    def replace(self, **changes: dict[str, Any]) -> Settings:
+        """A copy with some fields of some groups changed: ``settings.replace(cache={"enabled": False})``.
+
+        Like ``model_copy(update=...)``, the new values are not validated and no environment is read.
+        """
+        groups: dict[str, SettingsGroup] = {}
+        for name, fields in changes.items():
+            if name not in type(self).model_fields:
+                raise ValueError(f"no settings group named {name!r}")
+            group: SettingsGroup = getattr(self, name)
+            unknown = set(fields) - set(type(group).model_fields)
+            if unknown:
+                raise ValueError(f"settings group {name!r} has no field {', '.join(sorted(unknown))}")
+            groups[name] = group.model_copy(update=fields)
+        return self.model_copy(update=groups)

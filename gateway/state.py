@@ -45,13 +45,11 @@ class Services:
     llm_check: Check
     cache: CacheLayer | None = None
     redis: ResilientRedis | None = None  # the one client the caches and the rate limiter share
-    extra_checks: dict[str, Check] = field(default_factory=dict)
     telemetry: Telemetry = field(default_factory=lambda: Telemetry(None, None))
 
     def readiness_checks(self) -> dict[str, Check]:
         """Dependencies every answer needs: when one is down the pod is not ready."""
-        checks: dict[str, Check] = {"llm": self.llm_check, "vector_store": self.knowledge.store.ping}
-        return {**checks, **self.extra_checks}
+        return {"llm": self.llm_check, "vector_store": self.knowledge.store.ping}
 
     def degradable_checks(self) -> dict[str, Check]:
         """Dependencies the gateway can answer without (Redis: uncached answers, per-process limits, or the

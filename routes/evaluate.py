@@ -95,8 +95,9 @@ async def main() -> None:
     reports = [await measure("logistic", logistic, test)]
     if args.llm:
         settings = Settings()
-        price = settings.price_for(settings.llm_model)
-        llm = LLMClient(build_chat_model(settings), model_name=settings.llm_model, price=price)
+        price = settings.llm_endpoint.price_for(settings.llm.model)
+        chat_model = build_chat_model(settings.llm, settings.llm_endpoint)
+        llm = LLMClient(chat_model, model_name=settings.llm.model, price=price)
         llm_router = LLMRouter(llm)
 
         async def by_llm(text: str) -> Route:

@@ -31,7 +31,7 @@ def keyed(settings: Settings, **limits: Any) -> Settings:
         ApiKeyConfig(name="acme-admin", key_sha256=hash_key(ACME_ADMIN_KEY), tenant="acme", scopes=["admin"]),
         ApiKeyConfig(name="globex-chatbot", key_sha256=hash_key(GLOBEX_KEY), tenant="globex", scopes=["query"]),
     ]
-    return settings.model_copy(update={"api_keys": keys})
+    return settings.replace(access={"api_keys": keys})
 
 
 def bearer(key: str) -> dict[str, str]:

@@ -31,11 +31,11 @@ def router_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def settings(tmp_path: Path, router_cache_dir: Path) -> Settings:
-    return Settings(
-        vector_store_path=tmp_path / "lancedb",
-        router_cache_dir=router_cache_dir,
-        llm_base_url="http://127.0.0.1:9/v1",  # nothing listens: a test that reaches it fails loudly
-        redis_url=None,
+    return Settings().replace(
+        vector_store={"path": tmp_path / "lancedb"},
+        router_artefact={"cache_dir": router_cache_dir},
+        llm_endpoint={"base_url": "http://127.0.0.1:9/v1"},  # nothing listens: a test that reaches it fails loudly
+        redis={"url": None},
     )
 
 

@@ -20,7 +20,7 @@ from gateway.access.keys import ANONYMOUS, KeyRing, Principal, Scope, check_expo
 from gateway.access.limits import LocalRateLimiter, RateLimiter, RedisRateLimiter
 from gateway.errors import AuthenticationError, PermissionDeniedError, RateLimitedError
 from gateway.providers.redis import ResilientRedis
-from gateway.settings import Settings
+from gateway.settings import AccessSettings
 
 logger = logging.getLogger(__name__)
 
@@ -96,12 +96,12 @@ def provide_access(request: ASGIConnection[Any, Any, Any, Any]) -> Access:
     return access
 
 
-def open_access(settings: Settings, redis: ResilientRedis | None) -> Access:
+def open_access(settings: AccessSettings, host: str, redis: ResilientRedis | None) -> Access:
     """Keys and limiter for the app lifespan; limits go to the app's shared Redis client when it has one.
 
-    Refuses (``OpenAccessError``) to serve without keys on a public address before anything else.
+    Refuses (``OpenAccessError``) to serve without keys on a public ``host`` before anything else.
     """
-    check_exposure(settings)
+    check_exposure(settings, host)
     keys = KeyRing(settings.api_keys)
     limiter: RateLimiter
     if redis is not None:

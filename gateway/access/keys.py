@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from gateway.errors import TenantForbiddenError
-from gateway.settings import ApiKeyConfig, Settings
+from gateway.settings import AccessSettings, ApiKeyConfig
 
 logger = logging.getLogger(__name__)
 
@@ -111,12 +111,12 @@ class OpenAccessError(RuntimeError):
     """No API keys while listening beyond loopback: refuse to start instead of exposing everything."""
 
 
-def check_exposure(settings: Settings, host: str | None = None, *, quiet: bool = False) -> None:
+def check_exposure(settings: AccessSettings, host: str, *, quiet: bool = False) -> None:
     """Start-up check: open mode (no keys) only on loopback unless ``allow_open_access`` says otherwise.
 
     ``quiet`` only refuses (the CLI checks before loading anything; the lifespan then logs the mode once).
     """
-    bind = host or settings.host
+    bind = host
     if quiet and (settings.api_keys or is_loopback(bind) or settings.allow_open_access):
         return
     if settings.api_keys:

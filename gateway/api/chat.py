@@ -16,11 +16,13 @@ from litestar.response import Stream
 
 from gateway.access.guard import BEARER, Access, require
 from gateway.access.keys import Principal
-from gateway.chat.completions import ChatLimits, ChatService
+from gateway.api.validation import prepare_chat
+from gateway.chat.completions import ChatAnswer, ChatService
 from gateway.chat.errors import handle_openai_exception
 from gateway.chat.sse import stream_chat
 from gateway.chat.wire import MODELS, ChatCompletion, ChatCompletionRequest, ModelCard, ModelList, OpenAIErrorBody
 from gateway.errors import NotFoundError
+from gateway.settings import Settings
 from gateway.state import Services
 
 STARTED = int(time.time())
@@ -50,10 +52,7 @@ CHAT_EXAMPLES = [
 
 def provide_chat_service(state: State) -> ChatService:
     services: Services = state.services
-    access: Access = state.access
-    return ChatService(
-        services.query_service, services.llm, access.limiter, ChatLimits.from_settings(services.settings)
-    )
+    return ChatService(services.query_service, services.llm)
 
 
 def _sse_event_schema() -> Schema:
@@ -132,18 +131,26 @@ class ChatController(Controller):
         self,
         data: Annotated[ChatCompletionRequest, Body(examples=CHAT_EXAMPLES)],
         chat_service: NamedDependency[ChatService],
+        settings: NamedDependency[Settings],
         principal: NamedDependency[Principal],
+        access: NamedDependency[Access],
     ) -> Response[ChatCompletion]:
-        prepared = chat_service.prepare(data, principal)
+        prepared = prepare_chat(data, principal, settings.chat, settings.limits)
+
+        async def answer_and_charge() -> ChatAnswer:
+            """Charged here, as /v1/query is: once the answer is final, before it is sent."""
+            answer = await chat_service.answer(prepared)
+            await access.limiter.charge(principal, answer.total_tokens)
+            return answer
+
         if data.stream:
             # A Response subclass: the annotation keeps the JSON schema, ChatOperation adds the stream.
             return Stream(  # type: ignore[return-value]
-                stream_chat(chat_service, prepared, principal),
+                stream_chat(answer_and_charge, prepared),
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
             )
-        answer = await chat_service.answer(prepared, principal)
-        return Response(chat_service.completion(prepared, answer))
+        return Response(chat_service.completion(prepared, await answer_and_charge()))
 
     @get("/models", summary="The gateway's models: one per route", responses=_errors(401, 429))
     async def models(self) -> ModelList:

@@ -11,7 +11,8 @@ from litestar.params import JSONBody, PathParameter, QueryParameter
 from gateway.access.guard import BEARER, require
 from gateway.access.keys import Principal
 from gateway.api.problems import problem_responses
-from gateway.errors import ClientError, NotFoundError
+from gateway.api.validation import check_documents
+from gateway.errors import NotFoundError
 from gateway.knowledge import KnowledgeBase, NewDocument
 from gateway.providers.vectorstores.base import TENANT_PATTERN
 from gateway.schemas import DeleteResponse, DocumentsRequest, DocumentsResponse
@@ -38,22 +39,7 @@ class DocumentController(Controller):
         principal: NamedDependency[Principal],
     ) -> DocumentsResponse:
         tenant = principal.tenant_for(data.tenant)
-        if len(data.documents) > settings.max_documents_per_request:
-            raise ClientError(
-                f"{len(data.documents)} documents in one request; the maximum is "
-                f"{settings.max_documents_per_request}. Send them in batches."
-            )
-        ids = [d.id for d in data.documents]
-        if len(set(ids)) != len(ids):
-            raise ClientError("The same document id appears twice in one request; send each id once.")
-        for doc in data.documents:
-            if not doc.text.strip():
-                raise ClientError(f"Document {doc.id!r} has no text.")
-            if len(doc.text) > settings.max_document_chars:
-                raise ClientError(
-                    f"Document {doc.id!r} has {len(doc.text)} characters; the maximum is "
-                    f"{settings.max_document_chars}. Split it into several documents."
-                )
+        check_documents(data, settings.limits)
         result = await knowledge.ingest(
             tenant,
             [NewDocument(id=d.id, text=d.text, title=d.title or "", metadata=d.metadata or {}) for d in data.documents],

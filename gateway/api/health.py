@@ -24,7 +24,7 @@ class HealthController(Controller):
     async def readyz(self, services: NamedDependency[Services]) -> Response[dict[str, Any]]:
         """503 only when a dependency every answer needs is down. Without Redis the gateway still
         answers (uncached), so a Redis outage marks the pod degraded instead of pulling it from service."""
-        limit = services.settings.readiness_timeout_s
+        limit = services.settings.server.readiness_timeout_s
         # Both groups at once, so a slow probe costs one readiness timeout, not two.
         required, optional = await asyncio.gather(
             _run_checks(services.readiness_checks(), limit), _run_checks(services.degradable_checks(), limit)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 from litestar import Controller, post
 from litestar.di import NamedDependency
 from litestar.params import JSONBody
@@ -9,8 +10,10 @@ from litestar.params import JSONBody
 from gateway.access.guard import BEARER, Access, require
 from gateway.access.keys import Principal
 from gateway.api.problems import problem_responses
+from gateway.api.validation import clean_query
 from gateway.schemas import QueryRequest, QueryResponse, RouteRequestBody, RouteResponse
 from gateway.service import QueryService, to_route_response
+from gateway.settings import Settings
 
 
 class QueryController(Controller):
@@ -29,19 +32,17 @@ class QueryController(Controller):
         self,
         data: JSONBody[QueryRequest],
         query_service: NamedDependency[QueryService],
+        settings: NamedDependency[Settings],
         principal: NamedDependency[Principal],
         access: NamedDependency[Access],
     ) -> QueryResponse:
         tenant = principal.tenant_for(data.tenant)
-        if tenant != data.tenant:
-            data = QueryRequest(
-                query=data.query,
-                tenant=tenant,
-                route=data.route,
-                top_k=data.top_k,
-                allow_escalation=data.allow_escalation,
-            )
-        response = await query_service.answer(data)
+
+        def admit(request: QueryRequest) -> QueryRequest:
+            """The request travels whole: only what the edge decides (the cleaned query, the key's tenant) changes."""
+            return msgspec.structs.replace(request, query=clean_query(request.query, settings.limits), tenant=tenant)
+
+        response = await query_service.answer(data, admit)
         await access.limiter.charge(principal, response.usage.input_tokens + response.usage.output_tokens)
         return response
 
@@ -55,7 +56,8 @@ class QueryController(Controller):
         self,
         data: JSONBody[RouteRequestBody],
         query_service: NamedDependency[QueryService],
+        settings: NamedDependency[Settings],
         principal: NamedDependency[Principal],
     ) -> RouteResponse:
         principal.tenant_for(data.tenant)
-        return to_route_response(await query_service.route(data.query))
+        return to_route_response(await query_service.route(clean_query(data.query, settings.limits)))

@@ -6,7 +6,6 @@ it is meant to invalidate; building them in one place makes that impossible to g
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from langchain_core.embeddings import Embeddings
@@ -14,11 +13,12 @@ from langchain_core.embeddings import Embeddings
 from gateway.cache.backend import CacheBackend, MemoryBackend, RedisBackend
 from gateway.cache.embeddings import DEFAULT_EMBEDDING_TTL_S, CachedEmbeddings
 from gateway.cache.events import NO_CACHE_EVENTS, CacheEvents
-from gateway.cache.exact import DEFAULT_TTL_S, ExactCache
-from gateway.cache.keys import DEFAULT_PREFIX
+from gateway.cache.exact import ExactCache
+from gateway.cache.semantic import SemanticCache
 from gateway.cache.versions import KnowledgeVersions
 from gateway.providers.redis import ResilientRedis
 from gateway.schemas import QueryResponse
+from gateway.settings import CacheSettings, SemanticCacheSettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,15 +37,9 @@ class CacheLayer:
 
 def open_cache(
     redis: ResilientRedis | None,
+    settings: CacheSettings,
     *,
-    prefix: str = DEFAULT_PREFIX,
     namespace: str = "",
-    route_ttls: Mapping[str, float] | None = None,
-    default_ttl_s: float = DEFAULT_TTL_S,
-    lock_ttl_s: float = 5.0,
-    max_wait_s: float = 30.0,
-    memory_max_entries: int = 10_000,
-    memory_max_bytes: int = 64 * 1024 * 1024,
     events: CacheEvents = NO_CACHE_EVENTS,
 ) -> CacheLayer:
     """The app's shared Redis client when there is one (shared by replicas), else the in-process LRU.
@@ -58,18 +52,40 @@ def open_cache(
     degrades the cache instead of failing the gateway's start.
     """
     backend: CacheBackend = (
-        RedisBackend(redis) if redis is not None else MemoryBackend(memory_max_entries, memory_max_bytes)
+        RedisBackend(redis)
+        if redis is not None
+        else MemoryBackend(settings.memory_max_entries, settings.memory_max_bytes)
     )
-    versions = KnowledgeVersions(backend, prefix=prefix)
+    versions = KnowledgeVersions(backend, prefix=settings.prefix)
     responses = ExactCache(
         backend,
         versions,
         QueryResponse,
-        route_ttls=route_ttls,
-        default_ttl_s=default_ttl_s,
-        prefix=f"{prefix}:{namespace}" if namespace else prefix,
-        lock_ttl_s=lock_ttl_s,
-        max_wait_s=max_wait_s,
+        route_ttls=settings.route_ttls,
+        default_ttl_s=settings.default_ttl_s,
+        prefix=f"{settings.prefix}:{namespace}" if namespace else settings.prefix,
+        lock_ttl_s=settings.lock_ttl_s,
+        max_wait_s=settings.max_wait_s,
         events=events,
     )
-    return CacheLayer(backend=backend, versions=versions, responses=responses, prefix=prefix, events=events)
+    return CacheLayer(backend=backend, versions=versions, responses=responses, prefix=settings.prefix, events=events)
+
+
+def open_semantic_cache(
+    layer: CacheLayer | None, settings: SemanticCacheSettings, embeddings: Embeddings, *, namespace: str = ""
+) -> SemanticCache | None:
+    """Shares the layer's backend and the responses' namespaced prefix, so a knowledge-version bump reaches it
+    too."""
+    if layer is None or not settings.enabled:
+        return None
+    return SemanticCache(
+        layer.backend,
+        embeddings,
+        prefix=f"{layer.prefix}:{namespace}" if namespace else layer.prefix,
+        threshold=settings.threshold,
+        bands=settings.bands,
+        bits_per_band=settings.bits_per_band,
+        max_candidates=settings.max_candidates,
+        bucket_cap=settings.bucket_cap,
+        events=layer.events,
+    )

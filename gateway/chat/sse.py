@@ -13,13 +13,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import msgspec
 
-from gateway.access.keys import Principal
-from gateway.chat.completions import ChatAnswer, ChatService, PreparedChat
+from gateway.chat.completions import ChatAnswer, PreparedChat
 from gateway.chat.errors import stream_error_body
 from gateway.providers.token_stream import TokenSink, streaming_into
 
@@ -67,13 +66,14 @@ class ChunkWriter:
         )
 
 
-async def stream_chat(service: ChatService, prepared: PreparedChat, principal: Principal) -> AsyncIterator[bytes]:
+async def stream_chat(answer: Callable[[], Awaitable[ChatAnswer]], prepared: PreparedChat) -> AsyncIterator[bytes]:
+    """``answer`` computes (and charges) the answer; live tokens reach the client while it runs."""
     sink = TokenSink(LIVE_NODES)
 
     async def run() -> ChatAnswer:
         with streaming_into(sink):
             try:
-                return await service.answer(prepared, principal)
+                return await answer()
             finally:
                 sink.close()
 
@@ -89,21 +89,21 @@ async def stream_chat(service: ChatService, prepared: PreparedChat, principal: P
                 sent += delta
                 yield writer.chunk({"content": delta})
         try:
-            answer = await task
+            final = await task
         except Exception as exc:
             logger.warning("chat stream %s failed after %d characters: %r", prepared.id, len(sent), exc)
             yield _event(msgspec.to_builtins(stream_error_body(exc)))
             return
-        text, streamed = answer.response.answer, sent.rstrip()
+        text, streamed = final.response.answer, sent.rstrip()
         if not text.startswith(streamed):
             # Live tokens are only streamed where nothing replaces the answer afterwards; if that ever
             # changes, say so loudly rather than silently appending a second answer.
             logger.error("chat stream %s: final answer differs from the streamed tokens", prepared.id)
         for piece in _WORDS.findall(text[len(streamed) :] if text.startswith(streamed) else ""):
             yield writer.chunk({"content": piece})
-        yield writer.chunk({}, "stop", gateway=msgspec.to_builtins(answer.gateway_info(prepared)))
+        yield writer.chunk({}, "stop", gateway=msgspec.to_builtins(final.gateway_info(prepared)))
         if prepared.include_usage:
-            yield writer.usage(answer)
+            yield writer.usage(final)
         yield DONE
     finally:
         if not task.done():

@@ -31,12 +31,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     modes = cast(list[Mode], args.mode.split(","))
     store = Path(tempfile.mkdtemp(prefix="eval-lancedb-"))
     # No response cache: every mode must compute its answers for the figures to mean anything.
-    app = create_app(Settings(vector_store_path=store, cache_enabled=False))
+    app = create_app(Settings().replace(vector_store={"path": store}, cache={"enabled": False}))
     tenant = f"eval-{dataset.name}-{int(time.time())}"
     report: dict[str, Any] = {"dataset": dataset.name, "file": str(args.dataset)}
     async with AsyncTestClient(app, timeout=900) as client:
         services = app.state.services
-        report["model"] = services.settings.llm_model
+        report["model"] = services.settings.llm.model
         chunks, seconds = await ingest(client, tenant, dataset)
         report["ingest"] = {"documents": len(dataset.documents), "chunks": chunks, "seconds": round(seconds, 1)}
         pool = [(q, await first_retrieval(services, tenant, q)) for q in dataset.questions]

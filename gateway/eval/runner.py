@@ -77,7 +77,7 @@ class FirstRetrieval:
 
 async def first_retrieval(services: Services, tenant: str, question: Question) -> FirstRetrieval:
     """The same in every mode: searched once per question, not once per mode."""
-    passages = await services.knowledge.search(tenant, question.text, services.settings.default_top_k)
+    passages = await services.knowledge.search(tenant, question.text, services.settings.retrieval.default_top_k)
     ids = [p.doc_id for p in passages]
     gold = bool(question.gold_doc_ids & set(ids)) if question.gold_doc_ids else None
     return FirstRetrieval(gold, passage_recall(ids, question.gold_doc_ids))

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 from langchain_core.embeddings import Embeddings
 
-from gateway.settings import Settings
+from gateway.settings import EmbeddingSettings, LLMEndpointSettings
 
 USE_DIMENSIONS = 512
 
@@ -46,16 +46,17 @@ class USEEmbeddings(Embeddings):
         return self.embed_query(text)
 
 
-def build_embeddings(settings: Settings) -> Embeddings:
-    if settings.embedding_provider == "openai":
+def build_embeddings(settings: EmbeddingSettings, endpoint: LLMEndpointSettings) -> Embeddings:
+    """``openai`` embeddings are served by the LLM's endpoint, with its key."""
+    if settings.provider == "openai":
         from langchain_openai import OpenAIEmbeddings
 
         return OpenAIEmbeddings(
-            model=settings.embedding_model,
-            openai_api_base=settings.llm_base_url,
-            openai_api_key=settings.llm_api_key,
+            model=settings.model,
+            openai_api_base=endpoint.base_url,
+            openai_api_key=endpoint.api_key,
         )
-    return USEEmbeddings(threads=settings.embedding_threads)
+    return USEEmbeddings(threads=settings.threads)
 
 
 def embedding_dimensions(embeddings: Embeddings) -> int:

@@ -21,22 +21,22 @@ from pydantic import BaseModel, ValidationError
 from gateway.errors import MalformedOutputError, ProviderError, ProviderTimeoutError, ProviderUnavailableError
 from gateway.observability.recorder import Telemetry
 from gateway.providers.token_stream import call_model
-from gateway.settings import ModelPrice, Settings
+from gateway.settings import LLMEndpointSettings, LLMSettings, ModelPrice
 from pipelines.shared.deps import ChatReply, LLMCall, SchemaT
 
 PROVIDER = "llm"
 
 
-def build_chat_model(settings: Settings) -> ChatOpenAI:
+def build_chat_model(llm: LLMSettings, endpoint: LLMEndpointSettings) -> ChatOpenAI:
     """One ``ChatOpenAI`` for the process; only ``base_url``/model differ between local and prod."""
     return ChatOpenAI(
-        model=settings.llm_model,
-        base_url=settings.llm_base_url,
-        api_key=settings.llm_api_key,
-        timeout=settings.llm_timeout_s,
-        max_retries=settings.llm_max_retries,
-        temperature=settings.llm_temperature,
-        max_tokens=settings.llm_max_tokens,
+        model=llm.model,
+        base_url=endpoint.base_url,
+        api_key=endpoint.api_key,
+        timeout=endpoint.timeout_s,
+        max_retries=endpoint.max_retries,
+        temperature=llm.temperature,
+        max_tokens=llm.max_tokens,
         # Streamed answers (the chat endpoint) report token usage too, so budgets count them.
         stream_usage=True,
     )
@@ -149,12 +149,12 @@ def _completion_usage(exc: openai.LengthFinishReasonError | openai.ContentFilter
     return int(usage.prompt_tokens or 0), int(usage.completion_tokens or 0)
 
 
-async def ping_llm(http: httpx.AsyncClient, settings: Settings) -> None:
-    """Readiness: the OpenAI-compatible ``/models`` endpoint answers."""
-    url = settings.llm_base_url.rstrip("/") + "/models"
-    headers = {"Authorization": f"Bearer {settings.llm_api_key.get_secret_value()}"}
+async def ping_llm(http: httpx.AsyncClient, endpoint: LLMEndpointSettings, timeout_s: float) -> None:
+    """Readiness: the OpenAI-compatible ``/models`` endpoint answers (within the probe's ``timeout_s``)."""
+    url = endpoint.base_url.rstrip("/") + "/models"
+    headers = {"Authorization": f"Bearer {endpoint.api_key.get_secret_value()}"}
     try:
-        response = await http.get(url, headers=headers, timeout=settings.readiness_timeout_s)
+        response = await http.get(url, headers=headers, timeout=timeout_s)
     except httpx.HTTPError as exc:
         raise ProviderUnavailableError(f"LLM endpoint {url} unreachable: {exc!r}", provider=PROVIDER) from exc
     if response.status_code >= 400:

@@ -32,6 +32,7 @@ from redis.backoff import AbstractBackoff, ConstantBackoff, NoBackoff
 from redis.exceptions import RedisError
 
 from gateway.errors import ProviderUnavailableError
+from gateway.settings import RedisSettings
 
 T = TypeVar("T")
 
@@ -194,3 +195,23 @@ class ResilientRedis:
             self._up = True
             logger.info("Redis recovered: caching and shared rate limits resume")
             self._events.dependency_changed(DEPENDENCY, True)
+
+
+def open_redis(
+    settings: RedisSettings, *, longest_call_s: float = 0.0, events: DependencyEvents = NO_DEPENDENCY_EVENTS
+) -> ResilientRedis | None:
+    """The app's one Redis client (None without REDIS_URL): the caches and the rate limiter share its pool,
+    its timeouts, its backoff and its degraded/recovered reports. Dials nothing yet.
+
+    ``longest_call_s`` is the longest per-call budget any caller passes to ``run`` (the rate limiter's), so
+    the socket timeout backing up the deadlines never cuts that caller short.
+    """
+    if not settings.url:
+        return None
+    return ResilientRedis.from_url(
+        settings.url,
+        timeout_s=settings.timeout_s,
+        backoff_s=settings.backoff_s,
+        socket_timeout_s=max(settings.timeout_s, longest_call_s),
+        events=events,
+    )

@@ -38,14 +38,12 @@ BODY = {"tenant": "bench", "query": "Hello, who are you?", "route": "direct"}
 
 
 def settings_for(on: bool, root: Path) -> Settings:
-    return Settings(
-        vector_store_path=root / ("on" if on else "off"),
-        router_cache_dir=root / "router",
-        llm_base_url="http://127.0.0.1:9/v1",
-        redis_url=None,
-        metrics_enabled=on,
-        tracing_enabled=on,
-        log_format="text",
+    return Settings().replace(
+        vector_store={"path": root / ("on" if on else "off")},
+        router_artefact={"cache_dir": root / "router"},
+        llm_endpoint={"base_url": "http://127.0.0.1:9/v1"},
+        redis={"url": None},
+        observability={"metrics_enabled": on, "tracing_enabled": on, "log_format": "text"},
     )
 
 

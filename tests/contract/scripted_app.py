@@ -22,5 +22,7 @@ from tests.chat_support import chat_model
 
 def create() -> Litestar:
     workdir = Path(os.environ.get("CONTRACT_WORKDIR") or tempfile.mkdtemp(prefix="rgw-contract-"))
-    settings = Settings(vector_store_path=workdir / "lancedb", llm_base_url="http://127.0.0.1:9/v1")
+    settings = Settings().replace(
+        vector_store={"path": workdir / "lancedb"}, llm_endpoint={"base_url": "http://127.0.0.1:9/v1"}
+    )
     return create_app(settings, ProviderOverrides(chat_model=ScriptedChatModel(responder=chat_model())))

@@ -204,13 +204,16 @@ def test_ingress_routes_its_hosts_to_the_service(everything: list[dict[str, Any]
     assert spec["tls"] == [{"secretName": "gateway-tls", "hosts": ["gateway.example.com"]}]
 
 
-def test_secret_from_values_feeds_the_gateway(everything: list[dict[str, Any]]) -> None:
+def test_secret_from_values_feeds_the_gateway(
+    everything: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
     secret = one(everything, "Secret")
     data = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
     assert data["OPENAI_API_KEY"] == "sk-test-openai-0123456789"
     assert data["PINECONE_API_KEY"] == "pc-test-0123456789"
     # The app itself parses what the chart writes: same field names, a digest rather than a key.
-    keys = Settings.model_validate({"api_keys": json.loads(data["GATEWAY_API_KEYS"])}).api_keys
+    monkeypatch.setenv("GATEWAY_API_KEYS", data["GATEWAY_API_KEYS"])
+    keys = Settings().access.api_keys
     assert [(k.name, k.tenant, k.key_sha256, k.requests_per_minute) for k in keys] == [
         ("chatbot", "acme", API_KEY_SHA256, 60)
     ]

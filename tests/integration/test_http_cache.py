@@ -20,7 +20,7 @@ def cached_settings(settings: Settings) -> Settings:
     """A generous Redis budget: these tests are about caching behaviour (test_cache_outage is about timeouts),
     and a loaded machine can stall a first call, connection set-up included, past the production 50 ms."""
     prefix = f"test-{uuid.uuid4().hex[:8]}"
-    return settings.model_copy(update={"redis_url": REDIS_TEST_URL, "cache_prefix": prefix, "cache_timeout_s": 0.5})
+    return settings.replace(redis={"url": REDIS_TEST_URL, "timeout_s": 0.5}, cache={"prefix": prefix})
 
 
 async def upsert(client: Any, tenant: str, text: str) -> None:
@@ -76,7 +76,7 @@ async def test_same_query_two_tenants_two_answers(make_client: Any, settings: Se
 
 
 async def test_semantic_cache_serves_a_paraphrase_but_not_a_contrast(make_client: Any, settings: Settings) -> None:
-    semantic = cached_settings(settings).model_copy(update={"cache_semantic_enabled": True})
+    semantic = cached_settings(settings).replace(semantic_cache={"enabled": True})
     async with make_client(answer_with_first_passage, settings_override=semantic) as (client, model):
         await upsert(client, "acme", "In 2023 Acme employees got 25 days of annual leave; in 2024 they got 27.")
         first = await ask(client, "acme", "How many days of annual leave did employees get in 2023?")

@@ -30,8 +30,7 @@ def cache_settings(settings: Settings, redis_url: str) -> Settings:
     """A short backoff, and a generous per-call budget: an outage here is a refused connection, not a slow
     Redis, and a loaded machine can stall a first call, connection set-up included, past the production 50 ms."""
     prefix = f"test-{uuid.uuid4().hex[:8]}"
-    update = {"redis_url": redis_url, "cache_prefix": prefix, "cache_backoff_s": 0.2, "cache_timeout_s": 0.5}
-    return settings.model_copy(update=update)
+    return settings.replace(redis={"url": redis_url, "backoff_s": 0.2, "timeout_s": 0.5}, cache={"prefix": prefix})
 
 
 @pytest.fixture

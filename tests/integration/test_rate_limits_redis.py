@@ -23,8 +23,8 @@ DEAD_REDIS = "redis://127.0.0.1:1/0"  # nothing listens: connection refused at o
 
 
 def shared(settings: Settings, prefix: str, **limits: Any) -> Settings:
-    return keyed(settings, **limits).model_copy(
-        update={"redis_url": REDIS_TEST_URL, "rate_limit_prefix": prefix, "cache_prefix": f"{prefix}:cache"}
+    return keyed(settings, **limits).replace(
+        redis={"url": REDIS_TEST_URL}, access={"rate_limit_prefix": prefix}, cache={"prefix": f"{prefix}:cache"}
     )
 
 
@@ -105,8 +105,8 @@ async def test_redis_down_fails_open_to_per_process_limits() -> None:
 
 
 async def test_redis_down_fails_closed_when_configured(make_client: Any, settings: Settings) -> None:
-    config = keyed(settings, requests_per_minute=100).model_copy(
-        update={"redis_url": DEAD_REDIS, "rate_limit_fail_closed": True, "cache_enabled": False}
+    config = keyed(settings, requests_per_minute=100).replace(
+        redis={"url": DEAD_REDIS}, access={"rate_limit_fail_closed": True}, cache={"enabled": False}
     )
     async with make_client(chat_model(), settings_override=config) as (client, model):
         native = await client.post("/v1/route", json={"query": "hi"}, headers=bearer(ACME_KEY))

@@ -17,14 +17,14 @@ REDIS_TEST_URL = os.environ.get("REDIS_TEST_URL", "redis://127.0.0.1:6379/15")
 
 @pytest.mark.redis  # the other tests point at ports where nothing listens: no Redis needed
 async def test_ready_when_redis_answers(make_client: Any, settings: Settings) -> None:
-    async with make_client(settings_override=settings.model_copy(update={"redis_url": REDIS_TEST_URL})) as (client, _):
+    async with make_client(settings_override=settings.replace(redis={"url": REDIS_TEST_URL})) as (client, _):
         response = await client.get("/readyz")
     assert response.status_code == 200
     assert response.json()["checks"] == {"llm": "ok", "vector_store": "ok", "redis": "ok"}
 
 
 async def test_redis_down_is_reported_degraded_and_queries_still_answer(make_client: Any, settings: Settings) -> None:
-    down = settings.model_copy(update={"redis_url": "redis://127.0.0.1:1/0"})
+    down = settings.replace(redis={"url": "redis://127.0.0.1:1/0"})
     async with make_client(settings_override=down) as (client, _):
         response = await client.get("/readyz")
         alive = await client.get("/healthz")

@@ -34,16 +34,12 @@ def with_query(url: str, **params: str) -> str:
 
 def shared_settings(settings: Settings, redis_url: str, prefix: str) -> Settings:
     """Every Redis user on: exact + embedding + semantic caches, and a rate-limited key."""
-    return keyed(settings, requests_per_minute=100, daily_tokens=100_000).model_copy(
-        update={
-            "redis_url": redis_url,
-            "cache_prefix": f"{prefix}:cache",
-            "rate_limit_prefix": f"{prefix}:rl",
-            "cache_semantic_enabled": True,
-            "cache_backoff_s": 0.2,
-            "cache_timeout_s": 0.5,  # outages here are refused connections; no stall of a loaded machine counts
-            "rate_limit_timeout_s": 0.5,
-        }
+    return keyed(settings, requests_per_minute=100, daily_tokens=100_000).replace(
+        # outages here are refused connections; no stall of a loaded machine counts
+        redis={"url": redis_url, "backoff_s": 0.2, "timeout_s": 0.5},
+        cache={"prefix": f"{prefix}:cache"},
+        semantic_cache={"enabled": True},
+        access={"rate_limit_prefix": f"{prefix}:rl", "rate_limit_timeout_s": 0.5},
     )
 
 

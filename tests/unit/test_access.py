@@ -11,7 +11,7 @@ import pytest
 
 from gateway.access.__main__ import main as access_cli
 from gateway.access.keys import KeyRing, OpenAccessError, check_exposure, hash_key
-from gateway.settings import ApiKeyConfig, Settings
+from gateway.settings import AccessSettings, ApiKeyConfig, Settings
 from tests.chat_support import ACME_ADMIN_KEY, ACME_KEY, GLOBEX_KEY, bearer, chat_model, keyed, openai_client
 
 PROBLEM = "application/problem+json"
@@ -175,6 +175,26 @@ async def test_daily_token_budget_is_checked_before_and_charged_after(make_clien
     assert int(caught.value.response.headers["retry-after"]) <= 86_400
 
 
+@pytest.mark.parametrize("api", ["native", "chat", "chat-stream"])
+async def test_every_answering_api_charges_the_token_budget(make_client: Any, settings: Settings, api: str) -> None:
+    """One layer charges (the API handlers, once the answer is final): a spent budget refuses the next request."""
+    async with make_client(chat_model(), settings_override=keyed(settings, daily_tokens=5)) as (client, _):
+        if api == "native":
+            answered = await client.post("/v1/query", json={"query": "hi", "route": "direct"}, headers=bearer(ACME_KEY))
+            assert answered.status_code == 200, answered.text
+            assert answered.json()["usage"]["input_tokens"] + answered.json()["usage"]["output_tokens"] > 5
+        else:
+            messages = [{"role": "user", "content": "hi"}]
+            stream = await openai_client(client, ACME_KEY).chat.completions.create(
+                model="gateway-direct", messages=messages, stream=api == "chat-stream"
+            )
+            if api == "chat-stream":
+                assert [chunk async for chunk in stream]  # type: ignore[union-attr]
+        refused = await client.post("/v1/route", json={"query": "hi"}, headers=bearer(ACME_KEY))
+    assert refused.status_code == 429, refused.text
+    assert refused.json()["code"] == "daily_token_budget_exceeded"
+
+
 def test_keys_are_matched_by_digest_only() -> None:
     entry = ApiKeyConfig(name="bot", key_sha256=hash_key("secret-1"), tenant="acme")
     ring = KeyRing([entry])
@@ -200,8 +220,8 @@ def test_api_keys_load_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
         '"requests_per_minute": 600, "daily_tokens": 2000000}]',
     )
     settings = Settings()
-    assert settings.api_keys[0].key_sha256 == digest
-    assert settings.api_keys[0].requests_per_minute == 600
+    assert settings.access.api_keys[0].key_sha256 == digest
+    assert settings.access.api_keys[0].requests_per_minute == 600
 
 
 def test_plain_keys_are_not_accepted_as_digests() -> None:
@@ -223,12 +243,12 @@ def test_plain_keys_are_not_accepted_as_digests() -> None:
 )
 def test_open_access_only_on_loopback_unless_allowed(host: str, keys: bool, allow: bool, refused: bool) -> None:
     api_keys = [ApiKeyConfig(name="bot", key_sha256=hash_key("k"), tenant="acme")] if keys else []
-    settings = Settings(host=host, api_keys=api_keys, allow_open_access=allow)
+    access = AccessSettings(api_keys=api_keys, allow_open_access=allow)
     if refused:
         with pytest.raises(OpenAccessError, match="GATEWAY_API_KEYS"):
-            check_exposure(settings)
+            check_exposure(access, host)
     else:
-        check_exposure(settings)
+        check_exposure(access, host)
 
 
 def test_cli_hashes_a_key_from_stdin(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
@@ -247,7 +267,7 @@ def test_cli_new_key_prints_a_usable_entry(capsys: pytest.CaptureFixture[str]) -
 
 
 async def test_app_refuses_to_start_open_on_a_public_address(make_client: Any, settings: Settings) -> None:
-    exposed = settings.model_copy(update={"host": "0.0.0.0"})
+    exposed = settings.replace(server={"host": "0.0.0.0"})
     with pytest.raises(BaseExceptionGroup) as caught:  # the test client's task group wraps lifespan errors
         async with make_client(chat_model(), settings_override=exposed):
             pass

@@ -45,7 +45,7 @@ async def test_malformed_json_is_a_problem_not_a_500(client: Any) -> None:
 
 
 async def test_query_limit_is_configurable(make_client: Any, settings: Any) -> None:
-    small = settings.model_copy(update={"max_query_chars": 10})
+    small = settings.replace(limits={"max_query_chars": 10})
     async with make_client(settings_override=small) as (client, _):
         assert_problem(
             await client.post("/v1/query", json={"query": "a question longer than ten"}), 400, "maximum is 10"

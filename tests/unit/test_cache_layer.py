@@ -7,6 +7,7 @@ from langchain_core.embeddings import Embeddings
 from gateway.cache import CacheLayer, MemoryBackend, RedisBackend, open_cache
 from gateway.providers.redis import ResilientRedis
 from gateway.schemas import QueryResponse
+from gateway.settings import CacheSettings
 from tests.scripted import query_response
 
 
@@ -21,7 +22,7 @@ class Constant(Embeddings):
 
 
 async def test_without_a_redis_url_the_cache_lives_in_process() -> None:
-    layer = open_cache(None, route_ttls={"direct": 0}, default_ttl_s=30, memory_max_entries=5)
+    layer = open_cache(None, CacheSettings(route_ttls={"direct": 0}, default_ttl_s=30, memory_max_entries=5))
     assert isinstance(layer.backend, MemoryBackend)
     assert layer.responses.ttl_for("direct") == 0
     assert layer.responses.ttl_for("multi_hop") == 30
@@ -29,7 +30,7 @@ async def test_without_a_redis_url_the_cache_lives_in_process() -> None:
 
 async def test_with_a_redis_client_nothing_is_dialled_until_first_use() -> None:
     redis = ResilientRedis.from_url("redis://127.0.0.1:1/0", timeout_s=0.02)  # nothing listens there
-    layer = open_cache(redis)
+    layer = open_cache(redis, CacheSettings())
     assert isinstance(layer.backend, RedisBackend)
     assert layer.backend.redis is redis  # the caller's client, not a pool of its own
     assert redis.failures == 0
@@ -46,7 +47,7 @@ async def _value(route: str) -> QueryResponse:
 
 
 async def test_versions_and_responses_share_backend_and_prefix() -> None:
-    layer: CacheLayer = open_cache(None, prefix="p")
+    layer: CacheLayer = open_cache(None, CacheSettings(prefix="p"))
     first = await layer.responses.get_or_compute(
         tenant="acme", route="auto", query="q", compute=lambda: _value("single_hop")
     )
@@ -60,7 +61,7 @@ async def test_versions_and_responses_share_backend_and_prefix() -> None:
 
 
 async def test_wrapped_embeddings_use_the_same_backend() -> None:
-    layer = open_cache(None, prefix="p")
+    layer = open_cache(None, CacheSettings(prefix="p"))
     embeddings = layer.wrap_embeddings(Constant(), model="constant")
     await embeddings.aembed_query("q")
     assert await embeddings.aembed_query("q") == [1.0, 0.0]
@@ -70,7 +71,7 @@ async def test_wrapped_embeddings_use_the_same_backend() -> None:
 
 
 async def test_a_namespace_separates_answers_but_not_versions() -> None:
-    layer = open_cache(None, prefix="p", namespace="cfg1")
+    layer = open_cache(None, CacheSettings(prefix="p"), namespace="cfg1")
     first = await layer.responses.get_or_compute(
         tenant="acme", route="auto", query="q", compute=lambda: _value("single_hop")
     )

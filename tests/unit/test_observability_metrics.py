@@ -29,7 +29,7 @@ ESCALATION = {"from_route": "single_hop", "to_route": "multi_hop", "reason": "re
 
 
 async def test_requests_are_counted_per_route_and_cache_use(settings: Settings, embeddings: USEEmbeddings) -> None:
-    priced = settings.model_copy(update={"llm_prices": {settings.llm_model: ModelPrice(input=1.0, output=2.0)}})
+    priced = settings.replace(llm_endpoint={"prices": {settings.llm.model: ModelPrice(input=1.0, output=2.0)}})
     async with traced_app(priced, embeddings) as (client, model, _):
         answers = {
             route: await ask(client, K2_QUESTION if route != "direct" else "Hello there!", route)
@@ -93,7 +93,7 @@ async def test_labels_carry_no_tenant_query_or_trace_id(settings: Settings, embe
 
 
 async def test_metrics_can_be_switched_off(settings: Settings, embeddings: USEEmbeddings) -> None:
-    off = settings.model_copy(update={"metrics_enabled": False})
+    off = settings.replace(observability={"metrics_enabled": False})
     async with traced_app(off, embeddings) as (client, _, _):
         answer = await ask(client, "Hello there!", "direct")
         response = await client.get("/metrics")
@@ -178,7 +178,7 @@ def test_abandoned_request_is_not_a_server_error() -> None:
 
 
 async def test_semantic_cache_layer_is_counted(settings: Settings, embeddings: USEEmbeddings) -> None:
-    semantic = settings.model_copy(update={"cache_semantic_enabled": True})  # on the in-process backend
+    semantic = settings.replace(semantic_cache={"enabled": True})  # on the in-process backend
     leave = {"id": "leave", "title": "Leave", "text": "In 2023 Acme employees got 25 days of annual leave."}
     async with traced_app(semantic, embeddings, answer_with_first_passage) as (client, _, exporter):
         assert (await client.post("/v1/documents", json={"tenant": TENANT, "documents": [leave]})).status_code == 200

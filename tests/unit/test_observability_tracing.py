@@ -118,7 +118,7 @@ async def test_multi_hop_request_span_tree(settings: Settings, embeddings: USEEm
 
 
 async def test_content_goes_into_spans_only_when_opted_in(settings: Settings, embeddings: USEEmbeddings) -> None:
-    opted_in = settings.model_copy(update={"trace_include_content": True})
+    opted_in = settings.replace(observability={"trace_include_content": True})
     async with traced_app(opted_in, embeddings) as (client, _, exporter):
         await ask(client, K2_QUESTION, "single_hop")
         spans = exporter.get_finished_spans()
@@ -182,7 +182,7 @@ async def test_failed_request_is_traced_and_counted(settings: Settings, embeddin
 
 
 async def test_tracing_can_be_switched_off(settings: Settings, embeddings: USEEmbeddings) -> None:
-    off = settings.model_copy(update={"tracing_enabled": False})
+    off = settings.replace(observability={"tracing_enabled": False})
     async with traced_app(off, embeddings) as (client, _, exporter):
         response = await client.post("/v1/query", json={"tenant": "acme", "query": "Hello there!", "route": "direct"})
         spans = exporter.get_finished_spans()

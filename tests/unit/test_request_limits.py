@@ -9,7 +9,10 @@ import pytest
 from gateway.settings import Settings
 from tests.chat_support import chat_model
 
-LIMITS = {"chat_max_messages": 3, "chat_max_message_chars": 50, "chat_max_tokens": 256, "max_body_bytes": 4096}
+LIMITS = {
+    "chat": {"max_messages": 3, "max_message_chars": 50, "max_tokens": 256},
+    "limits": {"max_body_bytes": 4096},
+}
 
 
 def user(text: str) -> dict[str, str]:
@@ -64,7 +67,7 @@ def user(text: str) -> dict[str, str]:
 async def test_chat_limits(
     make_client: Any, settings: Settings, body: dict[str, Any], status: int, param: str | None, needle: str
 ) -> None:
-    async with make_client(chat_model(), settings_override=settings.model_copy(update=LIMITS)) as (client, model):
+    async with make_client(chat_model(), settings_override=settings.replace(**LIMITS)) as (client, model):
         response = await client.post("/v1/chat/completions", json=body)
     assert response.status_code == status, response.text
     error = response.json()["error"]
@@ -75,7 +78,7 @@ async def test_chat_limits(
 
 
 async def test_chat_body_size_limit_is_413(make_client: Any, settings: Settings) -> None:
-    async with make_client(chat_model(), settings_override=settings.model_copy(update=LIMITS)) as (client, _):
+    async with make_client(chat_model(), settings_override=settings.replace(**LIMITS)) as (client, _):
         body = {"model": "gateway-direct", "messages": [user("hi")], "padding": "p" * 5000}
         response = await client.post("/v1/chat/completions", json=body)
     assert response.status_code == 413
@@ -83,7 +86,7 @@ async def test_chat_body_size_limit_is_413(make_client: Any, settings: Settings)
 
 
 async def test_native_body_size_limit_is_a_413_problem(make_client: Any, settings: Settings) -> None:
-    async with make_client(chat_model(), settings_override=settings.model_copy(update=LIMITS)) as (client, _):
+    async with make_client(chat_model(), settings_override=settings.replace(**LIMITS)) as (client, _):
         docs = {"documents": [{"id": "big", "text": "word " * 2000}]}
         response = await client.post("/v1/documents", json=docs)
     assert response.status_code == 413
@@ -95,7 +98,7 @@ async def test_native_body_size_limit_is_a_413_problem(make_client: Any, setting
 async def test_long_question_is_bounded_by_the_query_limit_too(
     make_client: Any, settings: Settings, stream: bool
 ) -> None:
-    tight = settings.model_copy(update={"max_query_chars": 10})
+    tight = settings.replace(limits={"max_query_chars": 10})
     async with make_client(chat_model(), settings_override=tight) as (client, _):
         body = {"model": "gateway-direct", "messages": [user("a question longer than ten")], "stream": stream}
         response = await client.post("/v1/chat/completions", json=body)

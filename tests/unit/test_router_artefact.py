@@ -14,11 +14,11 @@ from routes.logistic_router import LogisticModel, artefact_path
 
 
 def test_build_artefact_writes_what_start_up_loads(tmp_path: Path) -> None:
-    settings = Settings(router_cache_dir=tmp_path / "router", embedding_model="fake-64")
+    settings = Settings().replace(router_artefact={"cache_dir": tmp_path / "router"}, embeddings={"model": "fake-64"})
     path = build_artefact(settings, DeterministicFakeEmbedding(size=64))
 
     train = [e for e in load_examples() if e.split == "train"]
-    assert path == artefact_path(settings.router_cache_dir, train, settings.embedding_model)
+    assert path == artefact_path(settings.router_artefact.cache_dir, train, settings.embeddings.model)
     model = LogisticModel.load(path)
     assert sorted(model.classes) == ["direct", "multi_hop", "single_hop"]
 
@@ -32,6 +32,6 @@ def test_build_artefact_fails_loudly_when_it_cannot_write(tmp_path: Path) -> Non
     """The image build must stop here, not ship an image that trains on every pod start."""
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    settings = Settings(router_cache_dir=blocker / "router", embedding_model="fake-64")
+    settings = Settings().replace(router_artefact={"cache_dir": blocker / "router"}, embeddings={"model": "fake-64"})
     with pytest.raises(RuntimeError, match="not written"):
         build_artefact(settings, DeterministicFakeEmbedding(size=64))

@@ -1,0 +1,116 @@
+"""Request limits of the native API, checked once, at the edge, before anything is computed.
+
+The schemas (``gateway.schemas``, ``gateway.chat.wire``) check what a type can say; the limits here are configured
+(``RequestLimits``), so they are checked by the handlers with these functions. Everything behind the
+edge (``QueryService``, the pipelines) receives requests that already passed and checks nothing again.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from gateway.access.keys import Principal
+from gateway.chat.completions import PreparedChat
+from gateway.chat.wire import MODELS, ChatCompletionRequest, message_text
+from gateway.errors import ClientError, NotFoundError
+from gateway.schemas import DocumentsRequest, QueryRequest
+from gateway.settings import ChatSettings, RequestLimits
+from pipelines.shared.followup import Turn
+
+
+def clean_query(text: str, limits: RequestLimits, *, field: str = "query", what: str = "The query") -> str:
+    """The question without surrounding whitespace; a 400 naming ``field`` when empty or too long."""
+    cleaned = text.strip()
+    if not cleaned:
+        raise ClientError(f"{what} is empty: send a question in the {field!r} field.", field=field)
+    if len(cleaned) > limits.max_query_chars:
+        raise ClientError(
+            f"{what} has {len(cleaned)} characters; the maximum is {limits.max_query_chars}. "
+            "Shorten it or raise GATEWAY_MAX_QUERY_CHARS.",
+            field=field,
+        )
+    return cleaned
+
+
+def check_documents(request: DocumentsRequest, limits: RequestLimits) -> None:
+    if len(request.documents) > limits.max_documents_per_request:
+        raise ClientError(
+            f"{len(request.documents)} documents in one request; the maximum is "
+            f"{limits.max_documents_per_request}. Send them in batches."
+        )
+    ids = [d.id for d in request.documents]
+    if len(set(ids)) != len(ids):
+        raise ClientError("The same document id appears twice in one request; send each id once.")
+    for doc in request.documents:
+        if not doc.text.strip():
+            raise ClientError(f"Document {doc.id!r} has no text.")
+        if len(doc.text) > limits.max_document_chars:
+            raise ClientError(
+                f"Document {doc.id!r} has {len(doc.text)} characters; the maximum is "
+                f"{limits.max_document_chars}. Split it into several documents."
+            )
+
+
+def prepare_chat(
+    request: ChatCompletionRequest, principal: Principal, chat: ChatSettings, limits: RequestLimits
+) -> PreparedChat:
+    """Every chat request limit, each a 4xx naming the field to fix; then the question, its history and
+    the caller's tenant. Before any answer starts, so a stream never starts for a request that must fail."""
+    route = MODELS.get(request.model)
+    if route is None:
+        raise NotFoundError(
+            f"The model {request.model!r} does not exist. Use one of: {', '.join(MODELS)} (GET /v1/models).",
+            field="model",
+            code="model_not_found",
+        )
+    if len(request.messages) > chat.max_messages:
+        raise ClientError(
+            f"{len(request.messages)} messages in one request; the maximum is {chat.max_messages}. "
+            "Send only the recent turns.",
+            field="messages",
+        )
+    texts: list[str] = []
+    for index, message in enumerate(request.messages):
+        if isinstance(message.content, list):
+            kinds = sorted({p.type for p in message.content if p.type != "text"})
+            if kinds:
+                raise ClientError(
+                    f"messages[{index}] has content parts of type {', '.join(kinds)}; only text is supported.",
+                    field=f"messages[{index}].content",
+                )
+        texts.append(message_text(message))
+        chars = len(texts[-1])
+        if chars > chat.max_message_chars:
+            raise ClientError(
+                f"messages[{index}] has {chars} characters; the maximum is {chat.max_message_chars}.",
+                field=f"messages[{index}].content",
+            )
+    requested_tokens = request.max_completion_tokens or request.max_tokens
+    if requested_tokens is not None and requested_tokens > chat.max_tokens:
+        field = "max_completion_tokens" if request.max_completion_tokens else "max_tokens"
+        raise ClientError(f"{field} is {requested_tokens}; the maximum is {chat.max_tokens}.", field=field)
+    # The question is the last user message; anything after it (an assistant prefill, a tool
+    # result) has nothing to route and is ignored, and the turns before it are the history.
+    last = next((i for i in range(len(request.messages) - 1, -1, -1) if request.messages[i].role == "user"), None)
+    if last is None or not texts[last].strip():
+        raise ClientError(
+            "No question: the last user message must have text; it is what the gateway answers.",
+            field="messages",
+        )
+    question = clean_query(
+        texts[last], limits, field=f"messages[{last}].content", what="The question (the last user message)"
+    )
+    history = [
+        Turn(role=m.role, text=text)
+        for m, text in zip(request.messages[:last], texts, strict=False)
+        if m.role in ("user", "assistant") and text.strip()
+    ][-chat.history_messages :]
+    return PreparedChat(
+        id=f"chatcmpl-{uuid.uuid4().hex}",
+        created=int(time.time()),
+        model=request.model,
+        query=QueryRequest(query=question, tenant=principal.tenant_for(request.tenant or "default"), route=route),
+        history=history if chat.rewrite_followups else [],
+        include_usage=bool(request.stream_options and request.stream_options.include_usage),
+    )

@@ -1,0 +1,40 @@
+"""The answer cache's key follows the settings that shape answers, on the real Redis (where replicas share it)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.app import open_cache_layer
+from gateway.providers.redis import open_redis
+from gateway.settings import Settings
+from tests.integration.conftest import REDIS_TEST_URL
+
+pytestmark = pytest.mark.redis
+
+
+async def test_switching_the_router_classifier_changes_the_answer_cache_key(
+    monkeypatch: pytest.MonkeyPatch, prefix: str
+) -> None:
+    """An ``auto`` answer was routed by the classifier: after switching it, the cached answer is not served.
+
+    Both layers share one Redis (and so one knowledge version), as two deploys of the gateway do: only
+    the settings tell their keys apart. Before the fingerprint was computed from whole settings groups it
+    left ``router_classifier`` out, and both deploys read and wrote the same key.
+    """
+    monkeypatch.setenv("REDIS_URL", REDIS_TEST_URL)
+    monkeypatch.setenv("GATEWAY_CACHE_PREFIX", prefix)
+    keys = []
+    for classifier in ("logistic", "llm"):
+        monkeypatch.setenv("GATEWAY_ROUTER_CLASSIFIER", classifier)
+        settings = Settings()
+        redis = open_redis(settings.redis)
+        cache = open_cache_layer(settings, redis)
+        assert cache is not None
+        assert redis is not None
+        try:
+            params = {"top_k": None, "allow_escalation": True}
+            keys.append(await cache.responses.key_for("default", "auto", "How do I reset the VPN?", params))
+        finally:
+            await redis.aclose()
+    assert keys[0] is not None
+    assert keys[0] != keys[1]
