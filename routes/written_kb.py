@@ -54,9 +54,7 @@ class WrittenKB:
 
 def load_written_kb() -> WrittenKB:
     raw = json.loads((resources.files("routes") / "data" / KB_FILE).read_text(encoding="utf-8"))
-    documents = tuple(
-        Document(id=d["id"], lang=d["lang"], title=d["title"], text=d["text"]) for d in raw["documents"]
-    )
+    documents = tuple(Document(id=d["id"], lang=d["lang"], title=d["title"], text=d["text"]) for d in raw["documents"])
     questions = tuple(
         Question(
             id=q["id"],
