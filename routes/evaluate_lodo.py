@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from gateway.eval.datasets import Dataset, load_hotpotqa, load_squad_v2
 from routes.examples import Example, load_examples
 from routes.logistic_router import LogisticRouter, fit
 from routes.types import ROUTES, Route
@@ -135,33 +136,38 @@ def _never(_: Example) -> bool:
     return False
 
 
+def _from(source: str) -> Callable[[Example], bool]:
+    return lambda example: example.source == source
+
+
+def _tenant(dataset: Dataset) -> Tenant:
+    # JSQuAD paragraphs start with "title [SEP] "; the title is kept as the passage's title.
+    return Tenant(
+        dataset.name,
+        tuple(Passage(d["id"], d["title"], d["text"].split(" [SEP] ", 1)[-1]) for d in dataset.documents),
+    )
+
+
+def _cases(dataset: Dataset, route: Route, lang: str) -> tuple[Case, ...]:
+    return tuple(Case(q.text.strip(), route, lang, tuple(sorted(q.gold_doc_ids))) for q in dataset.questions)
+
+
 def _squad(data_dir: Path) -> Source:
-    raw = json.loads((data_dir / "squad_v2_dev_normans.json").read_text(encoding="utf-8"))
-    passages: list[Passage] = []
-    cases: list[Case] = []
-    for article in raw["data"]:
-        for i, paragraph in enumerate(article["paragraphs"]):
-            passages.append(Passage(f"{article['title']}-{i}", article["title"], paragraph["context"]))
-            cases.extend(
-                Case(qa["question"].strip(), "single_hop", "en", (passages[-1].id,)) for qa in paragraph["qas"]
-            )
-    return Source("SQuAD v2 Normans", tuple(cases), lambda e: e.source == "squad_v2", Tenant("squad", tuple(passages)))
+    dataset = load_squad_v2(data_dir / "squad_v2_dev_normans.json")
+    return Source("SQuAD v2 Normans", _cases(dataset, "single_hop", "en"), _from("squad_v2"), _tenant(dataset))
 
 
 def _jsquad(data_dir: Path, sample: int) -> Source:
-    raw = json.loads((data_dir / "jsquad_valid_sample.json").read_text(encoding="utf-8"))
-    passages: list[Passage] = []
-    cases: list[Case] = []
-    for article in raw["data"]:
-        for i, paragraph in enumerate(article["paragraphs"]):
-            title, _, text = paragraph["context"].partition(" [SEP] ")
-            passages.append(Passage(f"{article['title']}-{i}", title, text))
-            cases.extend(
-                Case(qa["question"].strip(), "single_hop", "ja", (passages[-1].id,)) for qa in paragraph["qas"]
-            )
+    dataset = load_squad_v2(data_dir / "jsquad_valid_sample.json")
+    cases = _cases(dataset, "single_hop", "ja")
     if 0 < sample < len(cases):
-        cases = random.Random(13).sample(cases, sample)
-    return Source("JSQuAD sample (test only)", tuple(cases), _never, Tenant("jsquad", tuple(passages)))
+        cases = tuple(random.Random(13).sample(cases, sample))
+    return Source("JSQuAD sample (test only)", cases, _never, _tenant(dataset))
+
+
+def _hotpot(data_dir: Path) -> Source:
+    dataset = load_hotpotqa(data_dir / "hotpotqa_train.json", data_dir / "hotpotqa_train_corpus.json")
+    return Source("HotpotQA", _cases(dataset, "multi_hop", "en"), _from("hotpotqa"), _tenant(dataset))
 
 
 def _from_examples(
@@ -169,17 +175,6 @@ def _from_examples(
 ) -> Source:
     cases = tuple(Case(e.text, e.route, e.lang) for e in examples if keep(e))
     return Source(name, cases, keep, tenant)
-
-
-def _hotpot(data_dir: Path) -> Source:
-    corpus = json.loads((data_dir / "hotpotqa_train_corpus.json").read_text(encoding="utf-8"))
-    tenant = Tenant("hotpotqa", tuple(Passage(t, t, "".join(s)) for t, s in corpus.items()))
-    questions = json.loads((data_dir / "hotpotqa_train.json").read_text(encoding="utf-8"))
-    cases = tuple(
-        Case(q["question"].strip(), "multi_hop", "en", tuple(dict.fromkeys(t for t, _ in q["supporting_facts"])))
-        for q in questions
-    )
-    return Source("HotpotQA", cases, lambda e: e.source == "hotpotqa", tenant)
 
 
 def _written_tenant() -> tuple[Tenant, list[Case], list[Case]]:
@@ -198,7 +193,7 @@ def sources(data_dir: Path, jsquad_sample: int) -> list[Source]:
     return [
         _squad(data_dir),
         _jsquad(data_dir, jsquad_sample),
-        _from_examples("SKR / NQ (no passages)", examples, lambda e: e.source == "skr_nq", None),
+        _from_examples("SKR / NQ (no passages)", examples, _from("skr_nq"), None),
         _hotpot(data_dir),
         Source("written KB multi-hop (test only)", tuple(multi), _never, written),
         Source("written KB single-hop (test only)", tuple(single), _never, written),

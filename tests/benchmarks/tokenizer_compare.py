@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import math
 import re
 import time
@@ -27,6 +26,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from gateway.eval.datasets import load_squad_v2
 from pipelines.shared import text as chosen
 from pipelines.shared.support import terms as current_terms
 from routes.written_kb import load_written_kb
@@ -149,29 +149,13 @@ def load_candidates() -> tuple[list[Candidate], list[str]]:
     return candidates, missing
 
 
-def load_squad(data_dir: Path) -> Task:
-    raw = json.loads((data_dir / "squad_v2_dev_normans.json").read_text(encoding="utf-8"))
-    paragraphs: list[str] = []
-    questions: list[tuple[str, int]] = []
-    for article in raw["data"]:
-        for paragraph in article["paragraphs"]:
-            paragraphs.append(paragraph["context"])
-            for qa in paragraph["qas"]:
-                if not qa.get("is_impossible"):
-                    questions.append((qa["question"], len(paragraphs) - 1))
-    return Task("en", paragraphs, questions)
-
-
-def load_jsquad(data_dir: Path) -> Task:
-    raw = json.loads((data_dir / "jsquad_valid_sample.json").read_text(encoding="utf-8"))
-    paragraphs: list[str] = []
-    questions: list[tuple[str, int]] = []
-    for article in raw["data"]:
-        for paragraph in article["paragraphs"]:
-            paragraphs.append(paragraph["context"].replace("[SEP]", " "))
-            for qa in paragraph["qas"]:
-                questions.append((qa["question"], len(paragraphs) - 1))
-    return Task("ja", paragraphs, questions)
+def load_squad_format(path: Path, lang: str) -> Task:
+    """Answerable questions of a SQuAD-format file, each with the paragraph it was written on."""
+    dataset = load_squad_v2(path)
+    position = {d["id"]: i for i, d in enumerate(dataset.documents)}
+    paragraphs = [d["text"].replace("[SEP]", " ") for d in dataset.documents]
+    questions = [(q.text, position[next(iter(q.gold_doc_ids))]) for q in dataset.questions if q.gold_doc_ids]
+    return Task(lang, paragraphs, questions)
 
 
 def load_written(lang: str) -> Task:
@@ -269,7 +253,12 @@ def main() -> None:
     parser.add_argument("--data-dir", type=Path, default=Path("../shared/data/dev"))
     args = parser.parse_args()
     candidates, missing = load_candidates()
-    tasks = [load_jsquad(args.data_dir), load_written("ja"), load_squad(args.data_dir), load_written("en")]
+    tasks = [
+        load_squad_format(args.data_dir / "jsquad_valid_sample.json", "ja"),
+        load_written("ja"),
+        load_squad_format(args.data_dir / "squad_v2_dev_normans.json", "en"),
+        load_written("en"),
+    ]
     for task in tasks:
         print(f"\n## {task.lang}: {len(task.questions)} questions over {len(task.paragraphs)} paragraphs")
         print(
