@@ -27,20 +27,20 @@ from pipelines.shared.events import (
 )
 
 
-class RouteQuery(Event, tag="route_query"):
+class RouteQuery(Event, tag="route_query", frozen=True):
     """The router asked the model which route to take."""
 
     route: str
     classifier: str
 
 
-class SemanticCacheHit(Event, tag="semantic_cache"):
+class SemanticCacheHit(Event, tag="semantic_cache", frozen=True):
     """A paraphrase's cached answer was served; ``similarity`` is the cosine of the two questions."""
 
     similarity: float
 
 
-class RewriteFollowup(Event, tag="rewrite_followup"):
+class RewriteFollowup(Event, tag="rewrite_followup", frozen=True):
     """A chat follow-up was made self-contained before routing (``changed``: the model altered it)."""
 
     changed: bool

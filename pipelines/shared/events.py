@@ -30,18 +30,18 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind"):
     """One step of a request; ``kind`` (the tag) names it on the wire."""
 
 
-class Retrieve(Event, tag="retrieve"):
+class Retrieve(Event, tag="retrieve", frozen=True):
     k: int
     found: int
 
 
-class Assess(Event, tag="assess"):
+class Assess(Event, tag="assess", frozen=True):
     """single_hop's LLM-free retrieval check: the fast scorer's verdict over what was retrieved."""
 
     verdict: Verdict
 
 
-class Evaluate(Event, tag="evaluate"):
+class Evaluate(Event, tag="evaluate", frozen=True):
     """The corrective evaluator's round: ``kept`` of ``total`` candidates, ``graded`` of them by the LLM."""
 
     verdict: Verdict
@@ -50,30 +50,30 @@ class Evaluate(Event, tag="evaluate"):
     graded: int
 
 
-class Rewrite(Event, tag="rewrite"):
+class Rewrite(Event, tag="rewrite", frozen=True):
     round: int
     query: str
 
 
-class SearchMore(Event, tag="search_more"):
+class SearchMore(Event, tag="search_more", frozen=True):
     source: str
     queries: int
     new: int
 
 
-class Refine(Event, tag="refine"):
+class Refine(Event, tag="refine", frozen=True):
     """``strips`` strips kept from ``passages`` evidence passages."""
 
     strips: int
     passages: int
 
 
-class Generate(Event, tag="generate"):
+class Generate(Event, tag="generate", frozen=True):
     mode: AnswerMode = "answer"
     abstention: str | None = None  # why a grounded answer abstained, when the step should say so
 
 
-class Check(Event, tag="check"):
+class Check(Event, tag="check", frozen=True):
     """A Self-RAG critic's judgement. ``claims`` are the unsupported claims (``grounded``); ``note`` is
     what the answer misses (``useful``, failed) or why the check was skipped."""
 
@@ -83,13 +83,13 @@ class Check(Event, tag="check"):
     note: str = ""
 
 
-class Escalate(Event, tag="escalate"):
+class Escalate(Event, tag="escalate", frozen=True):
     from_route: str
     to_route: str
     reason: str
 
 
-class Stop(Event, tag="stop"):
+class Stop(Event, tag="stop", frozen=True):
     reason: StopReason
 
 

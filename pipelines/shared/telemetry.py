@@ -7,9 +7,10 @@ nothing: :data:`NO_TELEMETRY` does no work at all.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any, Protocol, TypeVar
+from dataclasses import Field
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from langgraph.runtime import Runtime
 
@@ -72,15 +73,22 @@ NO_TELEMETRY: PipelineTelemetry = NoTelemetry()
 
 
 class Observed(Protocol):
-    """A graph's runtime context: whatever else it holds, it holds the telemetry its nodes report to."""
+    """A graph's runtime context (a dataclass, as LangGraph wants it) holding the telemetry its nodes report to."""
+
+    __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
 
     @property
     def telemetry(self) -> PipelineTelemetry: ...
 
 
-StateT = TypeVar("StateT")
+StateT = TypeVar("StateT", contravariant=True)
 ContextT = TypeVar("ContextT", bound=Observed)
-Node = Callable[[StateT, Runtime[ContextT]], Awaitable[dict[str, Any]]]
+
+
+class Node(Protocol[StateT, ContextT]):
+    """A graph node as LangGraph calls it: the state, and the run's :class:`Runtime` (named ``runtime``)."""
+
+    def __call__(self, state: StateT, runtime: Runtime[ContextT]) -> Awaitable[dict[str, Any]]: ...
 
 
 def instrument(pipeline: str, name: str, node: Node[StateT, ContextT]) -> Node[StateT, ContextT]:

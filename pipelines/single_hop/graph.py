@@ -37,7 +37,7 @@ async def assess_retrieval(state: SingleHopState, runtime: Runtime[SingleHopCont
 
 
 def after_assess(state: SingleHopState) -> Literal["generate_answer", "__end__"]:
-    return END if state.escalate else "generate_answer"
+    return "__end__" if state.escalate else "generate_answer"
 
 
 async def generate_answer(state: SingleHopState, runtime: Runtime[SingleHopContext]) -> Update:
