@@ -113,7 +113,7 @@ def build_route_table(
     embeddings: Embeddings,
     telemetry: Telemetry | None = None,
 ) -> RouteTable:
-    """Compile every graph once, at start-up, and build the contexts its runs get: the clients the lifespan opened."""
+    """Every graph compiled once, at start-up, with the runtime contexts (the lifespan's clients) its runs get."""
     grounding = GroundingPolicy(settings.min_relevance, settings.min_answer_support, settings.answer_max_tokens)
     corrective_policy = CorrectivePolicy(
         upper=settings.crag_upper,
