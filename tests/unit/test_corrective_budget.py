@@ -9,7 +9,6 @@ import pytest
 
 from gateway.knowledge import KnowledgeBase
 from pipelines.corrective.policy import CorrectivePolicy
-from pipelines.corrective.state import StopReason
 from pipelines.shared.events import (
     Check,
     Evaluate,
@@ -19,6 +18,7 @@ from pipelines.shared.events import (
     Rewrite,
     SearchMore,
     Stop,
+    StopReason,
 )
 from tests.unit.corrective_support import (
     CANTEEN_ANSWER,
@@ -128,7 +128,7 @@ async def test_usefulness_is_assumed_when_no_call_is_left_for_the_critic(knowled
     assert state.events[3:] == [
         Generate(),
         SUPPORTED_CHECK,
-        Check(critic="useful", outcome="skipped", note="no LLM calls left"),  # the steps say it was not checked
+        Check(critic="useful", outcome="skipped", note="no LLM calls left"),  # the event says it was not checked
         Stop(reason="answered"),
     ]
     assert nodes(state) == ["generate"]
