@@ -44,19 +44,17 @@ from gateway.providers.websearch import LocalStoreSearch, TavilySearch
 from gateway.service import QueryService
 from gateway.settings import Settings, VectorStoreSettings
 from gateway.state import ProviderOverrides, Services
-from pipelines.corrective.graph import CorrectiveDeps
-from pipelines.corrective.graph import build_graph as build_corrective_graph
 from pipelines.corrective.policy import CorrectivePolicy
-from pipelines.direct.graph import build_graph as build_direct_graph
+from pipelines.corrective.state import CorrectiveContext
+from pipelines.direct.state import DirectContext
 from pipelines.shared.deps import WebSearch
 from pipelines.shared.generation import GroundingPolicy
-from pipelines.single_hop.graph import SingleHopDeps
-from pipelines.single_hop.graph import build_graph as build_single_hop_graph
+from pipelines.single_hop.state import SingleHopContext
 from routes.examples import load_examples
 from routes.llm_router import LLMRouter
 from routes.logistic_router import EmbedTexts, LogisticRouter, load_or_train
 from routes.router import FrontRouter
-from routes.table import RoutePolicy, RouteTable
+from routes.table import PipelineContexts, RoutePolicy, RouteTable
 
 logger = logging.getLogger("gateway")
 
@@ -118,7 +116,7 @@ def build_route_table(
     embeddings: Embeddings,
     telemetry: Telemetry | None = None,
 ) -> RouteTable:
-    """Compile every graph once, at start-up, around the clients the lifespan opened."""
+    """Every graph compiled once, at start-up, with the runtime contexts (the lifespan's clients) its runs get."""
     gates, corrective, retrieval = settings.grounding, settings.corrective, settings.retrieval
     grounding = GroundingPolicy(gates.min_relevance, gates.min_answer_support, gates.answer_max_tokens)
     corrective_policy = CorrectivePolicy(
@@ -138,21 +136,28 @@ def build_route_table(
     search: WebSearch = LocalStoreSearch(knowledge)
     if settings.web_search.tavily_api_key is not None:
         search = TavilySearch(http, settings.web_search.tavily_api_key.get_secret_value(), embeddings)
-    single_hop = SingleHopDeps(
-        llm=llm,
-        retriever=knowledge,
-        grounding=grounding,
-        relevance=corrective_policy.relevance,
-        lower=retrieval.escalate_below,
-        upper=corrective.crag_upper,
-        telemetry=observer,
+    contexts = PipelineContexts(
+        direct=DirectContext(llm=llm, telemetry=observer),
+        single_hop=SingleHopContext(
+            llm=llm,
+            retriever=knowledge,
+            grounding=grounding,
+            relevance=corrective_policy.relevance,
+            lower=retrieval.escalate_below,
+            upper=corrective.crag_upper,
+            telemetry=observer,
+        ),
+        corrective=CorrectiveContext(
+            llm=llm,
+            retriever=knowledge,
+            search=search,
+            embedder=knowledge,
+            policy=corrective_policy,
+            telemetry=observer,
+        ),
     )
     return RouteTable(
-        direct=build_direct_graph(llm, observer),
-        single_hop=build_single_hop_graph(single_hop),
-        corrective=build_corrective_graph(
-            CorrectiveDeps(llm, knowledge, search, knowledge, corrective_policy, telemetry=observer)
-        ),
+        contexts,
         policy=RoutePolicy(
             default_top_k=retrieval.default_top_k,
             max_top_k=retrieval.max_top_k,
