@@ -28,18 +28,8 @@ from pipelines.corrective.graph import build_graph
 from pipelines.corrective.policy import CorrectivePolicy
 from pipelines.corrective.state import CorrectiveContext, CorrectiveState
 from pipelines.direct.state import DirectContext
+from pipelines.shared import events as ev
 from pipelines.shared.deps import Passage, WebSearch
-from pipelines.shared.events import (
-    Check,
-    Evaluate,
-    Generate,
-    PipelineEvent,
-    Refine,
-    Retrieve,
-    Rewrite,
-    SearchMore,
-    Stop,
-)
 from pipelines.shared.generation import GroundingPolicy
 from pipelines.shared.relevance import relevance
 from pipelines.single_hop.state import SingleHopContext
@@ -110,29 +100,29 @@ AURORA_ANSWER = "The Kumo Carrier K3 has a maximum payload of 300 kg [1]."
 K3_FACT = "Maximum payload: 300 kg"
 
 # The critics' judgements as events: supported, useful, and their failures.
-SUPPORTED_CHECK = Check(critic="grounded", outcome="passed")
-USEFUL_CHECK = Check(critic="useful", outcome="passed")
+SUPPORTED_CHECK = ev.Check(critic="grounded", outcome="passed")
+USEFUL_CHECK = ev.Check(critic="useful", outcome="passed")
 
 
-def doubted(*claims: str) -> Check:
+def doubted(*claims: str) -> ev.Check:
     """The groundedness check's event for an answer whose ``claims`` it found unsupported."""
-    return Check(critic="grounded", outcome="failed", claims=claims)
+    return ev.Check(critic="grounded", outcome="failed", claims=claims)
 
 
-def useless(missing: str) -> Check:
+def useless(missing: str) -> ev.Check:
     """The usefulness check's event for an answer that misses ``missing``."""
-    return Check(critic="useful", outcome="failed", note=missing)
+    return ev.Check(critic="useful", outcome="failed", note=missing)
 
 
 # Recurring runs of events. The first round for K2_QUESTION with the default top_k (the K2 document, relevant without
 # grading); a supported and useful answer that ends the run; the end of a run that kept nothing and abstains.
 K2_ROUND = [
-    Retrieve(k=5, found=5),
-    Evaluate(verdict="correct", kept=1, total=5, graded=0),
-    Refine(strips=1, passages=1),
+    ev.Retrieve(k=5, found=5),
+    ev.Evaluate(verdict="correct", kept=1, total=5, graded=0),
+    ev.Refine(strips=1, passages=1),
 ]
-ANSWERED = [Generate(), SUPPORTED_CHECK, USEFUL_CHECK, Stop(reason="answered")]
-NO_EVIDENCE = [Refine(strips=0, passages=0), Generate(mode="cautious"), Stop(reason="no_evidence")]
+ANSWERED = [ev.Generate(), SUPPORTED_CHECK, USEFUL_CHECK, ev.Stop(reason="answered")]
+NO_EVIDENCE = [ev.Refine(strips=0, passages=0), ev.Generate(mode="cautious"), ev.Stop(reason="no_evidence")]
 
 Reply = str | dict[str, Any]
 
@@ -152,18 +142,18 @@ def not_useful(missing: str) -> dict[str, Any]:
     return {"useful": False, "missing": missing}
 
 
-def k2_useless_then_rewritten(missing: str, rewrite: str) -> list[PipelineEvent]:
+def k2_useless_then_rewritten(missing: str, rewrite: str) -> list[ev.PipelineEvent]:
     """The events of a first round for K2_QUESTION with top_k=1, answered and supported but not useful for lack of
     ``missing``, then rewritten to ``rewrite`` and searched again (with the expansion), finding one new document."""
     return [
-        Retrieve(k=1, found=1),
-        Evaluate(verdict="correct", kept=1, total=1, graded=0),
-        Refine(strips=1, passages=1),
-        Generate(),
+        ev.Retrieve(k=1, found=1),
+        ev.Evaluate(verdict="correct", kept=1, total=1, graded=0),
+        ev.Refine(strips=1, passages=1),
+        ev.Generate(),
         SUPPORTED_CHECK,
         useless(missing),
-        Rewrite(round=1, query=rewrite),
-        SearchMore(source="local", queries=2, new=1),
+        ev.Rewrite(round=1, query=rewrite),
+        ev.SearchMore(source="local", queries=2, new=1),
     ]
 
 
@@ -244,7 +234,7 @@ def nodes(state: CorrectiveState) -> list[str]:
 
 def critics(state: CorrectiveState) -> list[str]:
     """The critics that judged an answer, in order."""
-    return [e.critic for e in state.events if isinstance(e, Check)]
+    return [e.critic for e in state.events if isinstance(e, ev.Check)]
 
 
 def doc_ids(passages: list[Any]) -> list[str]:
@@ -295,7 +285,7 @@ async def run_graph(
     # Every model call is accounted for, failed structured calls included.
     assert len(state.llm_calls) == len(model.calls)
     assert state.stop_reason is not None
-    assert state.events[-1] == Stop(reason=state.stop_reason)
+    assert state.events[-1] == ev.Stop(reason=state.stop_reason)
     return state, model
 
 

@@ -9,17 +9,7 @@ import pytest
 
 from gateway.knowledge import KnowledgeBase
 from pipelines.corrective.policy import CorrectivePolicy
-from pipelines.shared.events import (
-    Check,
-    Evaluate,
-    Generate,
-    Refine,
-    Retrieve,
-    Rewrite,
-    SearchMore,
-    Stop,
-    StopReason,
-)
+from pipelines.shared.events import Check, Evaluate, Generate, Refine, Retrieve, Rewrite, SearchMore, Stop, StopReason
 from tests.unit.corrective_support import (
     CANTEEN_ANSWER,
     CANTEEN_FACT,

@@ -10,18 +10,8 @@ from gateway.knowledge import KnowledgeBase
 from pipelines.corrective.critique import CITATIONS_ONLY, cautious_answer
 from pipelines.corrective.policy import CorrectivePolicy
 from pipelines.corrective.prompts import EMPTY_ANSWER_NOTE, REGENERATE_NOTE
+from pipelines.shared import events as ev
 from pipelines.shared.deps import Passage
-from pipelines.shared.events import (
-    Check,
-    Evaluate,
-    Generate,
-    PipelineEvent,
-    Refine,
-    Retrieve,
-    Rewrite,
-    SearchMore,
-    Stop,
-)
 from pipelines.shared.prompts import ABSTAIN_EN, NOT_IN_CONTEXT
 from tests.unit.corrective_support import (
     ANSWERED,
@@ -56,9 +46,9 @@ from tests.unit.corrective_support import (
 )
 
 
-def regenerated_then_answered(*doubt: str) -> list[PipelineEvent]:
+def regenerated_then_answered(*doubt: str) -> list[ev.PipelineEvent]:
     """The events of an answer doubted (``doubt``: the unsupported claims), regenerated, then accepted."""
-    return [Generate(), doubted(*doubt), Generate(mode="regenerate"), *ANSWERED[1:]]
+    return [ev.Generate(), doubted(*doubt), ev.Generate(mode="regenerate"), *ANSWERED[1:]]
 
 
 # --- Ungrounded answers -----------------------------------------------------------------------------------------
@@ -73,12 +63,12 @@ async def test_ungrounded_answer_is_regenerated_then_replaced_by_a_cautious_answ
 
     assert state.events == [
         *K2_ROUND,
-        Generate(),
+        ev.Generate(),
         doubted(claim),
-        Generate(mode="regenerate"),
+        ev.Generate(mode="regenerate"),
         doubted(claim),
-        Generate(mode="cautious"),
-        Stop(reason="unsupported"),
+        ev.Generate(mode="cautious"),
+        ev.Stop(reason="unsupported"),
     ]
     assert nodes(state) == ["generate", "check_grounded", "generate", "check_grounded"]
     assert [kind(c) for c in model.calls] == ["generate", "GroundednessCheck", "generate", "GroundednessCheck"]
@@ -109,22 +99,22 @@ async def test_ungrounded_regeneration_with_rounds_left_searches_again_before_th
     script = Script(answers=[K2_INVENTED], grounded=[unsupported(claim)], rewrites=["Kumo Carrier K2 specification"])
     state, _ = await run_graph(knowledge, script, query=K2_QUESTION, policy=CorrectivePolicy(max_rewrites=1))
     round_of_answers = [
-        Generate(),  # each round's first answer is a first answer, not a regeneration
+        ev.Generate(),  # each round's first answer is a first answer, not a regeneration
         doubted(claim),
-        Generate(mode="regenerate"),
+        ev.Generate(mode="regenerate"),
         doubted(claim),
     ]
     assert state.events[: len(K2_ROUND) + 5] == [
         *K2_ROUND,
         *round_of_answers,
-        Rewrite(round=1, query="Kumo Carrier K2 specification"),
+        ev.Rewrite(round=1, query="Kumo Carrier K2 specification"),
     ]
     # The new search finds nothing new: no second generation round; the rejected answer is never returned.
     assert state.events[len(K2_ROUND) + 5 :] == [
-        SearchMore(source="local", queries=2, new=0),
-        Evaluate(verdict="incorrect", kept=0, total=0, graded=0),
-        Generate(mode="cautious"),
-        Stop(reason="unsupported"),
+        ev.SearchMore(source="local", queries=2, new=0),
+        ev.Evaluate(verdict="incorrect", kept=0, total=0, graded=0),
+        ev.Generate(mode="cautious"),
+        ev.Stop(reason="unsupported"),
     ]
     assert state.rewrites == 1
     assert state.fallback is True
@@ -141,7 +131,7 @@ async def test_unsupported_answer_after_retrieval_rewrites_reports_unsupported(
     state, _ = await run_graph(knowledge, script, query=K2_QUESTION, policy=policy, top_k=1, query_vector=vpn_vector)
     assert state.verdicts == ["incorrect", "correct"]
     assert state.rewrites == policy.max_rewrites
-    assert state.events[-3:-1] == [doubted("900 kg"), Generate(mode="cautious")]
+    assert state.events[-3:-1] == [doubted("900 kg"), ev.Generate(mode="cautious")]
     assert state.fallback is True
     assert state.stop_reason == "unsupported"
 
@@ -150,7 +140,7 @@ async def test_unsupported_answer_that_spends_the_last_call_reports_unsupported(
     script = Script(answers=[K2_INVENTED], grounded=[unsupported("900 kg")])
     state, _ = await run_graph(knowledge, script, query=K2_QUESTION, policy=CorrectivePolicy(max_llm_calls=4))
     assert nodes(state) == ["generate", "check_grounded", "generate", "check_grounded"]
-    assert state.events[-2] == Generate(mode="cautious")
+    assert state.events[-2] == ev.Generate(mode="cautious")
     assert state.stop_reason == "unsupported"
 
 
@@ -188,7 +178,7 @@ async def test_answer_of_citations_twice_falls_back_to_a_cautious_answer_without
     # (see test_corrective_search_more).
     policy = CorrectivePolicy(max_rewrites=0)
     state, _ = await run_graph(knowledge, Script(answers=["[1]", "[1]."]), query=K2_QUESTION, policy=policy)
-    assert state.events[-2:] == [Generate(mode="cautious"), Stop(reason="unsupported")]
+    assert state.events[-2:] == [ev.Generate(mode="cautious"), ev.Stop(reason="unsupported")]
     assert state.abstained is True
     assert "do not state" not in state.answer
     assert "“The Kumo Carrier K2 has a maximum payload of 150 kg.” [1]" in state.answer
@@ -212,17 +202,17 @@ async def test_model_that_finds_nothing_skips_the_grounding_check_and_is_not_use
     state, model = await run_graph(knowledge, script, query=K2_QUESTION, policy=policy, top_k=1)
     missing = "the answer says the information was not found"
     assert state.events == [
-        Retrieve(k=1, found=1),
-        Evaluate(verdict="correct", kept=1, total=1, graded=0),
-        Refine(strips=1, passages=1),
-        Generate(),
-        Check(critic="grounded", outcome="skipped", note="no answer found"),
+        ev.Retrieve(k=1, found=1),
+        ev.Evaluate(verdict="correct", kept=1, total=1, graded=0),
+        ev.Refine(strips=1, passages=1),
+        ev.Generate(),
+        ev.Check(critic="grounded", outcome="skipped", note="no answer found"),
         useless(missing),
-        Rewrite(round=1, query="Kumo Carrier K2 payload"),
-        SearchMore(source="local", queries=2, new=1),
-        Evaluate(verdict="incorrect", kept=0, total=1, graded=0),
+        ev.Rewrite(round=1, query="Kumo Carrier K2 payload"),
+        ev.SearchMore(source="local", queries=2, new=1),
+        ev.Evaluate(verdict="incorrect", kept=0, total=1, graded=0),
         # the evidence did not grow: answering again from the same passages would only repeat the abstention
-        Stop(reason="max_rewrites"),
+        ev.Stop(reason="max_rewrites"),
     ]
     # Neither critic needed the model for an abstention.
     assert nodes(state) == ["generate", "rewrite_query"]
@@ -281,12 +271,12 @@ async def test_useless_answer_rewrites_for_the_missing_information_bounded_by_ma
 
     assert state.events == [
         *k2_useless_then_rewritten(missing, "K2 payload pounds"),
-        Evaluate(verdict="incorrect", kept=0, total=1, graded=0),
-        Rewrite(round=2, query="K2 weight lb"),
-        SearchMore(source="local", queries=2, new=1),
-        Evaluate(verdict="incorrect", kept=0, total=1, graded=0),
+        ev.Evaluate(verdict="incorrect", kept=0, total=1, graded=0),
+        ev.Rewrite(round=2, query="K2 weight lb"),
+        ev.SearchMore(source="local", queries=2, new=1),
+        ev.Evaluate(verdict="incorrect", kept=0, total=1, graded=0),
         # nothing was added to the evidence: no second answer from the same passages
-        Stop(reason="max_rewrites"),
+        ev.Stop(reason="max_rewrites"),
     ]
     assert nodes(state) == ["generate", "check_useful", "rewrite_query", "rewrite_query"]
     rewrite_prompts = prompts(model, "rewrite")
@@ -306,23 +296,23 @@ async def test_useless_answer_rewrites_for_the_missing_information_bounded_by_ma
 @pytest.mark.parametrize(
     ("grade", "evaluated", "tail"),
     [
-        (NOT_RELEVANT, Evaluate(verdict="incorrect", kept=0, total=1, graded=1), [Stop(reason="max_rewrites")]),
+        (NOT_RELEVANT, ev.Evaluate(verdict="incorrect", kept=0, total=1, graded=1), [ev.Stop(reason="max_rewrites")]),
         (
             relevant(CANTEEN_FACT),
-            Evaluate(verdict="correct", kept=1, total=1, graded=1),
+            ev.Evaluate(verdict="correct", kept=1, total=1, graded=1),
             [
-                Refine(strips=2, passages=2),
-                Generate(),
+                ev.Refine(strips=2, passages=2),
+                ev.Generate(),
                 SUPPORTED_CHECK,
                 useless("when the canteen closes"),
-                Stop(reason="max_rewrites"),
+                ev.Stop(reason="max_rewrites"),
             ],
         ),
     ],
     ids=["evidence-unchanged", "evidence-grew"],
 )
 async def test_a_new_round_answers_again_only_when_it_added_evidence(
-    knowledge: KnowledgeBase, grade: dict[str, Any], evaluated: Evaluate, tail: list[PipelineEvent]
+    knowledge: KnowledgeBase, grade: dict[str, Any], evaluated: ev.Evaluate, tail: list[ev.PipelineEvent]
 ) -> None:
     policy = CorrectivePolicy(max_rewrites=1)
     assert policy.lower < (await scores(knowledge, CANTEEN_QUESTION, k=1))["canteen"] < policy.upper
@@ -332,7 +322,7 @@ async def test_a_new_round_answers_again_only_when_it_added_evidence(
         evaluated,
         *tail,
     ]
-    generations = 2 if Generate() in tail else 1
+    generations = 2 if ev.Generate() in tail else 1
     assert [kind(c) for c in model.calls].count("generate") == generations
     assert state.answered_with == len(state.evidence) == generations
     assert state.answer == K2_ANSWER
@@ -352,10 +342,10 @@ async def test_useless_answer_new_round_merges_the_documents_found_for_the_missi
     state, model = await run_graph(knowledge, script, query=K2_QUESTION, policy=policy, top_k=1)
     assert state.events[5:] == [
         useless("when the canteen closes"),
-        Rewrite(round=1, query="staff canteen closing time"),
-        SearchMore(source="local", queries=2, new=1),
-        Evaluate(verdict="correct", kept=1, total=1, graded=0),
-        Refine(strips=2, passages=2),
+        ev.Rewrite(round=1, query="staff canteen closing time"),
+        ev.SearchMore(source="local", queries=2, new=1),
+        ev.Evaluate(verdict="correct", kept=1, total=1, graded=0),
+        ev.Refine(strips=2, passages=2),
         *ANSWERED,
     ]
     assert doc_ids(state.evidence) == ["k2", "canteen"]
@@ -378,8 +368,8 @@ async def test_malformed_groundedness_check_keeps_the_lexical_doubt(knowledge: K
 async def test_malformed_usefulness_check_counts_as_useful(knowledge: KnowledgeBase) -> None:
     state, _ = await run_graph(knowledge, Script(useful=["```json\n{not json}\n```"]), query=K2_QUESTION)
     assert state.events[-2:] == [
-        Check(critic="useful", outcome="skipped", note="critic output malformed"),
-        Stop(reason="answered"),
+        ev.Check(critic="useful", outcome="skipped", note="critic output malformed"),
+        ev.Stop(reason="answered"),
     ]
     assert nodes(state) == ["generate", "check_useful"]  # the malformed call is counted
     assert state.useful is True
@@ -399,7 +389,7 @@ async def test_a_later_answer_that_is_not_useful_either_does_not_replace_the_fir
     script.useful = [not_useful("when the canteen closes"), not_useful("still missing")]
     state, _ = await run_graph(knowledge, script, query=K2_QUESTION, policy=CorrectivePolicy(max_rewrites=1), top_k=1)
     assert nodes(state).count("generate") == 2
-    assert state.events[-2:] == [Generate(mode="keep_best"), Stop(reason="max_rewrites")]
+    assert state.events[-2:] == [ev.Generate(mode="keep_best"), ev.Stop(reason="max_rewrites")]
     assert state.answer == K2_ANSWER
     assert doc_ids(state.context) == ["k2"]
     assert state.abstained is False
@@ -415,5 +405,5 @@ async def test_a_useful_later_answer_replaces_the_first(knowledge: KnowledgeBase
     assert state.answer == later
     assert state.best is not None
     assert state.best.answer == later
-    assert Generate(mode="keep_best") not in state.events
+    assert ev.Generate(mode="keep_best") not in state.events
     assert state.stop_reason == "answered"

@@ -7,18 +7,7 @@ from dataclasses import replace
 from gateway.knowledge import KnowledgeBase
 from gateway.providers.scripted_chat import ScriptedChatModel
 from pipelines.corrective.policy import CorrectivePolicy
-from pipelines.shared.events import (
-    Assess,
-    Escalate,
-    Evaluate,
-    Generate,
-    PipelineEvent,
-    Refine,
-    Retrieve,
-    Rewrite,
-    SearchMore,
-    Stop,
-)
+from pipelines.shared import events as ev
 from pipelines.shared.prompts import ABSTAIN_EN
 from pipelines.shared.relevance import relevance
 from routes.table import RouteTable
@@ -48,14 +37,14 @@ def make_table(
     return build_route_table(llm, knowledge, route_policy), model
 
 
-ESCALATE = Escalate(from_route="single_hop", to_route="multi_hop", reason="retrieval_incorrect")
+ESCALATE = ev.Escalate(from_route="single_hop", to_route="multi_hop", reason="retrieval_incorrect")
 
 
-def escalated(top_k: int) -> list[PipelineEvent]:
+def escalated(top_k: int) -> list[ev.PipelineEvent]:
     """The first events of an escalated request: single_hop's Incorrect retrieval, then the corrective pipeline's
     first retrieval, which keeps the caller's top_k."""
-    retrieve = Retrieve(k=top_k, found=top_k)
-    return [retrieve, Assess(verdict="incorrect"), ESCALATE, retrieve]
+    retrieve = ev.Retrieve(k=top_k, found=top_k)
+    return [retrieve, ev.Assess(verdict="incorrect"), ESCALATE, retrieve]
 
 
 async def test_single_hop_with_incorrect_retrieval_escalates_to_the_corrective_pipeline(
@@ -80,12 +69,12 @@ async def test_single_hop_with_incorrect_retrieval_escalates_to_the_corrective_p
 
     assert result.route == "multi_hop"
     assert result.escalated_from == "single_hop"
-    assert result.events[:5] == [*escalated(1), Evaluate(verdict="incorrect", kept=0, total=1, graded=0)]
+    assert result.events[:5] == [*escalated(1), ev.Evaluate(verdict="incorrect", kept=0, total=1, graded=0)]
     assert result.events[5:] == [
-        Rewrite(round=1, query=rewrite),
-        SearchMore(source="local", queries=2, new=1),
-        Evaluate(verdict="correct", kept=1, total=1, graded=0),
-        Refine(strips=1, passages=1),
+        ev.Rewrite(round=1, query=rewrite),
+        ev.SearchMore(source="local", queries=2, new=1),
+        ev.Evaluate(verdict="correct", kept=1, total=1, graded=0),
+        ev.Refine(strips=1, passages=1),
         *ANSWERED,
     ]
     # single_hop made no call before escalating; everything after is the corrective pipeline's
@@ -115,11 +104,11 @@ async def test_single_hop_does_not_escalate_when_escalation_is_not_allowed(knowl
     )
     assert result.route == "single_hop"
     assert result.escalated_from is None
-    assert result.events[:2] == [Retrieve(k=4, found=4), Assess(verdict="incorrect")]
+    assert result.events[:2] == [ev.Retrieve(k=4, found=4), ev.Assess(verdict="incorrect")]
     (generated,) = result.events[2:]
-    assert isinstance(generated, Generate)
+    assert isinstance(generated, ev.Generate)
     assert (generated.abstention or "").startswith("no passage above relevance")
-    assert not any(isinstance(e, Escalate) for e in result.events)
+    assert not any(isinstance(e, ev.Escalate) for e in result.events)
     assert result.abstained
     assert result.stop_reason is None
     assert model.calls == []
@@ -138,7 +127,7 @@ async def test_single_hop_in_an_empty_tenant_does_not_escalate(knowledge: Knowle
     result = await table.run("single_hop", query=OFF_TOPIC, tenant="empty", top_k=None, query_vector=None)
     assert result.route == "single_hop"
     assert result.escalated_from is None
-    assert result.events[:2] == [Retrieve(k=4, found=0), Assess(verdict="incorrect")]
+    assert result.events[:2] == [ev.Retrieve(k=4, found=0), ev.Assess(verdict="incorrect")]
     assert len(result.events) == 3
     assert result.abstained
     assert model.calls == []
@@ -149,7 +138,7 @@ async def test_single_hop_with_correct_retrieval_answers_without_escalating(know
     result = await table.run("single_hop", query=K2_QUESTION, tenant=TENANT, top_k=None, query_vector=None)
     assert result.route == "single_hop"
     assert result.escalated_from is None
-    assert result.events == [Retrieve(k=4, found=4), Assess(verdict="correct"), Generate()]
+    assert result.events == [ev.Retrieve(k=4, found=4), ev.Assess(verdict="correct"), ev.Generate()]
     assert result.answer == K2_ANSWER
 
 
@@ -158,6 +147,6 @@ async def test_corrective_run_hitting_the_recursion_limit_is_reported_not_raised
     result = await table.run("multi_hop", query=K2_QUESTION, tenant=TENANT, top_k=None, query_vector=None)
     assert result.route == "multi_hop"
     assert result.stop_reason == "recursion_limit"
-    assert result.events == [Stop(reason="recursion_limit")]
+    assert result.events == [ev.Stop(reason="recursion_limit")]
     assert result.abstained
     assert result.sources == []

@@ -14,11 +14,7 @@ from pipelines.corrective.evaluator import evaluate_passages
 from pipelines.corrective.policy import CorrectivePolicy
 from pipelines.corrective.rewrite import expanded_query
 from pipelines.shared.deps import Passage
-from pipelines.shared.events import (
-    Evaluate,
-    Refine,
-    Retrieve,
-)
+from pipelines.shared.events import Evaluate, Refine, Retrieve
 from pipelines.shared.prompts import ABSTAIN_EN, NOT_IN_CONTEXT
 from pipelines.shared.relevance import relevance
 from tests.unit.corrective_support import (

@@ -14,13 +14,7 @@ from gateway.knowledge import KnowledgeBase
 from pipelines.corrective.policy import CorrectivePolicy
 from pipelines.corrective.prompts import REWRITE_EXAMPLES, REWRITE_SYSTEM
 from pipelines.corrective.rewrite import expanded_query
-from pipelines.shared.events import (
-    Evaluate,
-    Refine,
-    Retrieve,
-    Rewrite,
-    SearchMore,
-)
+from pipelines.shared.events import Evaluate, Refine, Retrieve, Rewrite, SearchMore
 from pipelines.shared.prompts import ABSTAIN_EN
 from pipelines.shared.relevance import relevance
 from tests.unit.corrective_support import (

@@ -8,14 +8,7 @@ from gateway.knowledge import KnowledgeBase
 from pipelines.corrective.policy import CorrectivePolicy
 from pipelines.corrective.rewrite import expanded_query
 from pipelines.shared.deps import Passage
-from pipelines.shared.events import (
-    Evaluate,
-    Generate,
-    Refine,
-    Retrieve,
-    Rewrite,
-    SearchMore,
-)
+from pipelines.shared.events import Evaluate, Generate, Refine, Retrieve, Rewrite, SearchMore
 from pipelines.shared.relevance import relevance
 from tests.unit.corrective_support import (
     ANSWERED,

@@ -14,15 +14,7 @@ from gateway.observability.tracing import build_tracer_provider
 from gateway.providers.embeddings import USEEmbeddings
 from gateway.settings import Settings
 from tests.scripted import events
-from tests.unit.corrective_support import (
-    K2_ANSWER,
-    K2_INVENTED,
-    K2_QUESTION,
-    SUPPORTED,
-    Script,
-    doubted,
-    unsupported,
-)
+from tests.unit.corrective_support import K2_ANSWER, K2_INVENTED, K2_QUESTION, SUPPORTED, Script, doubted, unsupported
 from tests.unit.observability_support import HEX32, ask, by_name, parent_of, scrape, traced_app, value
 
 MODEL = "qwen2.5-coder-1.5b-instruct-q4_k_m"
