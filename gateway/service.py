@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 
 import msgspec
 
@@ -18,6 +19,7 @@ from gateway.cache.semantic import SemanticCache, semantic_scope
 from gateway.cache.versions import KnowledgeVersions
 from gateway.knowledge import KnowledgeBase
 from gateway.observability.recorder import Telemetry
+from gateway.providers.deadline import within
 from gateway.schemas import QueryRequest, QueryResponse, RouteResponse, Source, Usage
 from pipelines.shared.deps import LLMCall, Passage
 from routes.router import FrontRouter
@@ -37,6 +39,7 @@ class QueryService:
         semantic: SemanticCache | None = None,
         versions: KnowledgeVersions | None = None,
         telemetry: Telemetry | None = None,
+        corrective_budget_s: float | None = None,
     ) -> None:
         self._knowledge = knowledge
         self._router = router
@@ -45,6 +48,8 @@ class QueryService:
         self._semantic = semantic
         self._versions = versions
         self._telemetry = telemetry or Telemetry(None, None)
+        # The corrective pipeline's time budget, made a deadline its LLM calls (and their retries) see.
+        self._corrective_budget_s = corrective_budget_s
 
     async def route(self, query: str) -> RouteDecision:
         vector = await self._knowledge.embed_query(query)
@@ -116,14 +121,16 @@ class QueryService:
         with self._telemetry.routing() as span:
             decision, router_calls = await self._router.decide(query, request.route, vector)
             self._telemetry.decided(span, decision.route, decision.classifier, decision.confidence)
-        result = await self._table.run(
-            decision.route,
-            query=query,
-            tenant=request.tenant,
-            top_k=request.top_k,
-            query_vector=vector,
-            allow_escalation=request.allow_escalation,
-        )
+        budget = self._corrective_budget_s if decision.route == "multi_hop" else None
+        with within(budget) if budget is not None else nullcontext():
+            result = await self._table.run(
+                decision.route,
+                query=query,
+                tenant=request.tenant,
+                top_k=request.top_k,
+                query_vector=vector,
+                allow_escalation=request.allow_escalation,
+            )
         calls = [*router_calls, *result.llm_calls]
         return QueryResponse(
             answer=result.answer,
