@@ -208,16 +208,14 @@ class GatewayMetrics:
         for dependency in dependencies:
             for state in ("down", "up"):
                 self.dependency_transitions.labels(dependency, state)
-        upstreams = list(llm_upstreams)
-        for upstream in upstreams:
+        for upstream in llm_upstreams:
             self.llm_breaker_state.labels(upstream).set(0)
             for state in BREAKER_STATES:
                 self.llm_breaker_transitions.labels(upstream, state)
             for reason in RETRY_REASONS:
                 self.llm_retries.labels(upstream, reason)
-        if len(upstreams) > 1:
-            for reason in (*RETRY_REASONS, "circuit_open"):
-                self.llm_fallbacks.labels(reason)
+        for reason in (*RETRY_REASONS, "circuit_open"):
+            self.llm_fallbacks.labels(reason)  # zero without a fallback: dashboards and alerts see a series
 
     def exposition(self) -> bytes:
         """The text format for ``/metrics``: this process's registry, or every worker's in multiprocess mode."""
