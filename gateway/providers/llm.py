@@ -55,6 +55,8 @@ from pipelines.shared.deps import ChatReply, LLMCall, SchemaT
 PROVIDER = "llm"
 PRIMARY = "primary"
 FALLBACK = "fallback"
+# With a fallback, the primary's share of a call's budget (retries included); the fallback gets what is left.
+PRIMARY_SHARE = 0.5
 
 Bind = Callable[[BaseChatModel], Any]
 
@@ -158,7 +160,8 @@ class LLMClient:
     """Usage-accounting, error-translating front of a chat model (and of its fallback, when there is one).
 
     ``timeout_s`` is the budget of one call, retries and fallback included; a request's deadline
-    (:mod:`gateway.providers.deadline`) shortens it. Without ``resilience`` the primary gets a default
+    (:mod:`gateway.providers.deadline`) shortens it. With a fallback the primary has half of it, so a
+    hanging primary leaves the fallback time to answer. Without ``resilience`` the primary gets a default
     breaker and no retries.
     """
 
@@ -237,7 +240,9 @@ class LLMClient:
         """The primary, through its breaker and retries; the fallback when the primary cannot answer."""
         deadline = deadline_after(self._timeout_s)
         failed: tuple[Upstream, ProviderError] | None = None
-        for upstream in self._upstreams:
+        for index, upstream in enumerate(self._upstreams):
+            # An upstream with another behind it gets a share of the budget: a hang must leave the fallback time.
+            own_deadline = deadline if index == len(self._upstreams) - 1 else _share(deadline, PRIMARY_SHARE)
             if failed is not None:
                 previous, error = failed
                 fault = fault_of(error)
@@ -249,7 +254,7 @@ class LLMClient:
                 return await self._attempt(upstream, bind, messages, node, seconds_left)
 
             try:
-                return await upstream.resilience.call(attempt, deadline=deadline)
+                return await upstream.resilience.call(attempt, deadline=own_deadline)
             except MalformedOutputError:
                 raise
             except ProviderError as exc:
@@ -309,6 +314,12 @@ class LLMClient:
             duration_s=duration,
             cost_usd=cost,
         )
+
+
+def _share(deadline: float, share: float) -> float:
+    """The point ``share`` of the way from now to ``deadline``."""
+    now = time.monotonic()
+    return deadline if not math.isfinite(deadline) else now + max(deadline - now, 0.0) * share
 
 
 def _status_error(exc: openai.APIStatusError, node: str) -> ProviderError:

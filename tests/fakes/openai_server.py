@@ -16,6 +16,7 @@ Every response says ``Connection: close``, so no pooled connection outlives a re
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -144,9 +145,18 @@ def _completion(model: str, text: str) -> bytes:
             "created": int(time.time()),
             "model": model,
             "choices": [
-                {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop", "logprobs": None}
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": "stop",
+                    "logprobs": None,
+                }
             ],
-            "usage": {"prompt_tokens": 12, "completion_tokens": len(text.split()), "total_tokens": 12 + len(text.split())},
+            "usage": {
+                "prompt_tokens": 12,
+                "completion_tokens": len(text.split()),
+                "total_tokens": 12 + len(text.split()),
+            },
         }
     ).encode()
 
@@ -155,7 +165,7 @@ def _handler(upstream: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        def log_message(self, format: str, *args: Any) -> None:
             return None
 
         def do_GET(self) -> None:
@@ -169,10 +179,9 @@ def _handler(upstream: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             request = json.loads(self.rfile.read(length) or b"{}")
             model, stream = str(request.get("model", "")), bool(request.get("stream"))
             behaviour = upstream.next_behaviour(model, stream)
-            try:
+            # The gateway may give up on a request (its timeout) before the answer is written: nothing to do.
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                 self._behave(behaviour, model, stream)
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # the gateway gave up on this request (its timeout): nothing to answer
 
         def _behave(self, behaviour: Behaviour, model: str, stream: bool) -> None:
             if isinstance(behaviour, Status):
@@ -204,7 +213,9 @@ def _handler(upstream: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
                     return  # no terminating chunk: the reader sees an incomplete chunked body
                 self._write_chunk(_chunk(model, {"content": word if sent == 0 else " " + word}))
             self._write_chunk(_chunk(model, {}, "stop"))
-            self._write_chunk(_chunk(model, {}, usage={"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17}))
+            self._write_chunk(
+                _chunk(model, {}, usage={"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17})
+            )
             self._write_chunk(b"data: [DONE]\n\n")
             self.wfile.write(b"0\r\n\r\n")
 

@@ -225,7 +225,9 @@ async def test_retries_stop_after_max_retries_with_the_last_error() -> None:
 async def test_a_client_error_is_not_retried_and_does_not_count_against_the_breaker() -> None:
     resilient = upstream(threshold=1)
     with pytest.raises(ProviderError):
-        await resilient.call(Attempts(ProviderError("400", provider="llm", upstream_status=400)), deadline=deadline_after(5))
+        await resilient.call(
+            Attempts(ProviderError("400", provider="llm", upstream_status=400)), deadline=deadline_after(5)
+        )
     assert resilient.breaker.state == "closed"
 
 
