@@ -181,16 +181,21 @@ async def test_breaker_opens_after_consecutive_failures_and_fails_fast_without_c
     assert (state, opened) == (2.0, 1.0)
 
 
+async def open_breaker_and_wait(client: AsyncTestClient[Any]) -> None:
+    """Three failures (FAST's threshold) open the breaker; then its 0.6 s cool-down passes."""
+    for _ in range(3):
+        await ask(client)
+    assert (await ask(client))[0].json()["title"] == "Upstream provider circuit open"
+    await asyncio.sleep(0.7)
+
+
 async def test_half_open_probe_closes_the_breaker_when_the_upstream_is_back(
     settings: Settings, embeddings: USEEmbeddings, upstream: FakeOpenAI
 ) -> None:
-    upstream.default = Status(503)
     async with gateway(against(settings, upstream, max_retries=0), embeddings) as client:
-        for _ in range(3):
-            await ask(client)
-        assert (await ask(client))[0].status_code == 503  # open
-        upstream.default = Answer("Back again.")
-        await asyncio.sleep(0.7)  # the cool-down passes
+        upstream.script(Status(503), Status(503), Status(503))
+        upstream.default = Answer("Back again.")  # after the three failures
+        await open_breaker_and_wait(client)
         probe, _ = await ask(client)
         after, _ = await ask(client)
         ready = (await client.get("/readyz")).json()
@@ -210,9 +215,7 @@ async def test_a_failed_probe_opens_the_breaker_again(
 ) -> None:
     upstream.default = Status(500)
     async with gateway(against(settings, upstream, max_retries=0), embeddings) as client:
-        for _ in range(3):
-            await ask(client)
-        await asyncio.sleep(0.7)
+        await open_breaker_and_wait(client)
         probe, _ = await ask(client)
         refused, _ = await ask(client)
     assert probe.status_code == 502  # the probe reached the upstream and failed

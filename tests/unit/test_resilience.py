@@ -109,23 +109,25 @@ def test_half_open_lets_one_probe_through_and_its_success_closes() -> None:
     assert [state for *_, state in events.log] == ["open", "half_open", "closed"]
 
 
-def test_a_failed_probe_opens_again_for_a_full_cooldown() -> None:
+def probing() -> CircuitBreaker:
+    """A breaker that opened (one failure), waited out its 5 s cool-down and let its probe through."""
     clock = Clock()
     breaker = CircuitBreaker("primary", failure_threshold=1, cooldown_s=5, clock=clock)
     breaker.failed(probe=False)
     clock.now += 5
-    breaker.admit()
+    assert breaker.admit() is True
+    return breaker
+
+
+def test_a_failed_probe_opens_again_for_a_full_cooldown() -> None:
+    breaker = probing()
     breaker.failed(probe=True)
     assert breaker.state == "open"
     assert breaker.retry_after_s() == pytest.approx(5)
 
 
 def test_a_probe_without_a_verdict_frees_the_slot() -> None:
-    clock = Clock()
-    breaker = CircuitBreaker("primary", failure_threshold=1, cooldown_s=5, clock=clock)
-    breaker.failed(probe=False)
-    clock.now += 5
-    breaker.admit()
+    breaker = probing()
     breaker.released(probe=True)  # e.g. the caller went away
     assert breaker.admit() is True
 
