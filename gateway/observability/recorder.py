@@ -89,6 +89,8 @@ class LLMSpan:
         self._include_content = include_content
 
     def done(self, call: LLMCall, output: str) -> None:
+        # The model that answered: the fallback's when the primary could not (the request names the primary's).
+        self.span.set_attribute("gen_ai.response.model", call.model)
         self.span.set_attribute("gen_ai.usage.input_tokens", call.input_tokens)
         self.span.set_attribute("gen_ai.usage.output_tokens", call.output_tokens)
         if self._include_content:

@@ -14,11 +14,13 @@ upstream's own exception types, so any adapter can sit under it, the way httpx s
   behind a dead upstream; after the cool-down one probe is let through (half-open) and its outcome
   closes or reopens the breaker. An upstream's 429 ``Retry-After`` lengthens the cool-down.
 
-Why not a breaker library: pybreaker's and aiobreaker's async support is tied to Tornado or unmaintained
-(aiobreaker's last release is from 2019), and purgatory is a young single-maintainer project whose
-state lives in an optional Redis; this breaker is some fifty lines, with asyncio's single thread
-making its state changes atomic. Its state is per process, like the Redis backoff: each replica
-learns of an outage from its own calls within ``failure_threshold`` of them.
+Why not a breaker library: pybreaker's async calls go through Tornado; its asyncio fork aiobreaker has
+had no release since 1.1.0 (October 2020); asyncbreaker, the fork's rewrite, is a months-old
+single-maintainer project. None knows a 429's Retry-After or a deadline, which is what this breaker
+needs beyond the textbook. It is some sixty lines, asyncio's single thread making its state changes
+atomic. Retries do use a library: tenacity (Apache-2.0, already installed as langchain-core's
+dependency). Breaker state is per process, like the Redis backoff: each replica learns of an outage
+from its own calls, within ``failure_threshold`` of them.
 """
 
 from __future__ import annotations
