@@ -10,6 +10,8 @@ graph's runtime context (clients, policies, telemetry), also built once, at invo
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 
 from langchain_core.runnables import RunnableConfig
@@ -63,9 +65,16 @@ class RouteResult:
 
 class RouteTable:
     def __init__(
-        self, contexts: PipelineContexts, policy: RoutePolicy, telemetry: PipelineTelemetry = NO_TELEMETRY
+        self,
+        contexts: PipelineContexts,
+        policy: RoutePolicy,
+        telemetry: PipelineTelemetry = NO_TELEMETRY,
+        corrective_scope: Callable[[], AbstractContextManager[object]] = nullcontext,
     ) -> None:
+        """``corrective_scope`` is entered around every corrective run, asked for or escalated to: the gateway
+        makes the pipeline's time budget a deadline there, which every LLM call (and retry) inside respects."""
         self._contexts = contexts
+        self._corrective_scope = corrective_scope
         self._direct = build_direct()
         self._single_hop = build_single_hop()
         self._corrective = build_corrective()
@@ -125,7 +134,7 @@ class RouteTable:
         }
         config = RunnableConfig(recursion_limit=self._policy.recursion_limit)
         try:
-            with self._telemetry.route("multi_hop"):
+            with self._telemetry.route("multi_hop"), self._corrective_scope():
                 state = CorrectiveState(**await self._corrective.ainvoke(initial, context=context, config=config))
         except GraphRecursionError:
             # Budgets end every loop first; reaching this means a routing bug, so say so plainly.

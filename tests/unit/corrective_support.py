@@ -11,6 +11,7 @@ import json
 import re
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -292,7 +293,12 @@ async def run_graph(
 ROUTE_POLICY = RoutePolicy(default_top_k=4, max_top_k=6, multi_hop_top_k=5)
 
 
-def build_route_table(llm: LLMClient, knowledge: KnowledgeBase, route_policy: RoutePolicy = ROUTE_POLICY) -> RouteTable:
+def build_route_table(
+    llm: LLMClient,
+    knowledge: KnowledgeBase,
+    route_policy: RoutePolicy = ROUTE_POLICY,
+    corrective_scope: Callable[[], AbstractContextManager[object]] = nullcontext,
+) -> RouteTable:
     """The three routes over ``knowledge`` with the default corrective policy; search_more searches the store."""
     policy = CorrectivePolicy()
     contexts = PipelineContexts(
@@ -309,7 +315,7 @@ def build_route_table(llm: LLMClient, knowledge: KnowledgeBase, route_policy: Ro
             llm=llm, retriever=knowledge, search=LocalStoreSearch(knowledge), embedder=knowledge, policy=policy
         ),
     )
-    return RouteTable(contexts, route_policy)
+    return RouteTable(contexts, route_policy, corrective_scope=corrective_scope)
 
 
 class RecordingSearch:

@@ -109,7 +109,8 @@ async def test_upstream_failure_mid_stream_raises_in_the_client(make_client: Any
         with pytest.raises(openai.APIError) as caught:
             await consume()
     assert "".join(received) == "Direct answer to:"  # three tokens arrived, then the error, not a clean end
-    assert "LLM transport error" in caught.value.message
+    # Part of the answer was sent: neither a retry nor the fallback may continue it, so the stream ends in an error.
+    assert "LLM stream broke off in node answer_directly after part of the answer was sent" in caught.value.message
 
 
 async def test_failed_stream_has_an_error_event_and_no_done(make_client: Any) -> None:

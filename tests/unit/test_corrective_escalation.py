@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 
 from gateway.knowledge import KnowledgeBase
@@ -150,3 +152,25 @@ async def test_corrective_run_hitting_the_recursion_limit_is_reported_not_raised
     assert result.events == [ev.Stop(reason="recursion_limit")]
     assert result.abstained
     assert result.sources == []
+
+
+async def test_an_escalated_request_runs_the_corrective_pipeline_inside_its_budget_scope(
+    knowledge: KnowledgeBase,
+) -> None:
+    """The gateway hands the table a scope that makes the corrective budget a deadline for every LLM call; an
+    escalated request reaches the corrective pipeline by the table, so it must be inside that scope too."""
+    entered: list[str] = []
+
+    @contextmanager
+    def scope() -> Iterator[None]:
+        entered.append("corrective")
+        yield
+
+    llm, _ = make_llm(Script(rewrites=["Sistine Chapel painter"]))
+    table = build_route_table(llm, knowledge, corrective_scope=scope)
+    plain = await table.run("single_hop", query=K2_QUESTION, tenant=TENANT, top_k=2, query_vector=None)
+    assert plain.escalated_from is None
+    assert entered == []
+    escalated_result = await table.run("single_hop", query=OFF_TOPIC, tenant=TENANT, top_k=2, query_vector=None)
+    assert escalated_result.escalated_from == "single_hop"
+    assert entered == ["corrective"]

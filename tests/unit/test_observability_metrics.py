@@ -133,7 +133,8 @@ async def test_unreachable_llm_is_counted_as_errors(settings: Settings, embeddin
         ready = await client.get("/readyz")
         samples, _ = await scrape(client)
     assert response.status_code == 503
-    assert ready.status_code == 503
+    assert ready.status_code == 200  # degraded, not unready: an LLM outage hits every replica at once
+    assert ready.json()["status"] == "degraded"
     assert value(samples, "gateway_requests_total", route="direct", status="503", cached="false") == 1
     labels = {"node": "answer_directly", "model": MODEL, "error": "unavailable"}
     assert value(samples, "gateway_llm_errors_total", **labels) == 1
