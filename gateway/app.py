@@ -30,6 +30,7 @@ from gateway.cache.backend import RedisBackend
 from gateway.cache.layer import CacheLayer, open_cache, open_semantic_cache
 from gateway.chunking import Chunker
 from gateway.errors import handle_exception
+from gateway.router_artefact import train_knowledge_router
 from gateway.knowledge import KnowledgeBase, NewDocument
 from gateway.observability.http import trace_requests
 from gateway.observability.metrics import GatewayMetrics
@@ -52,9 +53,9 @@ from pipelines.shared.deps import WebSearch
 from pipelines.shared.generation import GroundingPolicy
 from pipelines.single_hop.graph import SingleHopDeps
 from pipelines.single_hop.graph import build_graph as build_single_hop_graph
-from routes.examples import load_examples
 from routes.llm_router import LLMRouter
-from routes.logistic_router import EmbedTexts, LogisticRouter, load_or_train
+from routes.knowledge_router import KnowledgeRouter
+from routes.logistic_router import EmbedTexts
 from routes.router import FrontRouter
 from routes.table import RoutePolicy, RouteTable
 
@@ -102,12 +103,12 @@ def build_telemetry(settings: Settings, overrides: ProviderOverrides) -> Telemet
     )
 
 
-async def build_router(settings: Settings, embeddings: Embeddings, llm: LLMClient) -> FrontRouter:
-    examples = [e for e in load_examples() if e.split == "train"]
-    model = await asyncio.to_thread(
-        load_or_train, settings.router_artefact.cache_dir, examples, _embed_texts(embeddings), settings.embeddings.model
-    )
-    return FrontRouter(LogisticRouter(model), LLMRouter(llm), settings.router.classifier)
+async def build_router(
+    settings: Settings, embeddings: Embeddings, llm: LLMClient, knowledge: KnowledgeBase
+) -> FrontRouter:
+    """The router probes the tenant's store through ``knowledge`` (one search, reused by retrieval)."""
+    model = await asyncio.to_thread(train_knowledge_router, settings, _embed_texts(embeddings))
+    return FrontRouter(KnowledgeRouter(model), LLMRouter(llm), settings.router.classifier, knowledge)
 
 
 def build_route_table(
@@ -236,7 +237,7 @@ def _lifespan(
                 versions=cache.versions if cache is not None else None,
             )
             # Router training embeds in bulk with the sync API: it gets the unwrapped model.
-            router = await build_router(settings, embeddings, llm)
+            router = await build_router(settings, embeddings, llm, knowledge)
             table = build_route_table(settings, llm, knowledge, http, embeddings, telemetry)
 
             async def llm_check() -> None:
