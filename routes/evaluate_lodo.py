@@ -201,6 +201,23 @@ def evaluate(
     ]
 
 
+def probe_recall(
+    source: Source, embed: Embedder, tenants: dict[str, CorpusTenant], k: int = PROBE_DEPTH
+) -> tuple[int, float, float] | None:
+    """How often the tenant probe holds any / all of a question's gold documents (a knowledge-aware
+    router can only see evidence the probe returns)."""
+    cases = [c for c in source.cases if c.gold]
+    if not cases:
+        return None
+    vectors = embed([c.text for c in cases])
+    any_hit = all_hit = 0
+    for case, vector in zip(cases, vectors, strict=True):
+        found = {p.doc_id for p in tenants[case.tenant].search(embed, vector, k)}
+        any_hit += bool(found & set(case.gold))
+        all_hit += set(case.gold) <= found
+    return len(cases), any_hit / len(cases), all_hit / len(cases)
+
+
 def render(rows: Sequence[Row], classifier: str) -> str:
     lines = [
         f"Leave-one-dataset-out, classifier: {classifier}",
@@ -222,6 +239,7 @@ def main() -> None:
     parser.add_argument("--jsquad-sample", type=int, default=200, help="JSQuAD questions to test (0: all)")
     parser.add_argument("--classifier", choices=("before", "after", "both"), default="both")
     parser.add_argument("--out", type=Path, help="also write the rows as JSON here")
+    parser.add_argument("--probe-recall", action="store_true", help="also report what the tenant probe finds")
     args = parser.parse_args()
 
     from gateway.chunking import Chunker  # deferred: the evaluation ingests like the gateway does
@@ -242,13 +260,21 @@ def main() -> None:
         "both": [CurrentLogistic, KnowledgeAware],
     }[args.classifier]
     report: dict[str, list[dict[str, Any]]] = {}
+    all_sources = sources(cases, examples, jsquad)
     for trainer in trainers:
         rows: list[Row] = []
-        for source in sources(cases, examples, jsquad):
+        for source in all_sources:
             rows.extend(evaluate(trainer, cases, examples, source, embed, tenants))
         name = str(getattr(trainer, "name", trainer))
         print(render(rows, name) + "\n")
         report[name] = [{**asdict(row), "recall": row.recall} for row in rows]
+    if args.probe_recall:
+        print(f"Tenant probe (top {PROBE_DEPTH} by cosine): questions whose gold documents it holds")
+        print("| set | n | any gold | all gold |\n|---|---|---|---|")
+        for source in all_sources:
+            found = probe_recall(source, embed, tenants)
+            if found is not None:
+                print(f"| {source.name} | {found[0]} | {found[1]:.3f} | {found[2]:.3f} |")
     if args.out:
         args.out.write_text(json.dumps(report, indent=2))
 

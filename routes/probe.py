@@ -93,6 +93,24 @@ class Probe:
         return list(self.passages[:k])
 
 
+_SUFFIXES = ("ing", "ed", "es", "s")
+
+
+def _stem(term: str) -> str:
+    """English inflection off ("opened" ~ "open", "develops" ~ "develop"): questions and passages
+    word the same fact differently. CJK bigrams and short words are kept as they are."""
+    if has_cjk(term) or len(term) <= 4:
+        return term
+    for suffix in _SUFFIXES:
+        if term.endswith(suffix) and len(term) - len(suffix) >= 3:
+            return term[: -len(suffix)]
+    return term
+
+
+def _terms(text: str) -> set[str]:
+    return {_stem(t) for t in content_terms(text)}
+
+
 def _name_terms(text: str) -> set[str]:
     found = {normalise(m.group()) for m in _NAME_LIKE.finditer(text)}
     return {name for name in found if name not in EN_STOPWORDS}
@@ -125,7 +143,7 @@ def read_signals(question: str, passages: Sequence[Passage]) -> tuple[ProbeSigna
     """Signals of one question against the passages a search returned (best first)."""
     if not passages:
         return EMPTY_SIGNALS, ()
-    wanted = set(content_terms(question))
+    wanted = _terms(question)
     names = _name_terms(question)
     doc_terms: dict[str, set[str]] = {}
     doc_names: dict[str, set[str]] = {}
@@ -133,7 +151,7 @@ def read_signals(question: str, passages: Sequence[Passage]) -> tuple[ProbeSigna
     for passage in passages:
         body = f"{passage.title}\n{passage.text}"
         body_norm, body_words = normalise(body), set(tokens(body))
-        doc_terms.setdefault(passage.doc_id, set()).update(content_terms(body))
+        doc_terms.setdefault(passage.doc_id, set()).update(_terms(body))
         doc_names.setdefault(passage.doc_id, set()).update(n for n in names if _holds(body_norm, body_words, n))
         doc_score[passage.doc_id] = max(doc_score.get(passage.doc_id, -1.0), passage.score)
     scores = [p.score for p in passages]
