@@ -30,7 +30,6 @@ from gateway.cache.backend import RedisBackend
 from gateway.cache.layer import CacheLayer, open_cache, open_semantic_cache
 from gateway.chunking import Chunker
 from gateway.errors import handle_exception
-from gateway.router_artefact import train_knowledge_router
 from gateway.knowledge import KnowledgeBase, NewDocument
 from gateway.observability.http import trace_requests
 from gateway.observability.metrics import GatewayMetrics
@@ -42,6 +41,7 @@ from gateway.providers.redis import ResilientRedis, open_redis
 from gateway.providers.vectorstores.base import VectorStore
 from gateway.providers.vectorstores.lance import LanceVectorStore
 from gateway.providers.websearch import LocalStoreSearch, TavilySearch
+from gateway.router_artefact import train_knowledge_router
 from gateway.service import QueryService
 from gateway.settings import Settings, VectorStoreSettings
 from gateway.state import ProviderOverrides, Services
@@ -53,8 +53,8 @@ from pipelines.shared.deps import WebSearch
 from pipelines.shared.generation import GroundingPolicy
 from pipelines.single_hop.graph import SingleHopDeps
 from pipelines.single_hop.graph import build_graph as build_single_hop_graph
-from routes.llm_router import LLMRouter
 from routes.knowledge_router import KnowledgeRouter
+from routes.llm_router import LLMRouter
 from routes.logistic_router import EmbedTexts
 from routes.router import FrontRouter
 from routes.table import RoutePolicy, RouteTable

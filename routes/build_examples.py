@@ -2,9 +2,9 @@
 
 single_hop: every SQuAD v2 question (answerable or not: both need one passage) and a sample of
 the NQ-style open-domain questions of FlashRAG's SKR set, which broadens the topics beyond one
-Wikipedia article. multi_hop: every HotpotQA question. The passages are the SQuAD paragraphs and the HotpotQA corpus: the
-knowledge-aware router trains on each question probed against its own set's passages as a tenant,
-so they ship beside the questions. Run it again after the shared data changes:
+Wikipedia article. multi_hop: every HotpotQA question. The passages are the SQuAD paragraphs and
+the HotpotQA corpus: the knowledge-aware router trains on each question probed against its own set's
+passages as a tenant, so they ship beside the questions. Run it again after the shared data changes:
 
     python -m routes.build_examples --data-dir ../shared/data/dev
 """
@@ -58,7 +58,9 @@ def build_passages(data_dir: Path) -> list[dict[str, str]]:
         ("squad_v2", load_squad_v2(data_dir / "squad_v2_dev_normans.json")),
         ("hotpotqa", load_hotpotqa(data_dir / "hotpotqa_train.json", data_dir / "hotpotqa_train_corpus.json")),
     ):
-        rows.extend({"source": source, "id": d["id"], "title": d["title"], "text": d["text"]} for d in dataset.documents)
+        rows.extend(
+            {"source": source, "id": d["id"], "title": d["title"], "text": d["text"]} for d in dataset.documents
+        )
     return rows
 
 

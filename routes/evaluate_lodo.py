@@ -254,11 +254,8 @@ def main() -> None:
     tenants = load_tenants(split)
     jsquad_tenant, jsquad = _jsquad(args.data_dir, args.jsquad_sample, split)
     tenants["jsquad"] = jsquad_tenant
-    trainers: list[Trainer] = {
-        "before": [CurrentLogistic],
-        "after": [KnowledgeAware],
-        "both": [CurrentLogistic, KnowledgeAware],
-    }[args.classifier]
+    before: list[Trainer] = [CurrentLogistic] if args.classifier in ("before", "both") else []
+    trainers = before + ([KnowledgeAware] if args.classifier in ("after", "both") else [])
     report: dict[str, list[dict[str, Any]]] = {}
     all_sources = sources(cases, examples, jsquad)
     for trainer in trainers:

@@ -47,7 +47,7 @@ DIRECT_CUES = ("greeting", "transform", "about_assistant", "code", "arithmetic")
 # gain, covering documents) or the comparison / both cues won on some held-out sets and lost more on
 # others, i.e. they carried dataset style.
 SPREAD_SIGNALS = ("second_document_share",)
-RETRIEVE = "single_hop"  # stage 1's label for "search the knowledge base" (stage 2 says how)
+RETRIEVE: Route = "single_hop"  # stage 1's label for "search the knowledge base" (stage 2 says how)
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,7 @@ def test_tenant_search_returns_the_top_k_chunks_by_cosine_and_embeds_once() -> N
     embed = Embedder(raw)
     tenant = _tenant()
     hits = tenant.search(embed, _one_hot(["river"])[0], k=2)
-    assert [h.doc_id for h in hits][0] == "b"
+    assert hits[0].doc_id == "b"
     assert hits[0].score > hits[1].score
     assert hits[0].title == "River"
     tenant.search(embed, _one_hot(["castle"])[0], k=2)
@@ -129,14 +129,18 @@ def test_probe_recall_counts_any_and_all_gold_documents() -> None:
     )
     tenants = {"t": _tenant()}
     assert probe_recall(source, Embedder(_one_hot), tenants, k=1) == (2, 1.0, 0.5)
-    assert probe_recall(Source("none", (Case("x", "direct", "en", "t", frozenset()),), None), Embedder(_one_hot), tenants) is None
+    assert (
+        probe_recall(Source("none", (Case("x", "direct", "en", "t", frozenset()),), None), Embedder(_one_hot), tenants)
+        is None
+    )
 
 
 def test_every_held_out_set_is_asked_of_its_own_tenant_and_left_out_whole() -> None:
     examples, cases = load_examples(), all_cases()
     jsquad = Source("JSQuAD", (Case("x", "single_hop", "ja", "jsquad", frozenset({"jsquad"})),), None)
     found = {s.name: s for s in sources(cases, examples, jsquad)}
-    assert found["HotpotQA"].cases and all(c.tenant == "hotpotqa" for c in found["HotpotQA"].cases)
+    assert found["HotpotQA"].cases
+    assert all(c.tenant == "hotpotqa" for c in found["HotpotQA"].cases)
     org, place = found["written KB, org group"], found["written KB, place group"]
     assert {c.route for c in org.cases} == {c.route for c in place.cases} == {"single_hop", "multi_hop"}
     assert {c.lang for c in org.cases} == {c.lang for c in place.cases} == {"en", "ja"}

@@ -9,11 +9,9 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
-from langchain_core.messages import BaseMessage
 
 from gateway.providers.embeddings import USEEmbeddings
 from gateway.providers.llm import LLMClient
