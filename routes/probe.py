@@ -29,7 +29,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import astuple, dataclass, fields
 
-from pipelines.shared.deps import Passage
+from pipelines.shared.deps import Passage, Retriever
 from pipelines.shared.text import EN_STOPWORDS, content_terms, has_cjk, normalise, tokens
 
 # Depth of the probe: at least what the retrieving routes fetch (default_top_k 4, multi_hop_top_k 8),
@@ -74,9 +74,11 @@ EMPTY_SIGNALS = ProbeSignals(0, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 
 
 @dataclass(frozen=True, slots=True)
 class Probe:
-    """One search of the tenant's store, kept whole so single_hop / multi_hop retrieval can reuse it."""
+    """One search of the tenant's store, kept whole so single_hop / multi_hop retrieval can reuse it.
+    ``query`` is what was searched for: never exported (not in the API response, not on spans)."""
 
     tenant: str
+    query: str
     depth: int
     passages: tuple[Passage, ...]
     signals: ProbeSignals
@@ -185,4 +187,25 @@ def read_signals(question: str, passages: Sequence[Passage]) -> tuple[ProbeSigna
 
 def probe_of(tenant: str, question: str, passages: Sequence[Passage], depth: int) -> Probe:
     signals, cover = read_signals(question, passages)
-    return Probe(tenant=tenant, depth=depth, passages=tuple(passages), signals=signals, covering=cover)
+    return Probe(tenant=tenant, query=question, depth=depth, passages=tuple(passages), signals=signals, covering=cover)
+
+
+class ProbeFirstRetriever:
+    """A ``Retriever`` for one request: the search the router's probe already made (same tenant, same
+    query, no deeper than the probe) is served from its passages; every other search (a rewritten
+    query, a deeper ``top_k``) goes to the store. Handing this to single_hop / multi_hop makes a
+    request search the store once for routing and first retrieval together."""
+
+    def __init__(self, retriever: Retriever, probe: Probe | None) -> None:
+        self._retriever = retriever
+        self._probe = probe
+        self.served = 0  # searches answered from the probe, for tests and telemetry
+
+    async def search(self, tenant: str, query: str, k: int, *, vector: list[float] | None = None) -> list[Passage]:
+        probe = self._probe
+        if probe is not None and probe.tenant == tenant and probe.query == query:
+            found = probe.top(k)
+            if found is not None:
+                self.served += 1
+                return found
+        return await self._retriever.search(tenant, query, k, vector=vector)

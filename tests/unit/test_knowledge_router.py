@@ -53,7 +53,7 @@ def router() -> KnowledgeRouter:
 
 def probe(signals: ProbeSignals, passages: int = 3) -> Probe:
     found = tuple(Passage(f"d{i}:0", f"d{i}", f"Doc {i}", "text", 0.5 - i / 10) for i in range(passages))
-    return Probe("acme", PROBE_DEPTH, found, signals, ("d0",))
+    return Probe("acme", "a question", PROBE_DEPTH, found, signals, ("d0",))
 
 
 @pytest.mark.parametrize(

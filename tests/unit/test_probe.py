@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pipelines.shared.deps import Passage
-from routes.probe import EMPTY_SIGNALS, SIGNAL_NAMES, probe_of, read_signals
+from routes.probe import EMPTY_SIGNALS, SIGNAL_NAMES, ProbeFirstRetriever, probe_of, read_signals
 
 
 def passage(doc_id: str, text: str, score: float, title: str = "", index: int = 0) -> Passage:
@@ -89,3 +89,31 @@ def test_signals_are_numbers_with_stable_names() -> None:
     assert tuple(values) == SIGNAL_NAMES
     assert all(isinstance(v, int | float) for v in values.values())
     assert signals.vector() == [float(v) for v in values.values()]
+
+
+class CountingRetriever:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, int]] = []
+
+    async def search(self, tenant: str, query: str, k: int, *, vector: list[float] | None = None) -> list[Passage]:
+        self.calls.append((tenant, query, k))
+        return [TRAVEL]
+
+
+async def test_retrieval_reuses_the_probe_for_the_same_search_only() -> None:
+    question = "When did the Lisbon office open?"
+    store = CountingRetriever()
+    retriever = ProbeFirstRetriever(store, probe_of("acme", question, [LISBON, BEACON, TRAVEL], depth=8))
+    assert await retriever.search("acme", question, 4) == [LISBON, BEACON, TRAVEL]
+    assert await retriever.search("acme", question, 2, vector=[0.1]) == [LISBON, BEACON]
+    assert store.calls == []
+    assert retriever.served == 2
+    # A rewritten query, a deeper search or another tenant is searched for real.
+    assert await retriever.search("acme", "Lisbon office opening year", 4) == [TRAVEL]
+    assert await retriever.search("acme", question, 9) == [TRAVEL]
+    assert await retriever.search("globex", question, 4) == [TRAVEL]
+    assert store.calls == [("acme", "Lisbon office opening year", 4), ("acme", question, 9), ("globex", question, 4)]
+    # Without a probe (a forced direct route made none) every search goes to the store.
+    bare = ProbeFirstRetriever(store, None)
+    assert await bare.search("acme", question, 4) == [TRAVEL]
+    assert bare.served == 0
