@@ -43,6 +43,7 @@ from gateway.providers.redis import ResilientRedis, open_redis
 from gateway.providers.vectorstores.base import VectorStore
 from gateway.providers.vectorstores.lance import LanceVectorStore
 from gateway.providers.websearch import LocalStoreSearch, TavilySearch
+from gateway.router_artefact import train_knowledge_router
 from gateway.service import QueryService
 from gateway.settings import Settings, VectorStoreSettings
 from gateway.state import Check, ProviderOverrides, Services
@@ -52,9 +53,9 @@ from pipelines.direct.state import DirectContext
 from pipelines.shared.deps import WebSearch
 from pipelines.shared.generation import GroundingPolicy
 from pipelines.single_hop.state import SingleHopContext
-from routes.examples import load_examples
+from routes.knowledge_router import KnowledgeRouter
 from routes.llm_router import LLMRouter
-from routes.logistic_router import EmbedTexts, LogisticRouter, load_or_train
+from routes.logistic_router import EmbedTexts
 from routes.router import FrontRouter
 from routes.table import PipelineContexts, RoutePolicy, RouteTable
 
@@ -108,12 +109,12 @@ def build_telemetry(settings: Settings, overrides: ProviderOverrides) -> Telemet
     )
 
 
-async def build_router(settings: Settings, embeddings: Embeddings, llm: LLMClient) -> FrontRouter:
-    examples = [e for e in load_examples() if e.split == "train"]
-    model = await asyncio.to_thread(
-        load_or_train, settings.router_artefact.cache_dir, examples, _embed_texts(embeddings), settings.embeddings.model
-    )
-    return FrontRouter(LogisticRouter(model), LLMRouter(llm), settings.router.classifier)
+async def build_router(
+    settings: Settings, embeddings: Embeddings, llm: LLMClient, knowledge: KnowledgeBase
+) -> FrontRouter:
+    """The router probes the tenant's store through ``knowledge`` (one search, reused by retrieval)."""
+    model = await asyncio.to_thread(train_knowledge_router, settings, _embed_texts(embeddings))
+    return FrontRouter(KnowledgeRouter(model), LLMRouter(llm), settings.router.classifier, knowledge)
 
 
 def build_route_table(
@@ -267,7 +268,7 @@ def _lifespan(
                 versions=cache.versions if cache is not None else None,
             )
             # Router training embeds in bulk with the sync API: it gets the unwrapped model.
-            router = await build_router(settings, embeddings, llm)
+            router = await build_router(settings, embeddings, llm, knowledge)
             table = build_route_table(settings, llm, knowledge, http, embeddings, telemetry)
 
             app.state.services = Services(

@@ -69,11 +69,28 @@ class QueryResponse(msgspec.Struct):
     ] = []
 
 
-class RouteResponse(msgspec.Struct):
+class RouteProbe(msgspec.Struct, kw_only=True):
+    """What one search of the tenant's knowledge base said about the query: the signals the router read."""
+
+    tenant: str
+    depth: Annotated[int, Meta(description="Passages asked for (at least what retrieval uses, so it can reuse them).")]
+    signals: Annotated[
+        dict[str, float],
+        Meta(
+            description="top_score, margin, coverage of the query's terms by the best document and by the top "
+            "documents together, the share a second document adds, how many documents cover its parts, ..."
+        ),
+    ]
+    covering_documents: Annotated[list[str], Meta(description="Document ids that cover the query's parts, in order.")]
+    documents: Annotated[list[Source], Meta(description="The probe's documents, best chunk's score, best first.")]
+
+
+class RouteResponse(msgspec.Struct, kw_only=True):
     route: str
     confidence: float
     reason: str
     classifier: str
+    probe: RouteProbe | None = None
 
 
 class DocumentIn(msgspec.Struct, kw_only=True):

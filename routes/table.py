@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphRecursionError
@@ -27,6 +27,7 @@ from pipelines.shared.state import PipelineState
 from pipelines.shared.telemetry import NO_TELEMETRY, PipelineTelemetry
 from pipelines.single_hop.graph import build_graph as build_single_hop
 from pipelines.single_hop.state import SingleHopContext, SingleHopState
+from routes.probe import Probe, ProbeFirstRetriever
 from routes.types import Route
 
 RECURSION_LIMIT_ANSWER = "The corrective pipeline hit its step limit before finishing; please rephrase the question."
@@ -93,14 +94,17 @@ class RouteTable:
         top_k: int | None,
         query_vector: list[float] | None,
         allow_escalation: bool = True,
+        probe: Probe | None = None,
     ) -> RouteResult:
+        """``probe`` is the router's search of the tenant's store: the first retrieval of single_hop and of the
+        corrective pipeline is served from it, so a request searches the store once for both."""
         if route == "direct":
             with self._telemetry.route("direct"):
                 state = await self._direct.ainvoke({"query": query, "tenant": tenant}, context=self._contexts.direct)
             return _result(route, DirectState(**state))
         multi_hop_k = self._k(top_k, self._policy.multi_hop_top_k)
         if route == "multi_hop":
-            return await self._run_corrective(query, tenant, multi_hop_k, query_vector)
+            return await self._run_corrective(query, tenant, multi_hop_k, query_vector, probe)
         with self._telemetry.route("single_hop"):
             initial = {
                 "query": query,
@@ -109,12 +113,15 @@ class RouteTable:
                 "query_vector": query_vector,
                 "allow_escalation": allow_escalation and self._policy.escalate_on_incorrect,
             }
-            plain_state = SingleHopState(**await self._single_hop.ainvoke(initial, context=self._contexts.single_hop))
+            single_hop = self._contexts.single_hop
+            if probe is not None:
+                single_hop = replace(single_hop, retriever=ProbeFirstRetriever(single_hop.retriever, probe))
+            plain_state = SingleHopState(**await self._single_hop.ainvoke(initial, context=single_hop))
         plain = _result("single_hop", plain_state)
         if not plain_state.escalate:
             return plain
         self._telemetry.escalation("single_hop", "multi_hop", "retrieval_incorrect")
-        corrective = await self._run_corrective(query, tenant, multi_hop_k, query_vector)
+        corrective = await self._run_corrective(query, tenant, multi_hop_k, query_vector, probe)
         escalate = Escalate(from_route="single_hop", to_route="multi_hop", reason="retrieval_incorrect")
         corrective.events = [*plain.events, escalate, *corrective.events]
         corrective.llm_calls = [*plain.llm_calls, *corrective.llm_calls]
@@ -122,9 +129,11 @@ class RouteTable:
         return corrective
 
     async def _run_corrective(
-        self, query: str, tenant: str, top_k: int, query_vector: list[float] | None
+        self, query: str, tenant: str, top_k: int, query_vector: list[float] | None, probe: Probe | None
     ) -> RouteResult:
         context = self._contexts.corrective
+        if probe is not None:
+            context = replace(context, retriever=ProbeFirstRetriever(context.retriever, probe))
         initial = {
             "query": query,
             "tenant": tenant,

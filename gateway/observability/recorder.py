@@ -182,13 +182,27 @@ class Telemetry:
         finally:
             _route_var.reset(token)
 
-    def decided(self, span: Span, route: str, classifier: str, confidence: float) -> None:
+    def decided(
+        self,
+        span: Span,
+        route: str,
+        classifier: str,
+        confidence: float,
+        signals: Mapping[str, float] | None = None,
+        documents: Sequence[str] = (),
+    ) -> None:
+        """``signals`` are the knowledge-base probe's numbers (always recorded: no text in them);
+        ``documents`` the ids that cover the query's parts, recorded only with content tracing on."""
         if self.metrics is not None:
             self.metrics.route_decisions.labels(route, classifier).inc()
         if span.is_recording():
             span.set_attribute("gateway.route", route)
             span.set_attribute("gateway.classifier", classifier)
             span.set_attribute("gateway.route.confidence", confidence)
+            for name, value in (signals or {}).items():
+                span.set_attribute(f"gateway.route.probe.{name}", value)
+            if self.include_content and documents:
+                span.set_attribute("gateway.route.probe.covering_documents_ids", list(documents))
 
     # -- pipelines (PipelineTelemetry) -----------------------------------------------------
 

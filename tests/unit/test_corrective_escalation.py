@@ -6,12 +6,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 
+import pytest
+
 from gateway.knowledge import KnowledgeBase
 from gateway.providers.scripted_chat import ScriptedChatModel
 from pipelines.corrective.policy import CorrectivePolicy
 from pipelines.shared import events as ev
+from pipelines.shared.deps import Passage
 from pipelines.shared.prompts import ABSTAIN_EN
 from pipelines.shared.relevance import relevance
+from routes.probe import PROBE_DEPTH, probe_of
 from routes.table import RouteTable
 from tests.unit.corrective_support import (
     ANSWERED,
@@ -174,3 +178,26 @@ async def test_an_escalated_request_runs_the_corrective_pipeline_inside_its_budg
     escalated_result = await table.run("single_hop", query=OFF_TOPIC, tenant=TENANT, top_k=2, query_vector=None)
     assert escalated_result.escalated_from == "single_hop"
     assert entered == ["corrective"]
+
+
+async def test_the_routers_probe_serves_the_first_retrieval_so_the_store_is_searched_once(
+    knowledge: KnowledgeBase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The router already searched the tenant's store (top 8) for its signals: single_hop's retrieval of the same
+    query reuses those passages instead of searching again; without a probe it searches the store."""
+    probe = probe_of(TENANT, K2_QUESTION, await knowledge.search(TENANT, K2_QUESTION, PROBE_DEPTH), PROBE_DEPTH)
+    searched: list[tuple[str, int]] = []
+    search = knowledge.search
+
+    async def counting(tenant: str, query: str, k: int, *, vector: list[float] | None = None) -> list[Passage]:
+        searched.append((query, k))
+        return await search(tenant, query, k, vector=vector)
+
+    monkeypatch.setattr(knowledge, "search", counting)
+    table, _ = make_table(knowledge, Script())
+    reused = await table.run("single_hop", query=K2_QUESTION, tenant=TENANT, top_k=2, query_vector=None, probe=probe)
+    assert searched == []
+    assert reused.events[0] == ev.Retrieve(k=2, found=2)
+    assert {p.chunk_id for p in reused.context} <= {p.chunk_id for p in probe.passages[:2]}
+    await table.run("single_hop", query=K2_QUESTION, tenant=TENANT, top_k=2, query_vector=None)
+    assert searched == [(K2_QUESTION, 2)]
