@@ -29,6 +29,10 @@ from gateway.api.query import QueryController
 from gateway.cache.backend import RedisBackend
 from gateway.cache.layer import CacheLayer, open_cache, open_semantic_cache
 from gateway.chunking import Chunker
+from gateway.curation.api import CurationController, FeedbackController, provide_curation
+from gateway.curation.lifecycle import open_curation_store, start_curation
+from gateway.curation.pages import ReviewController, template_config
+from gateway.curation.store import change_recorder
 from gateway.errors import handle_exception
 from gateway.knowledge import KnowledgeBase, NewDocument
 from gateway.observability.http import trace_requests
@@ -230,6 +234,7 @@ def _lifespan(
                 telemetry=telemetry,
             )
             cache = open_cache_layer(settings, redis, telemetry)
+            curation_store = await open_curation_store(settings, stack)
             query_embeddings = embeddings
             if cache is not None and settings.cache.embedding_ttl_s > 0:
                 model = f"{settings.embeddings.provider}:{settings.embeddings.model}"
@@ -239,7 +244,11 @@ def _lifespan(
                 store,
                 Chunker(settings.chunking.size, settings.chunking.overlap),
                 versions=cache.versions if cache is not None else None,
+                on_change=change_recorder(curation_store) if curation_store is not None else None,
             )
+            curation = None
+            if curation_store is not None:
+                curation = await start_curation(settings, curation_store, knowledge, llm, telemetry.metrics, stack)
             # Router training embeds in bulk with the sync API: it gets the unwrapped model.
             router = await build_router(settings, embeddings, llm)
             table = build_route_table(settings, llm, knowledge, http, embeddings, telemetry)
@@ -248,22 +257,27 @@ def _lifespan(
                 if overrides.chat_model is None:
                     await ping_llm(http, settings.llm_endpoint, settings.server.readiness_timeout_s)
 
+            query_service = QueryService(
+                knowledge,
+                router,
+                table,
+                cache=cache.responses if cache is not None else None,
+                semantic=open_semantic_cache(
+                    cache, settings.semantic_cache, query_embeddings, namespace=settings.answer_fingerprint()
+                ),
+                versions=cache.versions if cache is not None else None,
+                telemetry=telemetry,
+                on_answer=curation.recorder.observe if curation is not None else None,
+            )
+            if curation is not None:
+                curation.attach(query_service)
+            app.state.curation = curation
             app.state.services = Services(
                 settings=settings,
                 http=http,
                 llm=llm,
                 knowledge=knowledge,
-                query_service=QueryService(
-                    knowledge,
-                    router,
-                    table,
-                    cache=cache.responses if cache is not None else None,
-                    semantic=open_semantic_cache(
-                        cache, settings.semantic_cache, query_embeddings, namespace=settings.answer_fingerprint()
-                    ),
-                    versions=cache.versions if cache is not None else None,
-                    telemetry=telemetry,
-                ),
+                query_service=query_service,
                 llm_check=llm_check,
                 cache=cache,
                 redis=redis,
@@ -311,7 +325,17 @@ def create_app(settings: Settings | None = None, overrides: ProviderOverrides | 
     overrides = overrides or ProviderOverrides()
 
     return Litestar(
-        route_handlers=[QueryController, DocumentController, HealthController, ChatController, MetricsController],
+        route_handlers=[
+            QueryController,
+            DocumentController,
+            HealthController,
+            ChatController,
+            MetricsController,
+            FeedbackController,
+            CurationController,
+            ReviewController,
+        ],
+        template_config=template_config(),
         middleware=[trace_requests],
         lifespan=[_lifespan(settings, overrides)],
         dependencies={
@@ -322,6 +346,7 @@ def create_app(settings: Settings | None = None, overrides: ProviderOverrides | 
             "principal": Provide(provide_principal, sync_to_thread=False),
             "access": Provide(provide_access, sync_to_thread=False),
             "chat_service": Provide(provide_chat_service, sync_to_thread=False),
+            "curation": Provide(provide_curation, sync_to_thread=False),
         },
         request_max_body_size=settings.limits.max_body_bytes,
         exception_handlers={Exception: handle_exception},

@@ -116,6 +116,12 @@ class GatewayMetrics:
             ["reason"],
             registry=r,
         )
+        self.curation_answers = Counter(
+            "gateway_curation_answers_total",
+            "Answers seen by the curation recorder: recorded (need a human), counted (the rest) or dropped.",
+            ["outcome"],
+            registry=r,
+        )
         self.groundedness_failures = Counter(
             "gateway_groundedness_failures_total",
             "Generated answers the groundedness check (Self-RAG IsSup) found unsupported by the evidence.",

@@ -1,0 +1,87 @@
+"""Opening the curation cycle in the app lifespan: the store (migrated), the recorder's writer task,
+the retention purge. Everything it starts is closed by the lifespan's exit stack."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from contextlib import AsyncExitStack
+
+from gateway.curation.evaluator import HybridEvaluator
+from gateway.curation.gaps import Diagnoser
+from gateway.curation.records import AnswerRecorder, Count
+from gateway.curation.service import Curation
+from gateway.curation.store import CurationStore
+from gateway.knowledge import KnowledgeBase
+from gateway.observability.metrics import GatewayMetrics
+from gateway.providers.llm import LLMClient
+from gateway.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+PURGE_EVERY_S = 3600.0
+DRAIN_ON_EXIT_S = 2.0
+
+
+async def open_curation_store(settings: Settings, stack: AsyncExitStack) -> CurationStore | None:
+    if not settings.curation.enabled:
+        return None
+    store = CurationStore.open(settings.curation.database_url.get_secret_value())
+    stack.push_async_callback(store.close)
+    if settings.curation.migrate_on_start:
+        await store.migrate()
+    return store
+
+
+def _counter(metrics: GatewayMetrics | None) -> Count | None:
+    if metrics is None:
+        return None
+    counter = metrics.curation_answers
+    return lambda outcome: counter.labels(outcome).inc()
+
+
+async def start_curation(
+    settings: Settings,
+    store: CurationStore,
+    knowledge: KnowledgeBase,
+    llm: LLMClient,
+    metrics: GatewayMetrics | None,
+    stack: AsyncExitStack,
+) -> Curation:
+    """The curation service with its recorder's writer and the hourly retention purge running."""
+    group = settings.curation
+    recorder = AnswerRecorder(
+        store,
+        knowledge.embed_query,
+        queue_size=group.queue_size,
+        recent=group.recent_answers,
+        count=_counter(metrics),
+    )
+    diagnoser = Diagnoser(knowledge, store, deep_k=group.deep_search_k, relevant=settings.corrective.crag_upper)
+    curation = Curation(group, store, recorder, diagnoser, HybridEvaluator(llm), knowledge)
+    writer = asyncio.create_task(recorder.run(), name="curation-writer")
+    purger = asyncio.create_task(_keep_purging(curation), name="curation-purge")
+
+    async def stop() -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(recorder.drain(), DRAIN_ON_EXIT_S)
+        for task in (writer, purger):
+            task.cancel()
+        await asyncio.gather(writer, purger, return_exceptions=True)
+
+    stack.push_async_callback(stop)
+    return curation
+
+
+async def _keep_purging(curation: Curation) -> None:
+    """Question texts live GATEWAY_CURATION_RETENTION_DAYS: purged at start-up and every hour."""
+    while True:
+        try:
+            purged = await curation.purge()
+        except Exception as exc:  # an outage must not end the loop: the next hour tries again
+            logger.warning("curation retention purge failed: %s", exc)
+        else:
+            if purged:
+                logger.info("curation retention purge: %d answer records removed", purged)
+        await asyncio.sleep(PURGE_EVERY_S)
