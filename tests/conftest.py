@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import SecretStr
 from langchain_core.messages import BaseMessage
 from litestar.testing import AsyncTestClient
+from pydantic import SecretStr
 
 from gateway.app import create_app
 from gateway.providers.embeddings import USEEmbeddings

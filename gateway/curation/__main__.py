@@ -1,4 +1,4 @@
-"""``python -m gateway.curation migrate``: the store's Alembic migrations, for GATEWAY_CURATION_MIGRATE_ON_START=false."""
+"""``python -m gateway.curation migrate``: the store's migrations (GATEWAY_CURATION_MIGRATE_ON_START=false)."""
 
 from __future__ import annotations
 

@@ -7,8 +7,8 @@ stays the same while questions join it.
 The diagnosis says what a curator should fix, checked in this order:
 
 - ``stale``: an answer cited a document that changed after it was given;
-- ``generation``: the evidence was judged Correct (or held the expected answer within top-k), yet a
-  draft was rejected or the answer was rated down;
+- ``generation``: the top-k the answer read held the expected answer a user gave with their feedback
+  (or, without one, the evidence was judged Correct), yet a draft was rejected or it was rated down;
 - ``ranking``: a deeper search finds a passage that answers it (holds the expected answer from the
   feedback, or the relevance scorer judges it relevant) below the top-k the answer read;
 - ``knowledge_gap``: nothing in the store answers it: add a verified document.
@@ -95,6 +95,11 @@ class Diagnoser:
         stale = await self._stale(gap)
         if stale:
             gap.diagnosis, gap.evidence = "stale", {"changed_documents": stale}
+            return
+        if gap.expected_answer:
+            # A user said what the answer is: where (and whether) the store holds it decides, whatever
+            # the evaluator thought of the evidence.
+            gap.diagnosis, gap.evidence = await self._deep_search(gap)
             return
         judged = [r for r in gap.records if r.verdicts and r.verdicts[-1] == "correct"]
         rejected = [r for r in judged if {"draft_rejected", "negative_feedback"} & set(r.reasons)]

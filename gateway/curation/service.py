@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from gateway.curation.evaluator import HybridEvaluator, Rule
 from gateway.curation.gaps import Diagnoser, Gap, cluster
 from gateway.curation.models import Feedback, Rating, Resolution
-from gateway.curation.records import AnswerRecorder, to_record
+from gateway.curation.records import AnswerRecorder, assess, to_record
 from gateway.curation.resolution import resolve
 from gateway.curation.store import CurationStore
 from gateway.curation.training import pairs, to_jsonl
@@ -72,10 +72,12 @@ class Curation:
         comment: str | None,
         expected_answer: str | None,
     ) -> FeedbackResult:
+        recent = self.recorder.recent(response_id=response_id, trace_id=trace_id)
+        if recent is not None and assess(recent.response).reasons:
+            await self.recorder.drain()  # it is on its way to the store: rate the record, not a copy
         record = await self.store.find_record(response_id=response_id, trace_id=trace_id)
         if record is not None and record.tenant != tenant:
             record = None  # another tenant's answer is not this caller's to rate
-        recent = self.recorder.recent(response_id=response_id, trace_id=trace_id)
         if recent is not None and recent.tenant != tenant:
             recent = None
         recorded = record is not None
