@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 from langchain_core.messages import BaseMessage
+from litestar.testing import AsyncTestClient
 
 from tests.scripted import structured_reply
 
@@ -71,3 +72,89 @@ def relocation_model(messages: list[BaseMessage], kwargs: dict[str, Any]) -> str
     passages = _passages(prompt.split("Context passages", 1)[1])
     index = next((i for i, p in enumerate(passages) if "移転" in p), 0)
     return f"{passages[index].split(chr(10) + chr(10), 1)[0]} [{index + 1}]" if passages else "わかりません。"
+
+
+async def ingest(client: AsyncTestClient[Any], tenant: str, documents: list[dict[str, Any]]) -> None:
+    response = await client.post("/v1/documents", json={"tenant": tenant, "documents": documents})
+    assert response.status_code == 200, response.text
+
+
+async def ask(client: AsyncTestClient[Any], tenant: str, query: str, **extra: Any) -> dict[str, Any]:
+    response = await client.post("/v1/query", json={"query": query, "tenant": tenant, "route": "single_hop", **extra})
+    assert response.status_code == 200, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+async def gaps(client: AsyncTestClient[Any], tenant: str) -> list[dict[str, Any]]:
+    response = await client.get("/v1/knowledge-gaps", params={"tenant": tenant})
+    assert response.status_code == 200, response.text
+    found: list[dict[str, Any]] = response.json()["gaps"]
+    return found
+
+
+async def relocation_cycle(client: AsyncTestClient[Any]) -> dict[str, Any]:
+    """The relocation scenario through the API; returns the resolution. Asserts every step."""
+    await ingest(client, TENANT, [OLD_DOC, *OTHER_DOCS])
+    first = await ask(client, TENANT, QUESTION)
+    assert "丸の内" in first["answer"]
+    assert first["response_id"].startswith("resp_")
+
+    rated = await client.post(
+        "/v1/feedback",
+        json={
+            "tenant": TENANT,
+            "response_id": first["response_id"],
+            "rating": "down",
+            "comment": "本社は移転済みです",
+            "expected_answer": "東京都渋谷区神南2-3-4 神南タワー10階",
+        },
+    )
+    assert rated.status_code == 202, rated.text
+    assert rated.json()["linked"]
+    assert rated.json()["recorded"]
+
+    (gap,) = await gaps(client, TENANT)
+    assert gap["diagnosis"] == "knowledge_gap", gap
+    assert gap["examples"] == [QUESTION]
+    assert gap["count"] == 1
+    assert "negative_feedback" in gap["reasons"]
+    assert all(not p["answers"] for p in gap["evidence"]["best_passages"])
+
+    resolved = await client.post(
+        f"/v1/knowledge-gaps/{gap['id']}/resolution",
+        json={"tenant": TENANT, "documents": [NEW_DOC], "rules": RULES},
+    )
+    assert resolved.status_code == 200, resolved.text
+    result = resolved.json()
+    case = result["cases"][0]
+    assert result["closed"]
+    assert result["score_after"] > result["score_before"]
+    assert [r["passed"] for r in case["before"]["rules"]] == [False, False, False]
+    assert [r["passed"] for r in case["after"]["rules"]] == [True, True, True]
+    assert case["before"]["judge"]["score"] < case["after"]["judge"]["score"]
+    assert NEW_ADDRESS in case["after"]["answer"]
+    assert "丸の内ビル5階" in case["before"]["answer"]
+
+    again = await ask(client, TENANT, QUESTION)
+    assert NEW_ADDRESS in again["answer"]
+    assert again["cached"] is False
+    assert gap["id"] not in [g["id"] for g in await gaps(client, TENANT)]  # closed: off the open list
+
+    up = await client.post("/v1/feedback", json={"tenant": TENANT, "response_id": again["response_id"], "rating": "up"})
+    assert up.status_code == 202
+    assert up.json()["linked"]
+    exported = await client.get("/v1/training-pairs", params={"tenant": TENANT})
+    assert exported.status_code == 200
+    rows = [json.loads(line) for line in exported.text.splitlines()]
+    assert {
+        "question": QUESTION,
+        "positive_ids": ["office-2024"],
+        "negative_ids": ["office-2019"],
+        "source": "resolution",
+        "tenant": TENANT,
+    } in rows
+    feedback_rows = [(r["positive_ids"], r["negative_ids"]) for r in rows if r["source"] == "feedback"]
+    assert (["office-2024"], []) in feedback_rows  # rated up: what it cited answers the question
+    assert ([], ["office-2019"]) in feedback_rows  # rated down: what it cited does not
+    return result

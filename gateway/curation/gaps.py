@@ -131,7 +131,7 @@ class Diagnoser:
         passages = await self._knowledge.search(gap.tenant, record.question, self._deep_k)
         scorer = QueryScorer.of(self._model, record.question)
         expected_terms = frozenset(terms(expected)) if expected else frozenset()
-        ranked = []
+        ranked: list[dict[str, Any]] = []
         for rank, passage in enumerate(passages, start=1):
             if expected_terms:
                 support = overlap(expected_terms, passage.text)

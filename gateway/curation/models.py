@@ -44,7 +44,7 @@ class AnswerRecord:
         return row
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> AnswerRecord:
+    def from_row(cls, row: Mapping[Any, Any]) -> AnswerRecord:
         verdicts = row["verdicts"] or {}
         return cls(
             id=row["id"],
@@ -84,7 +84,7 @@ class Feedback:
         return asdict(self)
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> Feedback:
+    def from_row(cls, row: Mapping[Any, Any]) -> Feedback:
         values = dict(row)
         values["documents"] = [RetrievedDocument(**d) for d in row["documents"]]
         return cls(**values)
@@ -107,5 +107,5 @@ class Resolution:
         return asdict(self)
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> Resolution:
+    def from_row(cls, row: Mapping[Any, Any]) -> Resolution:
         return cls(**dict(row))
