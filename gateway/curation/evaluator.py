@@ -60,9 +60,12 @@ class Rule:
         return re.search(self.value, answer) is not None
 
 
+_DASHES = str.maketrans(dict.fromkeys("\u2010\u2011\u2012\u2013\u2014\u2212\u30fc\uff0d", "-"))
+
+
 def _fold(text: str) -> str:
-    """NFKC and case folding: full-width digits (１−２) and ASCII ones (1-2) compare equal."""
-    return unicodedata.normalize("NFKC", text).casefold()
+    """NFKC, dashes and case folded: a Japanese address written ２−３−４ or 2-3-4 compares equal."""
+    return unicodedata.normalize("NFKC", text).translate(_DASHES).casefold()
 
 
 @dataclass(slots=True)
