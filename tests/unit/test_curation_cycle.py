@@ -79,3 +79,19 @@ async def test_feedback_must_name_an_answer(make_client: Callable[..., Any]) -> 
         response = await client.post("/v1/feedback", json={"rating": "down"})
         assert response.status_code == 400
         assert response.headers["content-type"].startswith("application/problem+json")
+
+
+async def test_an_answer_citing_a_document_changed_since_is_stale(make_client: Callable[..., Any]) -> None:
+    async with make_client(relocation_model) as (client, _):
+        await ingest(client, "stale", [OLD_DOC])
+        answer = await ask(client, "stale", "本社の受付時間は？")
+        await client.post(
+            "/v1/feedback", json={"tenant": "stale", "response_id": answer["response_id"], "rating": "down"}
+        )
+        changed = {**OLD_DOC, "text": OLD_DOC["text"].replace("18時", "17時")}
+        await ingest(client, "stale", [changed])
+        (gap,) = await gaps(client, "stale")
+        assert gap["diagnosis"] == "stale", gap
+        (change,) = gap["evidence"]["changed_documents"]
+        assert change["document"] == OLD_DOC["id"]
+        assert change["changed_at"] > change["answered_at"]
