@@ -29,10 +29,9 @@ from gateway.api.query import QueryController
 from gateway.cache.backend import RedisBackend
 from gateway.cache.layer import CacheLayer, open_cache, open_semantic_cache
 from gateway.chunking import Chunker
-from gateway.curation.api import CurationController, FeedbackController, provide_curation
-from gateway.curation.lifecycle import open_curation_store, start_curation
+from gateway.curation.api import CurationController, EvalSuiteController, FeedbackController, provide_curation
+from gateway.curation.lifecycle import KnowledgeChanges, open_curation_store, start_curation
 from gateway.curation.pages import ReviewController, template_config
-from gateway.curation.store import change_recorder
 from gateway.errors import handle_exception
 from gateway.knowledge import KnowledgeBase, NewDocument
 from gateway.observability.http import trace_requests
@@ -235,6 +234,7 @@ def _lifespan(
             )
             cache = open_cache_layer(settings, redis, telemetry)
             curation_store = await open_curation_store(settings, stack)
+            changes = KnowledgeChanges(curation_store) if curation_store is not None else None
             query_embeddings = embeddings
             if cache is not None and settings.cache.embedding_ttl_s > 0:
                 model = f"{settings.embeddings.provider}:{settings.embeddings.model}"
@@ -244,11 +244,11 @@ def _lifespan(
                 store,
                 Chunker(settings.chunking.size, settings.chunking.overlap),
                 versions=cache.versions if cache is not None else None,
-                on_change=change_recorder(curation_store) if curation_store is not None else None,
+                on_change=changes,
             )
             curation = None
-            if curation_store is not None:
-                curation = await start_curation(settings, curation_store, knowledge, llm, telemetry.metrics, stack)
+            if curation_store is not None and changes is not None:
+                curation = await start_curation(settings, curation_store, knowledge, llm, telemetry, changes, stack)
             # Router training embeds in bulk with the sync API: it gets the unwrapped model.
             router = await build_router(settings, embeddings, llm)
             table = build_route_table(settings, llm, knowledge, http, embeddings, telemetry)
@@ -333,6 +333,7 @@ def create_app(settings: Settings | None = None, overrides: ProviderOverrides | 
             MetricsController,
             FeedbackController,
             CurationController,
+            EvalSuiteController,
             ReviewController,
         ],
         template_config=template_config(),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from litestar import Controller, Response, get, post
+from litestar import Controller, get, post
 from litestar.datastructures import State
 from litestar.di import NamedDependency
 from litestar.params import JSONBody, PathParameter, QueryParameter
@@ -14,14 +14,21 @@ from gateway.access.keys import Principal
 from gateway.api.problems import problem_responses
 from gateway.curation.service import Curation
 from gateway.curation.wire import (
+    EvalCaseOut,
+    EvalCaseRequest,
+    EvalRunOut,
+    EvalRunRequest,
+    EvalRunsResponse,
     FeedbackRequest,
     FeedbackResponse,
     GapsResponse,
     ResolutionOut,
     ResolutionRequest,
+    SuiteName,
     gap_out,
     resolution_out,
     rules_of,
+    run_out,
 )
 from gateway.errors import ClientError, NotFoundError
 from gateway.knowledge import NewDocument
@@ -105,6 +112,7 @@ class CurationController(Controller):
     @get(
         "/training-pairs",
         summary="JSONL (question, positive ids, negative ids) from resolved gaps and feedback",
+        media_type="application/x-ndjson",
         responses=problem_responses(400, 401, 403, 404),
     )
     async def training_pairs(
@@ -112,6 +120,60 @@ class CurationController(Controller):
         curation: NamedDependency[Curation],
         principal: NamedDependency[Principal],
         tenant: TenantParam = "default",
-    ) -> Response[str]:
-        body = await curation.training_pairs(principal.tenant_for(tenant))
-        return Response(body, media_type="application/x-ndjson")
+    ) -> str:
+        return await curation.training_pairs(principal.tenant_for(tenant))
+
+
+class EvalSuiteController(Controller):
+    path = "/v1/eval-suites"
+    tags = ["curation"]
+    guards = [require("admin")]
+    security = [{BEARER: []}]
+
+    @post(
+        "/{suite:str}/cases",
+        status_code=201,
+        summary="Add a case to a tenant's evaluation suite",
+        responses=problem_responses(400, 401, 403, 404),
+    )
+    async def add_case(
+        self,
+        suite: Annotated[SuiteName, PathParameter()],
+        data: JSONBody[EvalCaseRequest],
+        curation: NamedDependency[Curation],
+        principal: NamedDependency[Principal],
+    ) -> EvalCaseOut:
+        tenant = principal.tenant_for(data.tenant)
+        case = await curation.add_eval_case(tenant, suite, data.question, rules_of(data.rules), data.reference_answer)
+        return EvalCaseOut(id=case.id, suite=suite)
+
+    @post(
+        "/{suite:str}/runs",
+        status_code=200,
+        summary="Run a suite now (answers computed fresh, cache bypassed)",
+        responses=problem_responses(400, 401, 403, 404, 502, 503, 504),
+    )
+    async def run(
+        self,
+        suite: Annotated[SuiteName, PathParameter()],
+        data: JSONBody[EvalRunRequest],
+        curation: NamedDependency[Curation],
+        principal: NamedDependency[Principal],
+    ) -> EvalRunOut:
+        return run_out(await curation.suites.run(principal.tenant_for(data.tenant), suite))
+
+    @get(
+        "/{suite:str}/runs",
+        summary="A suite's run history, newest first, with per-case breakdowns",
+        responses=problem_responses(400, 401, 403, 404),
+    )
+    async def history(
+        self,
+        suite: Annotated[SuiteName, PathParameter()],
+        curation: NamedDependency[Curation],
+        principal: NamedDependency[Principal],
+        tenant: TenantParam = "default",
+    ) -> EvalRunsResponse:
+        tenant = principal.tenant_for(tenant)
+        runs = await curation.store.eval_runs(tenant, suite)
+        return EvalRunsResponse(tenant=tenant, suite=suite, runs=[run_out(r) for r in runs])

@@ -6,15 +6,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 
 from gateway.curation.evaluator import HybridEvaluator
 from gateway.curation.gaps import Diagnoser
 from gateway.curation.records import AnswerRecorder, Count
 from gateway.curation.service import Curation
-from gateway.curation.store import CurationStore
+from gateway.curation.store import CurationStore, change_recorder
+from gateway.curation.suites import SuiteRunner
 from gateway.knowledge import KnowledgeBase
 from gateway.observability.metrics import GatewayMetrics
+from gateway.observability.recorder import Telemetry
 from gateway.providers.llm import LLMClient
 from gateway.settings import Settings
 
@@ -34,6 +37,20 @@ async def open_curation_store(settings: Settings, stack: AsyncExitStack) -> Cura
     return store
 
 
+class KnowledgeChanges:
+    """The knowledge base's write hook: records which documents changed (the ``stale`` diagnosis) and
+    tells the suite runner, which is built after the knowledge base it evaluates."""
+
+    def __init__(self, store: CurationStore) -> None:
+        self._record = change_recorder(store)
+        self.listener: Callable[[str], None] | None = None
+
+    async def __call__(self, tenant: str, doc_ids: Sequence[str]) -> None:
+        await self._record(tenant, doc_ids)
+        if self.listener is not None:
+            self.listener(tenant)
+
+
 def _counter(metrics: GatewayMetrics | None) -> Count | None:
     if metrics is None:
         return None
@@ -46,7 +63,8 @@ async def start_curation(
     store: CurationStore,
     knowledge: KnowledgeBase,
     llm: LLMClient,
-    metrics: GatewayMetrics | None,
+    telemetry: Telemetry,
+    changes: KnowledgeChanges,
     stack: AsyncExitStack,
 ) -> Curation:
     """The curation service with its recorder's writer and the hourly retention purge running."""
@@ -56,16 +74,28 @@ async def start_curation(
         knowledge.embed_query,
         queue_size=group.queue_size,
         recent=group.recent_answers,
-        count=_counter(metrics),
+        count=_counter(telemetry.metrics),
     )
     diagnoser = Diagnoser(knowledge, store, deep_k=group.deep_search_k, relevant=settings.corrective.crag_upper)
-    curation = Curation(group, store, recorder, diagnoser, HybridEvaluator(llm), knowledge)
+    evaluator = HybridEvaluator(llm)
+    metrics = telemetry.metrics
+    suites = SuiteRunner(
+        store,
+        evaluator,
+        telemetry.tracer,
+        set_score=(lambda suite, score: metrics.eval_score.labels(suite).set(score)) if metrics else None,
+    )
+    changes.listener = suites.schedule
+    curation = Curation(group, store, recorder, diagnoser, evaluator, knowledge, suites)
+    if metrics is not None:
+        curation.on_gaps = lambda tenant, count: metrics.knowledge_gaps_open.labels(tenant).set(count)
     writer = asyncio.create_task(recorder.run(), name="curation-writer")
     purger = asyncio.create_task(_keep_purging(curation), name="curation-purge")
 
     async def stop() -> None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(recorder.drain(), DRAIN_ON_EXIT_S)
+        await suites.stop()
         for task in (writer, purger):
             task.cancel()
         await asyncio.gather(writer, purger, return_exceptions=True)

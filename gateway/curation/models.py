@@ -109,3 +109,40 @@ class Resolution:
     @classmethod
     def from_row(cls, row: Mapping[Any, Any]) -> Resolution:
         return cls(**dict(row))
+
+
+@dataclass(slots=True)
+class EvalCase:
+    id: str
+    tenant: str
+    suite: str
+    question: str
+    rules: list[dict[str, Any]]
+    reference: str | None
+    created_at: float
+
+    def row(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_row(cls, row: Mapping[Any, Any]) -> EvalCase:
+        return cls(**dict(row))
+
+
+@dataclass(slots=True)
+class EvalRun:
+    id: str
+    tenant: str
+    suite: str
+    trigger: str  # manual / knowledge_change
+    score: float
+    cases: list[dict[str, Any]]  # per case: question, answer, score, rules, judge
+    started_at: float
+    finished_at: float
+
+    def row(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_row(cls, row: Mapping[Any, Any]) -> EvalRun:
+        return cls(**dict(row))

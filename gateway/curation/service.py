@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
 
 from gateway.curation.evaluator import HybridEvaluator, Rule
 from gateway.curation.gaps import Diagnoser, Gap, cluster
-from gateway.curation.models import Feedback, Rating, Resolution
+from gateway.curation.models import EvalCase, Feedback, Rating, Resolution
 from gateway.curation.records import AnswerRecorder, assess, to_record
 from gateway.curation.resolution import resolve
 from gateway.curation.store import CurationStore
+from gateway.curation.suites import SuiteRunner
 from gateway.curation.training import pairs, to_jsonl
 from gateway.errors import NotFoundError
 from gateway.knowledge import KnowledgeBase, NewDocument
@@ -36,6 +37,7 @@ class Curation:
         diagnoser: Diagnoser,
         evaluator: HybridEvaluator,
         knowledge: KnowledgeBase,
+        suites: SuiteRunner,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -43,17 +45,22 @@ class Curation:
         self._diagnoser = diagnoser
         self._evaluator = evaluator
         self._knowledge = knowledge
+        self.suites = suites
         self._queries: QueryService | None = None
+        # Told how many gaps a tenant has open whenever they are computed (the open-gaps gauge).
+        self.on_gaps: Callable[[str, int], None] = lambda _tenant, _count: None
 
     def attach(self, queries: QueryService) -> None:
         """The query service is built after the recorder it reports to: it is handed over once built."""
         self._queries = queries
+        self.suites.attach(queries)
 
     async def gaps(self, tenant: str) -> list[Gap]:
         records = await self.store.open_records(tenant)
         gaps = cluster(records, self.settings.cluster_similarity)
         for gap in gaps:
             await self._diagnoser.diagnose(gap)
+        self.on_gaps(tenant, len(gaps))
         return sorted(gaps, key=lambda g: (-len(g.records), -g.records[-1].created_at))
 
     async def gap(self, tenant: str, gap_id: str) -> Gap:
@@ -116,7 +123,7 @@ class Curation:
         if self._queries is None:
             raise RuntimeError("Curation.attach(query_service) was not called")
         gap = await self.gap(tenant, gap_id)
-        return await resolve(
+        resolution = await resolve(
             gap,
             documents,
             rules,
@@ -125,6 +132,24 @@ class Curation:
             evaluator=self._evaluator,
             store=self.store,
         )
+        if resolution.closed:
+            await self.gaps(tenant)  # recounts the tenant's open gaps for the gauge
+        return resolution
+
+    async def add_eval_case(
+        self, tenant: str, suite: str, question: str, rules: list[Rule], reference: str | None
+    ) -> EvalCase:
+        case = EvalCase(
+            id=f"case_{uuid.uuid4().hex}",
+            tenant=tenant,
+            suite=suite,
+            question=question,
+            rules=[asdict(rule) for rule in rules],
+            reference=reference,
+            created_at=time.time(),
+        )
+        await self.store.add_eval_case(case)
+        return case
 
     async def training_pairs(self, tenant: str) -> str:
         resolutions = await self.store.resolutions_of(tenant, closed_only=True)

@@ -21,8 +21,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from gateway.curation.models import AnswerRecord, Feedback, Resolution
-from gateway.curation.tables import answer_records, document_changes, feedback, resolutions
+from gateway.curation.models import AnswerRecord, EvalCase, EvalRun, Feedback, Resolution
+from gateway.curation.tables import answer_records, document_changes, eval_cases, eval_runs, feedback, resolutions
 from gateway.errors import ProviderUnavailableError
 
 logger = logging.getLogger(__name__)
@@ -178,6 +178,35 @@ class CurationStore:
         async with self.engine.connect() as connection:
             rows = (await connection.execute(query)).all()
         return {doc_id: changed_at for doc_id, changed_at in rows}
+
+    # --- evaluation suites -----------------------------------------------------------------------
+
+    async def add_eval_case(self, case: EvalCase) -> None:
+        async with self.engine.begin() as connection:
+            await connection.execute(eval_cases.insert(), [case.row()])
+
+    async def eval_cases(self, tenant: str, suite: str | None = None) -> list[EvalCase]:
+        query = select(eval_cases).where(eval_cases.c.tenant == tenant)
+        if suite is not None:
+            query = query.where(eval_cases.c.suite == suite)
+        async with self.engine.connect() as connection:
+            rows = (await connection.execute(query.order_by(eval_cases.c.created_at))).mappings().all()
+        return [EvalCase.from_row(row) for row in rows]
+
+    async def add_eval_run(self, run: EvalRun) -> None:
+        async with self.engine.begin() as connection:
+            await connection.execute(eval_runs.insert(), [run.row()])
+
+    async def eval_runs(self, tenant: str, suite: str, limit: int = 50) -> list[EvalRun]:
+        query = (
+            select(eval_runs)
+            .where(eval_runs.c.tenant == tenant, eval_runs.c.suite == suite)
+            .order_by(eval_runs.c.started_at.desc())
+            .limit(limit)
+        )
+        async with self.engine.connect() as connection:
+            rows = (await connection.execute(query)).mappings().all()
+        return [EvalRun.from_row(row) for row in rows]
 
     # --- retention --------------------------------------------------------------------------------
 

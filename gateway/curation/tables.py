@@ -68,3 +68,29 @@ document_changes = Table(
     Column("doc_id", String(256), primary_key=True),
     Column("changed_at", Float, nullable=False),
 )
+
+# Evaluation suites: a tenant's stored cases, and every run's score and per-case breakdown.
+eval_cases = Table(
+    "curation_eval_cases",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("tenant", String(64), nullable=False, index=True),
+    Column("suite", String(64), nullable=False, index=True),
+    Column("question", Text, nullable=False),
+    Column("rules", JSON, nullable=False),
+    Column("reference", Text),
+    Column("created_at", Float, nullable=False),
+)
+
+eval_runs = Table(
+    "curation_eval_runs",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("tenant", String(64), nullable=False, index=True),
+    Column("suite", String(64), nullable=False, index=True),
+    Column("trigger", String(32), nullable=False),
+    Column("score", Float, nullable=False),
+    Column("cases", JSON, nullable=False),
+    Column("started_at", Float, nullable=False, index=True),
+    Column("finished_at", Float, nullable=False),
+)

@@ -10,7 +10,7 @@ from msgspec import Meta
 
 from gateway.curation.evaluator import Rule, RuleKind
 from gateway.curation.gaps import Gap
-from gateway.curation.models import Resolution
+from gateway.curation.models import EvalRun, Resolution
 from gateway.schemas import DocumentIn, Tenant
 
 ResponseRef = Annotated[str, Meta(min_length=1, max_length=64)]
@@ -102,3 +102,50 @@ def resolution_out(resolution: Resolution) -> ResolutionOut:
 
 def rules_of(rules: list[RuleIn]) -> list[Rule]:
     return [Rule(kind=r.kind, value=r.value, weight=r.weight) for r in rules]
+
+
+SuiteName = Annotated[str, Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
+
+
+class EvalCaseRequest(msgspec.Struct, kw_only=True):
+    tenant: Tenant = "default"
+    question: Annotated[str, Meta(min_length=1, max_length=4000)]
+    rules: Annotated[list[RuleIn], Meta(max_length=50)] = []
+    reference_answer: Annotated[str, Meta(max_length=8000)] | None = None
+
+
+class EvalCaseOut(msgspec.Struct):
+    id: str
+    suite: str
+
+
+class EvalRunRequest(msgspec.Struct, kw_only=True):
+    tenant: Tenant = "default"
+
+
+class EvalRunOut(msgspec.Struct):
+    id: str
+    suite: str
+    trigger: str
+    score: float
+    cases: list[dict[str, Any]]
+    started_at: str
+    finished_at: str
+
+
+class EvalRunsResponse(msgspec.Struct):
+    tenant: str
+    suite: str
+    runs: list[EvalRunOut]
+
+
+def run_out(run: EvalRun) -> EvalRunOut:
+    return EvalRunOut(
+        id=run.id,
+        suite=run.suite,
+        trigger=run.trigger,
+        score=run.score,
+        cases=run.cases,
+        started_at=iso(run.started_at),
+        finished_at=iso(run.finished_at),
+    )

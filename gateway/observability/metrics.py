@@ -122,6 +122,20 @@ class GatewayMetrics:
             ["outcome"],
             registry=r,
         )
+        self.eval_score = Gauge(
+            "gateway_eval_score",
+            "Score (0-1) of the last run of each evaluation suite (run on demand and after knowledge changes).",
+            ["suite"],
+            registry=r,
+            multiprocess_mode="mostrecent",
+        )
+        self.knowledge_gaps_open = Gauge(
+            "gateway_knowledge_gaps_open",
+            "Open knowledge gaps per tenant, as last computed (GET /v1/knowledge-gaps, the review page, a resolution).",
+            ["tenant"],
+            registry=r,
+            multiprocess_mode="mostrecent",
+        )
         self.groundedness_failures = Counter(
             "gateway_groundedness_failures_total",
             "Generated answers the groundedness check (Self-RAG IsSup) found unsupported by the evidence.",
