@@ -6,11 +6,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import Counter
 from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
+from typing import get_args
 
 from gateway.curation.evaluator import HybridEvaluator
-from gateway.curation.gaps import Diagnoser
+from gateway.curation.gaps import Diagnoser, Diagnosis
 from gateway.curation.records import AnswerRecorder, Count
 from gateway.curation.service import Curation
 from gateway.curation.store import CurationStore, change_recorder
@@ -24,6 +26,7 @@ from gateway.settings import Settings
 logger = logging.getLogger(__name__)
 
 PURGE_EVERY_S = 3600.0
+DIAGNOSES: tuple[str, ...] = get_args(Diagnosis)
 DRAIN_ON_EXIT_S = 2.0
 
 
@@ -49,6 +52,21 @@ class KnowledgeChanges:
         await self._record(tenant, doc_ids)
         if self.listener is not None:
             self.listener(tenant)
+
+
+def _gaps_gauge(metrics: GatewayMetrics) -> Callable[[str, Counter[str]], None]:
+    """Open gaps by diagnosis, summed over tenants (metrics never carry tenant labels)."""
+    by_tenant: dict[str, Counter[str]] = {}
+
+    def update(tenant: str, counts: Counter[str]) -> None:
+        by_tenant[tenant] = counts
+        total: Counter[str] = Counter()
+        for each in by_tenant.values():
+            total.update(each)
+        for diagnosis in DIAGNOSES:
+            metrics.knowledge_gaps_open.labels(diagnosis).set(total[diagnosis])
+
+    return update
 
 
 def _counter(metrics: GatewayMetrics | None) -> Count | None:
@@ -88,7 +106,7 @@ async def start_curation(
     changes.listener = suites.schedule
     curation = Curation(group, store, recorder, diagnoser, evaluator, knowledge, suites)
     if metrics is not None:
-        curation.on_gaps = lambda tenant, count: metrics.knowledge_gaps_open.labels(tenant).set(count)
+        curation.on_gaps = _gaps_gauge(metrics)
     writer = asyncio.create_task(recorder.run(), name="curation-writer")
     purger = asyncio.create_task(_keep_purging(curation), name="curation-purge")
 

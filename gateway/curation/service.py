@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
@@ -47,8 +48,8 @@ class Curation:
         self._knowledge = knowledge
         self.suites = suites
         self._queries: QueryService | None = None
-        # Told how many gaps a tenant has open whenever they are computed (the open-gaps gauge).
-        self.on_gaps: Callable[[str, int], None] = lambda _tenant, _count: None
+        # Told a tenant's open gaps by diagnosis whenever they are computed (the open-gaps gauge).
+        self.on_gaps: Callable[[str, Counter[str]], None] = lambda _tenant, _counts: None
 
     def attach(self, queries: QueryService) -> None:
         """The query service is built after the recorder it reports to: it is handed over once built."""
@@ -60,7 +61,7 @@ class Curation:
         gaps = cluster(records, self.settings.cluster_similarity)
         for gap in gaps:
             await self._diagnoser.diagnose(gap)
-        self.on_gaps(tenant, len(gaps))
+        self.on_gaps(tenant, Counter(gap.diagnosis for gap in gaps))
         return sorted(gaps, key=lambda g: (-len(g.records), -g.records[-1].created_at))
 
     async def gap(self, tenant: str, gap_id: str) -> Gap:

@@ -131,8 +131,8 @@ class GatewayMetrics:
         )
         self.knowledge_gaps_open = Gauge(
             "gateway_knowledge_gaps_open",
-            "Open knowledge gaps per tenant, as last computed (GET /v1/knowledge-gaps, the review page, a resolution).",
-            ["tenant"],
+            "Open knowledge gaps by diagnosis, summed over tenants as last computed (gaps API, review page).",
+            ["diagnosis"],
             registry=r,
             multiprocess_mode="mostrecent",
         )

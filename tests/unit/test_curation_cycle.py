@@ -95,3 +95,23 @@ async def test_an_answer_citing_a_document_changed_since_is_stale(make_client: C
         (change,) = gap["evidence"]["changed_documents"]
         assert change["document"] == OLD_DOC["id"]
         assert change["changed_at"] > change["answered_at"]
+
+
+async def test_open_gaps_are_counted_by_diagnosis_without_tenant_labels(make_client: Callable[..., Any]) -> None:
+    async with make_client(relocation_model) as (client, _):
+        await ingest(client, "gen", [OLD_DOC])
+        answer = await ask(client, "gen", "本社の受付時間は？")
+        await client.post(
+            "/v1/feedback",
+            json={
+                "tenant": "gen",
+                "response_id": answer["response_id"],
+                "rating": "down",
+                "expected_answer": "9時から18時",
+            },
+        )
+        await gaps(client, "gen")
+        metrics = (await client.get("/metrics")).text
+        assert 'gateway_knowledge_gaps_open{diagnosis="generation"} 1.0' in metrics
+        assert 'gateway_knowledge_gaps_open{diagnosis="knowledge_gap"} 0.0' in metrics
+        assert 'tenant="gen"' not in metrics
