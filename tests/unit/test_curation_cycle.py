@@ -8,6 +8,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from litestar.testing import AsyncTestClient
+
 from tests.curation_support import OLD_DOC, ask, gaps, ingest, relocation_cycle, relocation_model
 
 
@@ -56,21 +58,24 @@ async def test_an_answer_below_top_k_is_a_ranking_gap(make_client: Callable[...,
         assert gap["evidence"]["found_at_rank"] > gap["evidence"]["top_k"] == 1
 
 
+async def _rated_down_with_the_answer_in_hand(client: AsyncTestClient[Any]) -> list[dict[str, Any]]:
+    """The office hours asked; the passage held them and the answer gave them; the user rated it down anyway."""
+    await ingest(client, "gen", [OLD_DOC])
+    answer = await ask(client, "gen", "本社の受付時間は？")
+    assert "9時から18時" in answer["answer"]
+    rating = {
+        "tenant": "gen",
+        "response_id": answer["response_id"],
+        "rating": "down",
+        "expected_answer": "平日9時から18時",
+    }
+    await client.post("/v1/feedback", json=rating)
+    return await gaps(client, "gen")
+
+
 async def test_evidence_in_hand_and_a_wrong_answer_is_a_generation_gap(make_client: Callable[..., Any]) -> None:
     async with make_client(relocation_model) as (client, _):
-        await ingest(client, "gen", [OLD_DOC])
-        answer = await ask(client, "gen", "本社の受付時間は？")
-        assert "9時から18時" in answer["answer"]  # the passage held it; the user still found the answer wrong
-        await client.post(
-            "/v1/feedback",
-            json={
-                "tenant": "gen",
-                "response_id": answer["response_id"],
-                "rating": "down",
-                "expected_answer": "平日9時から18時",
-            },
-        )
-        (gap,) = await gaps(client, "gen")
+        (gap,) = await _rated_down_with_the_answer_in_hand(client)
         assert gap["diagnosis"] == "generation", gap
 
 
@@ -99,18 +104,7 @@ async def test_an_answer_citing_a_document_changed_since_is_stale(make_client: C
 
 async def test_open_gaps_are_counted_by_diagnosis_without_tenant_labels(make_client: Callable[..., Any]) -> None:
     async with make_client(relocation_model) as (client, _):
-        await ingest(client, "gen", [OLD_DOC])
-        answer = await ask(client, "gen", "本社の受付時間は？")
-        await client.post(
-            "/v1/feedback",
-            json={
-                "tenant": "gen",
-                "response_id": answer["response_id"],
-                "rating": "down",
-                "expected_answer": "9時から18時",
-            },
-        )
-        await gaps(client, "gen")
+        await _rated_down_with_the_answer_in_hand(client)
         metrics = (await client.get("/metrics")).text
         assert 'gateway_knowledge_gaps_open{diagnosis="generation"} 1.0' in metrics
         assert 'gateway_knowledge_gaps_open{diagnosis="knowledge_gap"} 0.0' in metrics
