@@ -109,3 +109,18 @@ async def test_open_gaps_are_counted_by_diagnosis_without_tenant_labels(make_cli
         assert 'gateway_knowledge_gaps_open{diagnosis="generation"} 1.0' in metrics
         assert 'gateway_knowledge_gaps_open{diagnosis="knowledge_gap"} 0.0' in metrics
         assert 'tenant="gen"' not in metrics
+
+
+async def test_the_review_page_escapes_what_users_asked(make_client: Callable[..., Any]) -> None:
+    async with make_client(relocation_model) as (client, _):
+        await ingest(client, "page", [OLD_DOC])
+        answer = await ask(client, "page", "<script>alert(1)</script> 本社の住所は？")
+        await client.post(
+            "/v1/feedback", json={"tenant": "page", "response_id": answer["response_id"], "rating": "down"}
+        )
+        page = await client.get("/review/", params={"tenant": "page"})
+        assert page.status_code == 200
+        assert page.headers["content-type"].startswith("text/html")
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page.text
+        assert "<script>" not in page.text
+        assert f'action="/review/gaps/gap_{answer["response_id"]}/resolve"' in page.text
