@@ -17,6 +17,7 @@ from gateway.curation.records import AnswerRecorder, Count
 from gateway.curation.service import Curation
 from gateway.curation.store import CurationStore, change_recorder
 from gateway.curation.suites import SuiteRunner
+from gateway.errors import ProviderUnavailableError
 from gateway.knowledge import KnowledgeBase
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.recorder import Telemetry
@@ -30,13 +31,25 @@ DIAGNOSES: tuple[str, ...] = get_args(Diagnosis)
 DRAIN_ON_EXIT_S = 2.0
 
 
+RETRY_MIGRATION_S = 60.0
+
+
 async def open_curation_store(settings: Settings, stack: AsyncExitStack) -> CurationStore | None:
+    """The store, migrated when it can be: a database that is down at start-up does not stop the gateway
+    answering (the maintenance task retries the migration every minute)."""
     if not settings.curation.enabled:
         return None
     store = CurationStore.open(settings.curation.database_url.get_secret_value())
     stack.push_async_callback(store.close)
     if settings.curation.migrate_on_start:
-        await store.migrate()
+        try:
+            await store.migrate()
+        except ProviderUnavailableError as exc:
+            logger.warning(
+                "curation store unavailable at start-up (%s): answers are served; those that need a human are "
+                "counted and dropped, and the curation endpoints answer 503, until it is back",
+                exc,
+            )
     return store
 
 
@@ -108,7 +121,7 @@ async def start_curation(
     if metrics is not None:
         curation.on_gaps = _gaps_gauge(metrics)
     writer = asyncio.create_task(recorder.run(), name="curation-writer")
-    purger = asyncio.create_task(_keep_purging(curation), name="curation-purge")
+    purger = asyncio.create_task(_maintain(curation, store), name="curation-maintenance")
 
     async def stop() -> None:
         with contextlib.suppress(TimeoutError):
@@ -122,12 +135,20 @@ async def start_curation(
     return curation
 
 
-async def _keep_purging(curation: Curation) -> None:
-    """Question texts live GATEWAY_CURATION_RETENTION_DAYS: purged at start-up and every hour."""
+async def _maintain(curation: Curation, store: CurationStore) -> None:
+    """Question texts live GATEWAY_CURATION_RETENTION_DAYS: purged at start-up and every hour; a migration
+    that could not run at start-up is retried every minute first."""
+    while not store.migrated and curation.settings.migrate_on_start:
+        try:
+            await store.migrate()
+        except ProviderUnavailableError:
+            await asyncio.sleep(RETRY_MIGRATION_S)
+        else:
+            logger.info("curation store reachable again: migrated")
     while True:
         try:
             purged = await curation.purge()
-        except Exception as exc:  # an outage must not end the loop: the next hour tries again
+        except ProviderUnavailableError as exc:  # an outage must not end the loop: the next hour tries again
             logger.warning("curation retention purge failed: %s", exc)
         else:
             if purged:

@@ -18,8 +18,6 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from sqlalchemy.exc import SQLAlchemyError
-
 from gateway.curation.models import AnswerRecord, RetrievedDocument
 from gateway.curation.store import CurationStore
 from gateway.errors import GatewayError
@@ -156,7 +154,7 @@ class AnswerRecorder:
         try:
             record = to_record(answered, await self._embed(answered.question))
             await self._store.add_records([record])
-        except (SQLAlchemyError, GatewayError, OSError) as exc:
+        except GatewayError as exc:  # the store's and the embeddings' failures, translated at their boundary
             self._count("dropped")
             self._warn_once(f"curation store write failed, answers are counted and dropped until it recovers: {exc}")
             return

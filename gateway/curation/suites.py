@@ -17,7 +17,6 @@ from collections.abc import Callable
 from dataclasses import asdict
 
 from opentelemetry.trace import Tracer
-from sqlalchemy.exc import SQLAlchemyError
 
 from gateway.curation.evaluator import HybridEvaluator, Rule
 from gateway.curation.models import EvalRun
@@ -100,7 +99,7 @@ class SuiteRunner:
                     await self.run(tenant, suite, trigger="knowledge_change")
                 if tenant not in self._again:
                     return
-        except (SQLAlchemyError, GatewayError) as exc:
+        except GatewayError as exc:
             logger.warning("evaluation suites of tenant %s after a knowledge change failed: %s", tenant, exc)
         finally:
             self._running.pop(tenant, None)

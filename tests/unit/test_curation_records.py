@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable
+from typing import Any
 
 import msgspec
 import pytest
-from sqlalchemy.exc import OperationalError
+from pydantic import SecretStr
 
-from gateway.curation.models import AnswerRecord
 from gateway.curation.records import AnswerRecorder, assess
 from gateway.curation.store import CurationStore
 from gateway.schemas import QueryRequest, Source
+from gateway.settings import Settings
 from gateway.steps import StepEvent
 from pipelines.shared.events import Assess, Check, Evaluate, Generate, Retrieve
 from tests.scripted import query_response
@@ -61,15 +62,9 @@ def test_answers_that_need_a_human_are_told_by_their_events(
     assert assess(_response(events, abstained=abstained)).reasons == reasons
 
 
-class DownStore(CurationStore):
-    """A store whose database is down: every write fails as SQLAlchemy reports it."""
-
-    def __init__(self) -> None:
-        self.attempts = 0
-
-    async def add_records(self, records: Sequence[AnswerRecord]) -> None:
-        self.attempts += 1
-        raise OperationalError("INSERT", {}, ConnectionRefusedError("connection refused"))
+def _down_store() -> CurationStore:
+    """A store whose database is down: nothing listens on port 1, so every write fails as a real one would."""
+    return CurationStore.open("postgresql+asyncpg://postgres@127.0.0.1:1/curation")
 
 
 async def _embed(text: str) -> list[float]:
@@ -77,7 +72,7 @@ async def _embed(text: str) -> list[float]:
 
 
 async def test_a_database_outage_counts_drops_and_logs_once(caplog: pytest.LogCaptureFixture) -> None:
-    store = DownStore()
+    store = _down_store()
     counts: list[str] = []
     recorder = AnswerRecorder(store, _embed, queue_size=10, recent=10, count=counts.append)
     writer = asyncio.create_task(recorder.run())
@@ -88,14 +83,14 @@ async def test_a_database_outage_counts_drops_and_logs_once(caplog: pytest.LogCa
         recorder.observe(request, _response([Assess(verdict="correct")], response_id="ok"))
         await recorder.drain()
     writer.cancel()
-    assert store.attempts == 3
+    await store.close()
     assert sorted(counts) == ["counted", "dropped", "dropped", "dropped"]
     assert len([r for r in caplog.records if "curation store write failed" in r.message]) == 1
 
 
 async def test_a_full_queue_drops_instead_of_waiting() -> None:
     counts: list[str] = []
-    recorder = AnswerRecorder(DownStore(), _embed, queue_size=1, recent=0, count=counts.append)  # no writer running
+    recorder = AnswerRecorder(_down_store(), _embed, queue_size=1, recent=0, count=counts.append)  # no writer running
     request = QueryRequest(query="q", tenant="acme")
     for n in range(3):
         recorder.observe(request, _response([], abstained=True, response_id=f"r{n}"))
@@ -103,7 +98,7 @@ async def test_a_full_queue_drops_instead_of_waiting() -> None:
 
 
 def test_recent_answers_are_bounded_and_found_by_either_id() -> None:
-    recorder = AnswerRecorder(DownStore(), _embed, queue_size=10, recent=2, count=None)
+    recorder = AnswerRecorder(_down_store(), _embed, queue_size=10, recent=2, count=None)
     request = QueryRequest(query="q", tenant="acme")
     for n in range(3):
         response = msgspec.structs.replace(_response([], response_id=f"r{n}"), trace_id=f"{n:032x}")
@@ -112,3 +107,15 @@ def test_recent_answers_are_bounded_and_found_by_either_id() -> None:
     found = recorder.recent(response_id=None, trace_id=f"{2:032x}")
     assert found is not None
     assert found.response.response_id == "r2"
+
+
+async def test_a_database_down_at_start_up_does_not_stop_answers(
+    make_client: Callable[..., Any], settings: Settings
+) -> None:
+    down = settings.replace(curation={"database_url": SecretStr("postgresql+asyncpg://postgres@127.0.0.1:1/curation")})
+    async with make_client(settings_override=down) as (client, _):
+        answered = await client.post("/v1/query", json={"query": "hello there", "route": "direct"})
+        assert answered.status_code == 200
+        rated = await client.post("/v1/feedback", json={"response_id": answered.json()["response_id"], "rating": "up"})
+        assert rated.status_code == 503
+        assert rated.json()["provider"] == "curation_store"
