@@ -10,7 +10,7 @@ from typing import Any
 
 from litestar.testing import AsyncTestClient
 
-from tests.curation_support import OLD_DOC, ask, gaps, ingest, relocation_cycle, relocation_model
+from tests.curation_support import OLD_DOC, QUESTION, ask, gaps, ingest, relocation_cycle, relocation_model
 
 
 async def test_relocation_cycle_closes_the_gap_with_proof(make_client: Callable[..., Any]) -> None:
@@ -124,3 +124,22 @@ async def test_the_review_page_escapes_what_users_asked(make_client: Callable[..
         assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page.text
         assert "<script>" not in page.text
         assert f'action="/review/gaps/gap_{answer["response_id"]}/resolve"' in page.text
+
+
+async def test_chat_completions_return_an_id_to_rate(make_client: Callable[..., Any]) -> None:
+    async with make_client(relocation_model) as (client, _):
+        await ingest(client, "default", [OLD_DOC])  # open mode: chat answers for the default tenant
+        completion = await client.post(
+            "/v1/chat/completions",
+            json={"model": "gateway-single-hop", "messages": [{"role": "user", "content": QUESTION}]},
+        )
+        assert completion.status_code == 200, completion.text
+        response_id = completion.json()["gateway"]["response_id"]
+        assert response_id.startswith("resp_")
+        rated = await client.post(
+            "/v1/feedback", json={"response_id": response_id, "rating": "down", "expected_answer": "渋谷区神南2-3-4"}
+        )
+        assert rated.json()["linked"]
+        assert rated.json()["recorded"]
+        (gap,) = await gaps(client, "default")
+        assert gap["examples"] == [QUESTION]
