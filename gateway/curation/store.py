@@ -77,18 +77,11 @@ class CurationStore:
             raise ProviderUnavailableError(f"curation store unreachable: {exc}", provider=PROVIDER) from exc
 
     @asynccontextmanager
-    async def _write(self) -> AsyncIterator[AsyncConnection]:
-        """One transaction; a database error leaves as the gateway's provider error (503), said once here."""
+    async def _connection(self, *, write: bool) -> AsyncIterator[AsyncConnection]:
+        """One transaction (``write``) or a read; a database error leaves as the gateway's provider error
+        (503), translated once, here."""
         try:
-            async with self.engine.begin() as connection:
-                yield connection
-        except (SQLAlchemyError, OSError) as exc:
-            raise ProviderUnavailableError(f"curation store failed: {exc}", provider=PROVIDER) from exc
-
-    @asynccontextmanager
-    async def _read(self) -> AsyncIterator[AsyncConnection]:
-        try:
-            async with self.engine.connect() as connection:
+            async with self.engine.begin() if write else self.engine.connect() as connection:
                 yield connection
         except (SQLAlchemyError, OSError) as exc:
             raise ProviderUnavailableError(f"curation store failed: {exc}", provider=PROVIDER) from exc
@@ -98,7 +91,7 @@ class CurationStore:
     async def add_records(self, records: Sequence[AnswerRecord]) -> None:
         if not records:
             return
-        async with self._write() as connection:
+        async with self._connection(write=True) as connection:
             await connection.execute(answer_records.insert(), [r.row() for r in records])
 
     async def find_record(self, *, response_id: str | None, trace_id: str | None) -> AnswerRecord | None:
@@ -109,12 +102,12 @@ class CurationStore:
             clauses.append(answer_records.c.trace_id == trace_id)
         if not clauses:
             return None
-        async with self._read() as connection:
+        async with self._connection(write=False) as connection:
             row = (await connection.execute(select(answer_records).where(or_(*clauses)).limit(1))).mappings().first()
         return AnswerRecord.from_row(row) if row is not None else None
 
     async def mark_rated_down(self, record_id: str, expected_answer: str | None) -> None:
-        async with self._write() as connection:
+        async with self._connection(write=True) as connection:
             row = (
                 await connection.execute(select(answer_records.c.reasons).where(answer_records.c.id == record_id))
             ).first()
@@ -132,19 +125,19 @@ class CurationStore:
             .where(answer_records.c.tenant == tenant, answer_records.c.resolution_id.is_(None))
             .order_by(answer_records.c.created_at)
         )
-        async with self._read() as connection:
+        async with self._connection(write=False) as connection:
             rows = (await connection.execute(query)).mappings().all()
         return [AnswerRecord.from_row(row) for row in rows]
 
     # --- feedback ---------------------------------------------------------------------------------
 
     async def add_feedback(self, item: Feedback) -> None:
-        async with self._write() as connection:
+        async with self._connection(write=True) as connection:
             await connection.execute(feedback.insert(), [item.row()])
 
     async def feedback_of(self, tenant: str) -> list[Feedback]:
         query = select(feedback).where(feedback.c.tenant == tenant).order_by(feedback.c.created_at)
-        async with self._read() as connection:
+        async with self._connection(write=False) as connection:
             rows = (await connection.execute(query)).mappings().all()
         return [Feedback.from_row(row) for row in rows]
 
@@ -152,7 +145,7 @@ class CurationStore:
 
     async def add_resolution(self, resolution: Resolution, record_ids: Sequence[str]) -> None:
         """Stores the resolution; when it closed the gap, its records leave the open list in the same transaction."""
-        async with self._write() as connection:
+        async with self._connection(write=True) as connection:
             await connection.execute(resolutions.insert(), [resolution.row()])
             if resolution.closed and record_ids:
                 await connection.execute(
@@ -165,7 +158,7 @@ class CurationStore:
         query = select(resolutions).where(resolutions.c.tenant == tenant)
         if closed_only:
             query = query.where(resolutions.c.closed.is_(True))
-        async with self._read() as connection:
+        async with self._connection(write=False) as connection:
             rows = (await connection.execute(query.order_by(resolutions.c.created_at))).mappings().all()
         return [Resolution.from_row(row) for row in rows]
 
@@ -173,7 +166,7 @@ class CurationStore:
 
     async def documents_changed(self, tenant: str, doc_ids: Sequence[str], at: float | None = None) -> None:
         when = time.time() if at is None else at
-        async with self._write() as connection:
+        async with self._connection(write=True) as connection:
             await connection.execute(
                 delete(document_changes).where(
                     document_changes.c.tenant == tenant, document_changes.c.doc_id.in_(list(doc_ids))
@@ -189,26 +182,26 @@ class CurationStore:
         query = select(document_changes.c.doc_id, document_changes.c.changed_at).where(
             document_changes.c.tenant == tenant, document_changes.c.doc_id.in_(list(doc_ids))
         )
-        async with self._read() as connection:
+        async with self._connection(write=False) as connection:
             rows = (await connection.execute(query)).all()
         return {doc_id: changed_at for doc_id, changed_at in rows}
 
     # --- evaluation suites -----------------------------------------------------------------------
 
     async def add_eval_case(self, case: EvalCase) -> None:
-        async with self._write() as connection:
+        async with self._connection(write=True) as connection:
             await connection.execute(eval_cases.insert(), [case.row()])
 
     async def eval_cases(self, tenant: str, suite: str | None = None) -> list[EvalCase]:
         query = select(eval_cases).where(eval_cases.c.tenant == tenant)
         if suite is not None:
             query = query.where(eval_cases.c.suite == suite)
-        async with self._read() as connection:
+        async with self._connection(write=False) as connection:
             rows = (await connection.execute(query.order_by(eval_cases.c.created_at))).mappings().all()
         return [EvalCase.from_row(row) for row in rows]
 
     async def add_eval_run(self, run: EvalRun) -> None:
-        async with self._write() as connection:
+        async with self._connection(write=True) as connection:
             await connection.execute(eval_runs.insert(), [run.row()])
 
     async def eval_runs(self, tenant: str, suite: str, limit: int = 50) -> list[EvalRun]:
@@ -218,7 +211,7 @@ class CurationStore:
             .order_by(eval_runs.c.started_at.desc())
             .limit(limit)
         )
-        async with self._read() as connection:
+        async with self._connection(write=False) as connection:
             rows = (await connection.execute(query)).mappings().all()
         return [EvalRun.from_row(row) for row in rows]
 
@@ -227,7 +220,7 @@ class CurationStore:
     async def purge(self, retention_days: int, now: float | None = None) -> int:
         """Deletes answer records, feedback and resolutions older than the retention (with their question texts)."""
         cutoff = (time.time() if now is None else now) - retention_days * DAY_S
-        async with self._write() as connection:
+        async with self._connection(write=True) as connection:
             gone = await connection.execute(delete(answer_records).where(answer_records.c.created_at < cutoff))
             await connection.execute(delete(feedback).where(feedback.c.created_at < cutoff))
             await connection.execute(delete(resolutions).where(resolutions.c.created_at < cutoff))
