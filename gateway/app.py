@@ -30,6 +30,9 @@ from gateway.api.query import QueryController
 from gateway.cache.backend import RedisBackend
 from gateway.cache.layer import CacheLayer, open_cache, open_semantic_cache
 from gateway.chunking import Chunker
+from gateway.curation.api import CurationController, EvalSuiteController, FeedbackController, provide_curation
+from gateway.curation.lifecycle import KnowledgeChanges, open_curation_store, start_curation
+from gateway.curation.pages import ReviewController, template_config
 from gateway.errors import handle_exception
 from gateway.knowledge import KnowledgeBase, NewDocument
 from gateway.observability.http import trace_requests
@@ -257,6 +260,8 @@ def _lifespan(
                 settings.llm, settings.llm_endpoint, telemetry=telemetry, chat_model=overrides.chat_model
             )
             cache = open_cache_layer(settings, redis, telemetry)
+            curation_store = await open_curation_store(settings, stack)
+            changes = KnowledgeChanges(curation_store) if curation_store is not None else None
             query_embeddings = embeddings
             if cache is not None and settings.cache.embedding_ttl_s > 0:
                 model = f"{settings.embeddings.provider}:{settings.embeddings.model}"
@@ -266,30 +271,40 @@ def _lifespan(
                 store,
                 Chunker(settings.chunking.size, settings.chunking.overlap),
                 versions=cache.versions if cache is not None else None,
+                on_change=changes,
             )
+            curation = None
+            if curation_store is not None and changes is not None:
+                curation = await start_curation(settings, curation_store, knowledge, llm, telemetry, changes, stack)
             # Router training embeds in bulk with the sync API: it gets the unwrapped model.
             router = await build_router(settings, embeddings, llm, knowledge)
             table = build_route_table(settings, llm, knowledge, http, embeddings, telemetry)
 
+            query_service = QueryService(
+                knowledge,
+                router,
+                table,
+                cache=cache.responses if cache is not None else None,
+                semantic=open_semantic_cache(
+                    cache, settings.semantic_cache, query_embeddings, namespace=settings.answer_fingerprint()
+                ),
+                versions=cache.versions if cache is not None else None,
+                telemetry=telemetry,
+                on_answer=curation.recorder.observe if curation is not None else None,
+            )
+            if curation is not None:
+                curation.attach(query_service)
+            app.state.curation = curation
             app.state.services = Services(
                 settings=settings,
                 http=http,
                 llm=llm,
                 knowledge=knowledge,
-                query_service=QueryService(
-                    knowledge,
-                    router,
-                    table,
-                    cache=cache.responses if cache is not None else None,
-                    semantic=open_semantic_cache(
-                        cache, settings.semantic_cache, query_embeddings, namespace=settings.answer_fingerprint()
-                    ),
-                    versions=cache.versions if cache is not None else None,
-                    telemetry=telemetry,
-                ),
+                query_service=query_service,
                 llm_checks=llm_checks(settings, llm, http, pinged=overrides.chat_model is None),
                 cache=cache,
                 redis=redis,
+                curation_store=curation_store,
                 telemetry=telemetry,
             )
             if settings.server.load_sample_kb:
@@ -334,7 +349,18 @@ def create_app(settings: Settings | None = None, overrides: ProviderOverrides | 
     overrides = overrides or ProviderOverrides()
 
     return Litestar(
-        route_handlers=[QueryController, DocumentController, HealthController, ChatController, MetricsController],
+        route_handlers=[
+            QueryController,
+            DocumentController,
+            HealthController,
+            ChatController,
+            MetricsController,
+            FeedbackController,
+            CurationController,
+            EvalSuiteController,
+            ReviewController,
+        ],
+        template_config=template_config(),
         middleware=[trace_requests],
         lifespan=[_lifespan(settings, overrides)],
         dependencies={
@@ -345,6 +371,7 @@ def create_app(settings: Settings | None = None, overrides: ProviderOverrides | 
             "principal": Provide(provide_principal, sync_to_thread=False),
             "access": Provide(provide_access, sync_to_thread=False),
             "chat_service": Provide(provide_chat_service, sync_to_thread=False),
+            "curation": Provide(provide_curation, sync_to_thread=False),
         },
         request_max_body_size=settings.limits.max_body_bytes,
         exception_handlers={Exception: handle_exception},

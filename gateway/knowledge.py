@@ -6,7 +6,7 @@ chunk is about ("Osaka office"), which the chunk body often only refers to as "t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,16 +33,26 @@ class IngestResult:
     chunks: int
 
 
+# Told which documents of a tenant changed, after the write (the curation store's ``stale`` diagnosis).
+OnChange = Callable[[str, Sequence[str]], Awaitable[None]]
+
+
 class KnowledgeBase:
     """Implements the pipelines' ``Retriever`` over an embeddings model and a vector store."""
 
     def __init__(
-        self, embeddings: Embeddings, store: VectorStore, chunker: Chunker, versions: KnowledgeVersions | None = None
+        self,
+        embeddings: Embeddings,
+        store: VectorStore,
+        chunker: Chunker,
+        versions: KnowledgeVersions | None = None,
+        on_change: OnChange | None = None,
     ) -> None:
         self._embeddings = embeddings
         self.store = store
         self._chunker = chunker
         self._versions = versions
+        self._on_change = on_change
 
     async def _bump(self, tenant: str) -> None:
         """After a write (even a partial one): answers computed before it must never be served again."""
@@ -57,6 +67,8 @@ class KnowledgeBase:
             total = await self._store_all(tenant, planned, vectors)
         finally:
             await self._bump(tenant)
+        if self._on_change is not None:
+            await self._on_change(tenant, [doc.id for doc, _ in planned])
         return IngestResult(upserted=len(planned), chunks=total)
 
     async def _store_all(
@@ -83,9 +95,12 @@ class KnowledgeBase:
 
     async def delete(self, tenant: str, doc_id: str) -> bool:
         try:
-            return await self.store.delete_document(tenant, doc_id)
+            deleted = await self.store.delete_document(tenant, doc_id)
         finally:
             await self._bump(tenant)
+        if deleted and self._on_change is not None:
+            await self._on_change(tenant, [doc_id])
+        return deleted
 
     async def search(self, tenant: str, query: str, k: int, *, vector: list[float] | None = None) -> list[Passage]:
         if vector is None:

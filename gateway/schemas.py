@@ -67,6 +67,10 @@ class QueryResponse(msgspec.Struct):
         list[StepEvent],
         Meta(description="The steps taken, typed: one object per step, its ``kind`` naming it."),
     ] = []
+    response_id: Annotated[
+        str | None,
+        Meta(description="This answer's id, new on every response (cached ones too): what POST /v1/feedback names."),
+    ] = None
 
 
 class RouteProbe(msgspec.Struct, kw_only=True):

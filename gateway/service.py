@@ -7,6 +7,7 @@ handlers charge token budgets): this layer only answers.
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
 
 import msgspec
@@ -27,6 +28,12 @@ from routes.table import RouteTable
 from routes.types import RouteDecision
 
 Admit = Callable[[QueryRequest], QueryRequest]
+# Sees every answer as it leaves (the curation recorder): must return at once and never raise.
+OnAnswer = Callable[[QueryRequest, QueryResponse], None]
+
+
+def new_response_id() -> str:
+    return f"resp_{uuid.uuid4().hex}"
 
 
 class QueryService:
@@ -39,6 +46,7 @@ class QueryService:
         semantic: SemanticCache | None = None,
         versions: KnowledgeVersions | None = None,
         telemetry: Telemetry | None = None,
+        on_answer: OnAnswer | None = None,
     ) -> None:
         self._knowledge = knowledge
         self._router = router
@@ -47,6 +55,7 @@ class QueryService:
         self._semantic = semantic
         self._versions = versions
         self._telemetry = telemetry or Telemetry(None, None)
+        self._on_answer = on_answer
 
     async def route(self, query: str, tenant: str) -> RouteDecision:
         vector = await self._knowledge.embed_query(query)
@@ -65,7 +74,15 @@ class QueryService:
                 request = admit(request)
             response = await self._answer(request)
             self._telemetry.answered(scope, route=response.route, cached=response.cached, answer=response.answer)
-            return msgspec.structs.replace(response, trace_id=scope.trace_id)
+            response = msgspec.structs.replace(response, trace_id=scope.trace_id, response_id=new_response_id())
+            if self._on_answer is not None:
+                self._on_answer(request, response)
+            return response
+
+    async def answer_fresh(self, request: QueryRequest) -> QueryResponse:
+        """An answer computed now, past both answer caches and unrecorded: a curator's re-run of a question."""
+        response = await self._compute(request, request.query, time.perf_counter())
+        return msgspec.structs.replace(response, response_id=new_response_id())
 
     async def _answer(self, request: QueryRequest) -> QueryResponse:
         started = time.perf_counter()

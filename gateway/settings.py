@@ -346,6 +346,30 @@ class ObservabilitySettings(SettingsGroup):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
 
+class CurationSettings(SettingsGroup):
+    """The human-in-the-loop store (answers that need a human, feedback, resolutions): a relational
+    database, SQLite by default, PostgreSQL by URL (``postgresql+asyncpg://...``). Question texts are kept
+    ``retention_days`` and then purged."""
+
+    model_config = SettingsConfigDict(env_prefix="GATEWAY_CURATION_")
+    shapes_answers = False
+
+    enabled: bool = True
+    database_url: SecretStr = SecretStr("sqlite+aiosqlite:///.data/curation.db")
+    retention_days: int = Field(30, ge=1)
+    # Alembic's migrations run at start-up (an upgrade to head is idempotent); off: run
+    # ``python -m gateway.curation migrate`` before starting the gateway.
+    migrate_on_start: bool = True
+    # Answers waiting to be recorded: a full queue drops (and counts) rather than slowing answers.
+    queue_size: int = Field(1000, ge=1)
+    # Recent answers kept in memory so negative feedback on an unrecorded answer can still record it.
+    recent_answers: int = Field(2000, ge=0)
+    # Questions at least this similar (cosine of their embeddings) form one gap.
+    cluster_similarity: float = Field(0.75, ge=0.0, le=1.0)
+    # The diagnosis's deeper search: how many passages it reads to tell ranking from a knowledge gap.
+    deep_search_k: int = Field(50, ge=1, le=500)
+
+
 class Settings(BaseModel):
     """All groups. ``Settings()`` reads the environment (each group its own variables); tests and
     embedders pass groups, or change some fields of a copy with :meth:`replace`."""
@@ -372,6 +396,7 @@ class Settings(BaseModel):
     web_search: WebSearchSettings = Field(default_factory=WebSearchSettings)
     access: AccessSettings = Field(default_factory=AccessSettings)
     observability: ObservabilitySettings = Field(default_factory=ObservabilitySettings)
+    curation: CurationSettings = Field(default_factory=CurationSettings)
 
     def groups(self) -> dict[str, SettingsGroup]:
         return {name: getattr(self, name) for name in type(self).model_fields}

@@ -15,6 +15,7 @@ from langchain_core.language_models import BaseChatModel
 from opentelemetry.sdk.trace.export import SpanExporter
 
 from gateway.cache.layer import CacheLayer
+from gateway.curation.store import CurationStore
 from gateway.knowledge import KnowledgeBase
 from gateway.observability.recorder import Telemetry
 from gateway.providers.llm import LLMClient
@@ -45,6 +46,7 @@ class Services:
     llm_checks: dict[str, Check]  # "llm", and "llm_fallback" when a fallback is configured
     cache: CacheLayer | None = None
     redis: ResilientRedis | None = None  # the one client the caches and the rate limiter share
+    curation_store: CurationStore | None = None
     telemetry: Telemetry = field(default_factory=lambda: Telemetry(None, None))
 
     def readiness_checks(self) -> dict[str, Check]:
@@ -63,4 +65,7 @@ class Services:
         checks = dict(self.llm_checks)
         if self.redis is not None:
             checks["redis"] = self.redis.ping
+        if self.curation_store is not None:
+            # Curation records are counted and dropped while it is down; answers never wait on it.
+            checks["curation_store"] = self.curation_store.ping
         return checks

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from langchain_core.messages import BaseMessage
 from litestar.testing import AsyncTestClient
+from pydantic import SecretStr
 
 from gateway.app import create_app
 from gateway.providers.embeddings import USEEmbeddings
@@ -36,6 +37,7 @@ def settings(tmp_path: Path, router_cache_dir: Path) -> Settings:
         router_artefact={"cache_dir": router_cache_dir},
         llm_endpoint={"base_url": "http://127.0.0.1:9/v1"},  # nothing listens: a test that reaches it fails loudly
         redis={"url": None},
+        curation={"database_url": SecretStr(f"sqlite+aiosqlite:///{tmp_path}/curation.db")},
     )
 
 

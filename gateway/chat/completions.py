@@ -77,6 +77,7 @@ class ChatAnswer:
             tenant=prepared.query.tenant,
             trace_id=response.trace_id,
             events=events,
+            response_id=response.response_id,
         )
 
 

@@ -100,6 +100,7 @@ class GatewayInfo(msgspec.Struct):
     query: Annotated[str, Meta(description="The question that was routed: the follow-up rewrite when there was one.")]
     tenant: str
     trace_id: Annotated[str | None, Meta(description="The request's OpenTelemetry trace (also in X-Trace-Id).")] = None
+    response_id: Annotated[str | None, Meta(description="The answer's id for POST /v1/feedback.")] = None
     events: Annotated[list[StepEvent], Meta(description="The steps taken, typed (``steps`` is their text).")] = []
 
 

@@ -118,6 +118,26 @@ class GatewayMetrics:
             ["reason"],
             registry=r,
         )
+        self.curation_answers = Counter(
+            "gateway_curation_answers_total",
+            "Answers seen by the curation recorder: recorded (need a human), counted (the rest) or dropped.",
+            ["outcome"],
+            registry=r,
+        )
+        self.eval_score = Gauge(
+            "gateway_eval_score",
+            "Score (0-1) of the last run of each evaluation suite (run on demand and after knowledge changes).",
+            ["suite"],
+            registry=r,
+            multiprocess_mode="mostrecent",
+        )
+        self.knowledge_gaps_open = Gauge(
+            "gateway_knowledge_gaps_open",
+            "Open knowledge gaps by diagnosis, summed over tenants as last computed (gaps API, review page).",
+            ["diagnosis"],
+            registry=r,
+            multiprocess_mode="mostrecent",
+        )
         self.groundedness_failures = Counter(
             "gateway_groundedness_failures_total",
             "Generated answers the groundedness check (Self-RAG IsSup) found unsupported by the evidence.",

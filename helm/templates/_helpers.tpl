@@ -97,6 +97,9 @@ TAVILY_API_KEY: {{ .tavilyApiKey | b64enc | quote }}
 {{- if .redisUrl }}
 REDIS_URL: {{ .redisUrl | b64enc | quote }}
 {{- end }}
+{{- if .curationDatabaseUrl }}
+GATEWAY_CURATION_DATABASE_URL: {{ .curationDatabaseUrl | b64enc | quote }}
+{{- end }}
 {{- if .apiKeys }}
 GATEWAY_API_KEYS: {{ .apiKeys | toJson | b64enc | quote }}
 {{- end }}

@@ -317,7 +317,7 @@ async def test_readiness_reports_the_llm_degraded_and_stays_ready(
             await ask(client)
         degraded = await client.get("/readyz")
     assert healthy.json()["status"] == "ready"
-    assert healthy.json()["checks"] == {"vector_store": "ok", "llm": "ok", "llm_fallback": "ok"}
+    assert healthy.json()["checks"] == {"vector_store": "ok", "llm": "ok", "llm_fallback": "ok", "curation_store": "ok"}
     assert degraded.status_code == 200  # cached answers and the fallback still serve: stay in the Service
     body = degraded.json()
     assert body["status"] == "degraded"

@@ -20,7 +20,7 @@ async def test_ready_when_redis_answers(make_client: Any, settings: Settings) ->
     async with make_client(settings_override=settings.replace(redis={"url": REDIS_TEST_URL})) as (client, _):
         response = await client.get("/readyz")
     assert response.status_code == 200
-    assert response.json()["checks"] == {"llm": "ok", "vector_store": "ok", "redis": "ok"}
+    assert response.json()["checks"] == {"llm": "ok", "vector_store": "ok", "redis": "ok", "curation_store": "ok"}
 
 
 async def test_redis_down_is_reported_degraded_and_queries_still_answer(make_client: Any, settings: Settings) -> None:

@@ -23,6 +23,8 @@ RULES = ROOT / "deploy" / "prometheus" / "alerts.yaml"
 ALERT_TESTS = Path(__file__).parent / "data" / "alerts_test.yaml"
 # The panel list: every topic has a panel whose title names it.
 PANEL_TOPICS = [
+    "open knowledge gaps",
+    "evaluation suite scores",
     "request rate",
     "error rate",
     "latency per route",

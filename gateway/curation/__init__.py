@@ -1,0 +1,1 @@
+"""The human-in-the-loop cycle: answers that need a human, feedback, knowledge gaps, proven fixes."""

@@ -1,0 +1,179 @@
+"""``POST /v1/feedback``, ``GET /v1/knowledge-gaps``, a gap's resolution and the training-pair export."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from litestar import Controller, get, post
+from litestar.datastructures import State
+from litestar.di import NamedDependency
+from litestar.params import JSONBody, PathParameter, QueryParameter
+
+from gateway.access.guard import BEARER, require
+from gateway.access.keys import Principal
+from gateway.api.problems import problem_responses
+from gateway.curation.service import Curation
+from gateway.curation.wire import (
+    EvalCaseOut,
+    EvalCaseRequest,
+    EvalRunOut,
+    EvalRunRequest,
+    EvalRunsResponse,
+    FeedbackRequest,
+    FeedbackResponse,
+    GapsResponse,
+    ResolutionOut,
+    ResolutionRequest,
+    SuiteName,
+    gap_out,
+    resolution_out,
+    rules_of,
+    run_out,
+)
+from gateway.errors import ClientError, NotFoundError
+from gateway.knowledge import NewDocument
+from gateway.providers.vectorstores.base import TENANT_PATTERN
+
+TenantParam = Annotated[str, QueryParameter(pattern=TENANT_PATTERN)]
+
+
+def provide_curation(state: State) -> Curation:
+    curation: Curation | None = state.curation
+    if curation is None:
+        raise NotFoundError("Curation is disabled (GATEWAY_CURATION_ENABLED=false).")
+    return curation
+
+
+class FeedbackController(Controller):
+    path = "/v1/feedback"
+    tags = ["curation"]
+    guards = [require("query")]
+    security = [{BEARER: []}]
+
+    @post("/", status_code=202, summary="Rate an answer up or down", responses=problem_responses(400, 401, 403, 404))
+    async def feedback(
+        self,
+        data: JSONBody[FeedbackRequest],
+        curation: NamedDependency[Curation],
+        principal: NamedDependency[Principal],
+    ) -> FeedbackResponse:
+        if not data.response_id and not data.trace_id:
+            raise ClientError("Name the answer: send its response_id (or its trace_id).")
+        result = await curation.feedback(
+            principal.tenant_for(data.tenant),
+            response_id=data.response_id,
+            trace_id=data.trace_id,
+            rating=data.rating,
+            comment=data.comment,
+            expected_answer=data.expected_answer,
+        )
+        return FeedbackResponse(id=result.id, linked=result.linked, recorded=result.recorded)
+
+
+class CurationController(Controller):
+    path = "/v1"
+    tags = ["curation"]
+    guards = [require("admin")]  # question texts of every user of the tenant, and writes to its knowledge
+    security = [{BEARER: []}]
+
+    @get(
+        "/knowledge-gaps",
+        summary="Open questions grouped by similarity, each with its diagnosis and evidence",
+        responses=problem_responses(400, 401, 403, 404),
+    )
+    async def gaps(
+        self,
+        curation: NamedDependency[Curation],
+        principal: NamedDependency[Principal],
+        tenant: TenantParam = "default",
+    ) -> GapsResponse:
+        tenant = principal.tenant_for(tenant)
+        return GapsResponse(tenant=tenant, gaps=[gap_out(g) for g in await curation.gaps(tenant)])
+
+    @post(
+        "/knowledge-gaps/{gap_id:str}/resolution",
+        status_code=200,
+        summary="Add verified documents to a gap, re-run its questions uncached and score before/after",
+        responses=problem_responses(400, 401, 403, 404, 502, 503, 504),
+    )
+    async def resolve(
+        self,
+        gap_id: Annotated[str, PathParameter(max_length=80)],
+        data: JSONBody[ResolutionRequest],
+        curation: NamedDependency[Curation],
+        principal: NamedDependency[Principal],
+    ) -> ResolutionOut:
+        documents = [
+            NewDocument(id=d.id, text=d.text, title=d.title or "", metadata=d.metadata or {}) for d in data.documents
+        ]
+        resolution = await curation.resolve(principal.tenant_for(data.tenant), gap_id, documents, rules_of(data.rules))
+        return resolution_out(resolution)
+
+    @get(
+        "/training-pairs",
+        summary="JSONL (question, positive ids, negative ids) from resolved gaps and feedback",
+        media_type="application/x-ndjson",
+        responses=problem_responses(400, 401, 403, 404),
+    )
+    async def training_pairs(
+        self,
+        curation: NamedDependency[Curation],
+        principal: NamedDependency[Principal],
+        tenant: TenantParam = "default",
+    ) -> str:
+        return await curation.training_pairs(principal.tenant_for(tenant))
+
+
+class EvalSuiteController(Controller):
+    path = "/v1/eval-suites"
+    tags = ["curation"]
+    guards = [require("admin")]
+    security = [{BEARER: []}]
+
+    @post(
+        "/{suite:str}/cases",
+        status_code=201,
+        summary="Add a case to a tenant's evaluation suite",
+        responses=problem_responses(400, 401, 403, 404),
+    )
+    async def add_case(
+        self,
+        suite: Annotated[SuiteName, PathParameter()],
+        data: JSONBody[EvalCaseRequest],
+        curation: NamedDependency[Curation],
+        principal: NamedDependency[Principal],
+    ) -> EvalCaseOut:
+        tenant = principal.tenant_for(data.tenant)
+        case = await curation.add_eval_case(tenant, suite, data.question, rules_of(data.rules), data.reference_answer)
+        return EvalCaseOut(id=case.id, suite=suite)
+
+    @post(
+        "/{suite:str}/runs",
+        status_code=200,
+        summary="Run a suite now (answers computed fresh, cache bypassed)",
+        responses=problem_responses(400, 401, 403, 404, 502, 503, 504),
+    )
+    async def run(
+        self,
+        suite: Annotated[SuiteName, PathParameter()],
+        data: JSONBody[EvalRunRequest],
+        curation: NamedDependency[Curation],
+        principal: NamedDependency[Principal],
+    ) -> EvalRunOut:
+        return run_out(await curation.suites.run(principal.tenant_for(data.tenant), suite))
+
+    @get(
+        "/{suite:str}/runs",
+        summary="A suite's run history, newest first, with per-case breakdowns",
+        responses=problem_responses(400, 401, 403, 404),
+    )
+    async def history(
+        self,
+        suite: Annotated[SuiteName, PathParameter()],
+        curation: NamedDependency[Curation],
+        principal: NamedDependency[Principal],
+        tenant: TenantParam = "default",
+    ) -> EvalRunsResponse:
+        tenant = principal.tenant_for(tenant)
+        runs = await curation.store.eval_runs(tenant, suite)
+        return EvalRunsResponse(tenant=tenant, suite=suite, runs=[run_out(r) for r in runs])

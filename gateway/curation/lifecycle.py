@@ -1,0 +1,156 @@
+"""Opening the curation cycle in the app lifespan: the store (migrated), the recorder's writer task,
+the retention purge. Everything it starts is closed by the lifespan's exit stack."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import Counter
+from collections.abc import Callable, Sequence
+from contextlib import AsyncExitStack
+from typing import get_args
+
+from gateway.curation.evaluator import HybridEvaluator
+from gateway.curation.gaps import Diagnoser, Diagnosis
+from gateway.curation.records import AnswerRecorder, Count
+from gateway.curation.service import Curation
+from gateway.curation.store import CurationStore, change_recorder
+from gateway.curation.suites import SuiteRunner
+from gateway.errors import ProviderUnavailableError
+from gateway.knowledge import KnowledgeBase
+from gateway.observability.metrics import GatewayMetrics
+from gateway.observability.recorder import Telemetry
+from gateway.providers.llm import LLMClient
+from gateway.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+PURGE_EVERY_S = 3600.0
+DIAGNOSES: tuple[str, ...] = get_args(Diagnosis)
+DRAIN_ON_EXIT_S = 2.0
+
+
+RETRY_MIGRATION_S = 60.0
+
+
+async def open_curation_store(settings: Settings, stack: AsyncExitStack) -> CurationStore | None:
+    """The store, migrated when it can be: a database that is down at start-up does not stop the gateway
+    answering (the maintenance task retries the migration every minute)."""
+    if not settings.curation.enabled:
+        return None
+    store = CurationStore.open(settings.curation.database_url.get_secret_value())
+    stack.push_async_callback(store.close)
+    if settings.curation.migrate_on_start:
+        try:
+            await store.migrate()
+        except ProviderUnavailableError as exc:
+            logger.warning(
+                "curation store unavailable at start-up (%s): answers are served; those that need a human are "
+                "counted and dropped, and the curation endpoints answer 503, until it is back",
+                exc,
+            )
+    return store
+
+
+class KnowledgeChanges:
+    """The knowledge base's write hook: records which documents changed (the ``stale`` diagnosis) and
+    tells the suite runner, which is built after the knowledge base it evaluates."""
+
+    def __init__(self, store: CurationStore) -> None:
+        self._record = change_recorder(store)
+        self.listener: Callable[[str], None] | None = None
+
+    async def __call__(self, tenant: str, doc_ids: Sequence[str]) -> None:
+        await self._record(tenant, doc_ids)
+        if self.listener is not None:
+            self.listener(tenant)
+
+
+def _gaps_gauge(metrics: GatewayMetrics) -> Callable[[str, Counter[str]], None]:
+    """Open gaps by diagnosis, summed over tenants (metrics never carry tenant labels)."""
+    by_tenant: dict[str, Counter[str]] = {}
+
+    def update(tenant: str, counts: Counter[str]) -> None:
+        by_tenant[tenant] = counts
+        total: Counter[str] = Counter()
+        for each in by_tenant.values():
+            total.update(each)
+        for diagnosis in DIAGNOSES:
+            metrics.knowledge_gaps_open.labels(diagnosis).set(total[diagnosis])
+
+    return update
+
+
+def _counter(metrics: GatewayMetrics | None) -> Count | None:
+    if metrics is None:
+        return None
+    counter = metrics.curation_answers
+    return lambda outcome: counter.labels(outcome).inc()
+
+
+async def start_curation(
+    settings: Settings,
+    store: CurationStore,
+    knowledge: KnowledgeBase,
+    llm: LLMClient,
+    telemetry: Telemetry,
+    changes: KnowledgeChanges,
+    stack: AsyncExitStack,
+) -> Curation:
+    """The curation service with its recorder's writer and the hourly retention purge running."""
+    group = settings.curation
+    recorder = AnswerRecorder(
+        store,
+        knowledge.embed_query,
+        queue_size=group.queue_size,
+        recent=group.recent_answers,
+        count=_counter(telemetry.metrics),
+    )
+    diagnoser = Diagnoser(knowledge, store, deep_k=group.deep_search_k, relevant=settings.corrective.crag_upper)
+    evaluator = HybridEvaluator(llm)
+    metrics = telemetry.metrics
+    suites = SuiteRunner(
+        store,
+        evaluator,
+        telemetry.tracer,
+        set_score=(lambda suite, score: metrics.eval_score.labels(suite).set(score)) if metrics else None,
+    )
+    changes.listener = suites.schedule
+    curation = Curation(group, store, recorder, diagnoser, evaluator, knowledge, suites)
+    if metrics is not None:
+        curation.on_gaps = _gaps_gauge(metrics)
+    writer = asyncio.create_task(recorder.run(), name="curation-writer")
+    purger = asyncio.create_task(_maintain(curation, store), name="curation-maintenance")
+
+    async def stop() -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(recorder.drain(), DRAIN_ON_EXIT_S)
+        await suites.stop()
+        for task in (writer, purger):
+            task.cancel()
+        await asyncio.gather(writer, purger, return_exceptions=True)
+
+    stack.push_async_callback(stop)
+    return curation
+
+
+async def _maintain(curation: Curation, store: CurationStore) -> None:
+    """Question texts live GATEWAY_CURATION_RETENTION_DAYS: purged at start-up and every hour; a migration
+    that could not run at start-up is retried every minute first."""
+    while not store.migrated and curation.settings.migrate_on_start:
+        try:
+            await store.migrate()
+        except ProviderUnavailableError:
+            await asyncio.sleep(RETRY_MIGRATION_S)
+        else:
+            logger.info("curation store reachable again: migrated")
+    while True:
+        try:
+            purged = await curation.purge()
+        except ProviderUnavailableError as exc:  # an outage must not end the loop: the next hour tries again
+            logger.warning("curation retention purge failed: %s", exc)
+        else:
+            if purged:
+                logger.info("curation retention purge: %d answer records removed", purged)
+        await asyncio.sleep(PURGE_EVERY_S)

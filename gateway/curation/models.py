@@ -1,0 +1,148 @@
+"""What the curation store holds, as plain dataclasses (rows in, rows out)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+Rating = Literal["up", "down"]
+# Why an answer needs a human (one or more).
+Reason = Literal["abstained", "incorrect_evidence", "ambiguous_evidence", "draft_rejected", "negative_feedback"]
+
+
+@dataclass(frozen=True, slots=True)
+class RetrievedDocument:
+    id: str
+    title: str
+    score: float
+
+
+@dataclass(slots=True)
+class AnswerRecord:
+    id: str
+    tenant: str
+    trace_id: str | None
+    route: str
+    reasons: list[str]
+    verdicts: list[str]  # the retrieval evaluator's verdicts, in order (correct / ambiguous / incorrect)
+    top_k: int  # how deep the answer's retrieval read (the deepest Retrieve step)
+    documents: list[RetrievedDocument]
+    cited: list[str]
+    answer: str
+    question: str
+    embedding: list[float]
+    created_at: float
+    expected_answer: str | None = None
+    resolution_id: str | None = None
+    checks_failed: list[str] = field(default_factory=list)
+
+    def row(self) -> dict[str, Any]:
+        row = asdict(self)
+        row.pop("checks_failed")
+        row["verdicts"] = {"retrieval": self.verdicts, "checks_failed": self.checks_failed}
+        return row
+
+    @classmethod
+    def from_row(cls, row: Mapping[Any, Any]) -> AnswerRecord:
+        verdicts = row["verdicts"] or {}
+        return cls(
+            id=row["id"],
+            tenant=row["tenant"],
+            trace_id=row["trace_id"],
+            route=row["route"],
+            reasons=list(row["reasons"]),
+            verdicts=list(verdicts.get("retrieval", [])),
+            checks_failed=list(verdicts.get("checks_failed", [])),
+            top_k=row["top_k"],
+            documents=[RetrievedDocument(**d) for d in row["documents"]],
+            cited=list(row["cited"]),
+            answer=row["answer"],
+            question=row["question"],
+            embedding=list(row["embedding"]),
+            created_at=row["created_at"],
+            expected_answer=row["expected_answer"],
+            resolution_id=row["resolution_id"],
+        )
+
+
+@dataclass(slots=True)
+class Feedback:
+    id: str
+    tenant: str
+    response_id: str | None
+    trace_id: str | None
+    rating: Rating
+    comment: str | None
+    expected_answer: str | None
+    question: str | None
+    documents: list[RetrievedDocument]
+    cited: list[str]
+    created_at: float
+
+    def row(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_row(cls, row: Mapping[Any, Any]) -> Feedback:
+        values = dict(row)
+        values["documents"] = [RetrievedDocument(**d) for d in row["documents"]]
+        return cls(**values)
+
+
+@dataclass(slots=True)
+class Resolution:
+    id: str
+    tenant: str
+    gap_id: str
+    document_ids: list[str]
+    rules: list[dict[str, Any]]
+    cases: list[dict[str, Any]]  # per question: question, before/after answers, their scores and breakdowns
+    score_before: float
+    score_after: float
+    closed: bool
+    created_at: float
+
+    def row(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_row(cls, row: Mapping[Any, Any]) -> Resolution:
+        return cls(**dict(row))
+
+
+@dataclass(slots=True)
+class EvalCase:
+    id: str
+    tenant: str
+    suite: str
+    question: str
+    rules: list[dict[str, Any]]
+    reference: str | None
+    created_at: float
+
+    def row(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_row(cls, row: Mapping[Any, Any]) -> EvalCase:
+        return cls(**dict(row))
+
+
+@dataclass(slots=True)
+class EvalRun:
+    id: str
+    tenant: str
+    suite: str
+    trigger: str  # manual / knowledge_change
+    score: float
+    cases: list[dict[str, Any]]  # per case: question, answer, score, rules, judge
+    started_at: float
+    finished_at: float
+
+    def row(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_row(cls, row: Mapping[Any, Any]) -> EvalRun:
+        return cls(**dict(row))

@@ -1,0 +1,87 @@
+"""The curators' review page: open gaps with their evidence, a form to add a verified document to a
+gap, and the before/after result. Server-rendered (Jinja2 templates), plain HTML forms, no script.
+
+The page sits behind the admin scope like the curation API; a browser sends the key in the
+``x-api-key`` header (an authenticating proxy, or the browser's extension/automation, adds it).
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any
+
+from litestar import Controller, get, post
+from litestar.di import NamedDependency
+from litestar.enums import RequestEncodingType
+from litestar.params import Body, PathParameter
+from litestar.response import Template
+from litestar.template.config import TemplateConfig
+
+from gateway.access.guard import require
+from gateway.access.keys import Principal
+from gateway.curation.api import TenantParam
+from gateway.curation.evaluator import Rule, RuleKind
+from gateway.curation.service import Curation
+from gateway.curation.wire import gap_out, iso, resolution_out
+from gateway.errors import ClientError
+from gateway.knowledge import NewDocument
+
+FORM_RULES: tuple[RuleKind, ...] = ("must_contain", "must_not_contain", "pattern")
+
+
+def template_config() -> TemplateConfig[Any]:
+    from litestar.plugins.jinja import JinjaTemplateEngine
+
+    directory = Path(str(resources.files("gateway.curation") / "templates"))
+    return TemplateConfig(directory=directory, engine=JinjaTemplateEngine)
+
+
+def form_rules(form: dict[str, str]) -> list[Rule]:
+    """One rule per non-empty line of each rule field; ``2 | text`` gives a line the weight 2."""
+    rules = []
+    for kind in FORM_RULES:
+        for line in form.get(kind, "").splitlines():
+            weight, bar, value = line.partition("|")
+            if not bar:
+                weight, value = "1", line
+            if value.strip():
+                try:
+                    rules.append(Rule(kind=kind, value=value.strip(), weight=float(weight)))
+                except ValueError as exc:
+                    raise ClientError(f"rule weight {weight!r} is not a number") from exc
+    return rules
+
+
+class ReviewController(Controller):
+    path = "/review"
+    guards = [require("admin")]
+    include_in_schema = False
+
+    @get("/")
+    async def gaps(
+        self,
+        curation: NamedDependency[Curation],
+        principal: NamedDependency[Principal],
+        tenant: TenantParam = "default",
+    ) -> Template:
+        tenant = principal.tenant_for(tenant)
+        gaps = [gap_out(g) for g in await curation.gaps(tenant)]
+        return Template("gaps.html", context={"tenant": tenant, "gaps": gaps})
+
+    @post("/gaps/{gap_id:str}/resolve", status_code=200)
+    async def resolve(
+        self,
+        gap_id: Annotated[str, PathParameter(max_length=80)],
+        data: Annotated[dict[str, str], Body(media_type=RequestEncodingType.URL_ENCODED)],
+        curation: NamedDependency[Curation],
+        principal: NamedDependency[Principal],
+    ) -> Template:
+        tenant = principal.tenant_for(data.get("tenant", "default"))
+        doc_id, text = data.get("doc_id", "").strip(), data.get("text", "").strip()
+        if not doc_id or not text:
+            raise ClientError("A verified document needs an id and a text.")
+        document = NewDocument(id=doc_id, text=text, title=data.get("title", "").strip())
+        resolution = await curation.resolve(tenant, gap_id, [document], form_rules(data))
+        context = {"tenant": tenant, "resolution": resolution_out(resolution), "at": iso(resolution.created_at)}
+        return Template("result.html", context=context)

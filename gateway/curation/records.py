@@ -1,0 +1,173 @@
+"""Which answers need a human, and recording them off the answer path.
+
+:func:`needs_human` reads the typed events of a response (never its step text): an abstention, a last
+retrieval verdict of Incorrect or Ambiguous, or a groundedness check that rejected a draft. Those
+answers are recorded whole (question included, for curation); every other answer is only counted.
+
+:class:`AnswerRecorder` is handed each answer synchronously by the query service and returns at once:
+the answer goes on a bounded queue and a background task embeds and writes it. A full queue or a
+database that is down costs a count and one log line, never the caller's answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from gateway.curation.models import AnswerRecord, RetrievedDocument
+from gateway.curation.store import CurationStore
+from gateway.errors import GatewayError
+from gateway.schemas import QueryRequest, QueryResponse
+from pipelines.shared.events import Assess, Check, Evaluate, Retrieve
+
+logger = logging.getLogger(__name__)
+
+Embed = Callable[[str], Awaitable[list[float]]]
+Count = Callable[[str], None]  # outcome: recorded / counted / dropped
+
+
+@dataclass(frozen=True, slots=True)
+class Assessment:
+    """What the events say about one answer."""
+
+    reasons: list[str]
+    verdicts: list[str]
+    checks_failed: list[str]
+    top_k: int
+
+
+def assess(response: QueryResponse) -> Assessment:
+    verdicts: list[str] = []
+    checks_failed: list[str] = []
+    top_k = 0
+    for event in response.events:
+        if isinstance(event, Assess | Evaluate):
+            verdicts.append(event.verdict)
+        elif isinstance(event, Check) and event.outcome == "failed":
+            checks_failed.append(event.critic)
+        elif isinstance(event, Retrieve):
+            top_k = max(top_k, event.k)
+    reasons: list[str] = []
+    if response.abstained:
+        reasons.append("abstained")
+    if verdicts and verdicts[-1] in ("incorrect", "ambiguous"):
+        reasons.append(f"{verdicts[-1]}_evidence")
+    if "grounded" in checks_failed:
+        reasons.append("draft_rejected")
+    return Assessment(reasons, verdicts, checks_failed, top_k)
+
+
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """One answer as the service handed it over."""
+
+    tenant: str
+    question: str
+    response: QueryResponse
+    at: float
+
+
+def to_record(answered: Answered, embedding: list[float], extra_reasons: tuple[str, ...] = ()) -> AnswerRecord:
+    response = answered.response
+    found = assess(response)
+    evidence = response.evidence or response.sources
+    return AnswerRecord(
+        id=response.response_id or "",
+        tenant=answered.tenant,
+        trace_id=response.trace_id,
+        route=response.route,
+        reasons=sorted({*found.reasons, *extra_reasons}),
+        verdicts=found.verdicts,
+        checks_failed=found.checks_failed,
+        top_k=found.top_k,
+        documents=[RetrievedDocument(s.id, s.title, s.score) for s in evidence],
+        cited=[s.id for s in response.sources],
+        answer=response.answer,
+        question=answered.question,
+        embedding=embedding,
+        created_at=answered.at,
+    )
+
+
+class AnswerRecorder:
+    def __init__(
+        self,
+        store: CurationStore,
+        embed: Embed,
+        *,
+        queue_size: int,
+        recent: int,
+        count: Count | None = None,
+    ) -> None:
+        self._store = store
+        self._embed = embed
+        self._queue: asyncio.Queue[Answered] = asyncio.Queue(maxsize=queue_size)
+        self._recent: OrderedDict[str, Answered] = OrderedDict()
+        self._recent_size = recent
+        self._count = count or (lambda _: None)
+        self._failing = False
+
+    def observe(self, request: QueryRequest, response: QueryResponse) -> None:
+        """Called on the answer path: never awaits, never raises."""
+        answered = Answered(request.tenant, request.query, response, time.time())
+        self._remember(answered)
+        if not assess(response).reasons:
+            self._count("counted")
+            return
+        try:
+            self._queue.put_nowait(answered)
+        except asyncio.QueueFull:
+            self._count("dropped")
+            self._warn_once("curation queue full: an answer that needs a human was not recorded")
+
+    def _remember(self, answered: Answered) -> None:
+        if self._recent_size == 0 or not answered.response.response_id:
+            return
+        self._recent[answered.response.response_id] = answered
+        while len(self._recent) > self._recent_size:
+            self._recent.popitem(last=False)
+
+    def recent(self, *, response_id: str | None, trace_id: str | None) -> Answered | None:
+        """A recent answer of this process (negative feedback on an answer that was only counted)."""
+        if response_id and response_id in self._recent:
+            return self._recent[response_id]
+        if trace_id:
+            for answered in reversed(self._recent.values()):
+                if answered.response.trace_id == trace_id:
+                    return answered
+        return None
+
+    async def run(self) -> None:
+        """The background writer (one task per app, started and cancelled by the lifespan)."""
+        while True:
+            answered = await self._queue.get()
+            try:
+                await self._write(answered)
+            finally:
+                self._queue.task_done()
+
+    async def _write(self, answered: Answered) -> None:
+        try:
+            record = to_record(answered, await self._embed(answered.question))
+            await self._store.add_records([record])
+        except GatewayError as exc:  # the store's and the embeddings' failures, translated at their boundary
+            self._count("dropped")
+            self._warn_once(f"curation store write failed, answers are counted and dropped until it recovers: {exc}")
+            return
+        if self._failing:
+            logger.info("curation store writes recovered")
+            self._failing = False
+        self._count("recorded")
+
+    def _warn_once(self, message: str) -> None:
+        if not self._failing:
+            logger.warning(message)
+            self._failing = True
+
+    async def drain(self) -> None:
+        """Waits until every queued answer is written (tests; shutdown)."""
+        await self._queue.join()

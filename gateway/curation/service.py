@@ -1,0 +1,160 @@
+"""The curation cycle's operations, over the store and the app's clients (one per app, in the lifespan)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+
+from gateway.curation.evaluator import HybridEvaluator, Rule
+from gateway.curation.gaps import Diagnoser, Gap, cluster
+from gateway.curation.models import EvalCase, Feedback, Rating, Resolution
+from gateway.curation.records import AnswerRecorder, assess, to_record
+from gateway.curation.resolution import resolve
+from gateway.curation.store import CurationStore
+from gateway.curation.suites import SuiteRunner
+from gateway.curation.training import pairs, to_jsonl
+from gateway.errors import NotFoundError
+from gateway.knowledge import KnowledgeBase, NewDocument
+from gateway.service import QueryService
+from gateway.settings import CurationSettings
+
+
+@dataclass(frozen=True, slots=True)
+class FeedbackResult:
+    id: str
+    linked: bool  # the answer it names was found (recorded, or recent in this process)
+    recorded: bool  # the answer is (now) on record for curation
+
+
+class Curation:
+    def __init__(
+        self,
+        settings: CurationSettings,
+        store: CurationStore,
+        recorder: AnswerRecorder,
+        diagnoser: Diagnoser,
+        evaluator: HybridEvaluator,
+        knowledge: KnowledgeBase,
+        suites: SuiteRunner,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.recorder = recorder
+        self._diagnoser = diagnoser
+        self._evaluator = evaluator
+        self._knowledge = knowledge
+        self.suites = suites
+        self._queries: QueryService | None = None
+        # Told a tenant's open gaps by diagnosis whenever they are computed (the open-gaps gauge).
+        self.on_gaps: Callable[[str, Counter[str]], None] = lambda _tenant, _counts: None
+
+    def attach(self, queries: QueryService) -> None:
+        """The query service is built after the recorder it reports to: it is handed over once built."""
+        self._queries = queries
+        self.suites.attach(queries)
+
+    async def gaps(self, tenant: str) -> list[Gap]:
+        records = await self.store.open_records(tenant)
+        gaps = cluster(records, self.settings.cluster_similarity)
+        for gap in gaps:
+            await self._diagnoser.diagnose(gap)
+        self.on_gaps(tenant, Counter(gap.diagnosis for gap in gaps))
+        return sorted(gaps, key=lambda g: (-len(g.records), -g.records[-1].created_at))
+
+    async def gap(self, tenant: str, gap_id: str) -> Gap:
+        for gap in await self.gaps(tenant):
+            if gap.id == gap_id:
+                return gap
+        raise NotFoundError(f"Tenant {tenant!r} has no open gap {gap_id!r}.")
+
+    async def feedback(
+        self,
+        tenant: str,
+        *,
+        response_id: str | None,
+        trace_id: str | None,
+        rating: Rating,
+        comment: str | None,
+        expected_answer: str | None,
+    ) -> FeedbackResult:
+        recent = self.recorder.recent(response_id=response_id, trace_id=trace_id)
+        if recent is not None and assess(recent.response).reasons:
+            await self.recorder.drain()  # it is on its way to the store: rate the record, not a copy
+        record = await self.store.find_record(response_id=response_id, trace_id=trace_id)
+        if record is not None and record.tenant != tenant:
+            record = None  # another tenant's answer is not this caller's to rate
+        if recent is not None and recent.tenant != tenant:
+            recent = None
+        recorded = record is not None
+        if rating == "down" and record is not None:
+            await self.store.mark_rated_down(record.id, expected_answer)
+        elif rating == "down" and recent is not None:
+            new = to_record(recent, await self._knowledge.embed_query(recent.question), ("negative_feedback",))
+            new.expected_answer = expected_answer
+            await self.store.add_records([new])
+            recorded = True
+        question = record.question if record else recent.question if recent else None
+        documents = record.documents if record else []
+        cited = record.cited if record else []
+        if record is None and recent is not None:
+            documents = to_record(recent, []).documents
+            cited = [s.id for s in recent.response.sources]
+        item = Feedback(
+            id=f"fb_{uuid.uuid4().hex}",
+            tenant=tenant,
+            response_id=response_id or (record.id if record else None),
+            trace_id=trace_id,
+            rating=rating,
+            comment=comment,
+            expected_answer=expected_answer,
+            question=question,
+            documents=documents,
+            cited=cited,
+            created_at=time.time(),
+        )
+        await self.store.add_feedback(item)
+        return FeedbackResult(item.id, record is not None or recent is not None, recorded)
+
+    async def resolve(
+        self, tenant: str, gap_id: str, documents: Sequence[NewDocument], rules: list[Rule]
+    ) -> Resolution:
+        if self._queries is None:
+            raise RuntimeError("Curation.attach(query_service) was not called")
+        gap = await self.gap(tenant, gap_id)
+        resolution = await resolve(
+            gap,
+            documents,
+            rules,
+            knowledge=self._knowledge,
+            queries=self._queries,
+            evaluator=self._evaluator,
+            store=self.store,
+        )
+        if resolution.closed:
+            await self.gaps(tenant)  # recounts the tenant's open gaps for the gauge
+        return resolution
+
+    async def add_eval_case(
+        self, tenant: str, suite: str, question: str, rules: list[Rule], reference: str | None
+    ) -> EvalCase:
+        case = EvalCase(
+            id=f"case_{uuid.uuid4().hex}",
+            tenant=tenant,
+            suite=suite,
+            question=question,
+            rules=[asdict(rule) for rule in rules],
+            reference=reference,
+            created_at=time.time(),
+        )
+        await self.store.add_eval_case(case)
+        return case
+
+    async def training_pairs(self, tenant: str) -> str:
+        resolutions = await self.store.resolutions_of(tenant, closed_only=True)
+        return to_jsonl(pairs(resolutions, await self.store.feedback_of(tenant)))
+
+    async def purge(self) -> int:
+        return await self.store.purge(self.settings.retention_days)

@@ -1,0 +1,239 @@
+"""The curation store: one async SQLAlchemy engine (SQLite file by default, PostgreSQL by URL).
+
+Opened once in the app lifespan; Alembic's migrations run at start-up (``migrate_on_start``, an
+upgrade to head is idempotent) or by ``python -m gateway.curation migrate``. Every method is one
+short transaction; callers on the answer path never await it (see :mod:`gateway.curation.records`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Connection, delete, or_, select, update
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from gateway.curation.models import AnswerRecord, EvalCase, EvalRun, Feedback, Resolution
+from gateway.curation.tables import answer_records, document_changes, eval_cases, eval_runs, feedback, resolutions
+from gateway.errors import ProviderUnavailableError
+
+logger = logging.getLogger(__name__)
+
+PROVIDER = "curation_store"
+DAY_S = 86_400.0
+
+
+def _alembic_config(connection: Connection) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(resources.files("gateway.curation") / "migrations"))
+    config.attributes["connection"] = connection
+    return config
+
+
+def _upgrade(connection: Connection) -> None:
+    command.upgrade(_alembic_config(connection), "head")
+
+
+class CurationStore:
+    """Typed reads and writes of the curation tables."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+        self.migrated = False
+
+    @classmethod
+    def open(cls, url: str, *, engine_options: dict[str, Any] | None = None) -> CurationStore:
+        """An engine for ``url``; a SQLite file's folder is created (the default lives under ``.data``)."""
+        parsed = make_url(url)
+        if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        return cls(create_async_engine(url, **(engine_options or {})))
+
+    async def migrate(self) -> None:
+        try:
+            async with self.engine.begin() as connection:
+                await connection.run_sync(_upgrade)
+            self.migrated = True
+        except (SQLAlchemyError, OSError) as exc:
+            raise ProviderUnavailableError(f"curation store migration failed: {exc}", provider=PROVIDER) from exc
+
+    async def close(self) -> None:
+        await self.engine.dispose()
+
+    async def ping(self) -> None:
+        try:
+            async with self.engine.connect() as connection:
+                await connection.execute(select(1))
+        except (SQLAlchemyError, OSError) as exc:
+            raise ProviderUnavailableError(f"curation store unreachable: {exc}", provider=PROVIDER) from exc
+
+    @asynccontextmanager
+    async def _connection(self, *, write: bool) -> AsyncIterator[AsyncConnection]:
+        """One transaction (``write``) or a read; a database error leaves as the gateway's provider error
+        (503), translated once, here."""
+        try:
+            async with self.engine.begin() if write else self.engine.connect() as connection:
+                yield connection
+        except (SQLAlchemyError, OSError) as exc:
+            raise ProviderUnavailableError(f"curation store failed: {exc}", provider=PROVIDER) from exc
+
+    # --- answer records ---------------------------------------------------------------------------
+
+    async def add_records(self, records: Sequence[AnswerRecord]) -> None:
+        if not records:
+            return
+        async with self._connection(write=True) as connection:
+            await connection.execute(answer_records.insert(), [r.row() for r in records])
+
+    async def find_record(self, *, response_id: str | None, trace_id: str | None) -> AnswerRecord | None:
+        clauses = []
+        if response_id:
+            clauses.append(answer_records.c.id == response_id)
+        if trace_id:
+            clauses.append(answer_records.c.trace_id == trace_id)
+        if not clauses:
+            return None
+        async with self._connection(write=False) as connection:
+            row = (await connection.execute(select(answer_records).where(or_(*clauses)).limit(1))).mappings().first()
+        return AnswerRecord.from_row(row) if row is not None else None
+
+    async def mark_rated_down(self, record_id: str, expected_answer: str | None) -> None:
+        async with self._connection(write=True) as connection:
+            row = (
+                await connection.execute(select(answer_records.c.reasons).where(answer_records.c.id == record_id))
+            ).first()
+            if row is None:
+                return
+            reasons = sorted({*row[0], "negative_feedback"})
+            values: dict[str, Any] = {"reasons": reasons}
+            if expected_answer:
+                values["expected_answer"] = expected_answer
+            await connection.execute(update(answer_records).where(answer_records.c.id == record_id).values(**values))
+
+    async def open_records(self, tenant: str) -> list[AnswerRecord]:
+        query = (
+            select(answer_records)
+            .where(answer_records.c.tenant == tenant, answer_records.c.resolution_id.is_(None))
+            .order_by(answer_records.c.created_at)
+        )
+        async with self._connection(write=False) as connection:
+            rows = (await connection.execute(query)).mappings().all()
+        return [AnswerRecord.from_row(row) for row in rows]
+
+    # --- feedback ---------------------------------------------------------------------------------
+
+    async def add_feedback(self, item: Feedback) -> None:
+        async with self._connection(write=True) as connection:
+            await connection.execute(feedback.insert(), [item.row()])
+
+    async def feedback_of(self, tenant: str) -> list[Feedback]:
+        query = select(feedback).where(feedback.c.tenant == tenant).order_by(feedback.c.created_at)
+        async with self._connection(write=False) as connection:
+            rows = (await connection.execute(query)).mappings().all()
+        return [Feedback.from_row(row) for row in rows]
+
+    # --- resolutions ------------------------------------------------------------------------------
+
+    async def add_resolution(self, resolution: Resolution, record_ids: Sequence[str]) -> None:
+        """Stores the resolution; when it closed the gap, its records leave the open list in the same transaction."""
+        async with self._connection(write=True) as connection:
+            await connection.execute(resolutions.insert(), [resolution.row()])
+            if resolution.closed and record_ids:
+                await connection.execute(
+                    update(answer_records)
+                    .where(answer_records.c.id.in_(list(record_ids)))
+                    .values(resolution_id=resolution.id)
+                )
+
+    async def resolutions_of(self, tenant: str, *, closed_only: bool = False) -> list[Resolution]:
+        query = select(resolutions).where(resolutions.c.tenant == tenant)
+        if closed_only:
+            query = query.where(resolutions.c.closed.is_(True))
+        async with self._connection(write=False) as connection:
+            rows = (await connection.execute(query.order_by(resolutions.c.created_at))).mappings().all()
+        return [Resolution.from_row(row) for row in rows]
+
+    # --- document changes (the ``stale`` diagnosis) -----------------------------------------------
+
+    async def documents_changed(self, tenant: str, doc_ids: Sequence[str], at: float | None = None) -> None:
+        when = time.time() if at is None else at
+        async with self._connection(write=True) as connection:
+            await connection.execute(
+                delete(document_changes).where(
+                    document_changes.c.tenant == tenant, document_changes.c.doc_id.in_(list(doc_ids))
+                )
+            )
+            await connection.execute(
+                document_changes.insert(), [{"tenant": tenant, "doc_id": d, "changed_at": when} for d in doc_ids]
+            )
+
+    async def change_times(self, tenant: str, doc_ids: Sequence[str]) -> dict[str, float]:
+        if not doc_ids:
+            return {}
+        query = select(document_changes.c.doc_id, document_changes.c.changed_at).where(
+            document_changes.c.tenant == tenant, document_changes.c.doc_id.in_(list(doc_ids))
+        )
+        async with self._connection(write=False) as connection:
+            rows = (await connection.execute(query)).all()
+        return {doc_id: changed_at for doc_id, changed_at in rows}
+
+    # --- evaluation suites -----------------------------------------------------------------------
+
+    async def add_eval_case(self, case: EvalCase) -> None:
+        async with self._connection(write=True) as connection:
+            await connection.execute(eval_cases.insert(), [case.row()])
+
+    async def eval_cases(self, tenant: str, suite: str | None = None) -> list[EvalCase]:
+        query = select(eval_cases).where(eval_cases.c.tenant == tenant)
+        if suite is not None:
+            query = query.where(eval_cases.c.suite == suite)
+        async with self._connection(write=False) as connection:
+            rows = (await connection.execute(query.order_by(eval_cases.c.created_at))).mappings().all()
+        return [EvalCase.from_row(row) for row in rows]
+
+    async def add_eval_run(self, run: EvalRun) -> None:
+        async with self._connection(write=True) as connection:
+            await connection.execute(eval_runs.insert(), [run.row()])
+
+    async def eval_runs(self, tenant: str, suite: str, limit: int = 50) -> list[EvalRun]:
+        query = (
+            select(eval_runs)
+            .where(eval_runs.c.tenant == tenant, eval_runs.c.suite == suite)
+            .order_by(eval_runs.c.started_at.desc())
+            .limit(limit)
+        )
+        async with self._connection(write=False) as connection:
+            rows = (await connection.execute(query)).mappings().all()
+        return [EvalRun.from_row(row) for row in rows]
+
+    # --- retention --------------------------------------------------------------------------------
+
+    async def purge(self, retention_days: int, now: float | None = None) -> int:
+        """Deletes answer records, feedback and resolutions older than the retention (with their question texts)."""
+        cutoff = (time.time() if now is None else now) - retention_days * DAY_S
+        async with self._connection(write=True) as connection:
+            gone = await connection.execute(delete(answer_records).where(answer_records.c.created_at < cutoff))
+            await connection.execute(delete(feedback).where(feedback.c.created_at < cutoff))
+            await connection.execute(delete(resolutions).where(resolutions.c.created_at < cutoff))
+        return int(gone.rowcount or 0)
+
+
+def change_recorder(store: CurationStore) -> Callable[[str, Sequence[str]], Awaitable[None]]:
+    """The knowledge base's write hook (for the ``stale`` diagnosis): a store outage never fails an ingest."""
+
+    async def record(tenant: str, doc_ids: Sequence[str]) -> None:
+        try:
+            await store.documents_changed(tenant, doc_ids)
+        except ProviderUnavailableError as exc:
+            logger.warning("curation store: document changes of tenant %s not recorded: %s", tenant, exc)
+
+    return record

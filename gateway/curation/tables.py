@@ -1,0 +1,96 @@
+"""The curation store's tables (SQLAlchemy Core). Alembic's migrations create them; this module is
+what queries are written against. Times are epoch seconds (floats): portable across SQLite and
+PostgreSQL without time-zone surprises."""
+
+from __future__ import annotations
+
+from sqlalchemy import JSON, Boolean, Column, Float, Integer, MetaData, String, Table, Text
+
+metadata = MetaData()
+
+# Answers that need a human: abstained, answered on Incorrect/Ambiguous evidence, a draft rejected, or
+# rated down. ``question`` and ``answer`` are purged after GATEWAY_CURATION_RETENTION_DAYS.
+answer_records = Table(
+    "curation_answer_records",
+    metadata,
+    Column("id", String(64), primary_key=True),  # the response id clients got
+    Column("tenant", String(64), nullable=False, index=True),
+    Column("trace_id", String(32), index=True),
+    Column("route", String(32), nullable=False),
+    Column("reasons", JSON, nullable=False),
+    Column("verdicts", JSON, nullable=False),
+    Column("top_k", Integer, nullable=False),
+    Column("documents", JSON, nullable=False),  # [{"id", "title", "score"}] retrieved, best first
+    Column("cited", JSON, nullable=False),  # ids of the documents the answer cited
+    Column("answer", Text, nullable=False),
+    Column("question", Text, nullable=False),
+    Column("embedding", JSON, nullable=False),
+    Column("expected_answer", Text),
+    Column("created_at", Float, nullable=False, index=True),
+    Column("resolution_id", String(64), index=True),
+)
+
+feedback = Table(
+    "curation_feedback",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("tenant", String(64), nullable=False, index=True),
+    Column("response_id", String(64), index=True),
+    Column("trace_id", String(32)),
+    Column("rating", String(8), nullable=False),
+    Column("comment", Text),
+    Column("expected_answer", Text),
+    Column("question", Text),
+    Column("documents", JSON, nullable=False),
+    Column("cited", JSON, nullable=False),
+    Column("created_at", Float, nullable=False, index=True),
+)
+
+resolutions = Table(
+    "curation_resolutions",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("tenant", String(64), nullable=False, index=True),
+    Column("gap_id", String(80), nullable=False, index=True),
+    Column("document_ids", JSON, nullable=False),
+    Column("rules", JSON, nullable=False),
+    Column("cases", JSON, nullable=False),  # per question: both answers and both breakdowns
+    Column("score_before", Float, nullable=False),
+    Column("score_after", Float, nullable=False),
+    Column("closed", Boolean, nullable=False),
+    Column("created_at", Float, nullable=False, index=True),
+)
+
+document_changes = Table(
+    "curation_document_changes",
+    metadata,
+    Column("tenant", String(64), primary_key=True),
+    Column("doc_id", String(256), primary_key=True),
+    Column("changed_at", Float, nullable=False),
+)
+
+# Evaluation suites: a tenant's stored cases, and every run's score and per-case breakdown.
+eval_cases = Table(
+    "curation_eval_cases",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("tenant", String(64), nullable=False, index=True),
+    Column("suite", String(64), nullable=False, index=True),
+    Column("question", Text, nullable=False),
+    Column("rules", JSON, nullable=False),
+    Column("reference", Text),
+    Column("created_at", Float, nullable=False),
+)
+
+eval_runs = Table(
+    "curation_eval_runs",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("tenant", String(64), nullable=False, index=True),
+    Column("suite", String(64), nullable=False, index=True),
+    Column("trigger", String(32), nullable=False),
+    Column("score", Float, nullable=False),
+    Column("cases", JSON, nullable=False),
+    Column("started_at", Float, nullable=False, index=True),
+    Column("finished_at", Float, nullable=False),
+)

@@ -1,0 +1,151 @@
+"""Wire types of the curation endpoints (msgspec, validated by Litestar like the v1 API's)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta
+
+from gateway.curation.evaluator import Rule, RuleKind
+from gateway.curation.gaps import Gap
+from gateway.curation.models import EvalRun, Resolution
+from gateway.schemas import DocumentIn, Tenant
+
+ResponseRef = Annotated[str, Meta(min_length=1, max_length=64)]
+
+
+class FeedbackRequest(msgspec.Struct, kw_only=True):
+    rating: Literal["up", "down"]
+    response_id: Annotated[ResponseRef | None, Meta(description="The response_id of /v1/query or chat.")] = None
+    trace_id: Annotated[str, Meta(pattern=r"^[0-9a-f]{32}$")] | None = None
+    comment: Annotated[str, Meta(max_length=2000)] | None = None
+    expected_answer: Annotated[str, Meta(max_length=4000)] | None = None
+    tenant: Tenant = "default"
+
+
+class FeedbackResponse(msgspec.Struct):
+    id: str
+    linked: Annotated[bool, Meta(description="The named answer was found.")]
+    recorded: Annotated[bool, Meta(description="The answer is on record for curation.")]
+
+
+class GapOut(msgspec.Struct):
+    id: str
+    diagnosis: Literal["knowledge_gap", "ranking", "generation", "stale"]
+    evidence: dict[str, Any]
+    count: int
+    examples: list[str]
+    reasons: list[str]
+    first_seen: str
+    last_seen: str
+    expected_answer: str | None
+
+
+class GapsResponse(msgspec.Struct):
+    tenant: str
+    gaps: list[GapOut]
+
+
+class RuleIn(msgspec.Struct, kw_only=True):
+    kind: RuleKind
+    value: Annotated[str, Meta(min_length=1, max_length=1000)]
+    weight: Annotated[float, Meta(gt=0, le=100)] = 1.0
+
+
+class ResolutionRequest(msgspec.Struct, kw_only=True):
+    tenant: Tenant = "default"
+    documents: Annotated[list[DocumentIn], Meta(min_length=1, max_length=32)]
+    rules: Annotated[list[RuleIn], Meta(max_length=50)] = []
+
+
+class ResolutionOut(msgspec.Struct):
+    id: str
+    gap_id: str
+    closed: bool
+    score_before: float
+    score_after: float
+    document_ids: list[str]
+    cases: list[dict[str, Any]]
+
+
+def iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="seconds")
+
+
+def gap_out(gap: Gap) -> GapOut:
+    return GapOut(
+        id=gap.id,
+        diagnosis=gap.diagnosis,
+        evidence=gap.evidence,
+        count=len(gap.records),
+        examples=gap.questions[:5],
+        reasons=sorted({reason for r in gap.records for reason in r.reasons}),
+        first_seen=iso(gap.records[0].created_at),
+        last_seen=iso(gap.records[-1].created_at),
+        expected_answer=gap.expected_answer,
+    )
+
+
+def resolution_out(resolution: Resolution) -> ResolutionOut:
+    return ResolutionOut(
+        id=resolution.id,
+        gap_id=resolution.gap_id,
+        closed=resolution.closed,
+        score_before=resolution.score_before,
+        score_after=resolution.score_after,
+        document_ids=resolution.document_ids,
+        cases=resolution.cases,
+    )
+
+
+def rules_of(rules: list[RuleIn]) -> list[Rule]:
+    return [Rule(kind=r.kind, value=r.value, weight=r.weight) for r in rules]
+
+
+SuiteName = Annotated[str, Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
+
+
+class EvalCaseRequest(msgspec.Struct, kw_only=True):
+    tenant: Tenant = "default"
+    question: Annotated[str, Meta(min_length=1, max_length=4000)]
+    rules: Annotated[list[RuleIn], Meta(max_length=50)] = []
+    reference_answer: Annotated[str, Meta(max_length=8000)] | None = None
+
+
+class EvalCaseOut(msgspec.Struct):
+    id: str
+    suite: str
+
+
+class EvalRunRequest(msgspec.Struct, kw_only=True):
+    tenant: Tenant = "default"
+
+
+class EvalRunOut(msgspec.Struct):
+    id: str
+    suite: str
+    trigger: str
+    score: float
+    cases: list[dict[str, Any]]
+    started_at: str
+    finished_at: str
+
+
+class EvalRunsResponse(msgspec.Struct):
+    tenant: str
+    suite: str
+    runs: list[EvalRunOut]
+
+
+def run_out(run: EvalRun) -> EvalRunOut:
+    return EvalRunOut(
+        id=run.id,
+        suite=run.suite,
+        trigger=run.trigger,
+        score=run.score,
+        cases=run.cases,
+        started_at=iso(run.started_at),
+        finished_at=iso(run.finished_at),
+    )

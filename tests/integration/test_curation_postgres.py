@@ -1,0 +1,94 @@
+"""The curation store on the real PostgreSQL (POSTGRES_TEST_URL): migrations, writes, retention, and
+the whole relocation cycle through the app. Each test gets a database of its own, dropped after."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+from uuid import uuid4
+
+import pytest
+from pydantic import SecretStr
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from gateway.curation.models import AnswerRecord, RetrievedDocument
+from gateway.curation.store import CurationStore
+from gateway.settings import Settings
+from tests.curation_support import relocation_cycle, relocation_model
+
+pytestmark = pytest.mark.postgres
+
+POSTGRES_TEST_URL = os.environ.get("POSTGRES_TEST_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
+
+
+@pytest.fixture
+async def database_url() -> AsyncIterator[str]:
+    """A fresh database for this test (CREATE DATABASE cannot run in a transaction: autocommit)."""
+    name = f"curation_{uuid4().hex[:12]}"
+    admin = create_async_engine(POSTGRES_TEST_URL, isolation_level="AUTOCOMMIT")
+    async with admin.connect() as connection:
+        await connection.execute(text(f'CREATE DATABASE "{name}"'))
+    yield POSTGRES_TEST_URL.rsplit("/", 1)[0] + f"/{name}"
+    async with admin.connect() as connection:
+        await connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    await admin.dispose()
+
+
+def _record(record_id: str, created_at: float) -> AnswerRecord:
+    return AnswerRecord(
+        id=record_id,
+        tenant="acme",
+        trace_id="ab" * 16,
+        route="single_hop",
+        reasons=["abstained"],
+        verdicts=["incorrect"],
+        top_k=4,
+        documents=[RetrievedDocument("doc-1", "Doc", 0.42)],
+        cited=[],
+        answer="The documents do not say.",
+        question="現在の本社の住所は？",
+        embedding=[0.1, 0.2, 0.3],
+        created_at=created_at,
+    )
+
+
+async def test_migrations_run_twice_and_records_round_trip_with_retention(database_url: str) -> None:
+    store = CurationStore.open(database_url)
+    try:
+        await store.migrate()
+        await store.migrate()  # idempotent: start-up runs it on every boot
+        now = time.time()
+        await store.add_records([_record("resp_old", now - 31 * 86_400), _record("resp_new", now)])
+        found = await store.find_record(response_id=None, trace_id="ab" * 16)
+        assert found is not None
+        assert found.documents == [RetrievedDocument("doc-1", "Doc", 0.42)]
+        assert found.verdicts == ["incorrect"]
+        await store.mark_rated_down("resp_new", "東京都渋谷区")
+        assert await store.purge(retention_days=30) == 1
+        (left,) = await store.open_records("acme")
+        assert left.id == "resp_new"
+        assert left.reasons == ["abstained", "negative_feedback"]
+        assert left.expected_answer == "東京都渋谷区"
+        await store.documents_changed("acme", ["doc-1"], at=now)
+        await store.documents_changed("acme", ["doc-1"], at=now + 5)
+        assert await store.change_times("acme", ["doc-1", "doc-2"]) == {"doc-1": now + 5}
+    finally:
+        await store.close()
+
+
+async def test_the_relocation_cycle_on_postgresql(
+    make_client: Callable[..., Any], settings: Settings, database_url: str
+) -> None:
+    on_postgres = settings.replace(curation={"database_url": SecretStr(database_url)})
+    async with make_client(relocation_model, settings_override=on_postgres) as (client, _):
+        result = await relocation_cycle(client)
+    assert result["closed"]
+    store = CurationStore.open(database_url)
+    try:
+        (resolution,) = await store.resolutions_of("acme", closed_only=True)
+        assert resolution.score_after > resolution.score_before
+    finally:
+        await store.close()
