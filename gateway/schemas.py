@@ -8,6 +8,7 @@ import msgspec
 from msgspec import Meta
 
 from gateway.providers.vectorstores.base import TENANT_PATTERN
+from gateway.steps import StepEvent
 from routes.types import RouteRequest
 
 Tenant = Annotated[str, Meta(pattern=TENANT_PATTERN, description="Tenant id: letters, digits, '_' or '-'.")]
@@ -51,7 +52,7 @@ class QueryResponse(msgspec.Struct):
     cached: bool
     usage: Usage
     latency_ms: float
-    steps: list[str]
+    steps: Annotated[list[str], Meta(description="The steps taken, as text: the rendering of ``events``.")]
     classifier: str
     classified_route: str
     abstained: bool
@@ -62,6 +63,10 @@ class QueryResponse(msgspec.Struct):
         str | None,
         Meta(description="OpenTelemetry trace id of this request (32 hex digits); null with tracing off."),
     ] = None
+    events: Annotated[
+        list[StepEvent],
+        Meta(description="The steps taken, typed: one object per step, its ``kind`` naming it."),
+    ] = []
 
 
 class RouteResponse(msgspec.Struct):

@@ -19,6 +19,7 @@ from gateway.cache.versions import KnowledgeVersions
 from gateway.knowledge import KnowledgeBase
 from gateway.observability.recorder import Telemetry
 from gateway.schemas import QueryRequest, QueryResponse, RouteResponse, Source, Usage
+from gateway.steps import RouteQuery, SemanticCacheHit, StepEvent, render_steps
 from pipelines.shared.deps import LLMCall, Passage
 from routes.router import FrontRouter
 from routes.table import RouteTable
@@ -100,7 +101,8 @@ class QueryService:
                 found = None
             if found is not None:
                 served = _served_from_cache(found, started)
-                return msgspec.structs.replace(served, steps=[f"semantic_cache(similarity={hit.similarity:.3f})"])
+                events: list[StepEvent] = [SemanticCacheHit(similarity=hit.similarity)]
+                return msgspec.structs.replace(served, steps=render_steps(events), events=events)
         response = await self._compute(request, query, started, vector=vector)
         ttl = self._cache.ttl_for(response.route) if self._cache is not None else 0
         if ttl > 0 and not response.abstained:
@@ -125,6 +127,8 @@ class QueryService:
             allow_escalation=request.allow_escalation,
         )
         calls = [*router_calls, *result.llm_calls]
+        routed = [RouteQuery(route=decision.route, classifier=decision.classifier)] if router_calls else []
+        events: list[StepEvent] = [*routed, *result.events]
         return QueryResponse(
             answer=result.answer,
             route=result.route,
@@ -134,13 +138,14 @@ class QueryService:
             cached=False,
             usage=_usage(calls),
             latency_ms=round((time.perf_counter() - started) * 1000, 2),
-            steps=(["route_query"] if router_calls else []) + result.steps,
+            steps=render_steps(events),
             classifier=decision.classifier,
             classified_route=decision.route,
             abstained=result.abstained,
             evidence=_sources(result.context),
             stop_reason=result.stop_reason,
             escalated_from=result.escalated_from,
+            events=events,
         )
 
 
