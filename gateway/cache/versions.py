@@ -108,14 +108,14 @@ class KnowledgeVersions:
         still invalidates as soon as the backend answers, whether or not the client retries.
         """
         try:
-            return await self._bump(tenant)
+            return await self._bump(tenant, insist=True)
         except CacheUnavailableError as exc:
             logger.warning("knowledge change of tenant %r not acknowledged: %s", tenant, exc.detail)
             raise ChangeNotAcknowledgedError(tenant, exc.detail) from exc
 
-    async def _bump(self, tenant: str) -> int:
+    async def _bump(self, tenant: str, *, insist: bool = False) -> int:
         try:
-            version = await self._backend.incr_version(version_key(self._prefix, tenant))
+            version = await self._backend.incr_version(version_key(self._prefix, tenant), insist=insist)
         except CacheUnavailableError:
             self.errors += 1
             self._pending.add(tenant)

@@ -259,3 +259,22 @@ async def test_a_slow_answer_computed_before_a_change_is_never_served_after_it(
     assert "25 days" in slow[0]["answer"]  # in flight during the change: it answers from what it read
     assert all("30 days" in body["answer"] for body in after)
     assert after[0]["cached"] is False  # computed anew, not the slow answer stored after the change
+
+
+async def test_a_change_right_after_redis_returns_is_acknowledged(
+    replicas: tuple[Replica, Replica], proxy: ThreadedProxy
+) -> None:
+    """Inside the shared client's fail-fast window, and over a pooled connection that died with the old Redis,
+    the bump that acknowledges a change still reaches the Redis that is back: no needless 503."""
+    (a, _), (b, _) = replicas
+    assert (await a.post("/v1/documents", json=leave(25))).status_code == 200
+    await warm(a, b, 25)
+    proxy.stop()
+    await ask(a)  # fails over the cut connection: the client backs off
+    proxy.start()
+    changed = await a.post("/v1/documents", json=leave(30))  # at once: inside the backoff
+    await reconnect(b)
+    after = await ask(b)
+
+    assert changed.status_code == 200
+    assert ("30 days" in after["answer"], after["cached"]) == (True, False)
