@@ -16,9 +16,12 @@ any replica. Three rules give it:
   answers cached under it until their TTL. So ``KnowledgeBase`` bumps once *before* touching the
   store (Redis down: 503, nothing changed) and once *after* (Redis died in between: 503, the change
   is not acknowledged, and the client's retry, an idempotent upsert or delete, bumps again). The
-  503 carries ``Retry-After``. Until the retry, the one process that saw the failure keeps the
-  tenant *pending*: it serves that tenant nothing from the cache and re-applies the bump on every
-  request until it lands, so the unacknowledged change still takes effect as soon as Redis answers.
+  503 carries ``Retry-After``. These bumps insist (``incr_version(insist=True)``): past the shared
+  client's fail-fast window and once more on a fresh connection, so a change is refused only when
+  Redis really is unreachable, not because a pooled connection died with a Redis that is back.
+  Until the retry, the one process that saw the failure keeps the tenant *pending*: it serves that
+  tenant nothing from the cache and re-applies the bump on every request until it lands, so the
+  unacknowledged change still takes effect as soon as Redis answers.
 * **A lost version key restarts above every version used before** (see ``CacheBackend``): a Redis
   restarted empty never brings an old key back to life. A Redis restored from a *snapshot older than
   the last bump* would (its old version and the answers keyed by it come back together), which is

@@ -73,14 +73,6 @@ class HookedStore(VectorStore):
 
 
 @pytest.fixture
-def proxy() -> Iterator[ThreadedProxy]:
-    proxy = ThreadedProxy(REDIS_TEST_URL)
-    proxy.start()
-    yield proxy
-    proxy.close()
-
-
-@pytest.fixture
 def replica_settings(settings: Settings, proxy: ThreadedProxy) -> Settings:
     """Both replicas: one Redis (through the cuttable proxy), one cache prefix, one LanceDB directory."""
     return settings.replace(
@@ -116,11 +108,21 @@ async def ask(client: AsyncTestClient[Any]) -> dict[str, Any]:
     return body
 
 
-async def warm(a: AsyncTestClient[Any], b: AsyncTestClient[Any], days: int) -> None:
-    """Both replicas have the current answer cached (B is served what A computed)."""
+async def seed_and_warm(a: AsyncTestClient[Any], b: AsyncTestClient[Any]) -> None:
+    """25 days of leave, upserted through A; both replicas have the answer cached (B is served what A computed)."""
+    assert (await a.post("/v1/documents", json=leave(25))).status_code == 200
     first, second = await ask(a), await ask(b)
-    assert f"{days} days" in first["answer"]
+    assert "25 days" in first["answer"]
     assert (first["cached"], second["cached"], second["answer"]) == (False, True, first["answer"])
+
+
+@contextlib.contextmanager
+def redis_dies_at_the_write(store: HookedStore, proxy: ThreadedProxy) -> Iterator[None]:
+    store.before_write = proxy.stop
+    try:
+        yield
+    finally:
+        store.before_write = None
 
 
 async def reconnect(*clients: AsyncTestClient[Any]) -> None:
@@ -138,8 +140,7 @@ async def test_a_change_while_redis_is_down_is_refused_and_its_retry_reaches_eve
     replicas: tuple[Replica, Replica], proxy: ThreadedProxy
 ) -> None:
     (a, _), (b, _) = replicas
-    assert (await a.post("/v1/documents", json=leave(25))).status_code == 200
-    await warm(a, b, 25)
+    await seed_and_warm(a, b)
 
     proxy.stop()  # Redis is gone before the change
     change = await a.post("/v1/documents", json=leave(30))
@@ -167,12 +168,10 @@ async def test_redis_failing_during_a_change_never_acknowledges_it_and_no_replic
     replicas: tuple[Replica, Replica], proxy: ThreadedProxy
 ) -> None:
     (a, store_a), (b, _) = replicas
-    assert (await a.post("/v1/documents", json=leave(25))).status_code == 200
-    await warm(a, b, 25)
+    await seed_and_warm(a, b)
 
-    store_a.before_write = proxy.stop  # Redis dies after the first bump, before the write lands
-    refused = await a.post("/v1/documents", json=leave(30))
-    store_a.before_write = None
+    with redis_dies_at_the_write(store_a, proxy):  # after the first bump, before the write lands
+        refused = await a.post("/v1/documents", json=leave(30))
     during = await ask(b)  # the write did land: a replica answering uncached already sees it
     proxy.start()
     await reconnect(a, b)
@@ -192,12 +191,10 @@ async def test_the_replica_that_saw_the_failure_applies_the_bump_itself_when_red
 ) -> None:
     """Even if the client never retries, the pending bump lands on the next request of the replica that saw it."""
     (a, store_a), (b, _) = replicas
-    assert (await a.post("/v1/documents", json=leave(25))).status_code == 200
-    await warm(a, b, 25)
+    await seed_and_warm(a, b)
 
-    store_a.before_write = proxy.stop
-    assert (await a.post("/v1/documents", json=leave(30))).status_code == 503
-    store_a.before_write = None
+    with redis_dies_at_the_write(store_a, proxy):
+        assert (await a.post("/v1/documents", json=leave(30))).status_code == 503
     proxy.start()
     await reconnect(a, b)
     on_a = await ask(a)  # retries the pending bump before reading its version
@@ -211,12 +208,10 @@ async def test_a_delete_while_redis_is_down_is_refused_and_its_retry_reaches_eve
     replicas: tuple[Replica, Replica], proxy: ThreadedProxy
 ) -> None:
     (a, store_a), (b, _) = replicas
-    assert (await a.post("/v1/documents", json=leave(25))).status_code == 200
-    await warm(a, b, 25)
+    await seed_and_warm(a, b)
 
-    store_a.before_write = proxy.stop  # the delete lands, its bump does not
-    refused = await a.delete("/v1/documents/leave", params={"tenant": "acme"})
-    store_a.before_write = None
+    with redis_dies_at_the_write(store_a, proxy):  # the delete lands, its bump does not
+        refused = await a.delete("/v1/documents/leave", params={"tenant": "acme"})
     proxy.start()
     await reconnect(a, b)
     retried = await b.delete("/v1/documents/leave", params={"tenant": "acme"})
@@ -267,8 +262,7 @@ async def test_a_change_right_after_redis_returns_is_acknowledged(
     """Inside the shared client's fail-fast window, and over a pooled connection that died with the old Redis,
     the bump that acknowledges a change still reaches the Redis that is back: no needless 503."""
     (a, _), (b, _) = replicas
-    assert (await a.post("/v1/documents", json=leave(25))).status_code == 200
-    await warm(a, b, 25)
+    await seed_and_warm(a, b)
     proxy.stop()
     await ask(a)  # fails over the cut connection: the client backs off
     proxy.start()
