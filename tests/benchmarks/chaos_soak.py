@@ -196,7 +196,7 @@ class Windows:
         for name, start, end in self.spans:
             if start <= at <= end:
                 return f"inside {name}"
-        for name, _, end in self.spans:
+        for name, _, end in reversed(self.spans):  # the latest window that ended: the one still echoing
             if end < at <= end + tail:
                 return f"recovery after {name}"
         return "outside"
