@@ -29,6 +29,7 @@ from gateway.api.metrics import MetricsController
 from gateway.api.query import QueryController
 from gateway.cache.backend import RedisBackend
 from gateway.cache.layer import CacheLayer, open_cache, open_semantic_cache
+from gateway.cache.versions import ChangeNotAcknowledgedError
 from gateway.chunking import Chunker
 from gateway.curation.api import CurationController, EvalSuiteController, FeedbackController, provide_curation
 from gateway.curation.lifecycle import KnowledgeChanges, open_curation_store, start_curation
@@ -308,8 +309,12 @@ def _lifespan(
                 telemetry=telemetry,
             )
             if settings.server.load_sample_kb:
-                chunks = await load_sample_kb(knowledge)
-                logger.info("sample knowledge base loaded into tenant 'default' (%d chunks)", chunks)
+                try:
+                    chunks = await load_sample_kb(knowledge)
+                except ChangeNotAcknowledgedError as exc:  # a demo convenience must not stop a start-up
+                    logger.warning("sample knowledge base not (fully) loaded: %s", exc.detail)
+                else:
+                    logger.info("sample knowledge base loaded into tenant 'default' (%d chunks)", chunks)
             logger.info(
                 "gateway ready: llm=%s at %s, vector store=%s, router=%s, cache=%s",
                 settings.llm.model,

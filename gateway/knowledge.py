@@ -2,13 +2,17 @@
 
 Chunks are embedded together with their document title, because titles carry the entity a
 chunk is about ("Osaka office"), which the chunk body often only refers to as "the office".
+
+Every write is fenced by knowledge-version bumps (``gateway.cache.versions`` explains why): one
+before touching the store, so a cache that cannot record the change refuses it with nothing
+written, and one after, without which the change is not acknowledged (503, retry).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from langchain_core.embeddings import Embeddings
 
@@ -17,6 +21,8 @@ from gateway.chunking import Chunker
 from gateway.errors import ProviderError
 from gateway.providers.vectorstores.base import ChunkRecord, VectorStore
 from pipelines.shared.deps import Passage
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,19 +60,30 @@ class KnowledgeBase:
         self._versions = versions
         self._on_change = on_change
 
-    async def _bump(self, tenant: str) -> None:
-        """After a write (even a partial one): answers computed before it must never be served again."""
-        if self._versions is not None:
+    async def _change(self, tenant: str, write: Callable[[], Awaitable[T]]) -> T:
+        """Run a store write between two bumps; it returns only when the change is acknowledged.
+
+        The bump before makes a Redis that is already down refuse the change with nothing written;
+        the bump after is the one that invalidates (a query that read the store before the write is
+        keyed to an earlier version). A write that fails half-way still bumps, best effort, and
+        its own error is what the client sees.
+        """
+        if self._versions is None:
+            return await write()
+        await self._versions.acknowledge(tenant)
+        try:
+            result = await write()
+        except BaseException:
             await self._versions.bump(tenant)
+            raise
+        await self._versions.acknowledge(tenant)
+        return result
 
     async def ingest(self, tenant: str, documents: Sequence[NewDocument]) -> IngestResult:
         planned: list[tuple[NewDocument, list[str]]] = [(d, self._chunker.split(d.text)) for d in documents]
         texts = [_embedding_text(doc.title, chunk) for doc, chunks in planned for chunk in chunks]
         vectors = await self._embed_documents(texts)
-        try:
-            total = await self._store_all(tenant, planned, vectors)
-        finally:
-            await self._bump(tenant)
+        total = await self._change(tenant, lambda: self._store_all(tenant, planned, vectors))
         if self._on_change is not None:
             await self._on_change(tenant, [doc.id for doc, _ in planned])
         return IngestResult(upserted=len(planned), chunks=total)
@@ -94,10 +111,8 @@ class KnowledgeBase:
         return total
 
     async def delete(self, tenant: str, doc_id: str) -> bool:
-        try:
-            deleted = await self.store.delete_document(tenant, doc_id)
-        finally:
-            await self._bump(tenant)
+        """True when the document existed. A retry after a 503 may answer False: the first attempt deleted it."""
+        deleted = await self._change(tenant, lambda: self.store.delete_document(tenant, doc_id))
         if deleted and self._on_change is not None:
             await self._on_change(tenant, [doc_id])
         return deleted

@@ -59,8 +59,13 @@ class CacheBackend(ABC):
     async def set(self, key: str, value: bytes, ttl_s: float) -> None: ...
 
     @abstractmethod
-    async def incr_version(self, key: str) -> int:
-        """Atomically advance a version counter and return the new value."""
+    async def incr_version(self, key: str, *, insist: bool = False) -> int:
+        """Atomically advance a version counter and return the new value.
+
+        ``insist``: the bump acknowledges a knowledge change, which is rare and is refused (503) if
+        this fails, so it is worth more than a cache read: a backend may try past its fail-fast
+        window and once more on a fresh connection. Bumping twice is harmless: versions only rise.
+        """
 
     @abstractmethod
     async def get_version(self, key: str) -> int:
@@ -162,7 +167,7 @@ class MemoryBackend(CacheBackend):
         raw = self._read(key)
         return int(raw) if raw is not None else self._wall_ms()
 
-    async def incr_version(self, key: str) -> int:
+    async def incr_version(self, key: str, *, insist: bool = False) -> int:
         version = self._version(key) + 1
         self._write(key, str(version).encode(), None)
         return version
@@ -253,8 +258,16 @@ class RedisBackend(CacheBackend):
         px = _ttl_ms(ttl_s)
         await self.run("set", lambda client: client.set(key, value, px=px))
 
-    async def incr_version(self, key: str) -> int:
-        return int(await self.run("incr_version", lambda _: self._version_script(keys=[key], args=["1"])))
+    async def incr_version(self, key: str, *, insist: bool = False) -> int:
+        def bump(_: Redis) -> Awaitable[Any]:
+            return self._version_script(keys=[key], args=["1"])
+
+        if not insist:
+            return int(await self.run("incr_version", bump))
+        try:  # past the backoff: the failure it remembers may be a connection that died with an old Redis
+            return int(await self.run("incr_version", bump, probe=True))
+        except CacheUnavailableError:  # that dead pooled connection is gone now; a fresh one decides
+            return int(await self.run("incr_version", bump, probe=True))
 
     async def get_version(self, key: str) -> int:
         return int(await self.run("get_version", lambda _: self._version_script(keys=[key], args=["0"])))

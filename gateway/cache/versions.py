@@ -1,9 +1,41 @@
 """Per-tenant knowledge versions: invalidation by moving on, never by finding and deleting.
 
 Every response key embeds its tenant's version, so one atomic increment after a document change
-makes every earlier answer unreachable (they expire on their own TTL). The bump must happen after
-the store write completes: a query that read the old version may have seen old data and stays
-keyed to the old version; a query that reads the new version started after the write.
+makes every earlier answer unreachable (they expire on their own TTL).
+
+The guarantee: no answer computed before an *acknowledged* knowledge change is served after it, on
+any replica. Three rules give it:
+
+* **The version is read before the answer is computed** (``ExactCache.key_for``, and the semantic
+  cache's ``version`` in ``QueryService``): a computation that started under version v, read the
+  store before a change and finishes after the change's bump to v+1 stores under v, a key nobody
+  reads any more. Storing it is harmless; no check-after-compute is needed.
+* **A change is acknowledged only once its bump is recorded in the shared backend**
+  (:meth:`KnowledgeVersions.acknowledge`). Redis being down when a document is written must not end
+  in a 200: another replica, once Redis is back, would still read the old version and serve the
+  answers cached under it until their TTL. So ``KnowledgeBase`` bumps once *before* touching the
+  store (Redis down: 503, nothing changed) and once *after* (Redis died in between: 503, the change
+  is not acknowledged, and the client's retry, an idempotent upsert or delete, bumps again). The
+  503 carries ``Retry-After``. These bumps insist (``incr_version(insist=True)``): past the shared
+  client's fail-fast window and once more on a fresh connection, so a change is refused only when
+  Redis really is unreachable, not because a pooled connection died with a Redis that is back.
+  Until the retry, the one process that saw the failure keeps the tenant *pending*: it serves that
+  tenant nothing from the cache and re-applies the bump on every request until it lands, so the
+  unacknowledged change still takes effect as soon as Redis answers.
+* **A lost version key restarts above every version used before** (see ``CacheBackend``): a Redis
+  restarted empty never brings an old key back to life. A Redis restored from a *snapshot older than
+  the last bump* would (its old version and the answers keyed by it come back together), which is
+  why the cache's Redis runs without persistence (the chart's default) or with ``appendfsync always``.
+
+Rejected alternatives: a version stored with the documents in the vector store would survive any
+Redis loss, but costs a vector-store round trip per query (Pinecone: a network call) to protect a
+cache; tombstones per changed document do not cover answers whose retrieval the change would alter
+without citing the changed document. Refusing to acknowledge costs only a retried write during a
+Redis outage, which is rare and already a degraded state.
+
+Without Redis (the in-process LRU) versions are per process: a change through one process never
+reaches another's cache, so that mode is for one replica, one process; the Helm chart refuses to
+render several replicas with a cache and no Redis.
 """
 
 from __future__ import annotations
@@ -12,18 +44,41 @@ import logging
 
 from gateway.cache.backend import CacheBackend, CacheUnavailableError
 from gateway.cache.keys import DEFAULT_PREFIX, version_key
+from gateway.errors import ProviderUnavailableError
 
 logger = logging.getLogger(__name__)
 
+RETRY_AFTER_S = 5
+
+
+class ChangeNotAcknowledgedError(ProviderUnavailableError):
+    """A knowledge change whose invalidation could not be recorded: 503, retry the same request.
+
+    Either nothing was written (the bump before the write failed) or the write happened and its
+    bump did not; both are safe to retry because upserts replace by id and deletes are idempotent.
+    """
+
+    title = "Knowledge change not acknowledged"
+
+    def __init__(self, tenant: str, reason: str) -> None:
+        super().__init__(
+            f"The change to tenant {tenant!r} was not acknowledged: its cache invalidation could not be recorded "
+            f"({reason}). Cached answers on other replicas could still reflect the old documents, so retry the same "
+            "request; it is idempotent.",
+            provider="cache",
+            retry_after_s=RETRY_AFTER_S,
+        )
+        self.headers = {"Retry-After": str(RETRY_AFTER_S)}
+
 
 class KnowledgeVersions:
-    """``bump`` on every upsert/delete, ``current`` when building a key.
+    """``acknowledge`` around every upsert/delete, ``current`` when building a key.
 
     A bump that cannot reach the backend is not lost: the tenant is remembered as *pending*,
     ``current`` refuses to give it a version (so this process serves it no cached answer) and
     every later call retries the pending bumps first, so invalidation lands as soon as the backend
-    answers again. Other replicas cannot know about a bump that never reached Redis; they see it
-    once this process retries, and until then they are bounded by the entries' TTLs.
+    answers again. Other replicas cannot know about a bump that never reached Redis, which is why
+    such a change is never acknowledged (``acknowledge`` raises).
     """
 
     def __init__(self, backend: CacheBackend, *, prefix: str = DEFAULT_PREFIX) -> None:
@@ -40,17 +95,34 @@ class KnowledgeVersions:
     async def bump(self, tenant: str) -> int | None:
         """Invalidate every cached answer of ``tenant``; None when the backend was unavailable.
 
-        Never raises for a cache failure: the document write it follows has already happened and
-        must not be reported as failed because a cache was down.
+        Best effort, never raises: for a write that already failed (its error is what the client
+        must see) and for callers that have nothing to acknowledge.
         """
-        key = version_key(self._prefix, tenant)
         try:
-            version = await self._backend.incr_version(key)
+            return await self._bump(tenant)
         except CacheUnavailableError as exc:
-            self.errors += 1
-            self._pending.add(tenant)
             logger.warning("cache invalidation of tenant %r deferred: %s", tenant, exc.detail)
             return None
+
+    async def acknowledge(self, tenant: str) -> int:
+        """Invalidate ``tenant``'s cached answers, or raise ``ChangeNotAcknowledgedError`` (503).
+
+        A failure leaves the tenant pending, exactly like ``bump``: the change, if it was written,
+        still invalidates as soon as the backend answers, whether or not the client retries.
+        """
+        try:
+            return await self._bump(tenant, insist=True)
+        except CacheUnavailableError as exc:
+            logger.warning("knowledge change of tenant %r not acknowledged: %s", tenant, exc.detail)
+            raise ChangeNotAcknowledgedError(tenant, exc.detail) from exc
+
+    async def _bump(self, tenant: str, *, insist: bool = False) -> int:
+        try:
+            version = await self._backend.incr_version(version_key(self._prefix, tenant), insist=insist)
+        except CacheUnavailableError:
+            self.errors += 1
+            self._pending.add(tenant)
+            raise
         self._pending.discard(tenant)
         return version
 
@@ -70,9 +142,7 @@ class KnowledgeVersions:
         """One attempt per pending tenant; a failure keeps it pending and blocks only that tenant."""
         for tenant in sorted(self._pending):
             try:
-                await self._backend.incr_version(version_key(self._prefix, tenant))
+                await self._bump(tenant)
             except CacheUnavailableError:
-                self.errors += 1
                 continue
-            self._pending.discard(tenant)
             logger.info("deferred cache invalidation of tenant %r applied", tenant)

@@ -114,6 +114,28 @@ GATEWAY_API_KEYS: {{ .apiKeys | toJson | b64enc | quote }}
 {{- end }}
 {{- end }}
 
+{{/* "true" when documents live in the embedded LanceDB store on /data (no Pinecone). */}}
+{{- define "rag-gateway.embeddedStore" -}}
+{{- $provider := .Values.vectorStore.provider }}
+{{- if or (eq $provider "lancedb") (and (eq $provider "") (not .Values.secrets.pineconeApiKey)) }}true{{ end }}
+{{- end }}
+
+{{/* The claim holding the embedded store: existingClaim or the chart's. */}}
+{{- define "rag-gateway.dataClaim" -}}
+{{- default (printf "%s-data" (include "rag-gateway.fullname" .)) .Values.vectorStore.existingClaim }}
+{{- end }}
+
+{{/* "true" when several pods can mount the embedded store's claim at once (ReadWriteMany). */}}
+{{- define "rag-gateway.sharedDataClaim" -}}
+{{- $mode := ternary .Values.vectorStore.existingClaimAccessMode .Values.vectorStore.persistence.accessMode (ne .Values.vectorStore.existingClaim "") }}
+{{- if eq $mode "ReadWriteMany" }}true{{ end }}
+{{- end }}
+
+{{/* The most gateway pods the release can run at once. */}}
+{{- define "rag-gateway.maxReplicas" -}}
+{{- if .Values.autoscaling.enabled }}{{ int .Values.autoscaling.maxReplicas }}{{ else }}{{ int .Values.replicaCount }}{{ end }}
+{{- end }}
+
 {{/* Refuse contradictory values at render time rather than deploying a half-working release. */}}
 {{- define "rag-gateway.validate" -}}
 {{- if and .Values.redis.enabled .Values.secrets.redisUrl }}
@@ -136,5 +158,18 @@ GATEWAY_API_KEYS: {{ .apiKeys | toJson | b64enc | quote }}
 {{- end }}
 {{- if le (int .Values.terminationGracePeriodSeconds) (add 30 (int .Values.preStopSleepSeconds)) }}
 {{- fail "terminationGracePeriodSeconds must exceed preStopSleepSeconds + 30 (uvicorn's graceful shutdown)" }}
+{{- end }}
+{{- if and (eq .Values.vectorStore.provider "lancedb") .Values.secrets.pineconeApiKey }}
+{{- fail "vectorStore.provider=lancedb and secrets.pineconeApiKey are exclusive: the gateway uses Pinecone whenever it has a key" }}
+{{- end }}
+{{- if and (eq .Values.vectorStore.provider "pinecone") (not (or .Values.secrets.pineconeApiKey .Values.secrets.existingSecret)) }}
+{{- fail "vectorStore.provider=pinecone needs PINECONE_API_KEY: set secrets.pineconeApiKey or put it in secrets.existingSecret" }}
+{{- end }}
+{{- $replicas := int (include "rag-gateway.maxReplicas" .) }}
+{{- if and (gt $replicas 1) (include "rag-gateway.embeddedStore" .) (not (include "rag-gateway.sharedDataClaim" .)) }}
+{{- fail (printf "%d replicas on the embedded LanceDB store would split documents between pods (each on its own copy, or stuck on a ReadWriteOnce claim). Run one replica, or share the store: Pinecone (secrets.pineconeApiKey, or vectorStore.provider=pinecone with the key in secrets.existingSecret), or a ReadWriteMany claim (vectorStore.persistence.accessMode=ReadWriteMany, or vectorStore.existingClaim with vectorStore.existingClaimAccessMode=ReadWriteMany)" $replicas) }}
+{{- end }}
+{{- if and (gt $replicas 1) (ne (toString .Values.config.GATEWAY_CACHE_ENABLED) "false") (not (or .Values.redis.enabled .Values.secrets.redisUrl .Values.secrets.existingSecret)) }}
+{{- fail (printf "%d replicas with the answer cache on need a shared Redis: without one each replica caches answers for itself, and a document change through one replica would not invalidate the others' answers. Set redis.enabled=true or secrets.redisUrl (or REDIS_URL in secrets.existingSecret), or config.GATEWAY_CACHE_ENABLED=false" $replicas) }}
 {{- end }}
 {{- end }}

@@ -23,13 +23,14 @@ OPERATOR_KINDS = {"ServiceMonitor", "PrometheusRule"}
 DEFAULT_OBJECTS = [
     ("ConfigMap", FULLNAME),
     ("Deployment", FULLNAME),
+    ("PersistentVolumeClaim", f"{FULLNAME}-data"),
     ("PodDisruptionBudget", FULLNAME),
     ("Service", FULLNAME),
     ("ServiceAccount", FULLNAME),
 ]
 ALL_FLAG_OBJECTS = sorted(
     [
-        *DEFAULT_OBJECTS,
+        *(o for o in DEFAULT_OBJECTS if o[0] != "PersistentVolumeClaim"),  # Pinecone: no embedded store
         ("ConfigMap", f"{FULLNAME}-dashboard"),
         ("Deployment", f"{FULLNAME}-llm"),
         ("HorizontalPodAutoscaler", FULLNAME),
@@ -153,7 +154,12 @@ def test_probes_and_graceful_shutdown(defaults: list[dict[str, Any]]) -> None:
     # SIGTERM arrives after the preStop sleep; uvicorn then drains for its graceful timeout.
     sleep = int(container["lifecycle"]["preStop"]["exec"]["command"][1])
     assert spec["terminationGracePeriodSeconds"] > sleep + uvicorn_graceful_timeout()
-    assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    # The default single replica owns a ReadWriteOnce claim: Recreate (tests/deploy/test_chart_replicas.py).
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+
+
+def test_a_shared_store_rolls_without_losing_capacity(everything: list[dict[str, Any]]) -> None:
+    assert one(everything, "Deployment")["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
 
 
 def uvicorn_graceful_timeout() -> int:
@@ -171,7 +177,7 @@ def test_replicas_spread_over_zones_and_nodes(defaults: list[dict[str, Any]]) ->
     assert {c["topologyKey"] for c in constraints} == {"topology.kubernetes.io/zone", "kubernetes.io/hostname"}
     selector = deployment["spec"]["selector"]["matchLabels"]
     assert all(c["labelSelector"]["matchLabels"] == selector for c in constraints)
-    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["replicas"] == 1  # the embedded store's default; scaling out: test_chart_replicas.py
 
 
 def test_autoscaler_owns_the_replica_count_and_scales_on_cpu_and_the_custom_metric(

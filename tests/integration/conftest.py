@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from uuid import uuid4
 
 import pytest
@@ -11,6 +11,7 @@ from redis.asyncio import Redis
 
 from gateway.cache.backend import RedisBackend
 from gateway.providers.redis import ResilientRedis
+from tests.redis_proxy import ThreadedProxy
 
 REDIS_TEST_URL = os.environ.get("REDIS_TEST_URL", "redis://127.0.0.1:6379/15")
 
@@ -45,3 +46,12 @@ async def shared_redis() -> AsyncIterator[ResilientRedis]:
 @pytest.fixture
 def backend(shared_redis: ResilientRedis) -> RedisBackend:
     return RedisBackend(shared_redis)
+
+
+@pytest.fixture
+def proxy() -> Iterator[ThreadedProxy]:
+    """Redis through a proxy the test can cut (``stop``) and restore (``start``) while apps run on their threads."""
+    proxy = ThreadedProxy(REDIS_TEST_URL)
+    proxy.start()
+    yield proxy
+    proxy.close()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -31,14 +30,6 @@ def cache_settings(settings: Settings, redis_url: str) -> Settings:
     Redis, and a loaded machine can stall a first call, connection set-up included, past the production 50 ms."""
     prefix = f"test-{uuid.uuid4().hex[:8]}"
     return settings.replace(redis={"url": redis_url, "backoff_s": 0.2, "timeout_s": 0.5}, cache={"prefix": prefix})
-
-
-@pytest.fixture
-def proxy() -> Iterator[ThreadedProxy]:
-    proxy = ThreadedProxy(REDIS_TEST_URL)
-    proxy.start()
-    yield proxy
-    proxy.close()
 
 
 async def test_twenty_concurrent_identical_misses_compute_once(make_client: Any, settings: Settings) -> None:

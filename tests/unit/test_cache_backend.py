@@ -30,10 +30,10 @@ class SwitchableBackend(FlakyMemory):
         super().__init__()
         self.writes_down = False
 
-    async def incr_version(self, key: str) -> int:
+    async def incr_version(self, key: str, *, insist: bool = False) -> int:
         if self.writes_down:
             raise CacheUnavailableError("cache incr_version failed: READONLY")
-        return await super().incr_version(key)
+        return await super().incr_version(key, insist=insist)
 
 
 @pytest.fixture

@@ -42,9 +42,9 @@ class FlakyMemory(MemoryBackend):
         self._check("get_version")
         return await super().get_version(key)
 
-    async def incr_version(self, key: str) -> int:
+    async def incr_version(self, key: str, *, insist: bool = False) -> int:
         self._check("incr_version")
-        return await super().incr_version(key)
+        return await super().incr_version(key, insist=insist)
 
     async def acquire_lock(self, key: str, token: str, ttl_s: float) -> bool:
         self._check("lock")

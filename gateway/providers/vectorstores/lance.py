@@ -2,8 +2,10 @@
 
 One table per tenant. A document's chunks are replaced with a single ``merge_insert`` (update
 matched, insert new, delete the document's leftovers) so a reader never sees a half-replaced
-document. Writes to a table are serialised in-process; LanceDB itself is single-node, which is why
-multi-replica deployments use Pinecone.
+document. Writes to a table are serialised in-process. Every read checks for versions committed by
+other processes (``read_consistency_interval=0``): replicas sharing one database on a ReadWriteMany
+volume then see each other's writes at once instead of a table frozen at first open, which would
+split documents between pods and let a replica answer from knowledge another already changed.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +57,7 @@ class LanceVectorStore(VectorStore):
     async def open(cls, path: Path, dimensions: int) -> LanceVectorStore:
         await asyncio.to_thread(path.mkdir, parents=True, exist_ok=True)
         try:
-            connection = await lancedb.connect_async(str(path))
+            connection = await lancedb.connect_async(str(path), read_consistency_interval=timedelta(0))
         except Exception as exc:  # lancedb raises plain OSError/RuntimeError subclasses
             raise ProviderUnavailableError(f"cannot open LanceDB at {path}: {exc}", provider=PROVIDER) from exc
         return cls(connection, dimensions)
