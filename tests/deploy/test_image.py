@@ -31,7 +31,7 @@ import pytest
 import yaml
 
 from tests.deploy.chart_tools import CHART, REPO
-from tests.deploy.test_readonly_start import namespaces_available
+from tests.deploy.test_readonly_start import namespaces_available, upsert_one_document
 from tests.fakes.openai_server import running_fake_openai
 from tests.ports import free_port
 
@@ -123,16 +123,17 @@ def process_tree(root: int) -> dict[int, str]:
 
 
 def wait_ready(base: str, proc: subprocess.Popen[bytes], log: Path, timeout_s: float) -> httpx.Response:
-    deadline = time.monotonic() + timeout_s
+    deadline, last = time.monotonic() + timeout_s, "no answer"
     while True:
         assert proc.poll() is None, log.read_text()
         try:
             ready = httpx.get(f"{base}/readyz", timeout=5)
             if ready.status_code == 200:
                 return ready
-        except httpx.TransportError:
-            pass
-        assert time.monotonic() < deadline, log.read_text()
+            last = f"{ready.status_code} {ready.text}"
+        except httpx.TransportError as exc:
+            last = repr(exc)
+        assert time.monotonic() < deadline, f"/readyz after {timeout_s} s: {last}\n{log.read_text()}"
         time.sleep(0.25)
 
 
@@ -194,13 +195,7 @@ def test_image_starts_read_only_as_the_chart_user_and_is_ready(container: Contai
             assert ready.json()["status"] == "ready", ready.text
             assert upstream.seen("GET", "/v1/models") >= 1  # readiness asked the upstream, from inside
 
-            upsert = httpx.post(
-                f"{base}/v1/documents",
-                json={"tenant": "img", "documents": [{"id": "d1", "title": "Leave", "text": "Staff get 25 days."}]},
-                timeout=60,
-            )
-            assert upsert.status_code in (200, 201), upsert.text
-            assert upsert.json()["upserted"] == 1
+            upsert_one_document(base, tenant="img")
             answer = httpx.post(f"{base}/v1/query", json={"query": "What is 2 + 2?", "route": "direct"}, timeout=60)
             assert answer.status_code in (200, 201), answer.text
             assert answer.json()["answer"] == upstream.answer

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from tests.fakes.serving import send_json, serving
+
 MODEL = "fake-model"
 
 
@@ -61,12 +63,7 @@ def _handler(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             return
 
         def reply(self, status: int, payload: dict[str, Any]) -> None:
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            send_json(self, status, payload)
 
         def do_GET(self) -> None:
             fake.record("GET", self.path)
@@ -92,13 +89,6 @@ def _handler(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
 def running_fake_openai(answer: str = "Four.") -> Iterator[FakeOpenAI]:
     """Serve a fresh fake on a free loopback port; ``fake.url`` is its ``/v1`` base URL."""
     fake = FakeOpenAI(answer=answer)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(fake))
-    fake.url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(ThreadingHTTPServer(("127.0.0.1", 0), _handler(fake)), "fake-openai") as url:
+        fake.url = f"{url}/v1"
         yield fake
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
