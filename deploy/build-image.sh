@@ -16,6 +16,7 @@
 # here, not for shipping; a release build uses the official python image (the Dockerfile's default).
 #
 # Usage: deploy/build-image.sh           build (or reuse) and print the image reference on stdout
+#        deploy/build-image.sh --ref     print the reference the current inputs build, without building
 #        deploy/build-image.sh --storage print the buildah global options for the cache's storage
 # Progress goes to stderr.
 set -euo pipefail
@@ -66,14 +67,18 @@ PY
 
 digest() { sha256sum | cut -c1-16; }
 
+# Sets BASE_CONF (the base's /etc/pip.conf), BASE_KEY and BASE_REF.
+base_key() {
+  BASE_CONF=$(pip_conf)
+  BASE_KEY=$({ sed -n '/^ensure_base()/,/^}/p' "$SCRIPT"; echo "$SUITE $MIRROR $BASE_PACKAGES"
+    cat "$HOST_CA"; echo "$BASE_CONF"; } | digest)
+  BASE_REF=$BASE_IMAGE:$BASE_KEY
+}
+
 ensure_base() {
-  local conf key tarball rootfs ctr
-  conf=$(pip_conf)
-  key=$({ sed -n '/^ensure_base()/,/^}/p' "$SCRIPT"; echo "$SUITE $MIRROR $BASE_PACKAGES"; cat "$HOST_CA"; echo "$conf"; } | digest)
-  BASE_REF=$BASE_IMAGE:$key
-  BASE_KEY=$key
+  local tarball rootfs ctr
   image_exists "$BASE_REF" && return 0
-  tarball=$CACHE/base/$SUITE-python3-$key.tar.gz
+  tarball=$CACHE/base/$SUITE-python3-$BASE_KEY.tar.gz
   if [ ! -f "$tarball" ]; then
     log "making the base from Debian $SUITE packages ($BASE_PACKAGES)"
     mkdir -p "$CACHE/base"
@@ -85,7 +90,7 @@ ensure_base() {
     rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/* "$rootfs"/usr/share/doc \
       "$rootfs"/usr/share/man "$rootfs"/usr/share/info
     cp "$HOST_CA" "$rootfs/etc/ssl/certs/ca-certificates.crt"
-    echo "$conf" >"$rootfs/etc/pip.conf"
+    echo "$BASE_CONF" >"$rootfs/etc/pip.conf"
     : >"$rootfs/etc/resolv.conf"
     tar -C "$rootfs" --numeric-owner -czf "$tarball.partial" .
     mv "$tarball.partial" "$tarball"
@@ -117,8 +122,13 @@ app_key() {
   } | digest
 }
 
-ensure_base
+base_key
 REF=$IMAGE:$(app_key)
+if [ "${1:-}" = --ref ]; then
+  echo "$REF"
+  exit 0
+fi
+ensure_base
 if image_exists "$REF"; then
   log "reusing $REF (inputs unchanged)"
 else
