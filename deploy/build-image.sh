@@ -94,6 +94,7 @@ ensure_base() {
     : >"$rootfs/etc/resolv.conf"
     tar -C "$rootfs" --numeric-owner -czf "$tarball.partial" .
     mv "$tarball.partial" "$tarball"
+    find "$CACHE/base" -maxdepth 1 -name "$SUITE-python3-*.tar.gz" ! -name "${tarball##*/}" -delete
     rm -rf --one-file-system "$rootfs"
     trap - EXIT
   fi
