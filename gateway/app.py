@@ -19,6 +19,7 @@ from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import SwaggerRenderPlugin
 from litestar.openapi.spec import Components
 from opentelemetry.sdk.trace import TracerProvider
+from pydantic import SecretStr
 
 from gateway.access.guard import SECURITY_SCHEMES, open_access, provide_access, provide_principal
 from gateway.api.chat import ChatController, provide_chat_service
@@ -35,28 +36,28 @@ from gateway.observability.http import trace_requests
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.recorder import Telemetry
 from gateway.observability.tracing import build_tracer_provider
+from gateway.providers.deadline import within
 from gateway.providers.embeddings import build_embeddings, embedding_dimensions
-from gateway.providers.llm import LLMClient, build_chat_model, ping_llm
+from gateway.providers.llm import FALLBACK, PRIMARY, LLMClient, open_llm_client, ping_llm
 from gateway.providers.redis import ResilientRedis, open_redis
 from gateway.providers.vectorstores.base import VectorStore
 from gateway.providers.vectorstores.lance import LanceVectorStore
 from gateway.providers.websearch import LocalStoreSearch, TavilySearch
+from gateway.router_artefact import train_knowledge_router
 from gateway.service import QueryService
 from gateway.settings import Settings, VectorStoreSettings
-from gateway.state import ProviderOverrides, Services
-from pipelines.corrective.graph import CorrectiveDeps
-from pipelines.corrective.graph import build_graph as build_corrective_graph
+from gateway.state import Check, ProviderOverrides, Services
 from pipelines.corrective.policy import CorrectivePolicy
-from pipelines.direct.graph import build_graph as build_direct_graph
+from pipelines.corrective.state import CorrectiveContext
+from pipelines.direct.state import DirectContext
 from pipelines.shared.deps import WebSearch
 from pipelines.shared.generation import GroundingPolicy
-from pipelines.single_hop.graph import SingleHopDeps
-from pipelines.single_hop.graph import build_graph as build_single_hop_graph
-from routes.examples import load_examples
+from pipelines.single_hop.state import SingleHopContext
+from routes.knowledge_router import KnowledgeRouter
 from routes.llm_router import LLMRouter
-from routes.logistic_router import EmbedTexts, LogisticRouter, load_or_train
+from routes.logistic_router import EmbedTexts
 from routes.router import FrontRouter
-from routes.table import RoutePolicy, RouteTable
+from routes.table import PipelineContexts, RoutePolicy, RouteTable
 
 logger = logging.getLogger("gateway")
 
@@ -90,7 +91,13 @@ def build_telemetry(settings: Settings, overrides: ProviderOverrides) -> Telemet
         if settings.cache.enabled and settings.semantic_cache.enabled:
             layers.append("semantic")
         dependencies = ["redis"] if settings.redis.url else []
-        metrics.initialise(classifier=settings.router.classifier, cache_layers=layers, dependencies=dependencies)
+        upstreams = [PRIMARY, FALLBACK] if settings.llm_endpoint.has_fallback else [PRIMARY]
+        metrics.initialise(
+            classifier=settings.router.classifier,
+            cache_layers=layers,
+            dependencies=dependencies,
+            llm_upstreams=upstreams,
+        )
     provider = None
     if observability.tracing_enabled:
         provider = build_tracer_provider(otlp=observability.otlp_enabled, extra_exporter=overrides.span_exporter)
@@ -102,12 +109,12 @@ def build_telemetry(settings: Settings, overrides: ProviderOverrides) -> Telemet
     )
 
 
-async def build_router(settings: Settings, embeddings: Embeddings, llm: LLMClient) -> FrontRouter:
-    examples = [e for e in load_examples() if e.split == "train"]
-    model = await asyncio.to_thread(
-        load_or_train, settings.router_artefact.cache_dir, examples, _embed_texts(embeddings), settings.embeddings.model
-    )
-    return FrontRouter(LogisticRouter(model), LLMRouter(llm), settings.router.classifier)
+async def build_router(
+    settings: Settings, embeddings: Embeddings, llm: LLMClient, knowledge: KnowledgeBase
+) -> FrontRouter:
+    """The router probes the tenant's store through ``knowledge`` (one search, reused by retrieval)."""
+    model = await asyncio.to_thread(train_knowledge_router, settings, _embed_texts(embeddings))
+    return FrontRouter(KnowledgeRouter(model), LLMRouter(llm), settings.router.classifier, knowledge)
 
 
 def build_route_table(
@@ -118,7 +125,7 @@ def build_route_table(
     embeddings: Embeddings,
     telemetry: Telemetry | None = None,
 ) -> RouteTable:
-    """Compile every graph once, at start-up, around the clients the lifespan opened."""
+    """Every graph compiled once, at start-up, with the runtime contexts (the lifespan's clients) its runs get."""
     gates, corrective, retrieval = settings.grounding, settings.corrective, settings.retrieval
     grounding = GroundingPolicy(gates.min_relevance, gates.min_answer_support, gates.answer_max_tokens)
     corrective_policy = CorrectivePolicy(
@@ -138,21 +145,28 @@ def build_route_table(
     search: WebSearch = LocalStoreSearch(knowledge)
     if settings.web_search.tavily_api_key is not None:
         search = TavilySearch(http, settings.web_search.tavily_api_key.get_secret_value(), embeddings)
-    single_hop = SingleHopDeps(
-        llm=llm,
-        retriever=knowledge,
-        grounding=grounding,
-        relevance=corrective_policy.relevance,
-        lower=retrieval.escalate_below,
-        upper=corrective.crag_upper,
-        telemetry=observer,
+    contexts = PipelineContexts(
+        direct=DirectContext(llm=llm, telemetry=observer),
+        single_hop=SingleHopContext(
+            llm=llm,
+            retriever=knowledge,
+            grounding=grounding,
+            relevance=corrective_policy.relevance,
+            lower=retrieval.escalate_below,
+            upper=corrective.crag_upper,
+            telemetry=observer,
+        ),
+        corrective=CorrectiveContext(
+            llm=llm,
+            retriever=knowledge,
+            search=search,
+            embedder=knowledge,
+            policy=corrective_policy,
+            telemetry=observer,
+        ),
     )
     return RouteTable(
-        direct=build_direct_graph(llm, observer),
-        single_hop=build_single_hop_graph(single_hop),
-        corrective=build_corrective_graph(
-            CorrectiveDeps(llm, knowledge, search, knowledge, corrective_policy, telemetry=observer)
-        ),
+        contexts,
         policy=RoutePolicy(
             default_top_k=retrieval.default_top_k,
             max_top_k=retrieval.max_top_k,
@@ -161,7 +175,29 @@ def build_route_table(
             recursion_limit=corrective.recursion_limit,
         ),
         telemetry=observer,
+        # The corrective budget as a deadline every LLM call (and retry) inside the run respects.
+        corrective_scope=lambda: within(corrective.budget_max_seconds),
     )
+
+
+def llm_checks(settings: Settings, llm: LLMClient, http: httpx.AsyncClient, *, pinged: bool) -> dict[str, Check]:
+    """Readiness of each LLM upstream: its breaker is not open, and its ``/models`` answers (``pinged``: not
+    for an injected primary model, which has no endpoint)."""
+    endpoint, limit = settings.llm_endpoint, settings.server.readiness_timeout_s
+    targets = {"llm": (PRIMARY, endpoint.base_url, endpoint.api_key, pinged)}
+    if endpoint.has_fallback:
+        url, key = endpoint.fallback_base_url or endpoint.base_url, endpoint.fallback_api_key or endpoint.api_key
+        targets["llm_fallback"] = (FALLBACK, url, key, True)
+
+    def check_of(upstream: str, url: str, key: SecretStr, ping: bool) -> Check:
+        async def check() -> None:
+            llm.check_breaker(upstream)
+            if ping:
+                await ping_llm(http, url, key, limit)
+
+        return check
+
+    return {name: check_of(*target) for name, target in targets.items()}
 
 
 def open_cache_layer(
@@ -217,12 +253,8 @@ def _lifespan(
             dimensions = embedding_dimensions(embeddings)
             store = overrides.vector_store or await open_vector_store(settings.vector_store, dimensions)
             stack.push_async_callback(store.close)
-            chat_model = overrides.chat_model or build_chat_model(settings.llm, settings.llm_endpoint)
-            llm = LLMClient(
-                chat_model,
-                model_name=settings.llm.model,
-                price=settings.llm_endpoint.price_for(settings.llm.model),
-                telemetry=telemetry,
+            llm = open_llm_client(
+                settings.llm, settings.llm_endpoint, telemetry=telemetry, chat_model=overrides.chat_model
             )
             cache = open_cache_layer(settings, redis, telemetry)
             query_embeddings = embeddings
@@ -236,12 +268,8 @@ def _lifespan(
                 versions=cache.versions if cache is not None else None,
             )
             # Router training embeds in bulk with the sync API: it gets the unwrapped model.
-            router = await build_router(settings, embeddings, llm)
+            router = await build_router(settings, embeddings, llm, knowledge)
             table = build_route_table(settings, llm, knowledge, http, embeddings, telemetry)
-
-            async def llm_check() -> None:
-                if overrides.chat_model is None:
-                    await ping_llm(http, settings.llm_endpoint, settings.server.readiness_timeout_s)
 
             app.state.services = Services(
                 settings=settings,
@@ -259,7 +287,7 @@ def _lifespan(
                     versions=cache.versions if cache is not None else None,
                     telemetry=telemetry,
                 ),
-                llm_check=llm_check,
+                llm_checks=llm_checks(settings, llm, http, pinged=overrides.chat_model is None),
                 cache=cache,
                 redis=redis,
                 telemetry=telemetry,

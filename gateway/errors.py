@@ -7,6 +7,7 @@ operator knows where to look. Adapters translate upstream exceptions into these 
 from __future__ import annotations
 
 import logging
+import math
 from http import HTTPStatus
 from typing import Any
 
@@ -72,6 +73,8 @@ class ProviderError(GatewayError):
 
     status_code = 502
     title = "Upstream provider failed"
+    # When the upstream said to come back later (``Retry-After``), in seconds: retries wait that long.
+    retry_after_s: float | None = None
 
     def __init__(self, detail: str, *, provider: str, **extra: Any) -> None:
         super().__init__(detail, provider=provider, **extra)
@@ -90,6 +93,39 @@ class ProviderUnavailableError(ProviderError):
 class ProviderTimeoutError(ProviderError):
     status_code = 504
     title = "Upstream provider timed out"
+
+
+class StreamInterruptedError(ProviderUnavailableError):
+    """A streamed answer broke off after part of it reached the client: neither a retry nor a fallback can
+    continue it without repeating text, so the stream ends with an error event."""
+
+    title = "Upstream stream interrupted"
+
+
+class ProviderRetryLaterError(ProviderUnavailableError):
+    """An upstream said when to come back (``Retry-After``): the caller is told the same, in whole seconds."""
+
+    def __init__(self, detail: str, *, provider: str, retry_after_s: float | None, **extra: Any) -> None:
+        if retry_after_s is None:  # the upstream did not say: neither do we
+            super().__init__(detail, provider=provider, **extra)
+            return
+        seconds = max(1, math.ceil(retry_after_s))
+        super().__init__(detail, provider=provider, retry_after_s=seconds, **extra)
+        self.retry_after_s = retry_after_s
+        self.headers = {"Retry-After": str(seconds)}
+
+
+class ProviderRateLimitedError(ProviderRetryLaterError):
+    """The upstream answered 429 and retrying within the request's budget did not get through. A 503,
+    not a 429: the caller did not exceed its own limits, the gateway's upstream did."""
+
+    title = "Upstream provider rate limited"
+
+
+class CircuitOpenError(ProviderRetryLaterError):
+    """The upstream failed repeatedly moments ago: refused without calling it until the breaker's cool-down."""
+
+    title = "Upstream provider circuit open"
 
 
 class AccessUnavailableError(ProviderUnavailableError):

@@ -2,7 +2,8 @@
 
 The container image runs this at build time, so pods start without training and without writing
 to their read-only root filesystem: at start-up ``load_or_train`` finds the artefact under
-``GATEWAY_ROUTER_CACHE_DIR``. A pod configured for another embedding model trains in memory instead.
+``GATEWAY_ROUTER_CACHE_DIR``. A pod configured for another embedding model or other chunking trains
+in memory instead (the router's training probes chunk and embed its tenants the way ingestion does).
 """
 
 from __future__ import annotations
@@ -13,31 +14,46 @@ from pathlib import Path
 import numpy as np
 from langchain_core.embeddings import Embeddings
 
+from gateway.chunking import Chunker
 from gateway.providers.embeddings import build_embeddings
 from gateway.settings import Settings
-from routes.examples import load_examples
-from routes.logistic_router import artefact_path, load_or_train
+from routes.corpus import all_cases
+from routes.knowledge_router import KnowledgeModel, artefact_path, load_or_train
+from routes.logistic_router import EmbedTexts
 
 
-def build_artefact(settings: Settings, embeddings: Embeddings) -> Path:
-    """Train (or reuse) the artefact the app will look up for these settings; return its path."""
-    examples = [e for e in load_examples() if e.split == "train"]
+def _chunking(settings: Settings) -> str:
+    return f"c{settings.chunking.size}o{settings.chunking.overlap}"
+
+
+def train_knowledge_router(settings: Settings, embed: EmbedTexts) -> KnowledgeModel:
+    """Load (or train and cache) the knowledge-aware router for these settings."""
+    split = Chunker(settings.chunking.size, settings.chunking.overlap).split
+    directory, model = settings.router_artefact.cache_dir, settings.embeddings.model
+    return load_or_train(directory, embed, model, split, _chunking(settings))
+
+
+def build_artefact(settings: Settings, embeddings: Embeddings) -> list[Path]:
+    """Train (or reuse) the artefacts the app will look up for these settings; return their paths."""
 
     def embed(texts: list[str]) -> np.ndarray:
         return np.asarray(embeddings.embed_documents(texts), dtype=np.float32)
 
+    train_knowledge_router(settings, embed)
+    cases, chunking = all_cases(), _chunking(settings)
     directory, model = settings.router_artefact.cache_dir, settings.embeddings.model
-    load_or_train(directory, examples, embed, model)
-    path = artefact_path(directory, examples, model)
-    if not path.is_file():
-        raise RuntimeError(f"router artefact was not written to {path} (is the directory writable?)")
-    return path
+    paths = [artefact_path(directory, cases, model, chunking, stage) for stage in ("retrieve", "spread")]
+    missing = [path for path in paths if not path.is_file()]
+    if missing:
+        raise RuntimeError(f"router artefacts were not written to {missing} (is the directory writable?)")
+    return paths
 
 
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     settings = Settings()
-    print(build_artefact(settings, build_embeddings(settings.embeddings, settings.llm_endpoint)))
+    for path in build_artefact(settings, build_embeddings(settings.embeddings, settings.llm_endpoint)):
+        print(path)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ import msgspec
 from msgspec import Meta
 
 from gateway.providers.vectorstores.base import TENANT_PATTERN
+from gateway.steps import StepEvent
 from routes.types import RouteRequest
 
 Tenant = Annotated[str, Meta(pattern=TENANT_PATTERN, description="Tenant id: letters, digits, '_' or '-'.")]
@@ -51,7 +52,7 @@ class QueryResponse(msgspec.Struct):
     cached: bool
     usage: Usage
     latency_ms: float
-    steps: list[str]
+    steps: Annotated[list[str], Meta(description="The steps taken, as text: the rendering of ``events``.")]
     classifier: str
     classified_route: str
     abstained: bool
@@ -62,13 +63,34 @@ class QueryResponse(msgspec.Struct):
         str | None,
         Meta(description="OpenTelemetry trace id of this request (32 hex digits); null with tracing off."),
     ] = None
+    events: Annotated[
+        list[StepEvent],
+        Meta(description="The steps taken, typed: one object per step, its ``kind`` naming it."),
+    ] = []
 
 
-class RouteResponse(msgspec.Struct):
+class RouteProbe(msgspec.Struct, kw_only=True):
+    """What one search of the tenant's knowledge base said about the query: the signals the router read."""
+
+    tenant: str
+    depth: Annotated[int, Meta(description="Passages asked for (at least what retrieval uses, so it can reuse them).")]
+    signals: Annotated[
+        dict[str, float],
+        Meta(
+            description="top_score, margin, coverage of the query's terms by the best document and by the top "
+            "documents together, the share a second document adds, how many documents cover its parts, ..."
+        ),
+    ]
+    covering_documents: Annotated[list[str], Meta(description="Document ids that cover the query's parts, in order.")]
+    documents: Annotated[list[Source], Meta(description="The probe's documents, best chunk's score, best first.")]
+
+
+class RouteResponse(msgspec.Struct, kw_only=True):
     route: str
     confidence: float
     reason: str
     classifier: str
+    probe: RouteProbe | None = None
 
 
 class DocumentIn(msgspec.Struct, kw_only=True):

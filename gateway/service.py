@@ -18,8 +18,10 @@ from gateway.cache.semantic import SemanticCache, semantic_scope
 from gateway.cache.versions import KnowledgeVersions
 from gateway.knowledge import KnowledgeBase
 from gateway.observability.recorder import Telemetry
-from gateway.schemas import QueryRequest, QueryResponse, RouteResponse, Source, Usage
+from gateway.schemas import QueryRequest, QueryResponse, RouteProbe, RouteResponse, Source, Usage
+from gateway.steps import RouteQuery, SemanticCacheHit, StepEvent, render_steps
 from pipelines.shared.deps import LLMCall, Passage
+from routes.probe import Probe
 from routes.router import FrontRouter
 from routes.table import RouteTable
 from routes.types import RouteDecision
@@ -46,9 +48,9 @@ class QueryService:
         self._versions = versions
         self._telemetry = telemetry or Telemetry(None, None)
 
-    async def route(self, query: str) -> RouteDecision:
+    async def route(self, query: str, tenant: str) -> RouteDecision:
         vector = await self._knowledge.embed_query(query)
-        decision, _ = await self._router.decide(query, "auto", vector)
+        decision, _ = await self._router.decide(query, "auto", vector, tenant)
         return decision
 
     async def answer(self, request: QueryRequest, admit: Admit | None = None) -> QueryResponse:
@@ -100,7 +102,8 @@ class QueryService:
                 found = None
             if found is not None:
                 served = _served_from_cache(found, started)
-                return msgspec.structs.replace(served, steps=[f"semantic_cache(similarity={hit.similarity:.3f})"])
+                events: list[StepEvent] = [SemanticCacheHit(similarity=hit.similarity)]
+                return msgspec.structs.replace(served, steps=render_steps(events), events=events)
         response = await self._compute(request, query, started, vector=vector)
         ttl = self._cache.ttl_for(response.route) if self._cache is not None else 0
         if ttl > 0 and not response.abstained:
@@ -114,8 +117,16 @@ class QueryService:
         if vector is None:
             vector = await self._knowledge.embed_query(query)
         with self._telemetry.routing() as span:
-            decision, router_calls = await self._router.decide(query, request.route, vector)
-            self._telemetry.decided(span, decision.route, decision.classifier, decision.confidence)
+            decision, router_calls = await self._router.decide(query, request.route, vector, request.tenant)
+            probe = decision.probe
+            self._telemetry.decided(
+                span,
+                decision.route,
+                decision.classifier,
+                decision.confidence,
+                probe.signals.as_dict() if probe is not None else None,
+                probe.covering if probe is not None else (),
+            )
         result = await self._table.run(
             decision.route,
             query=query,
@@ -123,8 +134,11 @@ class QueryService:
             top_k=request.top_k,
             query_vector=vector,
             allow_escalation=request.allow_escalation,
+            probe=probe,
         )
         calls = [*router_calls, *result.llm_calls]
+        routed = [RouteQuery(route=decision.route, classifier=decision.classifier)] if router_calls else []
+        events: list[StepEvent] = [*routed, *result.events]
         return QueryResponse(
             answer=result.answer,
             route=result.route,
@@ -134,13 +148,14 @@ class QueryService:
             cached=False,
             usage=_usage(calls),
             latency_ms=round((time.perf_counter() - started) * 1000, 2),
-            steps=(["route_query"] if router_calls else []) + result.steps,
+            steps=render_steps(events),
             classifier=decision.classifier,
             classified_route=decision.route,
             abstained=result.abstained,
             evidence=_sources(result.context),
             stop_reason=result.stop_reason,
             escalated_from=result.escalated_from,
+            events=events,
         )
 
 
@@ -155,11 +170,23 @@ def _served_from_cache(response: QueryResponse, started: float) -> QueryResponse
 
 
 def to_route_response(decision: RouteDecision) -> RouteResponse:
+    probe = decision.probe
     return RouteResponse(
         route=decision.route,
         confidence=round(decision.confidence, 4),
         reason=decision.reason,
         classifier=decision.classifier,
+        probe=None if probe is None else _route_probe(probe),
+    )
+
+
+def _route_probe(probe: Probe) -> RouteProbe:
+    return RouteProbe(
+        tenant=probe.tenant,
+        depth=probe.depth,
+        signals={name: round(float(value), 4) for name, value in probe.signals.as_dict().items()},
+        covering_documents=list(probe.covering),
+        documents=_sources(list(probe.passages)),
     )
 
 

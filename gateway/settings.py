@@ -207,12 +207,30 @@ class LLMEndpointSettings(SettingsGroup):
     api_key: SecretStr = Field(
         SecretStr("local-no-key"), validation_alias=AliasChoices("GATEWAY_LLM_API_KEY", "OPENAI_API_KEY")
     )
+    # The budget of one LLM call, retries included (the corrective pipeline's budget caps it further).
     timeout_s: float = Field(120.0, gt=0)
-    max_retries: int = Field(1, ge=0)
+    # Retries after the first attempt (timeouts, refused connections, 408/409/429/5xx), with full-jitter
+    # exponential backoff between retry_backoff_s and retry_max_backoff_s, or the upstream's Retry-After.
+    max_retries: int = Field(2, ge=0)
+    retry_backoff_s: float = Field(0.5, ge=0)
+    retry_max_backoff_s: float = Field(8.0, ge=0)
+    # Circuit breaker per upstream: this many consecutive failed attempts open it; calls then fail fast
+    # (503 + Retry-After, or go to the fallback) until one probe after the cool-down succeeds.
+    breaker_failures: int = Field(5, ge=1)
+    breaker_cooldown_s: float = Field(30.0, gt=0)
+    # Optional second upstream for when the primary is down: another endpoint, another model, or both
+    # (unset fields default to the primary's). Its answers are cached like the primary's.
+    fallback_base_url: str | None = None
+    fallback_model: str | None = None
+    fallback_api_key: SecretStr | None = None
     prices: dict[str, ModelPrice] = Field(default_factory=dict)
 
     def price_for(self, model: str) -> ModelPrice:
         return self.prices.get(model, ModelPrice())
+
+    @property
+    def has_fallback(self) -> bool:
+        return bool(self.fallback_base_url or self.fallback_model)
 
 
 class VectorStoreSettings(SettingsGroup):

@@ -42,18 +42,25 @@ class Services:
     llm: LLMClient
     knowledge: KnowledgeBase
     query_service: QueryService
-    llm_check: Check
+    llm_checks: dict[str, Check]  # "llm", and "llm_fallback" when a fallback is configured
     cache: CacheLayer | None = None
     redis: ResilientRedis | None = None  # the one client the caches and the rate limiter share
     telemetry: Telemetry = field(default_factory=lambda: Telemetry(None, None))
 
     def readiness_checks(self) -> dict[str, Check]:
-        """Dependencies every answer needs: when one is down the pod is not ready."""
-        return {"llm": self.llm_check, "vector_store": self.knowledge.store.ping}
+        """Dependencies of this pod that every answer needs: when one is down the pod is not ready."""
+        return {"vector_store": self.knowledge.store.ping}
 
     def degradable_checks(self) -> dict[str, Check]:
-        """Dependencies the gateway can answer without (Redis: uncached answers, per-process limits, or the
-        rate limiter's own 503 when it fails closed): reported, never failing readiness."""
+        """Dependencies the gateway can answer without, reported but never failing readiness.
+
+        Redis: uncached answers, per-process limits (or the rate limiter's own 503 when it fails closed).
+        The LLM: cached answers, document writes and search still work, and questions fail fast (503 +
+        Retry-After, from the breaker) or go to the fallback. The LLM is shared by every replica, so its
+        outage would make them all unready at once: Kubernetes would then route nothing anywhere, cached
+        answers included, and clients would get connection errors instead of a Retry-After.
+        """
+        checks = dict(self.llm_checks)
         if self.redis is not None:
-            return {"redis": self.redis.ping}
-        return {}
+            checks["redis"] = self.redis.ping
+        return checks

@@ -1,8 +1,10 @@
-"""Derive ``routes/data/dataset_examples.jsonl`` from the shared dev sets.
+"""Derive ``routes/data/dataset_examples.jsonl`` and ``dataset_passages.jsonl`` from the shared dev sets.
 
 single_hop: every SQuAD v2 question (answerable or not: both need one passage) and a sample of
 the NQ-style open-domain questions of FlashRAG's SKR set, which broadens the topics beyond one
-Wikipedia article. multi_hop: every HotpotQA question. Run it again after the shared data changes:
+Wikipedia article. multi_hop: every HotpotQA question. The passages are the SQuAD paragraphs and
+the HotpotQA corpus: the knowledge-aware router trains on each question probed against its own set's
+passages as a tenant, so they ship beside the questions. Run it again after the shared data changes:
 
     python -m routes.build_examples --data-dir ../shared/data/dev
 """
@@ -16,6 +18,7 @@ from pathlib import Path
 
 SKR_SAMPLE = 300
 OUT = Path(__file__).parent / "data" / "dataset_examples.jsonl"
+PASSAGES_OUT = Path(__file__).parent / "data" / "dataset_passages.jsonl"
 
 
 def build(data_dir: Path) -> list[dict[str, str]]:
@@ -47,15 +50,33 @@ def build(data_dir: Path) -> list[dict[str, str]]:
     return unique
 
 
+def build_passages(data_dir: Path) -> list[dict[str, str]]:
+    from gateway.eval.datasets import load_hotpotqa, load_squad_v2  # deferred: a dev script's dependency
+
+    rows: list[dict[str, str]] = []
+    for source, dataset in (
+        ("squad_v2", load_squad_v2(data_dir / "squad_v2_dev_normans.json")),
+        ("hotpotqa", load_hotpotqa(data_dir / "hotpotqa_train.json", data_dir / "hotpotqa_train_corpus.json")),
+    ):
+        rows.extend(
+            {"source": source, "id": d["id"], "title": d["title"], "text": d["text"]} for d in dataset.documents
+        )
+    return rows
+
+
+def _write(path: Path, rows: list[dict[str, str]]) -> None:
+    with path.open("w", encoding="utf-8") as fh:
+        for row in rows:
+            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+    print(f"wrote {len(rows)} rows to {path}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--data-dir", type=Path, default=Path("../shared/data/dev"))
     args = parser.parse_args()
-    rows = build(args.data_dir)
-    with OUT.open("w", encoding="utf-8") as fh:
-        for row in rows:
-            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-    print(f"wrote {len(rows)} examples to {OUT}")
+    _write(OUT, build(args.data_dir))
+    _write(PASSAGES_OUT, build_passages(args.data_dir))
 
 
 if __name__ == "__main__":

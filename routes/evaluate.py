@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from gateway.providers.embeddings import USEEmbeddings
-from gateway.providers.llm import LLMClient, build_chat_model
+from gateway.providers.llm import open_llm_client
 from gateway.settings import Settings
 from routes.examples import Example, load_examples
 from routes.llm_router import LLMRouter
@@ -95,9 +95,7 @@ async def main() -> None:
     reports = [await measure("logistic", logistic, test)]
     if args.llm:
         settings = Settings()
-        price = settings.llm_endpoint.price_for(settings.llm.model)
-        chat_model = build_chat_model(settings.llm, settings.llm_endpoint)
-        llm = LLMClient(chat_model, model_name=settings.llm.model, price=price)
+        llm = open_llm_client(settings.llm, settings.llm_endpoint)
         llm_router = LLMRouter(llm)
 
         async def by_llm(text: str) -> Route:

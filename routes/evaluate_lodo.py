@@ -1,17 +1,20 @@
 """Leave one dataset out: does the router route sets it never saw?
 
-    python -m routes.evaluate_lodo [--data-dir ../shared/data/dev] [--jsquad-sample 200] [--k 8] [--out report.json]
+    python -m routes.evaluate_lodo [--data-dir ../shared/data/dev] [--jsquad-sample 200] [--classifier both]
 
 The held-back split of ``routes.evaluate`` comes from the same datasets the router trains on, so it
-measures how well the router learnt each dataset's style. Here every source is excluded from
-training in turn and the router is measured on it alone: the recall of its true class, and where
-the rest went, per language. Sources that are not training data at all (the JSQuAD sample, the
-written knowledge base's questions) are tested against the router trained on everything.
+measures how well the router learnt each dataset's style. Here every source is excluded from training
+in turn (its questions *and* its documents: :class:`routes.corpus.Case` records both) and the router
+is measured on it alone: the recall of its true class, and where the rest went, per language. The
+JSQuAD sample is never training data and is tested against the router trained on everything.
 
-Each test question also carries a probe of its own set's passages ingested as a tenant (top-k by
-cosine, as production would search the tenant's store), so a router that routes on the tenant's
-knowledge plugs in through the same :class:`Classifier` protocol; today's logistic router ignores
-the probe, and the probe is only computed for classifiers that ask for it.
+Each test question is asked of its own set's passages ingested as a tenant (chunked with the
+gateway's default chunker, "title + chunk" embedded, top-k by cosine), exactly as production probes a
+tenant's store. The written knowledge base is split by document group (``org`` / ``place``, see
+:mod:`routes.corpus`): each group is one excluded set. SKR/NQ questions have no passages: a
+knowledge-aware router should send them ``direct`` when the tenant holds nothing on them, so they are
+measured against the SQuAD Normans tenant (unrelated: gold ``direct``) and, for information, against
+the HotpotQA corpus (random Wikipedia paragraphs: some may hold an answer, so no gold there).
 """
 
 from __future__ import annotations
@@ -21,21 +24,22 @@ import json
 import random
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
-from gateway.eval.datasets import Dataset, load_hotpotqa, load_squad_v2
+from pipelines.shared.deps import Passage
+from routes.corpus import Case, CorpusTenant, SourceDocument, all_cases, load_tenants
 from routes.examples import Example, load_examples
+from routes.knowledge_router import KnowledgeRouter, case_signals, fit_knowledge
 from routes.logistic_router import LogisticRouter, fit
+from routes.probe import PROBE_DEPTH, probe_of
 from routes.types import ROUTES, Route
-from routes.written_kb import load_written_kb
 
 FloatMatrix = np.ndarray[Any, np.dtype[np.float32]]
 EMBED_BATCH = 64
-DEFAULT_K = 8
 
 
 class Embedder:
@@ -56,158 +60,102 @@ class Embedder:
         return np.vstack([self._cache[t] for t in texts])
 
 
-@dataclass(frozen=True, slots=True)
-class Passage:
-    id: str
-    title: str
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class ProbeHit:
-    """One passage of the top-k probe: what a knowledge-aware router may look at."""
-
-    passage: Passage
-    score: float
-
-
-@dataclass
-class Tenant:
-    """A set's own passages, ingested once per run; searched by cosine like the tenant's store."""
-
-    name: str
-    passages: tuple[Passage, ...]
-    _vectors: FloatMatrix | None = field(default=None, repr=False)
-
-    def probe(self, embed: Embedder, query_vector: np.ndarray, k: int) -> tuple[ProbeHit, ...]:
-        if not self.passages:
-            return ()
-        if self._vectors is None:
-            self._vectors = embed([f"{p.title}\n{p.text}" for p in self.passages])
-        scores = self._vectors @ np.asarray(query_vector, dtype=np.float32)
-        top = np.argsort(-scores)[:k]
-        return tuple(ProbeHit(self.passages[int(i)], float(scores[int(i)])) for i in top)
-
-
-@dataclass(frozen=True, slots=True)
-class Case:
-    text: str
-    route: Route
-    lang: str
-    gold: tuple[str, ...] = ()  # ids of the tenant passages that answer it, where the set says
-
-
 @dataclass(frozen=True)
 class Source:
-    """One excluded set: its test questions, the training examples it contributes, its tenant."""
+    """One excluded set: its test questions (each naming its tenant) and what leaving it out drops."""
 
     name: str
     cases: tuple[Case, ...]
-    contributes: Callable[[Example], bool]  # always False for a test-only source
-    tenant: Tenant | None
+    excludes: str | None  # a source tag of routes.corpus.Case; None for a test-only set
 
 
 class Classifier(Protocol):
     """A router under evaluation: sees the question, its embedding and the tenant probe."""
 
     name: str
-    uses_probe: bool
 
-    def classify(self, question: str, vector: np.ndarray, probe: Sequence[ProbeHit]) -> Route: ...
+    def classify(self, question: str, vector: np.ndarray, probe: Sequence[Passage]) -> Route: ...
 
 
-Trainer = Callable[[Sequence[Example], Embedder], Classifier]
+# (training cases, the labelled examples left after the exclusion, embed, tenants) -> classifier
+Trainer = Callable[[Sequence[Case], Sequence[Example], Embedder, dict[str, CorpusTenant]], Classifier]
 
 
 class CurrentLogistic:
-    """Today's router: logistic regression over the query embedding and structure cues; no probe."""
+    """The question-only router (before issue 13): logistic regression over the embedding and cues."""
 
-    name = "logistic"
-    uses_probe = False
+    name = "question-only logistic (before)"
 
-    def __init__(self, examples: Sequence[Example], embed: Embedder) -> None:
+    def __init__(
+        self, cases: Sequence[Case], examples: Sequence[Example], embed: Embedder, tenants: dict[str, CorpusTenant]
+    ) -> None:
         self._router = LogisticRouter(fit(examples, embed))
 
-    def classify(self, question: str, vector: np.ndarray, probe: Sequence[ProbeHit]) -> Route:
+    def classify(self, question: str, vector: np.ndarray, probe: Sequence[Passage]) -> Route:
         return self._router.classify_vector(question, vector.tolist()).route
 
 
-def _never(_: Example) -> bool:
-    return False
+class KnowledgeAware:
+    """The knowledge-aware router (after): probe signals and structure cues, no embedding."""
+
+    name = "knowledge-aware (after)"
+
+    def __init__(
+        self, cases: Sequence[Case], examples: Sequence[Example], embed: Embedder, tenants: dict[str, CorpusTenant]
+    ) -> None:
+        self._router = KnowledgeRouter(fit_knowledge(cases, case_signals(cases, tenants, embed)))
+
+    def classify(self, question: str, vector: np.ndarray, probe: Sequence[Passage]) -> Route:
+        return self._router.classify(question, probe_of("eval", question, probe, PROBE_DEPTH)).route
 
 
-def _from(source: str) -> Callable[[Example], bool]:
-    return lambda example: example.source == source
+def _example_source(example: Example) -> str:
+    if example.source == "written_examples":
+        return f"written_direct_{example.lang}" if example.route == "direct" else "written_examples"
+    return example.source
 
 
-def _tenant(dataset: Dataset) -> Tenant:
-    # JSQuAD paragraphs start with "title [SEP] "; the title is kept as the passage's title.
-    return Tenant(
-        dataset.name,
-        tuple(Passage(d["id"], d["title"], d["text"].split(" [SEP] ", 1)[-1]) for d in dataset.documents),
-    )
+def _jsquad(data_dir: Path, sample: int, split: Callable[[str], list[str]]) -> tuple[CorpusTenant, Source]:
+    from gateway.eval.datasets import load_squad_v2  # deferred: the gateway's reader of the shared format
 
-
-def _cases(dataset: Dataset, route: Route, lang: str) -> tuple[Case, ...]:
-    return tuple(Case(q.text.strip(), route, lang, tuple(sorted(q.gold_doc_ids))) for q in dataset.questions)
-
-
-def _squad(data_dir: Path) -> Source:
-    dataset = load_squad_v2(data_dir / "squad_v2_dev_normans.json")
-    return Source("SQuAD v2 Normans", _cases(dataset, "single_hop", "en"), _from("squad_v2"), _tenant(dataset))
-
-
-def _jsquad(data_dir: Path, sample: int) -> Source:
     dataset = load_squad_v2(data_dir / "jsquad_valid_sample.json")
-    cases = _cases(dataset, "single_hop", "ja")
+    # JSQuAD paragraphs start with "title [SEP] "; the title is kept as the passage's title.
+    docs = tuple(SourceDocument(d["id"], d["title"], d["text"].split(" [SEP] ", 1)[-1]) for d in dataset.documents)
+    cases = [
+        Case(q.text.strip(), "single_hop", "ja", "jsquad", frozenset({"jsquad"}), tuple(sorted(q.gold_doc_ids)))
+        for q in dataset.questions
+    ]
     if 0 < sample < len(cases):
-        cases = tuple(random.Random(13).sample(cases, sample))
-    return Source("JSQuAD sample (test only)", cases, _never, _tenant(dataset))
+        cases = random.Random(13).sample(cases, sample)
+    return CorpusTenant("jsquad", docs, split), Source("JSQuAD sample (test only)", tuple(cases), None)
 
 
-def _hotpot(data_dir: Path) -> Source:
-    dataset = load_hotpotqa(data_dir / "hotpotqa_train.json", data_dir / "hotpotqa_train_corpus.json")
-    return Source("HotpotQA", _cases(dataset, "multi_hop", "en"), _from("hotpotqa"), _tenant(dataset))
+def sources(cases: Sequence[Case], examples: Sequence[Example], jsquad: Source) -> list[Source]:
+    def own(tag: str) -> tuple[Case, ...]:
+        return tuple(c for c in cases if c.sources == {tag} and c.tenant == tag)
 
+    def direct(lang: str) -> tuple[Case, ...]:
+        tag = f"written_direct_{lang}"
+        return tuple(c for c in cases if c.sources == {tag, "written_org"})
 
-def _from_examples(
-    name: str, examples: Sequence[Example], keep: Callable[[Example], bool], tenant: Tenant | None
-) -> Source:
-    cases = tuple(Case(e.text, e.route, e.lang) for e in examples if keep(e))
-    return Source(name, cases, keep, tenant)
-
-
-def _written_tenant() -> tuple[Tenant, list[Case], list[Case]]:
-    kb = load_written_kb()
-    tenant = Tenant("written_kb", tuple(Passage(d.id, d.title, d.text) for d in kb.documents))
-    multi = [Case(q.question, q.route, q.lang, q.supporting) for q in kb.questions if q.route == "multi_hop"]
-    single = [Case(q.question, q.route, q.lang, q.supporting) for q in kb.questions if q.route == "single_hop"]
-    return tenant, multi, single
-
-
-def sources(data_dir: Path, jsquad_sample: int) -> list[Source]:
-    examples = load_examples()
-    written, multi, single = _written_tenant()
-    # Direct examples are asked of a tenant that has a knowledge base (the written one): a router must
-    # not learn "empty probe means direct" from the evaluation itself.
+    skr = [e for e in examples if e.source == "skr_nq"]
     return [
-        _squad(data_dir),
-        _jsquad(data_dir, jsquad_sample),
-        _from_examples("SKR / NQ (no passages)", examples, _from("skr_nq"), None),
-        _hotpot(data_dir),
-        Source("written KB multi-hop (test only)", tuple(multi), _never, written),
-        Source("written KB single-hop (test only)", tuple(single), _never, written),
-        _from_examples(
-            "written direct EN",
-            examples,
-            lambda e: e.source == "written_examples" and e.route == "direct" and e.lang == "en",
-            written,
+        Source("SQuAD v2 Normans", own("squad_v2"), "squad_v2"),
+        jsquad,
+        Source("HotpotQA", own("hotpotqa"), "hotpotqa"),
+        Source("written KB, org group", own("written_org"), "written_org"),
+        Source("written KB, place group", own("written_place"), "written_place"),
+        Source("written direct EN (asked of the org tenant)", direct("en"), "written_direct_en"),
+        Source("written direct JA (asked of the org tenant)", direct("ja"), "written_direct_ja"),
+        Source(
+            "SKR/NQ vs the unrelated Normans tenant",
+            tuple(Case(e.text, "direct", "en", "squad_v2", frozenset({"skr_nq"})) for e in skr),
+            "skr_nq",
         ),
-        _from_examples(
-            "written direct JA",
-            examples,
-            lambda e: e.source == "written_examples" and e.route == "direct" and e.lang == "ja",
-            written,
+        Source(
+            "SKR/NQ vs the HotpotQA corpus (no gold: for information)",
+            tuple(Case(e.text, "direct", "en", "hotpotqa", frozenset({"skr_nq"})) for e in skr),
+            "skr_nq",
         ),
     ]
 
@@ -229,15 +177,23 @@ class Row:
         return self.counts.get(self.gold, 0) / self.n if self.n else float("nan")
 
 
-def evaluate(trainer: Trainer, all_examples: Sequence[Example], source: Source, embed: Embedder, k: int) -> list[Row]:
-    train = [e for e in all_examples if not source.contributes(e)]
-    classifier = trainer(train, embed)
+def evaluate(
+    trainer: Trainer,
+    cases: Sequence[Case],
+    examples: Sequence[Example],
+    source: Source,
+    embed: Embedder,
+    tenants: dict[str, CorpusTenant],
+    k: int = PROBE_DEPTH,
+) -> list[Row]:
+    excluded = source.excludes
+    train = [c for c in cases if excluded not in c.sources]
+    kept = [e for e in examples if _example_source(e) != excluded]
+    classifier = trainer(train, kept, embed, tenants)
     vectors = embed([c.text for c in source.cases])
     predicted: dict[tuple[str, Route], Counter[str]] = {}
     for case, vector in zip(source.cases, vectors, strict=True):
-        probe: tuple[ProbeHit, ...] = ()
-        if classifier.uses_probe and source.tenant is not None:
-            probe = source.tenant.probe(embed, vector, k)
+        probe = tenants[case.tenant].search(embed, vector, k)
         route = classifier.classify(case.text, vector, probe)
         predicted.setdefault((case.lang, case.route), Counter())[route] += 1
     return [
@@ -245,16 +201,18 @@ def evaluate(trainer: Trainer, all_examples: Sequence[Example], source: Source, 
     ]
 
 
-def probe_recall(source: Source, embed: Embedder, k: int) -> tuple[int, float, float] | None:
-    """How often the tenant probe holds any / all of a question's gold passages (a knowledge-aware
+def probe_recall(
+    source: Source, embed: Embedder, tenants: dict[str, CorpusTenant], k: int = PROBE_DEPTH
+) -> tuple[int, float, float] | None:
+    """How often the tenant probe holds any / all of a question's gold documents (a knowledge-aware
     router can only see evidence the probe returns)."""
     cases = [c for c in source.cases if c.gold]
-    if source.tenant is None or not cases:
+    if not cases:
         return None
     vectors = embed([c.text for c in cases])
     any_hit = all_hit = 0
     for case, vector in zip(cases, vectors, strict=True):
-        found = {hit.passage.id for hit in source.tenant.probe(embed, vector, k)}
+        found = {p.doc_id for p in tenants[case.tenant].search(embed, vector, k)}
         any_hit += bool(found & set(case.gold))
         all_hit += set(case.gold) <= found
     return len(cases), any_hit / len(cases), all_hit / len(cases)
@@ -279,30 +237,43 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", type=Path, default=Path("../shared/data/dev"))
     parser.add_argument("--jsquad-sample", type=int, default=200, help="JSQuAD questions to test (0: all)")
-    parser.add_argument("--k", type=int, default=DEFAULT_K, help="passages in the tenant probe")
+    parser.add_argument("--classifier", choices=("before", "after", "both"), default="both")
     parser.add_argument("--out", type=Path, help="also write the rows as JSON here")
     parser.add_argument("--probe-recall", action="store_true", help="also report what the tenant probe finds")
     args = parser.parse_args()
 
+    from gateway.chunking import Chunker  # deferred: the evaluation ingests like the gateway does
     from gateway.providers.embeddings import USEEmbeddings  # deferred: loads the model's weights
+    from gateway.settings import ChunkingSettings
 
+    chunking = ChunkingSettings()
+    split = Chunker(chunking.size, chunking.overlap).split
     embed = Embedder(USEEmbeddings().embed_array)
     examples = load_examples()
-    rows: list[Row] = []
-    all_sources = sources(args.data_dir, args.jsquad_sample)
-    for source in all_sources:
-        rows.extend(evaluate(CurrentLogistic, examples, source, embed, args.k))
-    print(render(rows, CurrentLogistic.name))
-    if args.probe_recall:
-        print(f"\nTenant probe (top {args.k} by cosine): questions whose gold passages it holds")
-        print("| set | tenant passages | n | any gold | all gold |\n|---|---|---|---|---|")
+    cases = all_cases()
+    tenants = load_tenants(split)
+    jsquad_tenant, jsquad = _jsquad(args.data_dir, args.jsquad_sample, split)
+    tenants["jsquad"] = jsquad_tenant
+    before: list[Trainer] = [CurrentLogistic] if args.classifier in ("before", "both") else []
+    trainers = before + ([KnowledgeAware] if args.classifier in ("after", "both") else [])
+    report: dict[str, list[dict[str, Any]]] = {}
+    all_sources = sources(cases, examples, jsquad)
+    for trainer in trainers:
+        rows: list[Row] = []
         for source in all_sources:
-            found = probe_recall(source, embed, args.k)
-            if found is not None and source.tenant is not None:
-                n, any_gold, all_gold = found
-                print(f"| {source.name} | {len(source.tenant.passages)} | {n} | {any_gold:.3f} | {all_gold:.3f} |")
+            rows.extend(evaluate(trainer, cases, examples, source, embed, tenants))
+        name = str(getattr(trainer, "name", trainer))
+        print(render(rows, name) + "\n")
+        report[name] = [{**asdict(row), "recall": row.recall} for row in rows]
+    if args.probe_recall:
+        print(f"Tenant probe (top {PROBE_DEPTH} by cosine): questions whose gold documents it holds")
+        print("| set | n | any gold | all gold |\n|---|---|---|---|")
+        for source in all_sources:
+            found = probe_recall(source, embed, tenants)
+            if found is not None:
+                print(f"| {source.name} | {found[0]} | {found[1]:.3f} | {found[2]:.3f} |")
     if args.out:
-        args.out.write_text(json.dumps([{**asdict(row), "recall": row.recall} for row in rows], indent=2))
+        args.out.write_text(json.dumps(report, indent=2))
 
 
 if __name__ == "__main__":

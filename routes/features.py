@@ -13,7 +13,9 @@ import re
 
 import numpy as np
 
-FEATURE_VERSION = 3
+from pipelines.shared.text import content_terms, tokens
+
+FEATURE_VERSION = 4
 
 _PATTERNS: dict[str, re.Pattern[str]] = {
     "comparison": re.compile(
@@ -61,6 +63,7 @@ NAMES: tuple[str, ...] = (
     *_PATTERNS.keys(),
     "log_chars",
     "log_words",
+    "log_content_terms",
     "capitalised_spans",
     "quoted_spans",
     "katakana_spans",
@@ -73,12 +76,15 @@ def features(text: str) -> np.ndarray:
     """A small dense vector, on a scale comparable to unit embedding entries once standardised."""
     stripped = text.strip()
     hits = [1.0 if pattern.search(stripped) else 0.0 for pattern in _PATTERNS.values()]
-    words = len(stripped.split())
+    # Japanese has no spaces: count tokens of the project's tokenizer (words, CJK bigrams), not splits.
+    words = len(tokens(stripped))
+    content = len(content_terms(stripped))
     japanese = bool(_JAPANESE.search(stripped))
     values = [
         *hits,
         math.log1p(len(stripped)),
         math.log1p(words),
+        math.log1p(content),
         float(len(_CAPITALISED.findall(stripped))),
         float(len(_QUOTED.findall(stripped))),
         float(len(_KATAKANA_RUN.findall(stripped))),

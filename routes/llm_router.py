@@ -1,4 +1,9 @@
-"""LLM front router (structured output), selectable by settings to compare with the default."""
+"""LLM front router (structured output), selectable by settings to compare with the default.
+
+It is shown the same probe signals the default router reads (how well the tenant's best document
+and its top documents cover the question, how many documents hold its parts), so the two are
+compared on the same evidence, not on what the model remembers about the question's topic.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from pydantic import BaseModel, Field
 
 from pipelines.shared.deps import ChatClient, LLMCall
+from routes.probe import EMPTY_SIGNALS, Probe, ProbeSignals
 from routes.types import RouteDecision
 
 SYSTEM = """You route questions sent to a company assistant that has a document knowledge base.
@@ -19,19 +25,40 @@ Choose exactly one route:
 - "multi_hop": two or more facts from different documents must be combined: bridge questions
   ("Where was the director of Inception born?"), comparisons ("Which is older, A or B?"),
   "both/same" questions, totals across documents.
+Each question comes with what a search of the knowledge base found: the best passage's similarity,
+the share of the question's terms the best document holds and the top documents hold together, and
+how many documents cover its parts. Little similarity and coverage means the knowledge base holds
+nothing on it ("direct"); a second document holding what the first lacks suggests "multi_hop".
 Answer in JSON with route, confidence (0 to 1) and a short reason."""
 
-EXAMPLES: list[tuple[str, str]] = [
-    ("Thanks, that helped!", '{"route": "direct", "confidence": 0.97, "reason": "thanks, no lookup"}'),
+_NOTHING = ProbeSignals(8, 8, 0.12, 0.03, 0.1, 0.0, 0.1, 0.1, 0.0, 0.0, 0.0, 0, 2)
+_ONE_DOC = ProbeSignals(8, 6, 0.58, 0.2, 0.35, 0.8, 0.8, 0.0, 0.0, 1.0, 1.0, 1, 5)
+_TWO_DOCS = ProbeSignals(8, 7, 0.49, 0.09, 0.46, 0.55, 0.9, 0.35, 0.35, 0.5, 1.0, 2, 11)
+EXAMPLES: list[tuple[str, ProbeSignals, str]] = [
+    ("Thanks, that helped!", _NOTHING, '{"route": "direct", "confidence": 0.97, "reason": "thanks, no lookup"}'),
     (
         "経費精算の締め日はいつですか",
-        '{"route": "single_hop", "confidence": 0.9, "reason": "one policy fact"}',
+        _ONE_DOC,
+        '{"route": "single_hop", "confidence": 0.9, "reason": "one document covers the question"}',
     ),
     (
         "Which was founded first, the band that recorded Abbey Road or the label that signed Oasis?",
-        '{"route": "multi_hop", "confidence": 0.92, "reason": "two entities compared"}',
+        _TWO_DOCS,
+        '{"route": "multi_hop", "confidence": 0.92, "reason": "two entities, each in its own document"}',
     ),
 ]
+
+
+def describe(signals: ProbeSignals) -> str:
+    """The probe as the prompt shows it: numbers only, the same the default router reads."""
+    if not signals.passages:
+        return "Knowledge base search: nothing found (the knowledge base is empty)."
+    return (
+        f"Knowledge base search: best similarity {signals.top_score:.2f} (margin {signals.margin:.2f}); "
+        f"question terms covered by the best document {signals.best_coverage:.2f}, by the top "
+        f"{signals.documents} documents {signals.union_coverage:.2f}; a second document adds "
+        f"{signals.second_document_share:.2f}; {signals.covering_documents} documents cover its parts."
+    )
 
 
 class RouteChoice(BaseModel):
@@ -40,11 +67,15 @@ class RouteChoice(BaseModel):
     reason: str = Field(max_length=200)
 
 
-def messages_for(query: str) -> list[BaseMessage]:
+def _ask(question: str, signals: ProbeSignals) -> HumanMessage:
+    return HumanMessage(f"Question: {question}\n{describe(signals)}")
+
+
+def messages_for(query: str, signals: ProbeSignals = EMPTY_SIGNALS) -> list[BaseMessage]:
     messages: list[BaseMessage] = [SystemMessage(SYSTEM)]
-    for question, answer in EXAMPLES:
-        messages += [HumanMessage(f"Question: {question}"), AIMessage(answer)]
-    messages.append(HumanMessage(f"Question: {query}"))
+    for question, shown, answer in EXAMPLES:
+        messages += [_ask(question, shown), AIMessage(answer)]
+    messages.append(_ask(query, signals))
     return messages
 
 
@@ -54,9 +85,10 @@ class LLMRouter:
     def __init__(self, llm: ChatClient) -> None:
         self._llm = llm
 
-    async def classify(self, query: str) -> tuple[RouteDecision, LLMCall]:
-        choice, call = await self._llm.structured(messages_for(query), RouteChoice, node="route_query")
+    async def classify(self, query: str, probe: Probe | None = None) -> tuple[RouteDecision, LLMCall]:
+        signals = probe.signals if probe is not None else EMPTY_SIGNALS
+        choice, call = await self._llm.structured(messages_for(query, signals), RouteChoice, node="route_query")
         decision = RouteDecision(
-            route=choice.route, confidence=choice.confidence, reason=choice.reason, classifier=self.name
+            route=choice.route, confidence=choice.confidence, reason=choice.reason, classifier=self.name, probe=probe
         )
         return decision, call

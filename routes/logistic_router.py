@@ -73,25 +73,31 @@ class LogisticModel:
             )
 
 
-def fit(examples: Sequence[Example], embed: EmbedTexts) -> LogisticModel:
-    texts = [e.text for e in examples]
-    vectors = embed(texts)
-    cues = np.vstack([features(t) for t in texts])
+def fit_matrix(vectors: np.ndarray, cues: np.ndarray, routes: Sequence[Route]) -> LogisticModel:
+    """Standardise the cue columns, keep the vector columns as they are, fit a balanced multinomial model."""
     mean = cues.mean(axis=0)
     scale = cues.std(axis=0)
     scale[scale < 1e-6] = 1.0
     design = np.hstack([vectors, (cues - mean) / scale])
-    labels = [ROUTES.index(e.route) for e in examples]
+    labels = [ROUTES.index(route) for route in routes]
     clf = LogisticRegression(C=REGULARISATION_C, class_weight="balanced", max_iter=3000)
     clf.fit(design, labels)
     classes = tuple(ROUTES[int(i)] for i in clf.classes_)
+    coef, intercept = clf.coef_.astype(np.float64), clf.intercept_.astype(np.float64)
+    if len(classes) == 2:  # sklearn keeps one row for two classes: softmax over (0, z) is its sigmoid
+        coef, intercept = np.vstack([np.zeros_like(coef), coef]), np.concatenate([[0.0], intercept])
     return LogisticModel(
-        coef=clf.coef_.astype(np.float64),
-        intercept=clf.intercept_.astype(np.float64),
+        coef=coef,
+        intercept=intercept,
         feature_mean=mean.astype(np.float64),
         feature_scale=scale.astype(np.float64),
         classes=classes,
     )
+
+
+def fit(examples: Sequence[Example], embed: EmbedTexts) -> LogisticModel:
+    texts = [e.text for e in examples]
+    return fit_matrix(embed(texts), np.vstack([features(t) for t in texts]), [e.route for e in examples])
 
 
 def artefact_path(cache_dir: Path, examples: Sequence[Example], embedding_model: str) -> Path:
@@ -100,19 +106,24 @@ def artefact_path(cache_dir: Path, examples: Sequence[Example], embedding_model:
     return cache_dir / f"router-{digest}-f{FEATURE_VERSION}-{safe_model}.npz"
 
 
-def load_or_train(
-    cache_dir: Path, examples: Sequence[Example], embed: EmbedTexts, embedding_model: str
-) -> LogisticModel:
-    path = artefact_path(cache_dir, examples, embedding_model)
+def cached_model(path: Path, train: Callable[[], LogisticModel], what: str) -> LogisticModel:
+    """Load the artefact at ``path`` or train it and try to keep it there."""
     if path.exists():
         return LogisticModel.load(path)
-    logger.info("training the router on %d examples (first start for this data)", len(examples))
-    model = fit(examples, embed)
+    logger.info("training the router on %s (first start for this data)", what)
+    model = train()
     try:
         model.save(path)
     except OSError as exc:  # a read-only filesystem still gets a working router
         logger.warning("could not cache the router model at %s: %s", path, exc)
     return model
+
+
+def load_or_train(
+    cache_dir: Path, examples: Sequence[Example], embed: EmbedTexts, embedding_model: str
+) -> LogisticModel:
+    path = artefact_path(cache_dir, examples, embedding_model)
+    return cached_model(path, lambda: fit(examples, embed), f"{len(examples)} examples")
 
 
 class LogisticRouter:
@@ -132,4 +143,4 @@ class LogisticRouter:
         return RouteDecision(route=route, confidence=float(probs[best]), reason=reason, classifier=self.name)
 
 
-__all__ = ["NAMES", "LogisticModel", "LogisticRouter", "fit", "load_or_train"]
+__all__ = ["NAMES", "LogisticModel", "LogisticRouter", "cached_model", "fit", "fit_matrix", "load_or_train"]

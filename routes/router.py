@@ -1,31 +1,49 @@
-"""The front router: an explicit route wins, otherwise the configured classifier decides."""
+"""The front router: an explicit route wins, otherwise the configured classifier decides.
+
+Every decision that may lead to retrieval starts with one probe of the tenant's store, searched with
+the query vector the request already computed: the knowledge-aware classifier reads its signals, the
+LLM classifier is shown them, and the probe travels on the decision (``decision.probe``) so the
+retrieving routes reuse its passages instead of searching again.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pipelines.shared.deps import LLMCall
+from pipelines.shared.deps import LLMCall, Retriever
+from routes.knowledge_router import KnowledgeRouter
 from routes.llm_router import LLMRouter
-from routes.logistic_router import LogisticRouter
+from routes.probe import PROBE_DEPTH, Probe, probe_of
 from routes.types import RouteDecision, RouteRequest
 
 
 class FrontRouter:
-    def __init__(self, logistic: LogisticRouter, llm: LLMRouter, mode: str) -> None:
-        self._logistic = logistic
+    def __init__(
+        self, knowledge: KnowledgeRouter, llm: LLMRouter, mode: str, retriever: Retriever, depth: int = PROBE_DEPTH
+    ) -> None:
+        self._knowledge = knowledge
         self._llm = llm
+        self._retriever = retriever
         self.mode = mode
+        self.depth = depth
 
     @property
     def classifier_name(self) -> str:
-        return self._llm.name if self.mode == "llm" else self._logistic.name
+        return self._llm.name if self.mode == "llm" else self._knowledge.name
+
+    async def probe(self, tenant: str, query: str, vector: Sequence[float]) -> Probe:
+        passages = await self._retriever.search(tenant, query, self.depth, vector=list(vector))
+        return probe_of(tenant, query, passages, self.depth)
 
     async def decide(
-        self, query: str, requested: RouteRequest, vector: Sequence[float]
+        self, query: str, requested: RouteRequest, vector: Sequence[float], tenant: str
     ) -> tuple[RouteDecision, list[LLMCall]]:
-        if requested != "auto":
+        if requested == "direct":
             return RouteDecision(requested, 1.0, "route requested by the caller", "override"), []
+        probe = await self.probe(tenant, query, vector)
+        if requested != "auto":
+            return RouteDecision(requested, 1.0, "route requested by the caller", "override", probe), []
         if self.mode == "llm":
-            decision, call = await self._llm.classify(query)
+            decision, call = await self._llm.classify(query, probe)
             return decision, [call]
-        return self._logistic.classify_vector(query, vector), []
+        return self._knowledge.classify(query, probe), []

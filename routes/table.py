@@ -3,22 +3,34 @@
 ``direct`` runs the direct graph; ``single_hop`` runs plain RAG and, when its LLM-free retrieval
 check says *Incorrect*, escalates to the corrective graph instead of answering "I don't know";
 ``multi_hop`` runs the corrective graph. The route reported is the one that answered.
+
+The graphs are compiled once, here, when the table is built at start-up; each run is handed its
+graph's runtime context (clients, policies, telemetry), also built once, at invoke time.
 """
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field, replace
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphRecursionError
-from langgraph.graph.state import CompiledStateGraph
 
+from pipelines.corrective.graph import build_graph as build_corrective
+from pipelines.corrective.state import CorrectiveContext, CorrectiveState
+from pipelines.direct.graph import build_graph as build_direct
+from pipelines.direct.state import DirectContext, DirectState
 from pipelines.shared.deps import LLMCall, Passage
+from pipelines.shared.events import Escalate, PipelineEvent, Stop, StopReason
+from pipelines.shared.state import PipelineState
 from pipelines.shared.telemetry import NO_TELEMETRY, PipelineTelemetry
+from pipelines.single_hop.graph import build_graph as build_single_hop
+from pipelines.single_hop.state import SingleHopContext, SingleHopState
+from routes.probe import Probe, ProbeFirstRetriever
 from routes.types import Route
 
-Graph = CompiledStateGraph[Any, Any, Any, Any]
+RECURSION_LIMIT_ANSWER = "The corrective pipeline hit its step limit before finishing; please rephrase the question."
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,31 +42,43 @@ class RoutePolicy:
     recursion_limit: int = 40
 
 
+@dataclass(frozen=True, slots=True)
+class PipelineContexts:
+    """Each graph's runtime context: what its nodes run on."""
+
+    direct: DirectContext
+    single_hop: SingleHopContext
+    corrective: CorrectiveContext
+
+
 @dataclass(slots=True)
 class RouteResult:
     route: Route
     answer: str
     sources: list[Passage]
     abstained: bool
-    steps: list[str] = field(default_factory=list)
+    events: list[PipelineEvent] = field(default_factory=list)
     llm_calls: list[LLMCall] = field(default_factory=list)
     context: list[Passage] = field(default_factory=list)
-    stop_reason: str | None = None
+    stop_reason: StopReason | None = None
     escalated_from: Route | None = None
 
 
 class RouteTable:
     def __init__(
         self,
-        direct: Graph,
-        single_hop: Graph,
-        corrective: Graph,
+        contexts: PipelineContexts,
         policy: RoutePolicy,
         telemetry: PipelineTelemetry = NO_TELEMETRY,
+        corrective_scope: Callable[[], AbstractContextManager[object]] = nullcontext,
     ) -> None:
-        self._direct = direct
-        self._single_hop = single_hop
-        self._corrective = corrective
+        """``corrective_scope`` is entered around every corrective run, asked for or escalated to: the gateway
+        makes the pipeline's time budget a deadline there, which every LLM call (and retry) inside respects."""
+        self._contexts = contexts
+        self._corrective_scope = corrective_scope
+        self._direct = build_direct()
+        self._single_hop = build_single_hop()
+        self._corrective = build_corrective()
         self._policy = policy
         self._telemetry = telemetry
 
@@ -70,70 +94,78 @@ class RouteTable:
         top_k: int | None,
         query_vector: list[float] | None,
         allow_escalation: bool = True,
+        probe: Probe | None = None,
     ) -> RouteResult:
+        """``probe`` is the router's search of the tenant's store: the first retrieval of single_hop and of the
+        corrective pipeline is served from it, so a request searches the store once for both."""
         if route == "direct":
             with self._telemetry.route("direct"):
-                return _result(route, await self._direct.ainvoke({"query": query, "tenant": tenant}))
+                state = await self._direct.ainvoke({"query": query, "tenant": tenant}, context=self._contexts.direct)
+            return _result(route, DirectState(**state))
+        multi_hop_k = self._k(top_k, self._policy.multi_hop_top_k)
         if route == "multi_hop":
-            return await self._run_corrective(query, tenant, self._k(top_k, self._policy.multi_hop_top_k), query_vector)
+            return await self._run_corrective(query, tenant, multi_hop_k, query_vector, probe)
         with self._telemetry.route("single_hop"):
-            state = await self._single_hop.ainvoke(
-                {
-                    "query": query,
-                    "tenant": tenant,
-                    "top_k": self._k(top_k, self._policy.default_top_k),
-                    "query_vector": query_vector,
-                    "allow_escalation": allow_escalation and self._policy.escalate_on_incorrect,
-                }
-            )
-        plain = _result("single_hop", state)
-        if not state.get("escalate"):
+            initial = {
+                "query": query,
+                "tenant": tenant,
+                "top_k": self._k(top_k, self._policy.default_top_k),
+                "query_vector": query_vector,
+                "allow_escalation": allow_escalation and self._policy.escalate_on_incorrect,
+            }
+            single_hop = self._contexts.single_hop
+            if probe is not None:
+                single_hop = replace(single_hop, retriever=ProbeFirstRetriever(single_hop.retriever, probe))
+            plain_state = SingleHopState(**await self._single_hop.ainvoke(initial, context=single_hop))
+        plain = _result("single_hop", plain_state)
+        if not plain_state.escalate:
             return plain
         self._telemetry.escalation("single_hop", "multi_hop", "retrieval_incorrect")
-        corrective = await self._run_corrective(
-            query, tenant, self._k(top_k, self._policy.multi_hop_top_k), query_vector
-        )
-        corrective.steps = [*plain.steps, "escalate: single_hop -> multi_hop (retrieval incorrect)", *corrective.steps]
+        corrective = await self._run_corrective(query, tenant, multi_hop_k, query_vector, probe)
+        escalate = Escalate(from_route="single_hop", to_route="multi_hop", reason="retrieval_incorrect")
+        corrective.events = [*plain.events, escalate, *corrective.events]
         corrective.llm_calls = [*plain.llm_calls, *corrective.llm_calls]
         corrective.escalated_from = "single_hop"
         return corrective
 
     async def _run_corrective(
-        self, query: str, tenant: str, top_k: int, query_vector: list[float] | None
+        self, query: str, tenant: str, top_k: int, query_vector: list[float] | None, probe: Probe | None
     ) -> RouteResult:
+        context = self._contexts.corrective
+        if probe is not None:
+            context = replace(context, retriever=ProbeFirstRetriever(context.retriever, probe))
         initial = {
             "query": query,
             "tenant": tenant,
             "top_k": top_k,
             "query_vector": query_vector,
-            "started_at": time.monotonic(),
+            "started_at": context.clock(),
         }
+        config = RunnableConfig(recursion_limit=self._policy.recursion_limit)
         try:
-            with self._telemetry.route("multi_hop"):
-                state = await self._corrective.ainvoke(
-                    initial, config={"recursion_limit": self._policy.recursion_limit}
-                )
+            with self._telemetry.route("multi_hop"), self._corrective_scope():
+                state = CorrectiveState(**await self._corrective.ainvoke(initial, context=context, config=config))
         except GraphRecursionError:
             # Budgets end every loop first; reaching this means a routing bug, so say so plainly.
             return RouteResult(
                 route="multi_hop",
-                answer="The corrective pipeline hit its step limit before finishing; please rephrase the question.",
+                answer=RECURSION_LIMIT_ANSWER,
                 sources=[],
                 abstained=True,
-                steps=["stop: recursion_limit"],
+                events=[Stop(reason="recursion_limit")],
                 stop_reason="recursion_limit",
             )
-        return _result("multi_hop", state)
+        return _result("multi_hop", state, stop_reason=state.stop_reason)
 
 
-def _result(route: Route, state: dict[str, Any]) -> RouteResult:
+def _result(route: Route, state: PipelineState, stop_reason: StopReason | None = None) -> RouteResult:
     return RouteResult(
         route=route,
-        answer=state.get("answer", ""),
-        sources=list(state.get("sources", [])),
-        abstained=bool(state.get("abstained", False)),
-        steps=list(state.get("steps", [])),
-        llm_calls=list(state.get("llm_calls", [])),
-        context=list(state.get("context", [])),
-        stop_reason=state.get("stop_reason"),
+        answer=state.answer,
+        sources=state.sources,
+        abstained=state.abstained,
+        events=state.events,
+        llm_calls=state.llm_calls,
+        context=state.context,
+        stop_reason=stop_reason,
     )

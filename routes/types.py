@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+from routes.probe import Probe
+
 Route = Literal["direct", "single_hop", "multi_hop"]
 ROUTES: tuple[Route, ...] = get_args(Route)
 RouteRequest = Literal["auto", "direct", "single_hop", "multi_hop"]
@@ -12,7 +14,11 @@ RouteRequest = Literal["auto", "direct", "single_hop", "multi_hop"]
 
 @dataclass(frozen=True, slots=True)
 class RouteDecision:
+    """``probe`` is the tenant search the decision read (None when no search was made): its passages
+    are the first retrieval of ``single_hop`` / ``multi_hop``, so a request searches the store once."""
+
     route: Route
     confidence: float
     reason: str
     classifier: str
+    probe: Probe | None = None

@@ -6,7 +6,15 @@ import asyncio
 import json
 from typing import Any
 
+import msgspec
+
 from gateway.schemas import QueryResponse, Usage
+from gateway.steps import StepEvent
+
+
+def events(payload: dict[str, Any]) -> list[StepEvent]:
+    """The typed events of a JSON response (``/v1/query``'s body, or a chat completion's ``gateway`` object)."""
+    return msgspec.convert(payload["events"], list[StepEvent])
 
 
 def schema_name(kwargs: dict[str, Any]) -> str | None:

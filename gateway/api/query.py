@@ -59,5 +59,5 @@ class QueryController(Controller):
         settings: NamedDependency[Settings],
         principal: NamedDependency[Principal],
     ) -> RouteResponse:
-        principal.tenant_for(data.tenant)
-        return to_route_response(await query_service.route(clean_query(data.query, settings.limits)))
+        tenant = principal.tenant_for(data.tenant)
+        return to_route_response(await query_service.route(clean_query(data.query, settings.limits), tenant))

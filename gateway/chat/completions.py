@@ -16,6 +16,7 @@ from gateway.chat.wire import AssistantMessage, ChatCompletion, Choice, Completi
 from gateway.providers.llm import LLMClient
 from gateway.schemas import QueryRequest, QueryResponse
 from gateway.service import QueryService
+from gateway.steps import RewriteFollowup, StepEvent, render_steps
 from pipelines.shared.followup import Rewrite, Turn, rewrite_followup
 
 
@@ -58,7 +59,8 @@ class ChatAnswer:
 
     def gateway_info(self, prepared: PreparedChat) -> GatewayInfo:
         response, rewrite = self.response, self.rewrite
-        steps = ([f"rewrite_followup(changed={rewrite.changed})"] if rewrite else []) + response.steps
+        rewritten = [RewriteFollowup(changed=rewrite.changed)] if rewrite else []
+        events: list[StepEvent] = [*rewritten, *response.events]
         cost = response.usage.cost_usd + (rewrite.call.cost_usd if rewrite else 0.0)
         return GatewayInfo(
             route=response.route,
@@ -70,10 +72,11 @@ class ChatAnswer:
             cost_usd=round(cost, 8),
             llm_calls=response.usage.llm_calls + (1 if rewrite else 0),
             latency_ms=response.latency_ms,
-            steps=steps,
+            steps=render_steps(events),
             query=rewrite.query if rewrite else prepared.query.query,
             tenant=prepared.query.tenant,
             trace_id=response.trace_id,
+            events=events,
         )
 
 

@@ -12,6 +12,7 @@ import msgspec
 from msgspec import Meta
 
 from gateway.schemas import Source, Tenant
+from gateway.steps import StepEvent
 
 Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
 
@@ -99,6 +100,7 @@ class GatewayInfo(msgspec.Struct):
     query: Annotated[str, Meta(description="The question that was routed: the follow-up rewrite when there was one.")]
     tenant: str
     trace_id: Annotated[str | None, Meta(description="The request's OpenTelemetry trace (also in X-Trace-Id).")] = None
+    events: Annotated[list[StepEvent], Meta(description="The steps taken, typed (``steps`` is their text).")] = []
 
 
 class ChatCompletion(msgspec.Struct):

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
-import re
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+import msgspec
 from litestar.testing import AsyncTestClient
 
 from gateway.eval.datasets import Dataset, Question
 from gateway.eval.metrics import answer_in_prediction, exact_match, f1_score, passage_recall
+from gateway.schemas import QueryResponse
 from gateway.state import Services
+from gateway.steps import StepEvent
+from pipelines.shared.events import Assess, Evaluate
+from pipelines.shared.relevance import Verdict
 
 Mode = Literal["plain", "corrective", "adaptive"]
 MODE_REQUEST: dict[Mode, dict[str, Any]] = {
@@ -20,7 +25,6 @@ MODE_REQUEST: dict[Mode, dict[str, Any]] = {
     "adaptive": {"route": "auto"},
 }
 INGEST_BATCH = 128
-_VERDICT = re.compile(r"^(?:assess_retrieval|evaluate): (correct|ambiguous|incorrect)")
 
 
 @dataclass(slots=True)
@@ -37,7 +41,7 @@ class Outcome:
     route: str
     classified_route: str
     escalated: bool
-    first_verdict: str | None
+    first_verdict: Verdict | None
     gold_in_first_retrieval: bool | None
     first_retrieval_recall: float | None
     llm_calls: int
@@ -45,7 +49,7 @@ class Outcome:
     output_tokens: int
     latency_ms: float
     stop_reason: str | None
-    steps: list[str]
+    steps: list[str]  # the text form, for whoever reads the results file
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -87,32 +91,35 @@ async def ask(
     client: AsyncTestClient[Any], tenant: str, question: Question, mode: Mode, first: FirstRetrieval
 ) -> Outcome:
     body = {"query": question.text, "tenant": tenant, **MODE_REQUEST[mode]}
-    response = await client.post("/v1/query", json=body, timeout=600)
-    response.raise_for_status()
-    result = response.json()
-    verdicts = [m.group(1) for step in result["steps"] if (m := _VERDICT.match(step))]
-    answer = "" if result["abstained"] else result["answer"]
-    evidence_ids = [e["id"] for e in result["evidence"]]
+    http_response = await client.post("/v1/query", json=body, timeout=600)
+    http_response.raise_for_status()
+    result = msgspec.json.decode(http_response.content, type=QueryResponse)
+    answer = "" if result.abstained else result.answer
     return Outcome(
         question_id=question.id,
         kind=question.kind,
         answerable=question.answerable,
-        answer=result["answer"],
+        answer=result.answer,
         exact_match=exact_match(answer, question.answers) if question.answerable else 0.0,
         f1=f1_score(answer, question.answers) if question.answerable else 0.0,
         answer_contained=answer_in_prediction(answer, question.answers) if question.answerable else 0.0,
-        passage_recall=passage_recall(evidence_ids, question.gold_doc_ids),
-        abstained=bool(result["abstained"]),
-        route=result["route"],
-        classified_route=result["classified_route"],
-        escalated=result.get("escalated_from") is not None,
-        first_verdict=verdicts[0] if verdicts else None,
+        passage_recall=passage_recall([e.id for e in result.evidence], question.gold_doc_ids),
+        abstained=result.abstained,
+        route=result.route,
+        classified_route=result.classified_route,
+        escalated=result.escalated_from is not None,
+        first_verdict=first_verdict(result.events),
         gold_in_first_retrieval=first.gold_found,
         first_retrieval_recall=first.recall,
-        llm_calls=result["usage"]["llm_calls"],
-        input_tokens=result["usage"]["input_tokens"],
-        output_tokens=result["usage"]["output_tokens"],
-        latency_ms=result["latency_ms"],
-        stop_reason=result.get("stop_reason"),
-        steps=result["steps"],
+        llm_calls=result.usage.llm_calls,
+        input_tokens=result.usage.input_tokens,
+        output_tokens=result.usage.output_tokens,
+        latency_ms=result.latency_ms,
+        stop_reason=result.stop_reason,
+        steps=result.steps,
     )
+
+
+def first_verdict(events: Sequence[StepEvent]) -> Verdict | None:
+    """The first retrieval verdict: single_hop's LLM-free check, or the corrective evaluator's first round."""
+    return next((e.verdict for e in events if isinstance(e, Assess | Evaluate)), None)

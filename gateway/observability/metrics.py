@@ -28,6 +28,8 @@ NODE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 
 
 ROUTES = ("direct", "single_hop", "multi_hop")
 VERDICTS = ("correct", "ambiguous", "incorrect")
+BREAKER_STATES = ("closed", "half_open", "open")  # the gauge's values: their index
+RETRY_REASONS = ("timeout", "unavailable", "rate_limited", "http_5xx")
 LOOP_REASONS = ("retrieval_incorrect", "retrieval_ambiguous", "unsupported_answer", "empty_answer", "answer_not_useful")
 
 
@@ -134,6 +136,32 @@ class GatewayMetrics:
             buckets=NODE_BUCKETS,
             registry=r,
         )
+        self.llm_retries = Counter(
+            "gateway_llm_retries_total",
+            "LLM attempts retried, by upstream (primary, fallback) and the fault retried (timeout, unavailable, "
+            "rate_limited, http_5xx).",
+            ["upstream", "reason"],
+            registry=r,
+        )
+        self.llm_breaker_state = Gauge(
+            "gateway_llm_breaker_state",
+            "Circuit breaker of an LLM upstream: 0 closed, 1 half-open, 2 open (the worst over live workers).",
+            ["upstream"],
+            registry=r,
+            multiprocess_mode="max",
+        )
+        self.llm_breaker_transitions = Counter(
+            "gateway_llm_breaker_transitions_total",
+            "Circuit breaker transitions of an LLM upstream, by the state entered (open, half_open, closed).",
+            ["upstream", "state"],
+            registry=r,
+        )
+        self.llm_fallbacks = Counter(
+            "gateway_llm_fallbacks_total",
+            "LLM calls handed from the primary upstream to the fallback, by the primary's fault.",
+            ["reason"],
+            registry=r,
+        )
 
         self.dependency_up = Gauge(
             "gateway_dependency_up",
@@ -149,7 +177,14 @@ class GatewayMetrics:
             registry=r,
         )
 
-    def initialise(self, *, classifier: str, cache_layers: Iterable[str], dependencies: Iterable[str] = ()) -> None:
+    def initialise(
+        self,
+        *,
+        classifier: str,
+        cache_layers: Iterable[str],
+        dependencies: Iterable[str] = (),
+        llm_upstreams: Iterable[str] = (),
+    ) -> None:
         """Create the series every deployment will have at zero, so ``rate()`` sees their first increment.
 
         A counter series that appears at 1 has no increase in Prometheus' eyes until it moves again; the
@@ -173,6 +208,14 @@ class GatewayMetrics:
         for dependency in dependencies:
             for state in ("down", "up"):
                 self.dependency_transitions.labels(dependency, state)
+        for upstream in llm_upstreams:
+            self.llm_breaker_state.labels(upstream).set(0)
+            for state in BREAKER_STATES:
+                self.llm_breaker_transitions.labels(upstream, state)
+            for reason in RETRY_REASONS:
+                self.llm_retries.labels(upstream, reason)
+        for reason in (*RETRY_REASONS, "circuit_open"):
+            self.llm_fallbacks.labels(reason)  # zero without a fallback: dashboards and alerts see a series
 
     def exposition(self) -> bytes:
         """The text format for ``/metrics``: this process's registry, or every worker's in multiprocess mode."""

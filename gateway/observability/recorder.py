@@ -27,8 +27,9 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from gateway.errors import MalformedOutputError, ProviderError, ProviderTimeoutError, ProviderUnavailableError
-from gateway.observability.metrics import GatewayMetrics
+from gateway.observability.metrics import BREAKER_STATES, GatewayMetrics
 from gateway.observability.tracing import trace_id_of, tracer_of
+from gateway.providers.resilience import BreakerState
 from pipelines.shared.deps import LLMCall
 
 request_log = logging.getLogger("gateway.requests")
@@ -88,6 +89,8 @@ class LLMSpan:
         self._include_content = include_content
 
     def done(self, call: LLMCall, output: str) -> None:
+        # The model that answered: the fallback's when the primary could not (the request names the primary's).
+        self.span.set_attribute("gen_ai.response.model", call.model)
         self.span.set_attribute("gen_ai.usage.input_tokens", call.input_tokens)
         self.span.set_attribute("gen_ai.usage.output_tokens", call.output_tokens)
         if self._include_content:
@@ -179,13 +182,27 @@ class Telemetry:
         finally:
             _route_var.reset(token)
 
-    def decided(self, span: Span, route: str, classifier: str, confidence: float) -> None:
+    def decided(
+        self,
+        span: Span,
+        route: str,
+        classifier: str,
+        confidence: float,
+        signals: Mapping[str, float] | None = None,
+        documents: Sequence[str] = (),
+    ) -> None:
+        """``signals`` are the knowledge-base probe's numbers (always recorded: no text in them);
+        ``documents`` the ids that cover the query's parts, recorded only with content tracing on."""
         if self.metrics is not None:
             self.metrics.route_decisions.labels(route, classifier).inc()
         if span.is_recording():
             span.set_attribute("gateway.route", route)
             span.set_attribute("gateway.classifier", classifier)
             span.set_attribute("gateway.route.confidence", confidence)
+            for name, value in (signals or {}).items():
+                span.set_attribute(f"gateway.route.probe.{name}", value)
+            if self.include_content and documents:
+                span.set_attribute("gateway.route.probe.covering_documents_ids", list(documents))
 
     # -- pipelines (PipelineTelemetry) -----------------------------------------------------
 
@@ -294,6 +311,27 @@ class Telemetry:
         attributes = {"gateway.cache.layer": layer, "gateway.cache.result": "miss"}
         with self.tracer.start_as_current_span("cache.lookup", attributes=attributes):
             yield None
+
+    # -- LLM upstreams (gateway.providers.resilience.UpstreamEvents) -----------------------
+
+    def upstream_retried(self, upstream: str, reason: str) -> None:
+        if self.metrics is not None:
+            self.metrics.llm_retries.labels(upstream, reason).inc()
+        span = trace.get_current_span()
+        if span.is_recording():
+            span.add_event("retry", {"gateway.llm.upstream": upstream, "error.type": reason})
+
+    def breaker_changed(self, upstream: str, state: BreakerState) -> None:
+        if self.metrics is not None:
+            self.metrics.llm_breaker_state.labels(upstream).set(BREAKER_STATES.index(state))
+            self.metrics.llm_breaker_transitions.labels(upstream, state).inc()
+
+    def fell_back(self, from_upstream: str, to_upstream: str, reason: str) -> None:
+        if self.metrics is not None:
+            self.metrics.llm_fallbacks.labels(reason).inc()
+        span = trace.get_current_span()
+        if span.is_recording():
+            span.add_event("fallback", {"from": from_upstream, "to": to_upstream, "error.type": reason})
 
     # -- dependencies ----------------------------------------------------------------------
 

@@ -37,9 +37,6 @@ class Evaluation:
     # opposed to those kept undecided: refinement keeps at least one strip of each.
     confirmed: list[Passage] = field(default_factory=list)
 
-    def describe(self, total: int) -> str:
-        return f"evaluate: {self.verdict} (kept {len(self.kept)}/{total}, llm graded {self.graded})"
-
 
 def excerpt(scorer: QueryScorer, passage: Passage) -> str:
     """The passage's most relevant strips, in order: shorter prompts grade faster and more sharply."""

@@ -25,3 +25,11 @@ async def rewrite_query(
     reply = await llm.chat(messages, node="rewrite_query", max_tokens=MAX_QUERY_TOKENS)
     query = reply.text.strip().strip('"').splitlines()[0].strip() if reply.text.strip() else question
     return (query or question)[:300], reply.call
+
+
+def expanded_query(question: str, evidence: list[Passage], chars: int = 300) -> str:
+    """The question plus the most relevant evidence found so far (empty when there is none)."""
+    if not evidence:
+        return ""
+    best = max(evidence, key=lambda p: p.score)
+    return f"{question} {best.title}: {best.text[:chars]}"

@@ -1,36 +1,77 @@
-"""State of the corrective graph. Every decision is kept here as well as in ``steps``."""
+"""State and runtime context of the corrective graph.
+
+Every decision is kept in the state as well as in ``events``: the routing decision of the last
+deciding node (``next_step``) and, once the run is bound to end, why (``stop_reason``).
+"""
 
 from __future__ import annotations
 
-from typing import Any, Literal, NotRequired
+import operator
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Annotated, Literal
 
-from pipelines.shared.deps import Passage
+from pipelines.corrective.policy import CorrectivePolicy
+from pipelines.shared.deps import ChatClient, Embedder, Passage, Retriever, WebSearch
+from pipelines.shared.events import StopReason
 from pipelines.shared.relevance import Verdict
-from pipelines.shared.state import PipelineInput, PipelineOutput
+from pipelines.shared.state import PipelineState
+from pipelines.shared.telemetry import NO_TELEMETRY, PipelineTelemetry
 
-StopReason = Literal["answered", "max_rewrites", "max_llm_calls", "max_seconds", "no_evidence", "unsupported"]
+NextStep = Literal["rewrite_query", "refine", "generate", "check_useful", "cautious_answer", "finish"]
 
 
-class CorrectiveState(PipelineInput, PipelineOutput):
+def merge_passages(old: list[Passage], new: list[Passage]) -> list[Passage]:
+    """The evidence reducer: new passages are appended once, known chunks are not repeated."""
+    seen = {p.chunk_id for p in old}
+    return [*old, *(p for p in new if p.chunk_id not in seen)]
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerSnapshot:
+    """An answer that passed its checks, kept so a worse later one never replaces it."""
+
+    answer: str
+    sources: list[Passage]
+    context: list[Passage]
+
+
+@dataclass(kw_only=True)
+class CorrectiveState(PipelineState):
     top_k: int
-    started_at: float
-    query_vector: NotRequired[list[float] | None]
-    search_query: NotRequired[str]
-    queries: NotRequired[list[str]]
-    seen: NotRequired[list[str]]
-    candidates: NotRequired[list[Passage]]
-    evidence: NotRequired[list[Passage]]
-    confirmed: NotRequired[list[str]]  # chunk ids of evidence judged relevant, not merely kept undecided
-    strips: NotRequired[list[Passage]]
-    verdict: NotRequired[Verdict]
-    verdicts: NotRequired[list[Verdict]]
-    rewrites: NotRequired[int]
-    regenerated: NotRequired[bool]
-    answered_with: NotRequired[int]
-    grounded: NotRequired[bool]
-    useful: NotRequired[bool]
-    unsupported_claims: NotRequired[list[str]]
-    missing: NotRequired[str]
-    fallback: NotRequired[bool]
-    best: NotRequired[dict[str, Any]]
-    stop_reason: NotRequired[StopReason]
+    started_at: float  # on the context's clock
+    query_vector: list[float] | None = None
+    search_query: str = ""  # the query of the current follow-up round ("" in the first)
+    queries: Annotated[list[str], operator.add] = field(default_factory=list)
+    seen: Annotated[list[str], operator.add] = field(default_factory=list)  # chunk ids of every candidate
+    candidates: list[Passage] = field(default_factory=list)  # the current round's search results
+    evidence: Annotated[list[Passage], merge_passages] = field(default_factory=list)
+    confirmed: Annotated[list[str], operator.add] = field(default_factory=list)  # judged relevant, not undecided
+    strips: list[Passage] = field(default_factory=list)
+    verdict: Verdict | None = None
+    verdicts: Annotated[list[Verdict], operator.add] = field(default_factory=list)
+    rewrites: int = 0
+    regenerated: bool = False
+    answered_with: int = -1  # how much evidence the last answer was generated from
+    grounded: bool = False
+    useful: bool = False
+    unsupported_claims: list[str] = field(default_factory=list)
+    missing: str = ""
+    fallback: bool = False
+    best: AnswerSnapshot | None = None
+    next_step: NextStep | None = None
+    stop_reason: StopReason | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class CorrectiveContext:
+    """What the corrective nodes run on; built once at start-up, handed to every run."""
+
+    llm: ChatClient
+    retriever: Retriever
+    search: WebSearch
+    embedder: Embedder
+    policy: CorrectivePolicy
+    telemetry: PipelineTelemetry = NO_TELEMETRY
+    clock: Callable[[], float] = time.monotonic  # the time budget's clock; ``started_at`` is read on it

@@ -1,9 +1,20 @@
-"""State of the direct pipeline."""
+"""State and runtime context of the direct pipeline."""
 
 from __future__ import annotations
 
-from pipelines.shared.state import PipelineInput, PipelineOutput
+from dataclasses import dataclass
+
+from pipelines.shared.deps import ChatClient
+from pipelines.shared.state import PipelineState
+from pipelines.shared.telemetry import NO_TELEMETRY, PipelineTelemetry
 
 
-class DirectState(PipelineInput, PipelineOutput):
-    pass
+@dataclass(kw_only=True)
+class DirectState(PipelineState):
+    """The shared fields alone: the question in, the answer out."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class DirectContext:
+    llm: ChatClient
+    telemetry: PipelineTelemetry = NO_TELEMETRY

@@ -1,7 +1,7 @@
 """What pipelines and the route table report to the outside world: node timings, verdicts, loops.
 
 A protocol here, implemented by :mod:`gateway.observability`, so the request still flows one way
-(gateway -> routes -> pipelines) and graphs built without telemetry (unit tests, notebooks) pay
+(gateway -> routes -> pipelines) and graphs run without telemetry (unit tests, notebooks) pay
 nothing: :data:`NO_TELEMETRY` does no work at all.
 """
 
@@ -9,15 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any, Protocol, TypeVar, cast
+from dataclasses import Field
+from typing import Any, ClassVar, Protocol, TypeVar
 
-StateT = TypeVar("StateT", contravariant=True)
-
-
-class Node(Protocol[StateT]):
-    """A graph node as LangGraph types it: one parameter named ``state``."""
-
-    def __call__(self, state: StateT) -> Awaitable[dict[str, Any]]: ...
+from langgraph.runtime import Runtime
 
 
 class NodeScope(Protocol):
@@ -77,20 +72,42 @@ class NoTelemetry:
 NO_TELEMETRY: PipelineTelemetry = NoTelemetry()
 
 
-def instrument(telemetry: PipelineTelemetry, pipeline: str, name: str, node: Node[StateT]) -> Node[StateT]:
-    """``node`` timed and traced as ``pipeline/name``; applied once per node when a graph is built.
+class Observed(Protocol):
+    """A graph's runtime context (a dataclass, as LangGraph wants it) holding the telemetry its nodes report to."""
 
-    The wrapper takes an unannotated ``state`` so LangGraph reads the graph's own state schema.
+    __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
+
+    @property
+    def telemetry(self) -> PipelineTelemetry: ...
+
+
+StateT = TypeVar("StateT", contravariant=True)
+ContextT = TypeVar("ContextT", bound=Observed)
+
+
+class Node(Protocol[StateT, ContextT]):
+    """A graph node as LangGraph calls it: the state, and the run's :class:`Runtime` (named ``runtime``)."""
+
+    def __call__(self, state: StateT, runtime: Runtime[ContextT]) -> Awaitable[dict[str, Any]]: ...
+
+
+def instrument(pipeline: str, name: str, node: Node[StateT, ContextT]) -> Node[StateT, ContextT]:
+    """``node`` timed and traced as ``pipeline/name`` by the telemetry of the run's context.
+
+    Applied once per node when a graph is compiled; the telemetry is read per run, from the context.
+    The wrapper takes an unannotated ``state`` so LangGraph reads the graph's own state schema, and a
+    parameter named ``runtime`` so LangGraph hands it the run's :class:`Runtime`.
     """
-    if telemetry is NO_TELEMETRY:
-        return node
 
-    async def observed(state: Any) -> dict[str, Any]:
+    async def observed(state: Any, runtime: Runtime[ContextT]) -> dict[str, Any]:
+        telemetry = runtime.context.telemetry
+        if telemetry is NO_TELEMETRY:
+            return await node(state, runtime)
         with telemetry.node(pipeline, name) as scope:
-            update = await node(state)
+            update = await node(state, runtime)
             scope.finish(update)
             return update
 
     observed.__name__ = name
     observed.__qualname__ = f"{pipeline}.{name}"
-    return cast(Node[StateT], observed)
+    return observed

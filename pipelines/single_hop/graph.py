@@ -7,67 +7,61 @@ route table hands the request to the corrective pipeline instead of answering "I
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
+from langgraph.runtime import Runtime
 
-from pipelines.shared.deps import ChatClient, Retriever
-from pipelines.shared.generation import GroundingPolicy, generate_grounded
-from pipelines.shared.relevance import RelevanceModel, fast_verdict
-from pipelines.shared.telemetry import NO_TELEMETRY, PipelineTelemetry, instrument
-from pipelines.single_hop.state import SingleHopState
-
-
-@dataclass(frozen=True)
-class SingleHopDeps:
-    llm: ChatClient
-    retriever: Retriever
-    grounding: GroundingPolicy
-    relevance: RelevanceModel
-    lower: float
-    upper: float
-    telemetry: PipelineTelemetry = NO_TELEMETRY
+from pipelines.shared.events import Assess, Generate, Retrieve
+from pipelines.shared.generation import generate_grounded
+from pipelines.shared.relevance import fast_verdict
+from pipelines.shared.state import Update
+from pipelines.shared.telemetry import instrument
+from pipelines.single_hop.state import SingleHopContext, SingleHopState
 
 
-def build_graph(deps: SingleHopDeps) -> CompiledStateGraph[Any, Any, Any, Any]:
-    async def retrieve(state: SingleHopState) -> dict[str, Any]:
-        passages = await deps.retriever.search(
-            state["tenant"], state["query"], state["top_k"], vector=state.get("query_vector")
-        )
-        return {"passages": passages, "steps": [f"retrieve(k={state['top_k']}, found={len(passages)})"]}
+async def retrieve(state: SingleHopState, runtime: Runtime[SingleHopContext]) -> Update:
+    retriever = runtime.context.retriever
+    passages = await retriever.search(state.tenant, state.query, state.top_k, vector=state.query_vector)
+    return {"passages": passages, "events": [Retrieve(k=state.top_k, found=len(passages))]}
 
-    async def assess_retrieval(state: SingleHopState) -> dict[str, Any]:
-        passages = state.get("passages", [])
-        verdict = fast_verdict(deps.relevance, state["query"], passages, deps.lower, deps.upper)
-        # An empty tenant has nothing for a rewritten query to find: abstain rather than escalate.
-        escalate = verdict == "incorrect" and bool(passages) and state.get("allow_escalation", False)
-        deps.telemetry.verdict("single_hop", verdict)
-        return {"verdict": verdict, "escalate": escalate, "steps": [f"assess_retrieval: {verdict}"]}
 
-    def after_assess(state: SingleHopState) -> Literal["generate_answer", "__end__"]:
-        return "__end__" if state.get("escalate") else "generate_answer"
+async def assess_retrieval(state: SingleHopState, runtime: Runtime[SingleHopContext]) -> Update:
+    ctx = runtime.context
+    verdict = fast_verdict(ctx.relevance, state.query, state.passages, ctx.lower, ctx.upper)
+    # An empty tenant has nothing for a rewritten query to find: abstain rather than escalate.
+    escalate = verdict == "incorrect" and bool(state.passages) and state.allow_escalation
+    ctx.telemetry.verdict("single_hop", verdict)
+    return {"verdict": verdict, "escalate": escalate, "events": [Assess(verdict=verdict)]}
 
-    async def generate_answer(state: SingleHopState) -> dict[str, Any]:
-        passages = state.get("passages", [])
-        result = await generate_grounded(deps.llm, state["query"], passages, deps.grounding, node="generate_answer")
-        return {
-            "answer": result.answer,
-            "sources": result.cited,
-            "context": result.context,
-            "abstained": result.abstained,
-            "steps": ["generate_answer" + (f" (abstained: {result.note})" if result.abstained else "")],
-            "llm_calls": [result.call] if result.call else [],
-        }
 
-    builder = StateGraph(SingleHopState)
+def after_assess(state: SingleHopState) -> Literal["generate_answer", "__end__"]:
+    return "__end__" if state.escalate else "generate_answer"
+
+
+async def generate_answer(state: SingleHopState, runtime: Runtime[SingleHopContext]) -> Update:
+    ctx = runtime.context
+    result = await generate_grounded(ctx.llm, state.query, state.passages, ctx.grounding, node="generate_answer")
+    return {
+        "answer": result.answer,
+        "sources": result.cited,
+        "context": result.context,
+        "abstained": result.abstained,
+        "events": [Generate(abstention=result.note if result.abstained else None)],
+        "llm_calls": [result.call] if result.call else [],
+    }
+
+
+def build_graph() -> CompiledStateGraph[Any, Any, Any, Any]:
+    """Compiled once at start-up; each run gets its :class:`SingleHopContext` at invoke time."""
+    builder = StateGraph(SingleHopState, context_schema=SingleHopContext)
     for name, node in [
         ("retrieve", retrieve),
         ("assess_retrieval", assess_retrieval),
         ("generate_answer", generate_answer),
     ]:
-        builder.add_node(name, instrument(deps.telemetry, "single_hop", name, node))
+        builder.add_node(name, instrument("single_hop", name, node))
     builder.add_edge(START, "retrieve")
     builder.add_edge("retrieve", "assess_retrieval")
     builder.add_conditional_edges("assess_retrieval", after_assess)

@@ -1,18 +1,34 @@
-"""State of the single-hop pipeline."""
+"""State and runtime context of the single-hop pipeline."""
 
 from __future__ import annotations
 
-from typing import NotRequired
+from dataclasses import dataclass, field
 
-from pipelines.shared.deps import Passage
-from pipelines.shared.relevance import Verdict
-from pipelines.shared.state import PipelineInput, PipelineOutput
+from pipelines.shared.deps import ChatClient, Passage, Retriever
+from pipelines.shared.generation import GroundingPolicy
+from pipelines.shared.relevance import RelevanceModel, Verdict
+from pipelines.shared.state import PipelineState
+from pipelines.shared.telemetry import NO_TELEMETRY, PipelineTelemetry
 
 
-class SingleHopState(PipelineInput, PipelineOutput):
+@dataclass(kw_only=True)
+class SingleHopState(PipelineState):
     top_k: int
-    query_vector: NotRequired[list[float] | None]
-    allow_escalation: NotRequired[bool]
-    passages: NotRequired[list[Passage]]
-    verdict: NotRequired[Verdict]
-    escalate: NotRequired[bool]
+    query_vector: list[float] | None = None
+    allow_escalation: bool = False
+    passages: list[Passage] = field(default_factory=list)
+    verdict: Verdict | None = None
+    escalate: bool = False  # assess_retrieval's decision: end here and let the route table escalate
+
+
+@dataclass(frozen=True, kw_only=True)
+class SingleHopContext:
+    """``lower``/``upper``: the fast scorer's thresholds; all below ``lower`` is *Incorrect*."""
+
+    llm: ChatClient
+    retriever: Retriever
+    grounding: GroundingPolicy
+    relevance: RelevanceModel
+    lower: float
+    upper: float
+    telemetry: PipelineTelemetry = NO_TELEMETRY

@@ -13,16 +13,7 @@ import pytest
 import yaml
 
 from gateway.settings import Settings
-from tests.deploy.chart_tools import (
-    CHART,
-    FULLNAME,
-    REPO,
-    RenderError,
-    kinds_and_names,
-    one,
-    pod_spec,
-    render,
-)
+from tests.deploy.chart_tools import CHART, FULLNAME, REPO, RenderError, kinds_and_names, one, pod_spec, render
 from tests.deploy.conftest import API_KEY_SHA256, KUBE_VERSIONS, OTEL_COLLECTOR
 
 # Prometheus Operator kinds: kubernetes-validate ships only the built-in API schemas, so these two are

@@ -58,7 +58,7 @@ def router_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         capture_output=True,
         timeout=600,
     )
-    assert list(target.glob("router-*.npz"))
+    assert len(list(target.glob("knowledge-router-*.npz"))) == 2  # retrieve and spread stages
     return target
 
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 import openai
 import pytest
 
+from gateway.steps import RewriteFollowup
+from tests.scripted import events
+
 pytestmark = pytest.mark.e2e
 
 
@@ -42,7 +45,7 @@ def test_follow_up_is_made_self_contained(gateway_url: str) -> None:
         ],
     )
     gateway = (completion.model_extra or {})["gateway"]
-    assert gateway["steps"][0].startswith("rewrite_followup")
+    assert isinstance(events(gateway)[0], RewriteFollowup)
     assert "paris" in gateway["query"].lower()
     assert "population" in gateway["query"].lower()
     assert completion.choices[0].message.content

@@ -12,6 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
+from pipelines.shared.events import Retrieve, SearchMore
+from tests.scripted import events
+
 pytestmark = pytest.mark.e2e
 TIMEOUT = httpx.Timeout(300.0)
 TENANT = "aurora"
@@ -58,7 +61,7 @@ def aurora(gateway_url: str) -> None:
 
 def test_plain_rag_cannot_answer_from_the_first_retrieval(gateway_url: str, aurora: None) -> None:
     plain = ask(gateway_url, route="single_hop", allow_escalation=False, top_k=1)
-    assert plain["steps"][0] == "retrieve(k=1, found=1)"
+    assert events(plain)[0] == Retrieve(k=1, found=1)
     assert [e["id"] for e in plain["evidence"]] in ([], ["project-aurora"])  # the bridge only, or nothing
     assert "300" not in plain["answer"]
 
@@ -66,8 +69,9 @@ def test_plain_rag_cannot_answer_from_the_first_retrieval(gateway_url: str, auro
 def test_corrective_pipeline_finds_the_second_hop_and_answers(gateway_url: str, aurora: None) -> None:
     result = ask(gateway_url, route="multi_hop", top_k=1)
     assert result["route"] == "multi_hop"
-    assert result["steps"][0] == "retrieve(k=1, found=1)"
-    assert any(step.startswith("search_more(") for step in result["steps"]), result["steps"]
+    steps = events(result)
+    assert steps[0] == Retrieve(k=1, found=1)
+    assert any(isinstance(step, SearchMore) for step in steps), result["steps"]
     assert "k3-spec" in [e["id"] for e in result["evidence"]], result
     assert "300" in result["answer"], result
     assert result["abstained"] is False

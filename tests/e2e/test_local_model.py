@@ -9,7 +9,11 @@ from typing import Any
 import httpx
 import pytest
 
+from pipelines.shared.events import Assess, Escalate, Generate, Retrieve, Stop
+from tests.scripted import events
+
 pytestmark = pytest.mark.e2e
+ESCALATE = Escalate(from_route="single_hop", to_route="multi_hop", reason="retrieval_incorrect")
 TIMEOUT = httpx.Timeout(180.0)
 
 
@@ -39,7 +43,7 @@ def test_ready_with_the_real_llm(gateway_url: str) -> None:
 def test_direct_question_is_answered_without_retrieval(gateway_url: str, kumo_tenant: str) -> None:
     result = ask(gateway_url, query="Hi there! What is 12 times 12?", tenant=kumo_tenant)
     assert result["route"] == "direct"
-    assert result["steps"] == ["answer_directly"]
+    assert events(result) == [Generate(mode="direct")]
     assert result["sources"] == []
     assert result["usage"]["llm_calls"] == 1
     assert result["usage"]["output_tokens"] > 0
@@ -49,7 +53,9 @@ def test_direct_question_is_answered_without_retrieval(gateway_url: str, kumo_te
 def test_single_hop_answer_cites_the_right_document(gateway_url: str, kumo_tenant: str) -> None:
     result = ask(gateway_url, query="What is the maximum payload of the Kumo Carrier K2?", tenant=kumo_tenant)
     assert result["route"] == "single_hop"
-    assert result["steps"][0].startswith("retrieve")
+    retrieved = events(result)[0]
+    assert isinstance(retrieved, Retrieve)
+    assert retrieved.found > 0
     assert not result["abstained"], result
     assert "150" in result["answer"]
     assert result["sources"][0]["id"] == "kumo-carrier-k2-product-sheet"
@@ -57,15 +63,21 @@ def test_single_hop_answer_cites_the_right_document(gateway_url: str, kumo_tenan
 
 def test_single_hop_says_so_when_the_documents_do_not_hold_the_answer(gateway_url: str, kumo_tenant: str) -> None:
     """Retrieval fails, so single_hop escalates; the corrective pipeline cannot confirm an answer either
-    and says what the documents do and do not say, instead of answering from the model's memory."""
+    and says what the documents do and do not say, instead of answering from the model's memory.
+
+    The escalation is decided without the model: every Kumo document scores about 0.03 for this question
+    with the default embeddings and chunking, far below GATEWAY_ESCALATE_BELOW (0.12)."""
     result = ask(gateway_url, query="What is the capital of Peru?", tenant=kumo_tenant, route="single_hop")
+    steps = events(result)
+    assert steps[1:3] == [Assess(verdict="incorrect"), ESCALATE], result["steps"]
+    assert result["escalated_from"] == "single_hop"
+    assert result["route"] == "multi_hop"
+    assert result["classified_route"] == "single_hop"
+    assert isinstance(steps[-1], Stop)
+    assert result["stop_reason"] == steps[-1].reason
     assert result["abstained"], json.dumps(result, indent=1, ensure_ascii=False)
     assert "knowledge base" in result["answer"]
     assert "Lima" not in result["answer"] or "do not state" in result["answer"]
-    if result["escalated_from"] is not None:
-        assert "escalate: single_hop -> multi_hop (retrieval incorrect)" in result["steps"]
-        assert result["route"] == "multi_hop"
-        assert result["classified_route"] == "single_hop"
 
 
 def test_tenants_do_not_see_each_others_documents(gateway_url: str, kumo_tenant: str) -> None:

@@ -1,94 +1,249 @@
-"""A tiny OpenAI-compatible upstream on loopback: ``GET /v1/models`` and non-streaming chat completions.
+"""A small OpenAI-compatible upstream on a loopback port that injects the faults real upstreams have.
 
-Enough for a gateway started as a separate process (or a container on the host network) to pass its
-readiness probe and answer a ``direct`` query through the real ``openai`` client, and for the test to
-see which requests arrived. Every answer is ``FakeOpenAI.answer``; usage counts are real word counts.
+Real HTTP, real sockets: the gateway's ``ChatOpenAI`` (and the OpenAI SDK and httpx under it) meet
+each fault exactly as they would in production, so what is tested is the whole adapter stack, not a
+mock of the client. Each chat request takes the next scripted :data:`Behaviour` (then ``default``):
+
+- :class:`Answer`: a normal completion (JSON, or server-sent events when the request streams);
+- :class:`Status`: an error answer, e.g. 429 with ``Retry-After`` or a 500/503;
+- :class:`Hang`: headers never come (until ``seconds`` pass or the server closes);
+- :class:`Cut`: a streamed answer whose connection drops after ``chunks`` content chunks (a plain
+  answer drops mid-body).
+
+:meth:`FakeOpenAI.refuse` closes the listener, so connections are refused, until :meth:`restore`.
+Every response says ``Connection: close``, so no pooled connection outlives a refusal.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections import deque
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from tests.fakes.serving import send_json, serving
-
-MODEL = "fake-model"
+from tests.ports import free_port
 
 
-@dataclass
+@dataclass(frozen=True)
+class Answer:
+    text: str = "Hello from the upstream."
+    delay_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Status:
+    code: int
+    retry_after: str | None = None
+
+
+@dataclass(frozen=True)
+class Hang:
+    seconds: float = 30.0
+
+
+@dataclass(frozen=True)
+class Cut:
+    chunks: int = 2
+
+
+Behaviour = Answer | Status | Hang | Cut
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One chat request as the upstream received it."""
+
+    model: str
+    stream: bool
+    at: float
+
+
 class FakeOpenAI:
-    """The fake's state; tests read ``requests`` (method, path) in arrival order."""
+    """``with FakeOpenAI() as upstream:``; ``upstream.script(Status(503), Answer())``; ``upstream.base_url``."""
 
-    answer: str = "Four."
-    url: str = ""
-    requests: list[tuple[str, str]] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    def __init__(self, default: Behaviour | None = None, *, name: str = "fake") -> None:
+        self.port = free_port()
+        self.default: Behaviour = default or Answer()
+        self.name = name
+        self.seen: list[Seen] = []
+        self._script: deque[Behaviour] = deque()
+        self._lock = threading.Lock()
+        self._closing = threading.Event()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
 
-    def record(self, method: str, path: str) -> None:
-        with self.lock:
-            self.requests.append((method, path))
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
 
-    def seen(self, method: str, path: str) -> int:
-        with self.lock:
-            return self.requests.count((method, path))
+    @property
+    def calls(self) -> int:
+        return len(self.seen)
 
-    def completion(self, body: dict[str, Any]) -> dict[str, Any]:
-        prompt_words = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
-        answer_words = len(self.answer.split())
-        return {
-            "id": f"chatcmpl-fake-{len(self.requests)}",
+    def script(self, *behaviours: Behaviour) -> None:
+        with self._lock:
+            self._script.extend(behaviours)
+
+    def next_behaviour(self, model: str, stream: bool) -> Behaviour:
+        with self._lock:
+            self.seen.append(Seen(model=model, stream=stream, at=time.monotonic()))
+            return self._script.popleft() if self._script else self.default
+
+    def start(self) -> FakeOpenAI:
+        self._closing.clear()
+        server = ThreadingHTTPServer(("127.0.0.1", self.port), _handler(self))
+        server.daemon_threads = True
+        self._server = server
+        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread.start()
+        return self
+
+    def refuse(self) -> None:
+        """Close the listener: new connections are refused until :meth:`restore`."""
+        self._closing.set()  # hanging handlers give up too
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def restore(self) -> None:
+        self.start()
+
+    def close(self) -> None:
+        self.refuse()
+
+    def __enter__(self) -> FakeOpenAI:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _chunk(model: str, delta: dict[str, Any], finish: str | None = None, usage: dict[str, int] | None = None) -> bytes:
+    choices = [] if usage else [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]
+    payload: dict[str, Any] = {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": model,
+        "choices": choices,
+    }
+    if usage:
+        payload["usage"] = usage
+    return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+
+def _completion(model: str, text: str) -> bytes:
+    return json.dumps(
+        {
+            "id": "chatcmpl-fake",
             "object": "chat.completion",
             "created": int(time.time()),
-            "model": body.get("model", MODEL),
+            "model": model,
             "choices": [
-                {"index": 0, "message": {"role": "assistant", "content": self.answer}, "finish_reason": "stop"}
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": "stop",
+                    "logprobs": None,
+                }
             ],
             "usage": {
-                "prompt_tokens": prompt_words,
-                "completion_tokens": answer_words,
-                "total_tokens": prompt_words + answer_words,
+                "prompt_tokens": 12,
+                "completion_tokens": len(text.split()),
+                "total_tokens": 12 + len(text.split()),
             },
         }
+    ).encode()
 
 
-def _handler(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
+def _handler(upstream: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
-            return
+        protocol_version = "HTTP/1.1"
 
-        def reply(self, status: int, payload: dict[str, Any]) -> None:
-            send_json(self, status, payload)
+        def log_message(self, format: str, *args: Any) -> None:
+            return None
 
         def do_GET(self) -> None:
-            fake.record("GET", self.path)
-            if self.path.rstrip("/") == "/v1/models":
-                self.reply(200, {"object": "list", "data": [{"id": MODEL, "object": "model", "owned_by": "fake"}]})
+            if self.path.rstrip("/").endswith("/models"):
+                self._json(200, {"object": "list", "data": [{"id": "fake", "object": "model", "owned_by": "fake"}]})
             else:
-                self.reply(404, {"error": {"message": f"no route {self.path}", "type": "invalid_request_error"}})
+                self._json(404, {"error": {"message": "not found"}})
 
         def do_POST(self) -> None:
-            fake.record("POST", self.path)
-            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-            if self.path != "/v1/chat/completions":
-                self.reply(404, {"error": {"message": f"no route {self.path}", "type": "invalid_request_error"}})
-            elif body.get("stream"):
-                self.reply(400, {"error": {"message": "this fake does not stream", "type": "invalid_request_error"}})
+            length = int(self.headers.get("Content-Length") or 0)
+            request = json.loads(self.rfile.read(length) or b"{}")
+            model, stream = str(request.get("model", "")), bool(request.get("stream"))
+            behaviour = upstream.next_behaviour(model, stream)
+            # The gateway may give up on a request (its timeout) before the answer is written: nothing to do.
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                self._behave(behaviour, model, stream)
+
+        def _behave(self, behaviour: Behaviour, model: str, stream: bool) -> None:
+            if isinstance(behaviour, Status):
+                headers = {"Retry-After": behaviour.retry_after} if behaviour.retry_after is not None else {}
+                body = {"error": {"message": f"injected HTTP {behaviour.code}", "type": "server_error"}}
+                self._json(behaviour.code, body, headers)
+            elif isinstance(behaviour, Hang):
+                upstream._closing.wait(behaviour.seconds)
+                self.close_connection = True
+            elif isinstance(behaviour, Cut):
+                self._cut(model, stream, behaviour.chunks)
             else:
-                self.reply(200, fake.completion(body))
+                if behaviour.delay_s:
+                    time.sleep(behaviour.delay_s)
+                if stream:
+                    self._stream(model, behaviour.text)
+                else:
+                    body = _completion(model, behaviour.text)
+                    self._send(200, "application/json", {"Content-Length": str(len(body))})
+                    self.wfile.write(body)
+
+        def _stream(self, model: str, text: str, cut_after: int | None = None) -> None:
+            self._send(200, "text/event-stream", {"Transfer-Encoding": "chunked"})
+            self._write_chunk(_chunk(model, {"role": "assistant", "content": ""}))
+            for sent, word in enumerate(text.split(" ")):
+                if cut_after is not None and sent >= cut_after:
+                    self.wfile.flush()
+                    self.close_connection = True
+                    return  # no terminating chunk: the reader sees an incomplete chunked body
+                self._write_chunk(_chunk(model, {"content": word if sent == 0 else " " + word}))
+            self._write_chunk(_chunk(model, {}, "stop"))
+            self._write_chunk(
+                _chunk(model, {}, usage={"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17})
+            )
+            self._write_chunk(b"data: [DONE]\n\n")
+            self.wfile.write(b"0\r\n\r\n")
+
+        def _cut(self, model: str, stream: bool, chunks: int) -> None:
+            if stream:
+                self._stream(model, "this answer will break off before it ends, mid way through", cut_after=chunks)
+                return
+            body = _completion(model, "this answer will break off")
+            self._send(200, "application/json", {"Content-Length": str(len(body))})
+            self.wfile.write(body[: len(body) // 2])
+            self.close_connection = True
+
+        def _write_chunk(self, data: bytes) -> None:
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            self.wfile.flush()
+
+        def _json(self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+            data = json.dumps(body).encode()
+            self._send(status, "application/json", {"Content-Length": str(len(data)), **(headers or {})})
+            self.wfile.write(data)
+
+        def _send(self, status: int, content_type: str, headers: dict[str, str]) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Connection", "close")
+            for name, value in headers.items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.close_connection = True
 
     return Handler
-
-
-@contextmanager
-def running_fake_openai(answer: str = "Four.") -> Iterator[FakeOpenAI]:
-    """Serve a fresh fake on a free loopback port; ``fake.url`` is its ``/v1`` base URL."""
-    fake = FakeOpenAI(answer=answer)
-    with serving(ThreadingHTTPServer(("127.0.0.1", 0), _handler(fake)), "fake-openai") as url:
-        fake.url = f"{url}/v1"
-        yield fake

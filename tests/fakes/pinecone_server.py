@@ -21,8 +21,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from tests.fakes.serving import send_json, serving
-
 FAKE_API_KEY = "fake-pinecone-key"
 MAX_BATCH = 1000
 MAX_LIST_PAGE = 100
@@ -230,7 +228,12 @@ class _Handler(BaseHTTPRequestHandler):
         status, payload = self.server.fake.handle(
             method, url.path, parse_qs(url.query), body, self.headers.get("Api-Key")
         )
-        send_json(self, status, payload)
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
     def log_message(self, format: str, *args: Any) -> None:
         """Silence per-request logging; pytest output is for failures."""
@@ -240,6 +243,14 @@ class _Handler(BaseHTTPRequestHandler):
 def running_fake_pinecone(dimension: int = 4, api_key: str = FAKE_API_KEY) -> Iterator[FakePinecone]:
     """Serve a fresh fake on a free 127.0.0.1 port; ``fake.url`` is the index host to give the client."""
     fake = FakePinecone(dimension=dimension, api_key=api_key)
-    with serving(_Server(fake), "fake-pinecone") as url:
-        fake.url = url
+    server = _Server(fake)
+    host, port = server.server_address[:2]
+    fake.url = f"http://{host!s}:{port}"
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), name="fake-pinecone", daemon=True)
+    thread.start()
+    try:
         yield fake
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)

@@ -6,7 +6,6 @@ import pytest
 
 from gateway.knowledge import KnowledgeBase
 from gateway.providers.embeddings import USEEmbeddings
-from pipelines.corrective import graph as corrective_graph
 from tests.unit.corrective_support import AURORA, AURORA_DOCS, DOCS, TENANT, VPN_QUERY, FakeClock, make_knowledge
 
 
@@ -29,8 +28,6 @@ def vpn_vector(embeddings: USEEmbeddings) -> list[float]:
 
 
 @pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
-    """A fake clock patched into the corrective graph; ``clock.expire`` spends any time budget."""
-    fake = FakeClock()
-    monkeypatch.setattr(corrective_graph, "time", fake)
-    return fake
+def clock() -> FakeClock:
+    """A fake clock for the corrective graph's context; ``clock.expire`` spends any time budget."""
+    return FakeClock()

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,15 +25,16 @@ from gateway.providers.scripted_chat import ScriptedChatModel
 from gateway.providers.vectorstores.memory import InMemoryVectorStore
 from gateway.providers.websearch import LocalStoreSearch
 from gateway.settings import ModelPrice
-from pipelines.corrective.graph import CorrectiveDeps, build_graph
+from pipelines.corrective.graph import build_graph
 from pipelines.corrective.policy import CorrectivePolicy
-from pipelines.direct.graph import build_graph as build_direct
+from pipelines.corrective.state import CorrectiveContext, CorrectiveState
+from pipelines.direct.state import DirectContext
+from pipelines.shared import events as ev
 from pipelines.shared.deps import Passage, WebSearch
 from pipelines.shared.generation import GroundingPolicy
 from pipelines.shared.relevance import relevance
-from pipelines.single_hop.graph import SingleHopDeps
-from pipelines.single_hop.graph import build_graph as build_single_hop
-from routes.table import RoutePolicy, RouteTable
+from pipelines.single_hop.state import SingleHopContext
+from routes.table import PipelineContexts, RoutePolicy, RouteTable
 from tests.scripted import schema_name
 
 TENANT = "acme"
@@ -97,11 +100,30 @@ AURORA_REWRITE = "What is the maximum payload of the Project Aurora robot?"  # a
 AURORA_ANSWER = "The Kumo Carrier K3 has a maximum payload of 300 kg [1]."
 K3_FACT = "Maximum payload: 300 kg"
 
-# Recurring runs of steps. The first round for K2_QUESTION with the default top_k (the K2 document, relevant without
+# The critics' judgements as events: supported, useful, and their failures.
+SUPPORTED_CHECK = ev.Check(critic="grounded", outcome="passed")
+USEFUL_CHECK = ev.Check(critic="useful", outcome="passed")
+
+
+def doubted(*claims: str) -> ev.Check:
+    """The groundedness check's event for an answer whose ``claims`` it found unsupported."""
+    return ev.Check(critic="grounded", outcome="failed", claims=claims)
+
+
+def useless(missing: str) -> ev.Check:
+    """The usefulness check's event for an answer that misses ``missing``."""
+    return ev.Check(critic="useful", outcome="failed", note=missing)
+
+
+# Recurring runs of events. The first round for K2_QUESTION with the default top_k (the K2 document, relevant without
 # grading); a supported and useful answer that ends the run; the end of a run that kept nothing and abstains.
-K2_ROUND = ["retrieve(k=5, found=5)", "evaluate: correct (kept 1/5, llm graded 0)", "refine(strips from 1/1 passages)"]
-ANSWERED = ["generate_answer", "check_grounded: supported", "check_useful: yes", "stop: answered"]
-NO_EVIDENCE = ["refine(strips from 0/0 passages)", "cautious_answer", "stop: no_evidence"]
+K2_ROUND = [
+    ev.Retrieve(k=5, found=5),
+    ev.Evaluate(verdict="correct", kept=1, total=5, graded=0),
+    ev.Refine(strips=1, passages=1),
+]
+ANSWERED = [ev.Generate(), SUPPORTED_CHECK, USEFUL_CHECK, ev.Stop(reason="answered")]
+NO_EVIDENCE = [ev.Refine(strips=0, passages=0), ev.Generate(mode="cautious"), ev.Stop(reason="no_evidence")]
 
 Reply = str | dict[str, Any]
 
@@ -121,18 +143,18 @@ def not_useful(missing: str) -> dict[str, Any]:
     return {"useful": False, "missing": missing}
 
 
-def k2_useless_then_rewritten(missing: str, rewrite: str) -> list[str]:
-    """The steps of a first round for K2_QUESTION with top_k=1, answered and supported but not useful for lack of
+def k2_useless_then_rewritten(missing: str, rewrite: str) -> list[ev.PipelineEvent]:
+    """The events of a first round for K2_QUESTION with top_k=1, answered and supported but not useful for lack of
     ``missing``, then rewritten to ``rewrite`` and searched again (with the expansion), finding one new document."""
     return [
-        "retrieve(k=1, found=1)",
-        "evaluate: correct (kept 1/1, llm graded 0)",
-        "refine(strips from 1/1 passages)",
-        "generate_answer",
-        "check_grounded: supported",
-        f"check_useful: no ({missing})",
-        f"rewrite_query(1): {rewrite}",
-        "search_more(local, queries=2, new=1)",
+        ev.Retrieve(k=1, found=1),
+        ev.Evaluate(verdict="correct", kept=1, total=1, graded=0),
+        ev.Refine(strips=1, passages=1),
+        ev.Generate(),
+        SUPPORTED_CHECK,
+        useless(missing),
+        ev.Rewrite(round=1, query=rewrite),
+        ev.SearchMore(source="local", queries=2, new=1),
     ]
 
 
@@ -178,7 +200,7 @@ class Script:
 def canteen_follow_up(grade: Reply, on_rewrite: Any = None) -> Script:
     """For K2_QUESTION with top_k=1: the answer is not useful ("when the canteen closes" is missing) and the rewrite
     is CANTEEN_QUESTION, whose round finds the canteen document in the band; the grader answers it ``grade``.
-    The steps up to that round's evaluation are ``k2_useless_then_rewritten("when the canteen closes",
+    The events up to that round's evaluation are ``k2_useless_then_rewritten("when the canteen closes",
     CANTEEN_QUESTION)``."""
     return Script(
         useful=[not_useful("when the canteen closes")],
@@ -207,8 +229,13 @@ def graded_titles(model: ScriptedChatModel) -> list[str]:
     return [title for prompt in prompts(model, "Grade") for title in re.findall(r"Document \((.*)\):", prompt)]
 
 
-def nodes(state: dict[str, Any]) -> list[str]:
-    return [c.node for c in state.get("llm_calls", [])]
+def nodes(state: CorrectiveState) -> list[str]:
+    return [c.node for c in state.llm_calls]
+
+
+def critics(state: CorrectiveState) -> list[str]:
+    """The critics that judged an answer, in order."""
+    return [e.critic for e in state.events if isinstance(e, ev.Check)]
 
 
 def doc_ids(passages: list[Any]) -> list[str]:
@@ -238,40 +265,57 @@ async def run_graph(
     started_at: float | None = None,
     query_vector: list[float] | None = None,
     search: WebSearch | None = None,
-) -> tuple[dict[str, Any], ScriptedChatModel]:
+    clock: Callable[[], float] = time.monotonic,
+) -> tuple[CorrectiveState, ScriptedChatModel]:
+    """One run of the corrective graph; ``clock`` is its time budget's (a :class:`FakeClock`'s ``monotonic``)."""
     policy = policy or CorrectivePolicy()
     llm, model = make_llm(script)
     search = search or LocalStoreSearch(knowledge)
-    graph = build_graph(CorrectiveDeps(llm, knowledge, search, knowledge, policy))
-    initial: dict[str, Any] = {
+    context = CorrectiveContext(
+        llm=llm, retriever=knowledge, search=search, embedder=knowledge, policy=policy, clock=clock
+    )
+    initial = {
         "query": query,
         "tenant": tenant,
         "top_k": top_k,
-        "started_at": time.monotonic() if started_at is None else started_at,
+        "started_at": clock() if started_at is None else started_at,
+        "query_vector": query_vector,
     }
-    if query_vector is not None:
-        initial["query_vector"] = query_vector
-    state = await graph.ainvoke(initial, config={"recursion_limit": policy.recursion_limit})
+    output = await build_graph().ainvoke(initial, context=context, config={"recursion_limit": policy.recursion_limit})
+    state = CorrectiveState(**output)
     # Every model call is accounted for, failed structured calls included.
-    assert len(state.get("llm_calls", [])) == len(model.calls)
-    assert state["steps"][-1] == f"stop: {state['stop_reason']}"
+    assert len(state.llm_calls) == len(model.calls)
+    assert state.stop_reason is not None
+    assert state.events[-1] == ev.Stop(reason=state.stop_reason)
     return state, model
 
 
 ROUTE_POLICY = RoutePolicy(default_top_k=4, max_top_k=6, multi_hop_top_k=5)
 
 
-def build_route_table(llm: LLMClient, knowledge: KnowledgeBase, route_policy: RoutePolicy = ROUTE_POLICY) -> RouteTable:
+def build_route_table(
+    llm: LLMClient,
+    knowledge: KnowledgeBase,
+    route_policy: RoutePolicy = ROUTE_POLICY,
+    corrective_scope: Callable[[], AbstractContextManager[object]] = nullcontext,
+) -> RouteTable:
     """The three routes over ``knowledge`` with the default corrective policy; search_more searches the store."""
     policy = CorrectivePolicy()
-    return RouteTable(
-        direct=build_direct(llm),
-        single_hop=build_single_hop(
-            SingleHopDeps(llm, knowledge, GroundingPolicy(), policy.relevance, policy.lower, policy.upper)
+    contexts = PipelineContexts(
+        direct=DirectContext(llm=llm),
+        single_hop=SingleHopContext(
+            llm=llm,
+            retriever=knowledge,
+            grounding=GroundingPolicy(),
+            relevance=policy.relevance,
+            lower=policy.lower,
+            upper=policy.upper,
         ),
-        corrective=build_graph(CorrectiveDeps(llm, knowledge, LocalStoreSearch(knowledge), knowledge, policy)),
-        policy=route_policy,
+        corrective=CorrectiveContext(
+            llm=llm, retriever=knowledge, search=LocalStoreSearch(knowledge), embedder=knowledge, policy=policy
+        ),
     )
+    return RouteTable(contexts, route_policy, corrective_scope=corrective_scope)
 
 
 class RecordingSearch:
@@ -289,7 +333,7 @@ class RecordingSearch:
 
 
 class FakeClock:
-    """Stands in for the corrective graph's ``time`` module (the ``clock`` fixture patches it in)."""
+    """A clock the test moves: ``run_graph(..., clock=clock.monotonic)`` gives it to the graph's context."""
 
     def __init__(self) -> None:
         self.now = 1000.0

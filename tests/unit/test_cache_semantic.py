@@ -7,13 +7,7 @@ import pytest
 
 from gateway.cache.backend import MemoryBackend
 from gateway.cache.contrast import Contrast
-from gateway.cache.semantic import (
-    DEFAULT_THRESHOLD,
-    HyperplaneLSH,
-    SemanticCache,
-    SemanticHit,
-    semantic_scope,
-)
+from gateway.cache.semantic import DEFAULT_THRESHOLD, HyperplaneLSH, SemanticCache, SemanticHit, semantic_scope
 from gateway.providers.embeddings import USEEmbeddings
 from tests.unit.test_cache_backend import FakeClock
 from tests.unit.test_cache_exact import FlakyMemory

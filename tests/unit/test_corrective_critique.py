@@ -10,6 +10,7 @@ from gateway.knowledge import KnowledgeBase
 from pipelines.corrective.critique import CITATIONS_ONLY, cautious_answer
 from pipelines.corrective.policy import CorrectivePolicy
 from pipelines.corrective.prompts import EMPTY_ANSWER_NOTE, REGENERATE_NOTE
+from pipelines.shared import events as ev
 from pipelines.shared.deps import Passage
 from pipelines.shared.prompts import ABSTAIN_EN, NOT_IN_CONTEXT
 from tests.unit.corrective_support import (
@@ -24,10 +25,13 @@ from tests.unit.corrective_support import (
     K2_QUESTION,
     K2_ROUND,
     NOT_RELEVANT,
+    SUPPORTED_CHECK,
     USEFUL,
     Script,
     canteen_follow_up,
+    critics,
     doc_ids,
+    doubted,
     follow_up_score,
     k2_useless_then_rewritten,
     kind,
@@ -38,12 +42,13 @@ from tests.unit.corrective_support import (
     run_graph,
     scores,
     unsupported,
+    useless,
 )
 
 
-def regenerated_then_answered(doubt: str) -> list[str]:
-    """The steps of an answer doubted (``doubt``: the claims as the step lists them), regenerated, then accepted."""
-    return ["generate_answer", f"check_grounded: unsupported {doubt}", "regenerate_answer", *ANSWERED[1:]]
+def regenerated_then_answered(*doubt: str) -> list[ev.PipelineEvent]:
+    """The events of an answer doubted (``doubt``: the unsupported claims), regenerated, then accepted."""
+    return [ev.Generate(), doubted(*doubt), ev.Generate(mode="regenerate"), *ANSWERED[1:]]
 
 
 # --- Ungrounded answers -----------------------------------------------------------------------------------------
@@ -56,14 +61,14 @@ async def test_ungrounded_answer_is_regenerated_then_replaced_by_a_cautious_answ
     # No rounds left to search for better evidence (see the next test): the fallback follows the regeneration.
     state, model = await run_graph(knowledge, script, query=K2_QUESTION, policy=CorrectivePolicy(max_rewrites=0))
 
-    assert state["steps"] == [
+    assert state.events == [
         *K2_ROUND,
-        "generate_answer",
-        f"check_grounded: unsupported ['{claim}']",
-        "regenerate_answer",
-        f"check_grounded: unsupported ['{claim}']",
-        "cautious_answer",
-        "stop: unsupported",
+        ev.Generate(),
+        doubted(claim),
+        ev.Generate(mode="regenerate"),
+        doubted(claim),
+        ev.Generate(mode="cautious"),
+        ev.Stop(reason="unsupported"),
     ]
     assert nodes(state) == ["generate", "check_grounded", "generate", "check_grounded"]
     assert [kind(c) for c in model.calls] == ["generate", "GroundednessCheck", "generate", "GroundednessCheck"]
@@ -71,20 +76,20 @@ async def test_ungrounded_answer_is_regenerated_then_replaced_by_a_cautious_answ
     assert len(regenerate_messages) == 3
     assert str(regenerate_messages[-1].content) == REGENERATE_NOTE.format(claims=claim)
     assert "900 kg" in str(model.calls[1][0][-1].content)  # the critic saw the answer
-    assert state["grounded"] is False
-    assert state["regenerated"] is True
-    assert state["unsupported_claims"] == [claim]
-    assert "useful" not in state  # no usefulness check on an unsupported answer
-    assert state["abstained"] is True  # the cautious answer quotes the documents: it counts as an abstention
-    answer = state["answer"]
+    assert state.grounded is False
+    assert state.regenerated is True
+    assert state.unsupported_claims == [claim]
+    assert "useful" not in critics(state)  # no usefulness check on an unsupported answer
+    assert state.abstained is True  # the cautious answer quotes the documents: it counts as an abstention
+    answer = state.answer
     assert answer.startswith("I could not confirm a complete answer from the knowledge base.")
     assert "“The Kumo Carrier K2 has a maximum payload of 150 kg.” [1]" in answer
     assert answer.endswith(f" They do not state: {claim}.")
     assert "900" not in answer.replace(claim, "")
-    assert doc_ids(state["sources"]) == ["k2"]
-    assert state["context"] == state["strips"]
-    assert state["fallback"] is True
-    assert state["stop_reason"] == "unsupported"
+    assert doc_ids(state.sources) == ["k2"]
+    assert state.context == state.strips
+    assert state.fallback is True
+    assert state.stop_reason == "unsupported"
 
 
 async def test_ungrounded_regeneration_with_rounds_left_searches_again_before_the_cautious_answer(
@@ -94,27 +99,27 @@ async def test_ungrounded_regeneration_with_rounds_left_searches_again_before_th
     script = Script(answers=[K2_INVENTED], grounded=[unsupported(claim)], rewrites=["Kumo Carrier K2 specification"])
     state, _ = await run_graph(knowledge, script, query=K2_QUESTION, policy=CorrectivePolicy(max_rewrites=1))
     round_of_answers = [
-        "generate_answer",  # each round's first answer is a first answer, not a regeneration
-        f"check_grounded: unsupported ['{claim}']",
-        "regenerate_answer",
-        f"check_grounded: unsupported ['{claim}']",
+        ev.Generate(),  # each round's first answer is a first answer, not a regeneration
+        doubted(claim),
+        ev.Generate(mode="regenerate"),
+        doubted(claim),
     ]
-    assert state["steps"][: len(K2_ROUND) + 5] == [
+    assert state.events[: len(K2_ROUND) + 5] == [
         *K2_ROUND,
         *round_of_answers,
-        "rewrite_query(1): Kumo Carrier K2 specification",
+        ev.Rewrite(round=1, query="Kumo Carrier K2 specification"),
     ]
     # The new search finds nothing new: no second generation round; the rejected answer is never returned.
-    assert state["steps"][len(K2_ROUND) + 5 :] == [
-        "search_more(local, queries=2, new=0)",
-        "evaluate: incorrect (kept 0/0, llm graded 0)",
-        "cautious_answer",
-        "stop: unsupported",
+    assert state.events[len(K2_ROUND) + 5 :] == [
+        ev.SearchMore(source="local", queries=2, new=0),
+        ev.Evaluate(verdict="incorrect", kept=0, total=0, graded=0),
+        ev.Generate(mode="cautious"),
+        ev.Stop(reason="unsupported"),
     ]
-    assert state["rewrites"] == 1
-    assert state["fallback"] is True
-    assert "900" not in state["answer"].replace(claim, "")
-    assert state["abstained"] is True
+    assert state.rewrites == 1
+    assert state.fallback is True
+    assert "900" not in state.answer.replace(claim, "")
+    assert state.abstained is True
 
 
 async def test_unsupported_answer_after_retrieval_rewrites_reports_unsupported(
@@ -124,19 +129,19 @@ async def test_unsupported_answer_after_retrieval_rewrites_reports_unsupported(
     script = Script(rewrites=["K2 payload"], answers=[K2_INVENTED], grounded=[unsupported("900 kg")])
     policy = CorrectivePolicy(max_rewrites=1)
     state, _ = await run_graph(knowledge, script, query=K2_QUESTION, policy=policy, top_k=1, query_vector=vpn_vector)
-    assert state["verdicts"] == ["incorrect", "correct"]
-    assert state["rewrites"] == policy.max_rewrites
-    assert state["steps"][-3:-1] == ["check_grounded: unsupported ['900 kg']", "cautious_answer"]
-    assert state["fallback"] is True
-    assert state["stop_reason"] == "unsupported"
+    assert state.verdicts == ["incorrect", "correct"]
+    assert state.rewrites == policy.max_rewrites
+    assert state.events[-3:-1] == [doubted("900 kg"), ev.Generate(mode="cautious")]
+    assert state.fallback is True
+    assert state.stop_reason == "unsupported"
 
 
 async def test_unsupported_answer_that_spends_the_last_call_reports_unsupported(knowledge: KnowledgeBase) -> None:
     script = Script(answers=[K2_INVENTED], grounded=[unsupported("900 kg")])
     state, _ = await run_graph(knowledge, script, query=K2_QUESTION, policy=CorrectivePolicy(max_llm_calls=4))
     assert nodes(state) == ["generate", "check_grounded", "generate", "check_grounded"]
-    assert state["steps"][-2] == "cautious_answer"
-    assert state["stop_reason"] == "unsupported"
+    assert state.events[-2] == ev.Generate(mode="cautious")
+    assert state.stop_reason == "unsupported"
 
 
 async def test_regenerated_answer_that_is_supported_goes_on_to_the_usefulness_check(
@@ -144,13 +149,13 @@ async def test_regenerated_answer_that_is_supported_goes_on_to_the_usefulness_ch
 ) -> None:
     script = Script(answers=[K2_INVENTED, K2_ANSWER], grounded=[unsupported("payload of 900 kg")])
     state, model = await run_graph(knowledge, script, query=K2_QUESTION)
-    assert state["steps"][3:] == regenerated_then_answered("['payload of 900 kg']")
+    assert state.events[3:] == regenerated_then_answered("payload of 900 kg")
     assert nodes(state) == ["generate", "check_grounded", "generate", "check_useful"]
-    assert state["answer"] == K2_ANSWER
-    assert state["grounded"] is True
-    assert state["regenerated"] is True
-    assert state["useful"] is True
-    assert state["unsupported_claims"] == []
+    assert state.answer == K2_ANSWER
+    assert state.grounded is True
+    assert state.regenerated is True
+    assert state.useful is True
+    assert state.unsupported_claims == []
     assert str(model.calls[2][0][-1].content) == REGENERATE_NOTE.format(claims="payload of 900 kg")
 
 
@@ -159,11 +164,11 @@ async def test_answer_of_citations_alone_is_regenerated_with_a_request_for_a_sen
 ) -> None:
     script = Script(answers=["[1] [2]", K2_ANSWER])
     state, model = await run_graph(knowledge, script, query=K2_QUESTION)
-    assert state["steps"][3:] == regenerated_then_answered(f"['{CITATIONS_ONLY}']")
+    assert state.events[3:] == regenerated_then_answered(CITATIONS_ONLY)
     # No critic call for an answer that states nothing: the check is lexical.
     assert [kind(c) for c in model.calls] == ["generate", "generate", "UsefulnessCheck"]
     assert str(model.calls[1][0][-1].content) == EMPTY_ANSWER_NOTE
-    assert state["answer"] == K2_ANSWER
+    assert state.answer == K2_ANSWER
 
 
 async def test_answer_of_citations_twice_falls_back_to_a_cautious_answer_without_naming_a_claim(
@@ -173,19 +178,19 @@ async def test_answer_of_citations_twice_falls_back_to_a_cautious_answer_without
     # (see test_corrective_search_more).
     policy = CorrectivePolicy(max_rewrites=0)
     state, _ = await run_graph(knowledge, Script(answers=["[1]", "[1]."]), query=K2_QUESTION, policy=policy)
-    assert state["steps"][-2:] == ["cautious_answer", "stop: unsupported"]
-    assert state["abstained"] is True
-    assert "do not state" not in state["answer"]
-    assert "“The Kumo Carrier K2 has a maximum payload of 150 kg.” [1]" in state["answer"]
+    assert state.events[-2:] == [ev.Generate(mode="cautious"), ev.Stop(reason="unsupported")]
+    assert state.abstained is True
+    assert "do not state" not in state.answer
+    assert "“The Kumo Carrier K2 has a maximum payload of 150 kg.” [1]" in state.answer
 
 
 async def test_lexical_doubt_cleared_by_the_critic_needs_no_regeneration(knowledge: KnowledgeBase) -> None:
     paraphrase = "The K2 can carry at most 150 kilograms [1]."  # "carry", "kilograms" are not in the passage
     state, _ = await run_graph(knowledge, Script(answers=[paraphrase]), query=K2_QUESTION)
-    assert state["steps"][3:] == ANSWERED
+    assert state.events[3:] == ANSWERED
     assert nodes(state) == ["generate", "check_grounded", "check_useful"]
-    assert state["answer"] == paraphrase
-    assert state["regenerated"] is False
+    assert state.answer == paraphrase
+    assert state.regenerated is False
 
 
 async def test_model_that_finds_nothing_skips_the_grounding_check_and_is_not_useful(knowledge: KnowledgeBase) -> None:
@@ -196,28 +201,28 @@ async def test_model_that_finds_nothing_skips_the_grounding_check_and_is_not_use
     assert osaka < policy.explore_floor
     state, model = await run_graph(knowledge, script, query=K2_QUESTION, policy=policy, top_k=1)
     missing = "the answer says the information was not found"
-    assert state["steps"] == [
-        "retrieve(k=1, found=1)",
-        "evaluate: correct (kept 1/1, llm graded 0)",
-        "refine(strips from 1/1 passages)",
-        "generate_answer",
-        "check_grounded: skipped (no answer found)",
-        f"check_useful: no ({missing})",
-        "rewrite_query(1): Kumo Carrier K2 payload",
-        "search_more(local, queries=2, new=1)",
-        "evaluate: incorrect (kept 0/1, llm graded 0)",
+    assert state.events == [
+        ev.Retrieve(k=1, found=1),
+        ev.Evaluate(verdict="correct", kept=1, total=1, graded=0),
+        ev.Refine(strips=1, passages=1),
+        ev.Generate(),
+        ev.Check(critic="grounded", outcome="skipped", note="no answer found"),
+        useless(missing),
+        ev.Rewrite(round=1, query="Kumo Carrier K2 payload"),
+        ev.SearchMore(source="local", queries=2, new=1),
+        ev.Evaluate(verdict="incorrect", kept=0, total=1, graded=0),
         # the evidence did not grow: answering again from the same passages would only repeat the abstention
-        "stop: max_rewrites",
+        ev.Stop(reason="max_rewrites"),
     ]
     # Neither critic needed the model for an abstention.
     assert nodes(state) == ["generate", "rewrite_query"]
     assert f"Missing: {missing}" in str(model.calls[1][0][-1].content)
-    assert state["answered_with"] == len(state["evidence"]) == 1
-    assert state["abstained"] is True
-    assert state["answer"] == ABSTAIN_EN
-    assert state["sources"] == []
-    assert state["useful"] is False
-    assert state["stop_reason"] == "max_rewrites"
+    assert state.answered_with == len(state.evidence) == 1
+    assert state.abstained is True
+    assert state.answer == ABSTAIN_EN
+    assert state.sources == []
+    assert state.useful is False
+    assert state.stop_reason == "max_rewrites"
 
 
 K2_PASSAGE = Passage(chunk_id="k2#0", doc_id="k2", title="Kumo Carrier K2", text=DOCS[0].text, score=0.9)
@@ -264,64 +269,64 @@ async def test_useless_answer_rewrites_for_the_missing_information_bounded_by_ma
 
     state, model = await run_graph(knowledge, script, query=K2_QUESTION, policy=policy, top_k=1)
 
-    assert state["steps"] == [
+    assert state.events == [
         *k2_useless_then_rewritten(missing, "K2 payload pounds"),
-        "evaluate: incorrect (kept 0/1, llm graded 0)",
-        "rewrite_query(2): K2 weight lb",
-        "search_more(local, queries=2, new=1)",
-        "evaluate: incorrect (kept 0/1, llm graded 0)",
+        ev.Evaluate(verdict="incorrect", kept=0, total=1, graded=0),
+        ev.Rewrite(round=2, query="K2 weight lb"),
+        ev.SearchMore(source="local", queries=2, new=1),
+        ev.Evaluate(verdict="incorrect", kept=0, total=1, graded=0),
         # nothing was added to the evidence: no second answer from the same passages
-        "stop: max_rewrites",
+        ev.Stop(reason="max_rewrites"),
     ]
     assert nodes(state) == ["generate", "check_useful", "rewrite_query", "rewrite_query"]
     rewrite_prompts = prompts(model, "rewrite")
     assert all(f"Missing: {missing}" in p for p in rewrite_prompts)
     assert all("- (Kumo Carrier K2) The Kumo Carrier K2 has a maximum payload" in p for p in rewrite_prompts)
-    assert state["seen"] == ["k2#0", "osaka#0", "parking#0"]
-    assert state["rewrites"] == policy.max_rewrites
-    assert state["useful"] is False
-    assert state["missing"] == missing
-    assert state["grounded"] is True
-    assert state["answer"] == K2_ANSWER  # the last grounded answer is returned, not an abstention
-    assert doc_ids(state["evidence"]) == ["k2"]
-    assert "fallback" not in state
-    assert state["stop_reason"] == "max_rewrites"
+    assert state.seen == ["k2#0", "osaka#0", "parking#0"]
+    assert state.rewrites == policy.max_rewrites
+    assert state.useful is False
+    assert state.missing == missing
+    assert state.grounded is True
+    assert state.answer == K2_ANSWER  # the last grounded answer is returned, not an abstention
+    assert doc_ids(state.evidence) == ["k2"]
+    assert state.fallback is False
+    assert state.stop_reason == "max_rewrites"
 
 
 @pytest.mark.parametrize(
-    ("grade", "verdict", "tail"),
+    ("grade", "evaluated", "tail"),
     [
-        (NOT_RELEVANT, "incorrect (kept 0/1, llm graded 1)", ["stop: max_rewrites"]),
+        (NOT_RELEVANT, ev.Evaluate(verdict="incorrect", kept=0, total=1, graded=1), [ev.Stop(reason="max_rewrites")]),
         (
             relevant(CANTEEN_FACT),
-            "correct (kept 1/1, llm graded 1)",
+            ev.Evaluate(verdict="correct", kept=1, total=1, graded=1),
             [
-                "refine(strips from 2/2 passages)",
-                "generate_answer",
-                "check_grounded: supported",
-                "check_useful: no (when the canteen closes)",
-                "stop: max_rewrites",
+                ev.Refine(strips=2, passages=2),
+                ev.Generate(),
+                SUPPORTED_CHECK,
+                useless("when the canteen closes"),
+                ev.Stop(reason="max_rewrites"),
             ],
         ),
     ],
     ids=["evidence-unchanged", "evidence-grew"],
 )
 async def test_a_new_round_answers_again_only_when_it_added_evidence(
-    knowledge: KnowledgeBase, grade: dict[str, Any], verdict: str, tail: list[str]
+    knowledge: KnowledgeBase, grade: dict[str, Any], evaluated: ev.Evaluate, tail: list[ev.PipelineEvent]
 ) -> None:
     policy = CorrectivePolicy(max_rewrites=1)
     assert policy.lower < (await scores(knowledge, CANTEEN_QUESTION, k=1))["canteen"] < policy.upper
     state, model = await run_graph(knowledge, canteen_follow_up(grade), query=K2_QUESTION, policy=policy, top_k=1)
-    assert state["steps"] == [
+    assert state.events == [
         *k2_useless_then_rewritten("when the canteen closes", CANTEEN_QUESTION),
-        f"evaluate: {verdict}",
+        evaluated,
         *tail,
     ]
-    generations = 2 if "generate_answer" in tail else 1
+    generations = 2 if ev.Generate() in tail else 1
     assert [kind(c) for c in model.calls].count("generate") == generations
-    assert state["answered_with"] == len(state["evidence"]) == generations
-    assert state["answer"] == K2_ANSWER
-    assert state["stop_reason"] == "max_rewrites"
+    assert state.answered_with == len(state.evidence) == generations
+    assert state.answer == K2_ANSWER
+    assert state.stop_reason == "max_rewrites"
 
 
 async def test_useless_answer_new_round_merges_the_documents_found_for_the_missing_information(
@@ -335,17 +340,17 @@ async def test_useless_answer_new_round_merges_the_documents_found_for_the_missi
         rewrites=["staff canteen closing time"],
     )
     state, model = await run_graph(knowledge, script, query=K2_QUESTION, policy=policy, top_k=1)
-    assert state["steps"][5:] == [
-        "check_useful: no (when the canteen closes)",
-        "rewrite_query(1): staff canteen closing time",
-        "search_more(local, queries=2, new=1)",
-        "evaluate: correct (kept 1/1, llm graded 0)",
-        "refine(strips from 2/2 passages)",
+    assert state.events[5:] == [
+        useless("when the canteen closes"),
+        ev.Rewrite(round=1, query="staff canteen closing time"),
+        ev.SearchMore(source="local", queries=2, new=1),
+        ev.Evaluate(verdict="correct", kept=1, total=1, graded=0),
+        ev.Refine(strips=2, passages=2),
         *ANSWERED,
     ]
-    assert doc_ids(state["evidence"]) == ["k2", "canteen"]
-    assert sorted(doc_ids(state["sources"])) == ["canteen", "k2"]
-    assert state["useful"] is True
+    assert doc_ids(state.evidence) == ["k2", "canteen"]
+    assert sorted(doc_ids(state.sources)) == ["canteen", "k2"]
+    assert state.useful is True
     assert "Missing: when the canteen closes" in str(model.calls[2][0][-1].content)
 
 
@@ -355,19 +360,22 @@ async def test_useless_answer_new_round_merges_the_documents_found_for_the_missi
 async def test_malformed_groundedness_check_keeps_the_lexical_doubt(knowledge: KnowledgeBase) -> None:
     script = Script(answers=[K2_INVENTED, K2_ANSWER], grounded=["The answer looks fine to me."])
     state, _ = await run_graph(knowledge, script, query=K2_QUESTION)
-    assert state["steps"][3:] == regenerated_then_answered(f"[{K2_INVENTED!r}]")
+    assert state.events[3:] == regenerated_then_answered(K2_INVENTED)
     assert nodes(state) == ["generate", "check_grounded", "generate", "check_useful"]
-    assert state["answer"] == K2_ANSWER
+    assert state.answer == K2_ANSWER
 
 
 async def test_malformed_usefulness_check_counts_as_useful(knowledge: KnowledgeBase) -> None:
     state, _ = await run_graph(knowledge, Script(useful=["```json\n{not json}\n```"]), query=K2_QUESTION)
-    assert state["steps"][-2:] == ["check_useful: skipped (critic output malformed)", "stop: answered"]
+    assert state.events[-2:] == [
+        ev.Check(critic="useful", outcome="skipped", note="critic output malformed"),
+        ev.Stop(reason="answered"),
+    ]
     assert nodes(state) == ["generate", "check_useful"]  # the malformed call is counted
-    assert state["useful"] is True
-    assert state["missing"] == ""
-    assert state["rewrites"] == 0
-    assert state["stop_reason"] == "answered"
+    assert state.useful is True
+    assert state.missing == ""
+    assert state.rewrites == 0
+    assert state.stop_reason == "answered"
 
 
 async def test_a_later_answer_that_is_not_useful_either_does_not_replace_the_first_grounded_one(
@@ -381,11 +389,11 @@ async def test_a_later_answer_that_is_not_useful_either_does_not_replace_the_fir
     script.useful = [not_useful("when the canteen closes"), not_useful("still missing")]
     state, _ = await run_graph(knowledge, script, query=K2_QUESTION, policy=CorrectivePolicy(max_rewrites=1), top_k=1)
     assert nodes(state).count("generate") == 2
-    assert state["steps"][-2:] == ["keep_best_answer", "stop: max_rewrites"]
-    assert state["answer"] == K2_ANSWER
-    assert doc_ids(state["context"]) == ["k2"]
-    assert state["abstained"] is False
-    assert state["stop_reason"] == "max_rewrites"
+    assert state.events[-2:] == [ev.Generate(mode="keep_best"), ev.Stop(reason="max_rewrites")]
+    assert state.answer == K2_ANSWER
+    assert doc_ids(state.context) == ["k2"]
+    assert state.abstained is False
+    assert state.stop_reason == "max_rewrites"
 
 
 async def test_a_useful_later_answer_replaces_the_first(knowledge: KnowledgeBase) -> None:
@@ -394,7 +402,8 @@ async def test_a_useful_later_answer_replaces_the_first(knowledge: KnowledgeBase
     script.answers = [K2_ANSWER, later]
     script.useful = [not_useful("when the canteen closes"), USEFUL]
     state, _ = await run_graph(knowledge, script, query=K2_QUESTION, policy=CorrectivePolicy(max_rewrites=1), top_k=1)
-    assert state["answer"] == later
-    assert state["best"]["answer"] == later
-    assert "keep_best_answer" not in state["steps"]
-    assert state["stop_reason"] == "answered"
+    assert state.answer == later
+    assert state.best is not None
+    assert state.best.answer == later
+    assert ev.Generate(mode="keep_best") not in state.events
+    assert state.stop_reason == "answered"

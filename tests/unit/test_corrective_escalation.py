@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
+
+import pytest
 
 from gateway.knowledge import KnowledgeBase
 from gateway.providers.scripted_chat import ScriptedChatModel
 from pipelines.corrective.policy import CorrectivePolicy
+from pipelines.shared import events as ev
+from pipelines.shared.deps import Passage
 from pipelines.shared.prompts import ABSTAIN_EN
 from pipelines.shared.relevance import relevance
+from routes.probe import PROBE_DEPTH, probe_of
 from routes.table import RouteTable
 from tests.unit.corrective_support import (
     ANSWERED,
@@ -36,14 +43,14 @@ def make_table(
     return build_route_table(llm, knowledge, route_policy), model
 
 
-ESCALATE = "escalate: single_hop -> multi_hop (retrieval incorrect)"
+ESCALATE = ev.Escalate(from_route="single_hop", to_route="multi_hop", reason="retrieval_incorrect")
 
 
-def escalated(top_k: int) -> list[str]:
-    """The first steps of an escalated request: single_hop's Incorrect retrieval, then the corrective pipeline's
+def escalated(top_k: int) -> list[ev.PipelineEvent]:
+    """The first events of an escalated request: single_hop's Incorrect retrieval, then the corrective pipeline's
     first retrieval, which keeps the caller's top_k."""
-    retrieve = f"retrieve(k={top_k}, found={top_k})"
-    return [retrieve, "assess_retrieval: incorrect", ESCALATE, retrieve]
+    retrieve = ev.Retrieve(k=top_k, found=top_k)
+    return [retrieve, ev.Assess(verdict="incorrect"), ESCALATE, retrieve]
 
 
 async def test_single_hop_with_incorrect_retrieval_escalates_to_the_corrective_pipeline(
@@ -68,12 +75,12 @@ async def test_single_hop_with_incorrect_retrieval_escalates_to_the_corrective_p
 
     assert result.route == "multi_hop"
     assert result.escalated_from == "single_hop"
-    assert result.steps[:5] == [*escalated(1), "evaluate: incorrect (kept 0/1, llm graded 0)"]
-    assert result.steps[5:] == [
-        f"rewrite_query(1): {rewrite}",
-        "search_more(local, queries=2, new=1)",
-        "evaluate: correct (kept 1/1, llm graded 0)",
-        "refine(strips from 1/1 passages)",
+    assert result.events[:5] == [*escalated(1), ev.Evaluate(verdict="incorrect", kept=0, total=1, graded=0)]
+    assert result.events[5:] == [
+        ev.Rewrite(round=1, query=rewrite),
+        ev.SearchMore(source="local", queries=2, new=1),
+        ev.Evaluate(verdict="correct", kept=1, total=1, graded=0),
+        ev.Refine(strips=1, passages=1),
         *ANSWERED,
     ]
     # single_hop made no call before escalating; everything after is the corrective pipeline's
@@ -90,7 +97,7 @@ async def test_escalated_request_with_nothing_to_find_ends_without_evidence(know
     result = await table.run("single_hop", query=OFF_TOPIC, tenant=TENANT, top_k=2, query_vector=None)
     assert result.route == "multi_hop"
     assert result.escalated_from == "single_hop"
-    assert result.steps[:4] == escalated(2)  # the caller's top_k is kept for the corrective run
+    assert result.events[:4] == escalated(2)  # the caller's top_k is kept for the corrective run
     assert result.stop_reason == "no_evidence"
     assert result.abstained
     assert result.answer == ABSTAIN_EN
@@ -103,9 +110,11 @@ async def test_single_hop_does_not_escalate_when_escalation_is_not_allowed(knowl
     )
     assert result.route == "single_hop"
     assert result.escalated_from is None
-    assert result.steps[:2] == ["retrieve(k=4, found=4)", "assess_retrieval: incorrect"]
-    assert result.steps[2].startswith("generate_answer (abstained: no passage above relevance")
-    assert not any(s.startswith("escalate") for s in result.steps)
+    assert result.events[:2] == [ev.Retrieve(k=4, found=4), ev.Assess(verdict="incorrect")]
+    (generated,) = result.events[2:]
+    assert isinstance(generated, ev.Generate)
+    assert (generated.abstention or "").startswith("no passage above relevance")
+    assert not any(isinstance(e, ev.Escalate) for e in result.events)
     assert result.abstained
     assert result.stop_reason is None
     assert model.calls == []
@@ -116,7 +125,7 @@ async def test_single_hop_does_not_escalate_when_the_route_policy_forbids_it(kno
     result = await table.run("single_hop", query=OFF_TOPIC, tenant=TENANT, top_k=None, query_vector=None)
     assert result.route == "single_hop"
     assert result.escalated_from is None
-    assert ESCALATE not in result.steps
+    assert ESCALATE not in result.events
 
 
 async def test_single_hop_in_an_empty_tenant_does_not_escalate(knowledge: KnowledgeBase) -> None:
@@ -124,8 +133,8 @@ async def test_single_hop_in_an_empty_tenant_does_not_escalate(knowledge: Knowle
     result = await table.run("single_hop", query=OFF_TOPIC, tenant="empty", top_k=None, query_vector=None)
     assert result.route == "single_hop"
     assert result.escalated_from is None
-    assert result.steps[:2] == ["retrieve(k=4, found=0)", "assess_retrieval: incorrect"]
-    assert len(result.steps) == 3
+    assert result.events[:2] == [ev.Retrieve(k=4, found=0), ev.Assess(verdict="incorrect")]
+    assert len(result.events) == 3
     assert result.abstained
     assert model.calls == []
 
@@ -135,7 +144,7 @@ async def test_single_hop_with_correct_retrieval_answers_without_escalating(know
     result = await table.run("single_hop", query=K2_QUESTION, tenant=TENANT, top_k=None, query_vector=None)
     assert result.route == "single_hop"
     assert result.escalated_from is None
-    assert result.steps == ["retrieve(k=4, found=4)", "assess_retrieval: correct", "generate_answer"]
+    assert result.events == [ev.Retrieve(k=4, found=4), ev.Assess(verdict="correct"), ev.Generate()]
     assert result.answer == K2_ANSWER
 
 
@@ -144,6 +153,51 @@ async def test_corrective_run_hitting_the_recursion_limit_is_reported_not_raised
     result = await table.run("multi_hop", query=K2_QUESTION, tenant=TENANT, top_k=None, query_vector=None)
     assert result.route == "multi_hop"
     assert result.stop_reason == "recursion_limit"
-    assert result.steps == ["stop: recursion_limit"]
+    assert result.events == [ev.Stop(reason="recursion_limit")]
     assert result.abstained
     assert result.sources == []
+
+
+async def test_an_escalated_request_runs_the_corrective_pipeline_inside_its_budget_scope(
+    knowledge: KnowledgeBase,
+) -> None:
+    """The gateway hands the table a scope that makes the corrective budget a deadline for every LLM call; an
+    escalated request reaches the corrective pipeline by the table, so it must be inside that scope too."""
+    entered: list[str] = []
+
+    @contextmanager
+    def scope() -> Iterator[None]:
+        entered.append("corrective")
+        yield
+
+    llm, _ = make_llm(Script(rewrites=["Sistine Chapel painter"]))
+    table = build_route_table(llm, knowledge, corrective_scope=scope)
+    plain = await table.run("single_hop", query=K2_QUESTION, tenant=TENANT, top_k=2, query_vector=None)
+    assert plain.escalated_from is None
+    assert entered == []
+    escalated_result = await table.run("single_hop", query=OFF_TOPIC, tenant=TENANT, top_k=2, query_vector=None)
+    assert escalated_result.escalated_from == "single_hop"
+    assert entered == ["corrective"]
+
+
+async def test_the_routers_probe_serves_the_first_retrieval_so_the_store_is_searched_once(
+    knowledge: KnowledgeBase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The router already searched the tenant's store (top 8) for its signals: single_hop's retrieval of the same
+    query reuses those passages instead of searching again; without a probe it searches the store."""
+    probe = probe_of(TENANT, K2_QUESTION, await knowledge.search(TENANT, K2_QUESTION, PROBE_DEPTH), PROBE_DEPTH)
+    searched: list[tuple[str, int]] = []
+    search = knowledge.search
+
+    async def counting(tenant: str, query: str, k: int, *, vector: list[float] | None = None) -> list[Passage]:
+        searched.append((query, k))
+        return await search(tenant, query, k, vector=vector)
+
+    monkeypatch.setattr(knowledge, "search", counting)
+    table, _ = make_table(knowledge, Script())
+    reused = await table.run("single_hop", query=K2_QUESTION, tenant=TENANT, top_k=2, query_vector=None, probe=probe)
+    assert searched == []
+    assert reused.events[0] == ev.Retrieve(k=2, found=2)
+    assert {p.chunk_id for p in reused.context} <= {p.chunk_id for p in probe.passages[:2]}
+    await table.run("single_hop", query=K2_QUESTION, tenant=TENANT, top_k=2, query_vector=None)
+    assert searched == [(K2_QUESTION, 2)]

@@ -11,9 +11,10 @@ import pytest
 
 from gateway.knowledge import KnowledgeBase
 from pipelines.corrective.evaluator import evaluate_passages
-from pipelines.corrective.graph import expanded_query
 from pipelines.corrective.policy import CorrectivePolicy
+from pipelines.corrective.rewrite import expanded_query
 from pipelines.shared.deps import Passage
+from pipelines.shared.events import Evaluate, Refine, Retrieve
 from pipelines.shared.prompts import ABSTAIN_EN, NOT_IN_CONTEXT
 from pipelines.shared.relevance import relevance
 from tests.unit.corrective_support import (
@@ -61,21 +62,21 @@ async def test_correct_retrieval_refines_answers_and_checks_without_extra_calls(
 
     state, model = await run_graph(knowledge, Script(), query=K2_QUESTION)
 
-    assert state["steps"] == [*K2_ROUND, *ANSWERED]
-    assert state["verdict"] == "correct"
-    assert state["verdicts"] == ["correct"]
-    assert state["rewrites"] == 0
-    assert "search_query" not in state
-    assert state["grounded"] is True
-    assert state["useful"] is True
-    assert state["regenerated"] is False
-    assert state["abstained"] is False
-    assert state["stop_reason"] == "answered"
-    assert state["answer"] == K2_ANSWER
-    assert doc_ids(state["evidence"]) == ["k2"]
-    assert doc_ids(state["sources"]) == ["k2"]
-    assert state["context"] == state["strips"]
-    assert "150 kg" in state["context"][0].text
+    assert state.events == [*K2_ROUND, *ANSWERED]
+    assert state.verdict == "correct"
+    assert state.verdicts == ["correct"]
+    assert state.rewrites == 0
+    assert state.search_query == ""  # no follow-up round
+    assert state.grounded is True
+    assert state.useful is True
+    assert state.regenerated is False
+    assert state.abstained is False
+    assert state.stop_reason == "answered"
+    assert state.answer == K2_ANSWER
+    assert doc_ids(state.evidence) == ["k2"]
+    assert doc_ids(state.sources) == ["k2"]
+    assert state.context == state.strips
+    assert "150 kg" in state.context[0].text
     # The grounding check settled it lexically: only the generation and the usefulness critic called the model.
     assert nodes(state) == ["generate", "check_useful"]
     assert [kind(c) for c in model.calls] == ["generate", "UsefulnessCheck"]
@@ -87,9 +88,9 @@ async def test_upper_zero_forces_correct_even_for_an_off_topic_question(knowledg
     script = Script(answers=[NOT_IN_CONTEXT])
     policy = CorrectivePolicy(upper=0.0, max_rewrites=0)
     state, model = await run_graph(knowledge, script, query=OFF_TOPIC, policy=policy)
-    assert state["steps"][1] == "evaluate: correct (kept 5/5, llm graded 0)"
+    assert state.events[1] == Evaluate(verdict="correct", kept=5, total=5, graded=0)
     assert "Grade" not in [kind(c) for c in model.calls]
-    assert len(state["evidence"]) == 5
+    assert len(state.evidence) == 5
 
 
 # --- Follow-up rounds: scored against the rewrite, the best document explored -----------------------------------
@@ -200,12 +201,12 @@ async def test_follow_up_round_does_not_explore_a_best_document_below_the_floor(
 
 # --- The LLM grader ---------------------------------------------------------------------------------------------
 
-GRADED_CORRECT = "evaluate: correct (kept 1/5, llm graded 1)"
-GRADED_INCORRECT = "evaluate: incorrect (kept 0/5, llm graded 1)"
+GRADED_CORRECT = Evaluate(verdict="correct", kept=1, total=5, graded=1)
+GRADED_INCORRECT = Evaluate(verdict="incorrect", kept=0, total=5, graded=1)
 
 
 @pytest.mark.parametrize(
-    ("grade", "policy", "step", "kept"),
+    ("grade", "policy", "evaluated", "kept"),
     [
         (relevant(CANTEEN_FACT), CorrectivePolicy(max_rewrites=0), GRADED_CORRECT, ["canteen"]),
         (NOT_RELEVANT, CorrectivePolicy(max_rewrites=0), GRADED_INCORRECT, []),
@@ -215,7 +216,7 @@ GRADED_INCORRECT = "evaluate: incorrect (kept 0/5, llm graded 1)"
         (
             relevant(CANTEEN_FACT),
             CorrectivePolicy(max_rewrites=0, max_graded=0),
-            "evaluate: ambiguous (kept 1/5, llm graded 0)",
+            Evaluate(verdict="ambiguous", kept=1, total=5, graded=0),
             [],
         ),
     ],
@@ -229,7 +230,7 @@ GRADED_INCORRECT = "evaluate: incorrect (kept 0/5, llm graded 1)"
     ],
 )
 async def test_band_document_verdict_depends_on_the_llm_grader(
-    knowledge: KnowledgeBase, grade: dict[str, Any], policy: CorrectivePolicy, step: str, kept: list[str]
+    knowledge: KnowledgeBase, grade: dict[str, Any], policy: CorrectivePolicy, evaluated: Evaluate, kept: list[str]
 ) -> None:
     probe = await scores(knowledge, CANTEEN_QUESTION)
     assert policy.lower + 0.03 < probe["canteen"] < policy.upper - 0.2
@@ -238,14 +239,14 @@ async def test_band_document_verdict_depends_on_the_llm_grader(
     script = Script(grades={"Staff canteen": grade}, answers=[CANTEEN_ANSWER])
     state, model = await run_graph(knowledge, script, query=CANTEEN_QUESTION, policy=policy)
 
-    assert state["steps"][1] == step
+    assert state.events[1] == evaluated
     expected_grades = 1 if policy.max_graded else 0
     assert [kind(c) for c in model.calls].count("Grade") == expected_grades
     assert nodes(state).count("grade_document") == expected_grades
-    if "ambiguous" in step:
-        assert doc_ids(state["evidence"]) == ["canteen"]  # undecided documents are kept
+    if evaluated.verdict == "ambiguous":
+        assert doc_ids(state.evidence) == ["canteen"]  # undecided documents are kept
     else:
-        assert doc_ids(state["evidence"]) == kept
+        assert doc_ids(state.evidence) == kept
     if expected_grades:
         grade_prompt = prompts(model, "Grade")[0]
         # A short document is graded whole, against the question.
@@ -267,15 +268,15 @@ async def test_grader_saying_relevant_with_a_fact_the_document_does_not_contain_
     assert invented not in DOCS[2].text
     script = Script(grades={"Staff canteen": relevant(invented)})
     state, model = await run_graph(knowledge, script, query=CANTEEN_QUESTION, policy=policy)
-    assert state["steps"] == [
-        "retrieve(k=5, found=5)",
-        "evaluate: incorrect (kept 0/5, llm graded 1)",  # graded (the call is spent) but not kept
+    assert state.events == [
+        Retrieve(k=5, found=5),
+        Evaluate(verdict="incorrect", kept=0, total=5, graded=1),  # graded (the call is spent) but not kept
         *NO_EVIDENCE,
     ]
     assert graded_titles(model) == ["Staff canteen"]
     assert nodes(state) == ["grade_document"]
-    assert state["evidence"] == []
-    assert state["answer"] == ABSTAIN_EN
+    assert state.evidence == []
+    assert state.answer == ABSTAIN_EN
 
 
 HANDBOOK_SENTENCES = [
@@ -328,8 +329,8 @@ async def test_grader_echoing_the_question_as_its_fact_is_not_believed(knowledge
     script = Script(grades={"Staff canteen": NOT_RELEVANT, "Parking rules": relevant(echo)})
     state, model = await run_graph(knowledge, script, query=CANTEEN_QUESTION, policy=policy, top_k=2)
     assert graded_titles(model) == ["Staff canteen", "Parking rules"]
-    assert state["steps"][1] == "evaluate: incorrect (kept 0/2, llm graded 2)"
-    assert state["evidence"] == []
+    assert state.events[1] == Evaluate(verdict="incorrect", kept=0, total=2, graded=2)
+    assert state.evidence == []
 
 
 # --- Cascade ----------------------------------------------------------------------------------------------------
@@ -357,18 +358,18 @@ async def test_only_band_documents_reach_the_llm_grader_and_at_most_max_graded(
     assert "Kumo Carrier K2" not in graded_titles(model)  # above upper: relevant without asking
     assert "VPN policy" not in graded_titles(model)  # below lower: irrelevant without asking
     undecided = ["canteen", "parking"] if max_graded == 1 else ["parking"]
-    assert state["steps"][1] == f"evaluate: correct (kept {2 + len(undecided)}/5, llm graded {max_graded})"
+    assert state.events[1] == Evaluate(verdict="correct", kept=2 + len(undecided), total=5, graded=max_graded)
     # relevant (fast scorer, then grader) first, then the ungraded band documents; canteen graded no is dropped
-    assert doc_ids(state["evidence"]) == ["k2", "osaka", *undecided]
+    assert doc_ids(state.evidence) == ["k2", "osaka", *undecided]
 
 
 async def test_grading_leaves_one_call_of_the_budget_for_the_answer(knowledge: KnowledgeBase) -> None:
     policy = CorrectivePolicy(upper=0.3, lower=0.05, max_graded=3, max_llm_calls=2, max_rewrites=0)
     script = Script(grades={"Osaka office": relevant(OSAKA_FACT)})
     state, model = await run_graph(knowledge, script, query=CASCADE_QUESTION, policy=policy)
-    assert state["steps"][1] == "evaluate: correct (kept 4/5, llm graded 1)"
+    assert state.events[1] == Evaluate(verdict="correct", kept=4, total=5, graded=1)
     assert [kind(c) for c in model.calls] == ["Grade", "generate"]
-    assert len(state["llm_calls"]) == policy.max_llm_calls
+    assert len(state.llm_calls) == policy.max_llm_calls
 
 
 # --- Malformed grade --------------------------------------------------------------------------------------------
@@ -378,13 +379,13 @@ async def test_malformed_grade_leaves_the_document_undecided_and_is_counted(know
     policy = CorrectivePolicy(max_rewrites=0)
     script = Script(grades={"Staff canteen": "Yes, this document is relevant."}, answers=[CANTEEN_ANSWER])
     state, model = await run_graph(knowledge, script, query=CANTEEN_QUESTION, policy=policy)
-    assert state["steps"] == [
-        "retrieve(k=5, found=5)",
-        "evaluate: ambiguous (kept 1/5, llm graded 0)",
-        "refine(strips from 1/1 passages)",
+    assert state.events == [
+        Retrieve(k=5, found=5),
+        Evaluate(verdict="ambiguous", kept=1, total=5, graded=0),
+        Refine(strips=1, passages=1),
         *ANSWERED,
     ]
     assert nodes(state) == ["grade_document", "generate", "check_useful"]
     assert [kind(c) for c in model.calls] == ["Grade", "generate", "UsefulnessCheck"]
-    assert doc_ids(state["evidence"]) == ["canteen"]
-    assert state["answer"] == CANTEEN_ANSWER
+    assert doc_ids(state.evidence) == ["canteen"]
+    assert state.answer == CANTEEN_ANSWER

@@ -11,9 +11,10 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
 from gateway.knowledge import KnowledgeBase
-from pipelines.corrective.graph import expanded_query
 from pipelines.corrective.policy import CorrectivePolicy
 from pipelines.corrective.prompts import REWRITE_EXAMPLES, REWRITE_SYSTEM
+from pipelines.corrective.rewrite import expanded_query
+from pipelines.shared.events import Evaluate, Refine, Retrieve, Rewrite, SearchMore
 from pipelines.shared.prompts import ABSTAIN_EN
 from pipelines.shared.relevance import relevance
 from tests.unit.corrective_support import (
@@ -30,6 +31,7 @@ from tests.unit.corrective_support import (
     TENANT,
     RecordingSearch,
     Script,
+    critics,
     doc_ids,
     graded_titles,
     kind,
@@ -51,36 +53,35 @@ async def test_incorrect_retrieval_rewrites_at_most_max_rewrites_times_then_abst
 
     state, model = await run_graph(knowledge, script, query=OFF_TOPIC, policy=policy, search=search)
 
-    assert state["steps"] == [
-        "retrieve(k=5, found=5)",
-        "evaluate: incorrect (kept 0/5, llm graded 0)",
-        "rewrite_query(1): Sistine Chapel ceiling painter",
+    assert state.events == [
+        Retrieve(k=5, found=5),
+        Evaluate(verdict="incorrect", kept=0, total=5, graded=0),
+        Rewrite(round=1, query="Sistine Chapel ceiling painter"),
         # the rewrite, and the question expanded by the best of round 1's (discarded) documents; every document
         # of the tenant was evaluated in the first round: none is evaluated again
-        "search_more(local, queries=2, new=0)",
-        "evaluate: incorrect (kept 0/0, llm graded 0)",
-        "rewrite_query(2): Michelangelo frescoes",
+        SearchMore(source="local", queries=2, new=0),
+        Evaluate(verdict="incorrect", kept=0, total=0, graded=0),
+        Rewrite(round=2, query="Michelangelo frescoes"),
         # no evidence and no candidate left to expand the question with: the rewrite alone
-        "search_more(local, queries=1, new=0)",
-        "evaluate: incorrect (kept 0/0, llm graded 0)",
+        SearchMore(source="local", queries=1, new=0),
+        Evaluate(verdict="incorrect", kept=0, total=0, graded=0),
         *NO_EVIDENCE,
     ]
     # Each search over-fetches by the five chunks already known.
     expansion = expanded_query(OFF_TOPIC, await knowledge.search(TENANT, OFF_TOPIC, 5))
     assert search.calls == [("Sistine Chapel ceiling painter", 10), (expansion, 10), ("Michelangelo frescoes", 10)]
-    assert state["verdicts"] == ["incorrect", "incorrect", "incorrect"]
-    assert state["rewrites"] == policy.max_rewrites == 2
-    assert state["search_query"] == "Michelangelo frescoes"
-    assert state["queries"] == ["Sistine Chapel ceiling painter", "Michelangelo frescoes"]
-    assert sorted(state["seen"]) == sorted(f"{d.id}#0" for d in DOCS)  # each evaluated once
-    assert state["evidence"] == []
-    assert state["answer"] == ABSTAIN_EN
-    assert state["abstained"] is True
-    assert state["sources"] == []
-    assert state["context"] == []
-    assert state["stop_reason"] == "no_evidence"
-    assert "grounded" not in state
-    assert "useful" not in state
+    assert state.verdicts == ["incorrect", "incorrect", "incorrect"]
+    assert state.rewrites == policy.max_rewrites == 2
+    assert state.search_query == "Michelangelo frescoes"
+    assert state.queries == ["Sistine Chapel ceiling painter", "Michelangelo frescoes"]
+    assert sorted(state.seen) == sorted(f"{d.id}#0" for d in DOCS)  # each evaluated once
+    assert state.evidence == []
+    assert state.answer == ABSTAIN_EN
+    assert state.abstained is True
+    assert state.sources == []
+    assert state.context == []
+    assert state.stop_reason == "no_evidence"
+    assert critics(state) == []
     assert nodes(state) == ["rewrite_query", "rewrite_query"]
     first_prompt, second_prompt = (str(m[-1].content) for m, _ in model.calls)
     assert f"Question: {OFF_TOPIC}" in first_prompt
@@ -98,11 +99,11 @@ async def test_incorrect_retrieval_rewrites_at_most_max_rewrites_times_then_abst
 async def test_incorrect_loop_is_bounded_by_max_rewrites(knowledge: KnowledgeBase, max_rewrites: int) -> None:
     policy = CorrectivePolicy(max_rewrites=max_rewrites)
     state, _ = await run_graph(knowledge, Script(rewrites=["still nothing"]), query=OFF_TOPIC, policy=policy)
-    assert state["rewrites"] == max_rewrites
+    assert state.rewrites == max_rewrites
     assert nodes(state) == ["rewrite_query"] * max_rewrites
-    assert sum(s.startswith("search_more(") for s in state["steps"]) == max_rewrites
-    assert state["verdicts"] == ["incorrect"] * (max_rewrites + 1)
-    assert state["steps"][-3:] == NO_EVIDENCE
+    assert sum(isinstance(e, SearchMore) for e in state.events) == max_rewrites
+    assert state.verdicts == ["incorrect"] * (max_rewrites + 1)
+    assert state.events[-3:] == NO_EVIDENCE
 
 
 async def test_incorrect_round_is_discarded_and_evidence_comes_from_the_rewritten_search(
@@ -118,20 +119,20 @@ async def test_incorrect_round_is_discarded_and_evidence_comes_from_the_rewritte
     script = Script(rewrites=["K2 payload"])
     state, model = await run_graph(knowledge, script, query=K2_QUESTION, top_k=1, query_vector=vpn_vector)
 
-    assert state["steps"] == [
-        "retrieve(k=1, found=1)",
-        "evaluate: incorrect (kept 0/1, llm graded 0)",
-        "rewrite_query(1): K2 payload",
-        "search_more(local, queries=2, new=1)",  # the rewrite, and the question expanded by the VPN document
-        "evaluate: correct (kept 1/1, llm graded 0)",
-        "refine(strips from 1/1 passages)",
+    assert state.events == [
+        Retrieve(k=1, found=1),
+        Evaluate(verdict="incorrect", kept=0, total=1, graded=0),
+        Rewrite(round=1, query="K2 payload"),
+        SearchMore(source="local", queries=2, new=1),  # the rewrite, and the question expanded by the VPN document
+        Evaluate(verdict="correct", kept=1, total=1, graded=0),
+        Refine(strips=1, passages=1),
         *ANSWERED,
     ]
-    assert state["verdicts"] == ["incorrect", "correct"]
-    assert doc_ids(state["evidence"]) == ["k2"]  # the VPN document of the Incorrect round is gone
-    assert doc_ids(state["context"]) == ["k2"]
-    assert state["rewrites"] == 1
-    assert state["stop_reason"] == "answered"
+    assert state.verdicts == ["incorrect", "correct"]
+    assert doc_ids(state.evidence) == ["k2"]  # the VPN document of the Incorrect round is gone
+    assert doc_ids(state.context) == ["k2"]
+    assert state.rewrites == 1
+    assert state.stop_reason == "answered"
     assert nodes(state) == ["rewrite_query", "generate", "check_useful"]
     assert "VPN" not in str(model.calls[1][0][1].content)  # the generator never saw the discarded document
 
@@ -140,8 +141,8 @@ async def test_rewriter_is_told_the_queries_already_tried(knowledge: KnowledgeBa
     rewrites = ["Sistine Chapel", "ceiling painter", "Renaissance frescoes", "Michelangelo"]
     policy = CorrectivePolicy(max_rewrites=4)
     state, model = await run_graph(knowledge, Script(rewrites=list(rewrites)), query=OFF_TOPIC, policy=policy)
-    assert state["queries"] == rewrites
-    assert state["search_query"] == "Michelangelo"
+    assert state.queries == rewrites
+    assert state.search_query == "Michelangelo"
     tried = [
         re.search(r"\nAlready searched \(write a different query\): (.*)\nSearch query:$", str(m[-1].content))
         for m, _ in model.calls
@@ -170,11 +171,11 @@ async def test_rewriter_sees_its_few_shot_examples_before_the_prompt(knowledge: 
     examples = [(str(h.content), str(a.content)) for h, a in zip(messages[1:-1:2], messages[2:-1:2], strict=True)]
     assert examples == REWRITE_EXAMPLES
     assert str(messages[-1].content).startswith(f"Question: {OFF_TOPIC}\nFound so far:\n- nothing yet\n")
-    # The step shows the first 120 characters of the query; the search uses all of it.
+    # The event carries the whole query (its text form shows the first 120 characters); the search uses all of it.
     query = long_rewrite.strip()
     assert len(query) > 120
-    assert state["steps"][2] == f"rewrite_query(1): {query[:120]}"
-    assert state["search_query"] == query
+    assert state.events[2] == Rewrite(round=1, query=query)
+    assert state.search_query == query
 
 
 async def test_later_round_is_scored_against_its_rewritten_query_and_graded_against_the_question(
@@ -193,20 +194,20 @@ async def test_later_round_is_scored_against_its_rewritten_query_and_graded_agai
         knowledge, script, query=HEAVY_QUESTION, policy=policy, top_k=1, query_vector=vpn_vector
     )
 
-    assert state["steps"] == [
-        "retrieve(k=1, found=1)",
-        "evaluate: incorrect (kept 0/1, llm graded 0)",
-        f"rewrite_query(1): {rewrite}",
-        "search_more(local, queries=2, new=1)",
-        "evaluate: correct (kept 1/1, llm graded 1)",
-        "refine(strips from 1/1 passages)",
+    assert state.events == [
+        Retrieve(k=1, found=1),
+        Evaluate(verdict="incorrect", kept=0, total=1, graded=0),
+        Rewrite(round=1, query=rewrite),
+        SearchMore(source="local", queries=2, new=1),
+        Evaluate(verdict="correct", kept=1, total=1, graded=1),
+        Refine(strips=1, passages=1),
         *ANSWERED,
     ]
     grade_prompt = prompts(model, "Grade")[0]
     assert grade_prompt == f"Question: {HEAVY_QUESTION}\n\nDocument (Kumo Carrier K2):\n{DOCS[0].text}"
     assert nodes(state) == ["rewrite_query", "grade_document", "generate", "check_useful"]
-    assert doc_ids(state["evidence"]) == ["k2"]
-    assert state["answer"] == answer
+    assert doc_ids(state.evidence) == ["k2"]
+    assert state.answer == answer
 
 
 async def test_document_dropped_in_round_one_is_not_rescored_for_a_rewrite_it_matches(
@@ -220,15 +221,15 @@ async def test_document_dropped_in_round_one_is_not_rescored_for_a_rewrite_it_ma
     assert policy.explore_floor < (await scores(knowledge, HEAVY_QUESTION))["k2"] < policy.lower
     assert (await scores(knowledge, rewrite, k=1))["k2"] > policy.upper + 0.3
     state, _ = await run_graph(knowledge, Script(rewrites=[rewrite]), query=HEAVY_QUESTION, policy=policy)
-    assert state["steps"] == [
-        "retrieve(k=5, found=5)",
-        "evaluate: incorrect (kept 0/5, llm graded 0)",
-        f"rewrite_query(1): {rewrite}",
-        "search_more(local, queries=2, new=0)",
-        "evaluate: incorrect (kept 0/0, llm graded 0)",
+    assert state.events == [
+        Retrieve(k=5, found=5),
+        Evaluate(verdict="incorrect", kept=0, total=5, graded=0),
+        Rewrite(round=1, query=rewrite),
+        SearchMore(source="local", queries=2, new=0),
+        Evaluate(verdict="incorrect", kept=0, total=0, graded=0),
         *NO_EVIDENCE,
     ]
-    assert "k2#0" in state["seen"]
+    assert "k2#0" in state.seen
     assert nodes(state) == ["rewrite_query"]
 
 
@@ -248,18 +249,18 @@ async def test_ambiguous_rounds_merge_old_and_new_evidence(knowledge: KnowledgeB
     script = Script(rewrites=["parking garage registration"], answers=[CANTEEN_ANSWER])
     state, model = await run_graph(knowledge, script, query=CANTEEN_QUESTION, policy=policy, top_k=1)
 
-    assert state["steps"] == [
-        "retrieve(k=1, found=1)",
-        "evaluate: ambiguous (kept 1/1, llm graded 0)",
-        "rewrite_query(1): parking garage registration",
-        "search_more(local, queries=2, new=1)",
-        "evaluate: ambiguous (kept 1/1, llm graded 0)",
-        "refine(strips from 2/2 passages)",
+    assert state.events == [
+        Retrieve(k=1, found=1),
+        Evaluate(verdict="ambiguous", kept=1, total=1, graded=0),
+        Rewrite(round=1, query="parking garage registration"),
+        SearchMore(source="local", queries=2, new=1),
+        Evaluate(verdict="ambiguous", kept=1, total=1, graded=0),
+        Refine(strips=2, passages=2),
         *ANSWERED,
     ]
-    assert state["verdicts"] == ["ambiguous", "ambiguous"]
-    assert doc_ids(state["evidence"]) == ["canteen", "parking"]  # merged, old first
-    assert sorted(doc_ids(state["context"])) == ["canteen", "parking"]
+    assert state.verdicts == ["ambiguous", "ambiguous"]
+    assert doc_ids(state.evidence) == ["canteen", "parking"]  # merged, old first
+    assert sorted(doc_ids(state.context)) == ["canteen", "parking"]
     assert "Grade" not in [kind(c) for c in model.calls]
     assert nodes(state) == ["rewrite_query", "generate", "check_useful"]
     # The rewriter was shown what the Ambiguous round had found.
@@ -273,22 +274,22 @@ async def test_rewritten_search_that_finds_nothing_new_is_evaluated_as_incorrect
     policy = CorrectivePolicy(lower=0.0, max_graded=0, max_rewrites=2)
     script = Script(rewrites=["canteen closing time", "staff canteen hours"], answers=[CANTEEN_ANSWER])
     state, _ = await run_graph(knowledge, script, query=CANTEEN_QUESTION, policy=policy, top_k=5)
-    assert state["steps"] == [
-        "retrieve(k=5, found=5)",
-        "evaluate: ambiguous (kept 5/5, llm graded 0)",
-        "rewrite_query(1): canteen closing time",
-        "search_more(local, queries=2, new=0)",
-        "evaluate: incorrect (kept 0/0, llm graded 0)",
-        "rewrite_query(2): staff canteen hours",
-        "search_more(local, queries=2, new=0)",  # the evidence still expands the question
-        "evaluate: incorrect (kept 0/0, llm graded 0)",
-        "refine(strips from 2/5 passages)",
+    assert state.events == [
+        Retrieve(k=5, found=5),
+        Evaluate(verdict="ambiguous", kept=5, total=5, graded=0),
+        Rewrite(round=1, query="canteen closing time"),
+        SearchMore(source="local", queries=2, new=0),
+        Evaluate(verdict="incorrect", kept=0, total=0, graded=0),
+        Rewrite(round=2, query="staff canteen hours"),
+        SearchMore(source="local", queries=2, new=0),  # the evidence still expands the question
+        Evaluate(verdict="incorrect", kept=0, total=0, graded=0),
+        Refine(strips=2, passages=5),
         *ANSWERED,
     ]
-    assert state["verdicts"] == ["ambiguous", "incorrect", "incorrect"]
+    assert state.verdicts == ["ambiguous", "incorrect", "incorrect"]
     # An Incorrect round does not drop earlier evidence.
-    assert sorted(doc_ids(state["evidence"])) == sorted(d.id for d in DOCS)
-    assert state["stop_reason"] == "answered"
+    assert sorted(doc_ids(state.evidence)) == sorted(d.id for d in DOCS)
+    assert state.stop_reason == "answered"
 
 
 async def test_rewrite_repeating_an_earlier_query_is_replaced_by_the_expansion_query(knowledge: KnowledgeBase) -> None:
@@ -299,23 +300,23 @@ async def test_rewrite_repeating_an_earlier_query_is_replaced_by_the_expansion_q
     search = RecordingSearch(knowledge)
     state, _ = await run_graph(knowledge, script, query=CANTEEN_QUESTION, policy=policy, top_k=1, search=search)
     expansion = f"{CANTEEN_QUESTION} Staff canteen: {DOCS[2].text}"
-    assert state["steps"] == [
-        "retrieve(k=1, found=1)",
-        "evaluate: ambiguous (kept 1/1, llm graded 0)",
-        "rewrite_query(1): canteen closing time",
-        "search_more(local, queries=2, new=1)",
-        "evaluate: ambiguous (kept 1/1, llm graded 0)",
-        f"rewrite_query(2): {expansion}",
-        "search_more(local, queries=1, new=1)",
-        "evaluate: ambiguous (kept 1/1, llm graded 0)",
-        "refine(strips from 2/3 passages)",
+    assert state.events == [
+        Retrieve(k=1, found=1),
+        Evaluate(verdict="ambiguous", kept=1, total=1, graded=0),
+        Rewrite(round=1, query="canteen closing time"),
+        SearchMore(source="local", queries=2, new=1),
+        Evaluate(verdict="ambiguous", kept=1, total=1, graded=0),
+        Rewrite(round=2, query=expansion),
+        SearchMore(source="local", queries=1, new=1),
+        Evaluate(verdict="ambiguous", kept=1, total=1, graded=0),
+        Refine(strips=2, passages=3),
         *ANSWERED,
     ]
-    assert state["queries"] == ["canteen closing time", expansion]
-    assert state["search_query"] == expansion
+    assert state.queries == ["canteen closing time", expansion]
+    assert state.search_query == expansion
     # The canteen (the evidence) scores above the parking document (the last candidate) and leads the expansion.
     assert search.calls == [("canteen closing time", 2), (expansion, 2), (expansion, 3)]
-    assert doc_ids(state["evidence"]) == ["canteen", "parking", "osaka"]
+    assert doc_ids(state.evidence) == ["canteen", "parking", "osaka"]
     assert nodes(state) == ["rewrite_query", "rewrite_query", "generate", "check_useful"]
 
 
@@ -344,20 +345,20 @@ async def test_documents_evaluated_in_an_earlier_round_are_not_evaluated_again(k
 
     state, model = await run_graph(knowledge, script, query=CANTEEN_QUESTION, policy=policy, top_k=2, search=search)
 
-    assert state["steps"] == [
-        "retrieve(k=2, found=2)",
-        "evaluate: incorrect (kept 0/2, llm graded 1)",
-        f"rewrite_query(1): {rewrite}",
-        "search_more(local, queries=2, new=2)",  # the canteen was seen in round 1
-        "evaluate: incorrect (kept 0/2, llm graded 1)",
-        f"rewrite_query(2): {expansion}",
-        "search_more(local, queries=1, new=1)",  # four of the five documents were seen
-        "evaluate: incorrect (kept 0/1, llm graded 0)",
+    assert state.events == [
+        Retrieve(k=2, found=2),
+        Evaluate(verdict="incorrect", kept=0, total=2, graded=1),
+        Rewrite(round=1, query=rewrite),
+        SearchMore(source="local", queries=2, new=2),  # the canteen was seen in round 1
+        Evaluate(verdict="incorrect", kept=0, total=2, graded=1),
+        Rewrite(round=2, query=expansion),
+        SearchMore(source="local", queries=1, new=1),  # four of the five documents were seen
+        Evaluate(verdict="incorrect", kept=0, total=1, graded=0),
         *NO_EVIDENCE,
     ]
     assert graded_titles(model) == ["Staff canteen", "Osaka office"]  # no document graded twice
-    assert state["seen"] == ["canteen#0", "parking#0", "osaka#0", "k2#0", "vpn#0"]
-    assert state["queries"] == [rewrite, expansion]
+    assert state.seen == ["canteen#0", "parking#0", "osaka#0", "k2#0", "vpn#0"]
+    assert state.queries == [rewrite, expansion]
     assert [k for _, k in search.calls] == [4, 4, 6]  # top_k + the chunks known before each search
     # The grader judges a later round's document against the original question, not the rewrite.
     osaka_prompt = prompts(model, "Grade")[1]
@@ -367,4 +368,4 @@ async def test_documents_evaluated_in_an_earlier_round_are_not_evaluated_again(k
     assert rewrite_prompts[1].endswith(
         f"Already searched (write a different query): {CANTEEN_QUESTION}; {rewrite}\nSearch query:"
     )
-    assert state["stop_reason"] == "no_evidence"
+    assert state.stop_reason == "no_evidence"

@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gateway.knowledge import KnowledgeBase
-from pipelines.corrective.graph import expanded_query
 from pipelines.corrective.policy import CorrectivePolicy
+from pipelines.corrective.rewrite import expanded_query
 from pipelines.shared.deps import Passage
+from pipelines.shared.events import Evaluate, Generate, Refine, Retrieve, Rewrite, SearchMore
 from pipelines.shared.relevance import relevance
 from tests.unit.corrective_support import (
     ANSWERED,
@@ -23,6 +24,7 @@ from tests.unit.corrective_support import (
     RecordingSearch,
     Script,
     doc_ids,
+    doubted,
     graded_titles,
     nodes,
     prompts,
@@ -57,13 +59,13 @@ async def test_first_retrieval_misses_and_the_follow_up_search_recovers_the_seco
         aurora, script, query=AURORA_QUESTION, tenant=AURORA, top_k=1, policy=policy, search=search
     )
 
-    assert state["steps"] == [
-        "retrieve(k=1, found=1)",
-        "evaluate: incorrect (kept 0/1, llm graded 1)",
-        f"rewrite_query(1): {AURORA_REWRITE}",
-        "search_more(local, queries=2, new=1)",
-        "evaluate: correct (kept 1/1, llm graded 1)",  # below lower, explored, confirmed by the grader
-        "refine(strips from 1/1 passages)",
+    assert state.events == [
+        Retrieve(k=1, found=1),
+        Evaluate(verdict="incorrect", kept=0, total=1, graded=1),
+        Rewrite(round=1, query=AURORA_REWRITE),
+        SearchMore(source="local", queries=2, new=1),
+        Evaluate(verdict="correct", kept=1, total=1, graded=1),  # below lower, explored, confirmed by the grader
+        Refine(strips=1, passages=1),
         *ANSWERED,
     ]
     assert search.calls == [(AURORA_REWRITE, 2), (expansion, 2)]
@@ -71,13 +73,13 @@ async def test_first_retrieval_misses_and_the_follow_up_search_recovers_the_seco
     assert nodes(state) == ["grade_document", "rewrite_query", "grade_document", "generate", "check_useful"]
     # Found by both searches, the K3 sheet keeps the better score: the expansion's (it names the K3).
     spec_scores = [(await aurora.search(AURORA, q, 2))[1].score for q in (AURORA_REWRITE, expansion)]
-    assert state["evidence"][0].score == max(spec_scores) > min(spec_scores)
-    assert state["seen"] == ["project-aurora#0", "k3-spec#0"]
-    assert doc_ids(state["evidence"]) == ["k3-spec"]
-    assert doc_ids(state["sources"]) == ["k3-spec"]
-    assert state["answer"] == AURORA_ANSWER
-    assert "300 kg" in state["context"][0].text
-    assert state["stop_reason"] == "answered"
+    assert state.evidence[0].score == max(spec_scores) > min(spec_scores)
+    assert state.seen == ["project-aurora#0", "k3-spec#0"]
+    assert doc_ids(state.evidence) == ["k3-spec"]
+    assert doc_ids(state.sources) == ["k3-spec"]
+    assert state.answer == AURORA_ANSWER
+    assert "300 kg" in state.context[0].text
+    assert state.stop_reason == "answered"
     # Both grades judge against the original question.
     assert all(p.startswith(f"Question: {AURORA_QUESTION}\n\nDocument (") for p in prompts(model, "Grade"))
 
@@ -97,19 +99,19 @@ async def test_rewrite_echoing_the_question_is_replaced_by_the_expansion_carryin
     )
     search = RecordingSearch(aurora)
     state, model = await run_graph(aurora, script, query=AURORA_QUESTION, tenant=AURORA, top_k=1, search=search)
-    assert state["steps"][:5] == [
-        "retrieve(k=1, found=1)",
-        "evaluate: incorrect (kept 0/1, llm graded 1)",
-        f"rewrite_query(1): {expansion[:120]}",
-        "search_more(local, queries=1, new=1)",
-        "evaluate: correct (kept 1/1, llm graded 1)",
+    assert state.events[:5] == [
+        Retrieve(k=1, found=1),
+        Evaluate(verdict="incorrect", kept=0, total=1, graded=1),
+        Rewrite(round=1, query=expansion),
+        SearchMore(source="local", queries=1, new=1),
+        Evaluate(verdict="correct", kept=1, total=1, graded=1),
     ]
-    assert state["search_query"] == expansion
-    assert state["queries"] == [expansion]
+    assert state.search_query == expansion
+    assert state.queries == [expansion]
     assert search.calls == [(expansion, 2)]
     assert graded_titles(model) == ["Project Aurora", "Kumo Carrier K3 specification"]
-    assert state["answer"] == AURORA_ANSWER
-    assert state["stop_reason"] == "answered"
+    assert state.answer == AURORA_ANSWER
+    assert state.stop_reason == "answered"
 
 
 def test_expanded_query_adds_the_best_scoring_passage_title_and_first_300_characters() -> None:
@@ -151,12 +153,12 @@ async def test_search_more_merges_both_searches_best_first_without_known_chunks(
 
     state, _ = await run_graph(knowledge, script, query=OFF_TOPIC, policy=policy, top_k=2, search=search)
 
-    assert state["steps"][3] == "search_more(canned, queries=2, new=2)"
+    assert state.events[3] == SearchMore(source="canned", queries=2, new=2)
     # Each search asks for top_k + the two known chunks; then the known chunk is dropped, xenon keeps its better
     # score (from the expansion), and the best two remain.
     assert search.calls == [("Sistine Chapel painter", 4), (expanded_query(OFF_TOPIC, first), 4)]
-    assert [(p.doc_id, p.score) for p in state["candidates"]] == [("xenon", 0.7), ("zinc", 0.6)]
-    assert state["seen"] == [*(p.chunk_id for p in first), "xenon#0", "zinc#0"]
+    assert [(p.doc_id, p.score) for p in state.candidates] == [("xenon", 0.7), ("zinc", 0.6)]
+    assert state.seen == [*(p.chunk_id for p in first), "xenon#0", "zinc#0"]
 
 
 async def test_bridge_judged_relevant_but_twice_unanswerable_sends_the_pipeline_after_the_second_hop(
@@ -174,34 +176,36 @@ async def test_bridge_judged_relevant_but_twice_unanswerable_sends_the_pipeline_
     )
     state, model = await run_graph(aurora, script, query=AURORA_QUESTION, tenant=AURORA, top_k=1)
 
-    empty = "check_grounded: unsupported ['the answer states nothing (citation numbers or an unfinished sentence)']"
-    assert state["steps"][:9] == [
-        "retrieve(k=1, found=1)",
-        "evaluate: correct (kept 1/1, llm graded 1)",
-        "refine(strips from 1/1 passages)",
-        "generate_answer",
+    empty = doubted("the answer states nothing (citation numbers or an unfinished sentence)")
+    assert state.events[:9] == [
+        Retrieve(k=1, found=1),
+        Evaluate(verdict="correct", kept=1, total=1, graded=1),
+        Refine(strips=1, passages=1),
+        Generate(),
         empty,
-        "regenerate_answer",
+        Generate(mode="regenerate"),
         empty,
-        "rewrite_query(1): What is the maximum payload of the Kumo Carrier K3?",
-        "search_more(local, queries=2, new=1)",
+        Rewrite(round=1, query="What is the maximum payload of the Kumo Carrier K3?"),
+        SearchMore(source="local", queries=2, new=1),
     ]
     # The new round gets a first answer of its own (not a "regenerate" carrying the old round's complaint).
-    assert state["steps"][9:] == [
-        "evaluate: correct (kept 1/1, llm graded 0)",  # the rewrite names the K3: its sheet scores above upper
-        "refine(strips from 2/2 passages)",  # the K3 sheet's strips answer the follow-up query
+    assert state.events[9:] == [
+        Evaluate(
+            verdict="correct", kept=1, total=1, graded=0
+        ),  # the rewrite names the K3: its sheet scores above upper
+        Refine(strips=2, passages=2),  # the K3 sheet's strips answer the follow-up query
         *ANSWERED,
     ]
     assert prompts(model, "generate")[-1].endswith("Answer (with [n] citations):")
     # The generator sees the second hop's fact and the bridge that names the robot, best first.
-    assert [c.text for c in state["context"]] == [
+    assert [c.text for c in state.context] == [
         "Kumo Carrier K3 specification sheet. Maximum payload: 300 kg.",
         "Project Aurora is the internal codename for the Kumo Carrier K3, the third-generation warehouse robot.",
     ]
     # Phantom citations are dropped from what the model wrote: there is one passage, so only [1] remains.
-    assert state["answer"] == AURORA_ANSWER
-    assert "k3-spec" in doc_ids(state["evidence"])
-    assert state["stop_reason"] == "answered"
+    assert state.answer == AURORA_ANSWER
+    assert "k3-spec" in doc_ids(state.evidence)
+    assert state.stop_reason == "answered"
     assert nodes(state) == [
         "grade_document",
         "generate",

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from gateway.eval.datasets import load
+from gateway.eval.datasets import Question, load
 from gateway.eval.metrics import answer_in_prediction, exact_match, f1_score, normalize_answer, passage_recall
 from gateway.eval.report import draw_chart, summarise
-from gateway.eval.runner import Outcome
+from gateway.eval.runner import FirstRetrieval, Outcome, ask, first_verdict
+from gateway.steps import RouteQuery
+from pipelines.shared.events import Assess, Escalate, Evaluate, Retrieve
 
 
 def test_squad_normalisation_drops_case_punctuation_articles_and_citations() -> None:
@@ -184,3 +187,30 @@ def test_where_picks_the_slice_before_sampling_so_a_small_run_is_all_missed() ->
     assert sampled == pick(pool, "missed", 4, seed=13)  # the same seed picks the same questions
     assert [q.id for q, _ in pick(pool, "complete", 0, seed=None)] == ["q9", "q10", "q11"]
     assert pick(pool, "all", 2, seed=None) == pool[:2]
+
+
+def test_first_verdict_is_read_from_the_first_retrieval_check_event() -> None:
+    escalated = [
+        RouteQuery(route="single_hop", classifier="llm"),
+        Retrieve(k=4, found=4),
+        Assess(verdict="incorrect"),
+        Escalate(from_route="single_hop", to_route="multi_hop", reason="retrieval_incorrect"),
+        Retrieve(k=5, found=5),
+        Evaluate(verdict="correct", kept=1, total=5, graded=1),
+    ]
+    assert first_verdict(escalated) == "incorrect"
+    assert first_verdict(escalated[3:]) == "correct"
+    assert first_verdict([Retrieve(k=4, found=0)]) is None
+
+
+async def test_ask_scores_an_answer_from_the_typed_response(client: Any) -> None:
+    documents = [{"id": "normans", "title": "Normans", "text": "The Normans settled in Normandy, France."}]
+    (await client.post("/v1/documents", json={"tenant": "eval", "documents": documents})).raise_for_status()
+    question = Question(
+        id="q", text="Where did the Normans settle?", answers=["Normandy"], gold_doc_ids=frozenset({"normans"})
+    )
+    result = await ask(client, "eval", question, "plain", FirstRetrieval(gold_found=True, recall=1.0))
+    assert result.route == "single_hop"
+    assert result.first_verdict == "correct"  # from the assess event, not from the text of the steps
+    assert result.passage_recall == 1.0
+    assert not result.escalated

@@ -8,12 +8,7 @@ from typing import Any
 import pytest
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-from gateway.observability.tracing import (
-    UnsupportedProtocolError,
-    build_tracer_provider,
-    otlp_protocol,
-    otlp_requested,
-)
+from gateway.observability.tracing import UnsupportedProtocolError, build_tracer_provider, otlp_protocol, otlp_requested
 from tests.otlp_receiver import PROTOBUF, TRACES_PATH, OTLPReceiver, otlp_receiver
 
 

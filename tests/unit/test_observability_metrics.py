@@ -19,7 +19,9 @@ from gateway.providers.embeddings import USEEmbeddings
 from gateway.schemas import QueryResponse
 from gateway.settings import ModelPrice, Settings
 from gateway.state import ProviderOverrides
-from tests.scripted import CountedCompute, answer_with_first_passage
+from gateway.steps import SemanticCacheHit
+from pipelines.shared.events import Evaluate
+from tests.scripted import CountedCompute, answer_with_first_passage, events
 from tests.unit.corrective_support import K2_QUESTION, OFF_TOPIC, TENANT
 from tests.unit.observability_support import ask, parse_exposition, scrape, traced_app, value
 from tests.unit.test_cache_exact import FlakyMemory
@@ -78,7 +80,7 @@ async def test_requests_are_counted_per_route_and_cache_use(settings: Settings, 
     assert value(samples, "gateway_node_duration_seconds_count", pipeline="single_hop", node="retrieve") == 1
     assert value(samples, "gateway_node_duration_seconds_count", pipeline="corrective", node="retrieve") == 1
     assert value(samples, "gateway_retrieval_verdicts_total", pipeline="single_hop") == 1
-    corrective_rounds = sum(s.startswith("evaluate:") for s in answers["multi_hop"]["steps"])
+    corrective_rounds = sum(isinstance(e, Evaluate) for e in events(answers["multi_hop"]))
     assert value(samples, "gateway_retrieval_verdicts_total", pipeline="corrective") == corrective_rounds
 
 
@@ -131,7 +133,8 @@ async def test_unreachable_llm_is_counted_as_errors(settings: Settings, embeddin
         ready = await client.get("/readyz")
         samples, _ = await scrape(client)
     assert response.status_code == 503
-    assert ready.status_code == 503
+    assert ready.status_code == 200  # degraded, not unready: an LLM outage hits every replica at once
+    assert ready.json()["status"] == "degraded"
     assert value(samples, "gateway_requests_total", route="direct", status="503", cached="false") == 1
     labels = {"node": "answer_directly", "model": MODEL, "error": "unavailable"}
     assert value(samples, "gateway_llm_errors_total", **labels) == 1
@@ -189,7 +192,7 @@ async def test_semantic_cache_layer_is_counted(settings: Settings, embeddings: U
         samples, _ = await scrape(client)
     assert first["cached"] is False
     assert paraphrase["cached"] is True
-    assert paraphrase["steps"][0].startswith("semantic_cache(")
+    assert isinstance(events(paraphrase)[0], SemanticCacheHit)
     assert value(samples, "gateway_cache_requests_total", layer="semantic", result="miss") == 1
     assert value(samples, "gateway_cache_requests_total", layer="semantic", result="hit") == 1
     assert value(samples, "gateway_cache_requests_total", layer="exact", result="miss") == 2

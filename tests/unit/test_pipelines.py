@@ -14,6 +14,7 @@ from gateway.providers.llm import LLMClient
 from gateway.providers.scripted_chat import ScriptedChatModel
 from gateway.providers.vectorstores.memory import InMemoryVectorStore
 from gateway.settings import ModelPrice
+from pipelines.shared.events import Assess, Evaluate, Generate, Retrieve, Stop
 from routes.table import RouteTable
 from tests.scripted import structured_reply
 from tests.unit.corrective_support import build_route_table
@@ -46,7 +47,7 @@ async def make_table(
 async def test_direct_route_runs_one_node_and_no_retrieval(embeddings: USEEmbeddings) -> None:
     table, model, _ = await make_table(embeddings)
     result = await table.run("direct", query="hello", tenant="acme", top_k=None, query_vector=None)
-    assert result.steps == ["answer_directly"]
+    assert result.events == [Generate(mode="direct")]
     assert result.sources == []
     assert result.answer == "Hi! I am the assistant."
     assert len(model.calls) == 1
@@ -60,7 +61,7 @@ async def test_single_hop_retrieves_then_answers_with_the_cited_document(embeddi
     result = await table.run(
         "single_hop", query="What is the maximum payload of the K2?", tenant="acme", top_k=None, query_vector=None
     )
-    assert result.steps == ["retrieve(k=4, found=2)", "assess_retrieval: correct", "generate_answer"]
+    assert result.events == [Retrieve(k=4, found=2), Assess(verdict="correct"), Generate()]
     assert not result.abstained
     assert [p.doc_id for p in result.sources] == ["k2"]
     prompt = str(model.calls[0][0][-1].content)
@@ -73,7 +74,11 @@ async def test_single_hop_in_an_empty_tenant_abstains_without_a_model_call(embed
     assert result.abstained
     assert result.llm_calls == []
     assert model.calls == []
-    assert "abstained" in result.steps[-1]
+    assert result.events == [
+        Retrieve(k=4, found=0),
+        Assess(verdict="incorrect"),
+        Generate(abstention="no passage above relevance 0.18 (best 0.00)"),
+    ]
 
 
 async def test_unsupported_answer_is_replaced_by_an_abstention(embeddings: USEEmbeddings) -> None:
@@ -84,7 +89,9 @@ async def test_unsupported_answer_is_replaced_by_an_abstention(embeddings: USEEm
     result = await table.run("single_hop", query="What is the K2 payload?", tenant="acme", top_k=2, query_vector=None)
     assert result.abstained
     assert result.sources == []
-    assert "900" in result.steps[-1]
+    generated = result.events[-1]
+    assert isinstance(generated, Generate)
+    assert generated.abstention == "unsupported by passages: 900"
     assert len(result.llm_calls) == 1  # the call was made and is still accounted for
 
 
@@ -94,7 +101,9 @@ async def test_top_k_is_requested_or_default_and_capped(
 ) -> None:
     table, _, _ = await make_table(embeddings)
     result = await table.run("single_hop", query="payload", tenant="acme", top_k=requested, query_vector=None)
-    assert result.steps[0].startswith(f"retrieve(k={expected},")
+    retrieved = result.events[0]
+    assert isinstance(retrieved, Retrieve)
+    assert retrieved.k == expected
 
 
 async def test_multi_hop_runs_the_corrective_pipeline(embeddings: USEEmbeddings) -> None:
@@ -103,20 +112,26 @@ async def test_multi_hop_runs_the_corrective_pipeline(embeddings: USEEmbeddings)
         "multi_hop", query="Which came first, the K2 or the VPN policy?", tenant="acme", top_k=None, query_vector=None
     )
     assert result.route == "multi_hop"
-    assert result.steps[0].startswith("retrieve(k=5,")
-    assert result.steps[1].startswith("evaluate:")
+    retrieved, evaluated = result.events[:2]
+    assert isinstance(retrieved, Retrieve)
+    assert retrieved.k == 5
+    assert isinstance(evaluated, Evaluate)
     assert result.stop_reason is not None
+    assert result.events[-1] == Stop(reason=result.stop_reason)
 
 
 async def test_precomputed_query_vector_is_used_for_retrieval(embeddings: USEEmbeddings) -> None:
-    table, _, _ = await make_table(embeddings)
+    table, model, _ = await make_table(embeddings)
     vpn_vector = embeddings.embed_query("VPN policy update date")
     result = await table.run(
         "single_hop", query="payload", tenant="acme", top_k=1, query_vector=vpn_vector, allow_escalation=False
     )
-    assert result.steps[0] == "retrieve(k=1, found=1)"
+    assert result.events[0] == Retrieve(k=1, found=1)
     # the vector, not the text, chose the passage: the VPN document was the one given to the model
-    assert result.abstained or [p.doc_id for p in result.sources] == ["vpn"]
+    assert [p.doc_id for p in result.context] == ["vpn"]
+    (prompt,) = [str(messages[-1].content) for messages, _ in model.calls]
+    assert "[1] (VPN policy)" in prompt
+    assert "Kumo Carrier K2" not in prompt
 
 
 async def test_reingesting_a_document_replaces_its_chunks(embeddings: USEEmbeddings) -> None:

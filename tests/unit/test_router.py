@@ -1,4 +1,5 @@
-"""The front router: its labelled data, the logistic model, the LLM router and the override."""
+"""The labelled examples, the question-only logistic model (the leave-one-dataset-out baseline), the LLM
+router's schema and the structural features. The knowledge-aware router: test_knowledge_router.py."""
 
 from __future__ import annotations
 
@@ -8,11 +9,9 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
-from langchain_core.messages import BaseMessage
 
 from gateway.providers.embeddings import USEEmbeddings
 from gateway.providers.llm import LLMClient
@@ -22,7 +21,6 @@ from routes.examples import HELD_BACK_PERCENT, Example, load_examples
 from routes.features import NAMES, active_cues, features
 from routes.llm_router import LLMRouter
 from routes.logistic_router import LogisticModel, LogisticRouter, artefact_path, fit, load_or_train
-from routes.router import FrontRouter
 from routes.types import ROUTES, RouteDecision
 
 MIN_HELD_BACK_ACCURACY = 0.85
@@ -223,53 +221,6 @@ def test_clear_cases_go_to_the_expected_route(
 
 
 # --- the front router -----------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("mode", ["logistic", "llm"])
-async def test_explicit_route_overrides_without_any_model_call(logistic: LogisticRouter, mode: str) -> None:
-    client, chat_model = scripted_llm('{"route": "direct", "confidence": 0.9, "reason": "x"}')
-    router = FrontRouter(logistic, LLMRouter(client), mode=mode)
-    for requested in ROUTES:
-        decision, calls = await router.decide("Hello!", requested, [0.0] * 512)
-        # The reason is the router's own, never the scripted model's "x": no model was asked.
-        assert decision == RouteDecision(requested, 1.0, "route requested by the caller", "override")
-        assert calls == []
-    assert chat_model.calls == []
-
-
-async def test_auto_in_logistic_mode_uses_the_logistic_router(
-    logistic: LogisticRouter, embeddings: USEEmbeddings
-) -> None:
-    client, chat_model = scripted_llm('{"route": "direct", "confidence": 0.9, "reason": "x"}')
-    router = FrontRouter(logistic, LLMRouter(client), mode="logistic")
-    assert router.classifier_name == "logistic"
-    query = "Which is older, the Tokyo office or the Osaka office?"
-    decision, calls = await router.decide(query, "auto", embeddings.embed_query(query))
-    assert decision.classifier == "logistic"
-    assert decision.route == "multi_hop"
-    assert calls == []
-    assert chat_model.calls == []
-
-
-async def test_auto_in_llm_mode_uses_the_llm_router(logistic: LogisticRouter) -> None:
-    client, chat_model = scripted_llm('{"route":"multi_hop","confidence":0.8,"reason":"two facts"}')
-    router = FrontRouter(logistic, LLMRouter(client), mode="llm")
-    assert router.classifier_name == "llm"
-
-    decision, calls = await router.decide("Is the Tokyo office older than the Osaka office?", "auto", [0.0] * 512)
-
-    assert decision == RouteDecision("multi_hop", 0.8, "two facts", "llm")
-    assert len(calls) == 1
-    assert calls[0].node == "route_query"
-    assert calls[0].model == "scripted-router"
-    assert len(chat_model.calls) == 1
-    messages, kwargs = chat_model.calls[0]
-    response_format: dict[str, Any] = kwargs["response_format"]
-    assert response_format["type"] == "json_schema"
-    assert response_format["json_schema"]["name"] == "RouteChoice"
-    assert set(response_format["json_schema"]["schema"]["properties"]) == {"route", "confidence", "reason"}
-    last: BaseMessage = messages[-1]
-    assert "Is the Tokyo office older than the Osaka office?" in str(last.content)
 
 
 async def test_llm_router_rejects_an_unknown_route() -> None:

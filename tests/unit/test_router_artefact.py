@@ -1,4 +1,4 @@
-"""The image-build step that trains the router: it writes the artefact the app looks up at start-up."""
+"""The image-build step that trains the router: it writes the artefacts the app looks up at start-up."""
 
 from __future__ import annotations
 
@@ -9,23 +9,33 @@ from langchain_core.embeddings import DeterministicFakeEmbedding
 
 from gateway.router_artefact import build_artefact
 from gateway.settings import Settings
-from routes.examples import load_examples
-from routes.logistic_router import LogisticModel, artefact_path
+from routes.corpus import all_cases
+from routes.knowledge_router import artefact_path
+from routes.logistic_router import LogisticModel
 
 
 def test_build_artefact_writes_what_start_up_loads(tmp_path: Path) -> None:
     settings = Settings().replace(router_artefact={"cache_dir": tmp_path / "router"}, embeddings={"model": "fake-64"})
-    path = build_artefact(settings, DeterministicFakeEmbedding(size=64))
+    paths = build_artefact(settings, DeterministicFakeEmbedding(size=64))
 
-    train = [e for e in load_examples() if e.split == "train"]
-    assert path == artefact_path(settings.router_artefact.cache_dir, train, settings.embeddings.model)
-    model = LogisticModel.load(path)
-    assert sorted(model.classes) == ["direct", "multi_hop", "single_hop"]
+    directory, chunking = settings.router_artefact.cache_dir, "c700o100"
+    expected = [artefact_path(directory, all_cases(), "fake-64", chunking, s) for s in ("retrieve", "spread")]
+    assert paths == expected
+    assert sorted(LogisticModel.load(paths[0]).classes) == ["direct", "single_hop"]
+    assert sorted(LogisticModel.load(paths[1]).classes) == ["multi_hop", "single_hop"]
 
-    # A second run (an image rebuild with the layer cached) reuses the artefact instead of retraining.
-    written = path.stat().st_mtime_ns
-    assert build_artefact(settings, DeterministicFakeEmbedding(size=64)) == path
-    assert path.stat().st_mtime_ns == written
+    # A second run (an image rebuild with the layer cached) reuses the artefacts instead of retraining.
+    written = [path.stat().st_mtime_ns for path in paths]
+    assert build_artefact(settings, DeterministicFakeEmbedding(size=64)) == paths
+    assert [path.stat().st_mtime_ns for path in paths] == written
+
+
+def test_other_chunking_is_another_artefact(tmp_path: Path) -> None:
+    """Training probes chunk the tenants like ingestion does: other chunking, other signals."""
+    settings = Settings().replace(router_artefact={"cache_dir": tmp_path / "router"}, embeddings={"model": "fake-64"})
+    default = build_artefact(settings, DeterministicFakeEmbedding(size=64))
+    other = build_artefact(settings.replace(chunking={"size": 300}), DeterministicFakeEmbedding(size=64))
+    assert set(default).isdisjoint(other)
 
 
 def test_build_artefact_fails_loudly_when_it_cannot_write(tmp_path: Path) -> None:

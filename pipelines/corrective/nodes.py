@@ -1,0 +1,211 @@
+"""The corrective graph's nodes: module-level functions of ``(state, runtime)``.
+
+Each returns only what it changes; the four nodes followed by a choice of route (``evaluate``,
+``refine``, ``check_grounded``, ``check_useful``) also record the choice (:mod:`.routing`).
+"""
+
+from __future__ import annotations
+
+from langgraph.runtime import Runtime
+
+from pipelines.corrective import critique
+from pipelines.corrective.evaluator import evaluate_passages
+from pipelines.corrective.refine import refine_evidence
+from pipelines.corrective.rewrite import expanded_query
+from pipelines.corrective.rewrite import rewrite_query as llm_rewrite
+from pipelines.corrective.routing import (
+    after_evaluate,
+    after_grounded,
+    after_refine,
+    after_useful,
+    budget_stop,
+    calls_left,
+    decide,
+)
+from pipelines.corrective.state import AnswerSnapshot, CorrectiveContext, CorrectiveState
+from pipelines.shared.deps import Passage
+from pipelines.shared.events import Check, CheckOutcome, Evaluate, Generate, Refine, Retrieve, Rewrite, SearchMore, Stop
+from pipelines.shared.generation import draft_answer
+from pipelines.shared.state import Update
+
+Run = Runtime[CorrectiveContext]
+
+
+async def retrieve(state: CorrectiveState, runtime: Run) -> Update:
+    retriever = runtime.context.retriever
+    found = await retriever.search(state.tenant, state.query, state.top_k, vector=state.query_vector)
+    return {"candidates": found, "events": [Retrieve(k=state.top_k, found=len(found))]}
+
+
+async def evaluate(state: CorrectiveState, runtime: Run) -> Update:
+    ctx = runtime.context
+    # Keep one call for the answer; grade nothing once the time budget is spent.
+    grading_calls = 0 if budget_stop(state, ctx) == "max_seconds" else max(0, calls_left(state, ctx) - 1)
+    candidates = state.candidates
+    result = await evaluate_passages(
+        ctx.llm, ctx.policy, state.query, candidates, grading_calls, scoring_query=state.search_query or state.query
+    )
+    ctx.telemetry.verdict("corrective", result.verdict)
+    # Correct and Ambiguous keep what they found; Incorrect discards this round's documents.
+    update: Update = {
+        "verdict": result.verdict,
+        "verdicts": [result.verdict],
+        "evidence": result.kept,
+        "confirmed": [p.chunk_id for p in result.confirmed],
+        "seen": [p.chunk_id for p in candidates],
+        "events": [
+            Evaluate(verdict=result.verdict, kept=len(result.kept), total=len(candidates), graded=result.graded)
+        ],
+        "llm_calls": result.calls,
+    }
+    return decide(state, update, ctx, after_evaluate)
+
+
+async def rewrite_query(state: CorrectiveState, runtime: Run) -> Update:
+    ctx = runtime.context
+    tried = [state.query, *state.queries]
+    query, call = await llm_rewrite(ctx.llm, state.query, state.evidence, state.missing, tried)
+    if query.strip().lower() in {t.strip().lower() for t in tried}:
+        query = expanded_query(state.query, [*state.evidence, *state.candidates]) or query
+    return {
+        "search_query": query,
+        # A new round of evidence gets its own first answer and its one regeneration.
+        "regenerated": False,
+        "unsupported_claims": [],
+        "queries": [query],
+        "rewrites": state.rewrites + 1,
+        "events": [Rewrite(round=state.rewrites + 1, query=query)],
+        "llm_calls": [call],
+    }
+
+
+async def search_more(state: CorrectiveState, runtime: Run) -> Update:
+    """Search with the rewrite and with the question expanded by the best evidence so far.
+
+    The expansion carries the bridge entity of a two-step question (ITER-RETGEN's idea) even
+    when a small model's rewrite is poor; both result lists are merged, best first.
+    """
+    search = runtime.context.search
+    queries = [state.search_query]
+    # The last round's candidates count too: a bridge document is often judged "not relevant"
+    # on its own (it names the entity, not the answer), yet it is what the next hop needs.
+    expansion = expanded_query(state.query, [*state.evidence, *state.candidates])
+    if expansion and expansion != queries[0]:
+        queries.append(expansion)
+    known = {p.chunk_id for p in state.evidence} | set(state.seen)
+    found: dict[str, Passage] = {}
+    for query in queries:
+        # Over-fetch by what is already known, or known chunks would crowd out the new ones.
+        for passage in await search.search(state.tenant, query, state.top_k + len(known)):
+            if passage.chunk_id not in known and passage.score > found.get(passage.chunk_id, passage).score - 1e-9:
+                found[passage.chunk_id] = passage
+    fresh = sorted(found.values(), key=lambda p: -p.score)[: state.top_k]
+    return {"candidates": fresh, "events": [SearchMore(source=search.name, queries=len(queries), new=len(fresh))]}
+
+
+async def refine(state: CorrectiveState, runtime: Run) -> Update:
+    ctx = runtime.context
+    strips = await refine_evidence(
+        ctx.embedder.embed_texts,
+        ctx.policy,
+        state.query,
+        state.evidence,
+        follow_ups=state.queries,
+        confirmed=set(state.confirmed),
+    )
+    update: Update = {"strips": strips, "events": [Refine(strips=len(strips), passages=len(state.evidence))]}
+    return decide(state, update, ctx, after_refine)
+
+
+async def generate(state: CorrectiveState, runtime: Run) -> Update:
+    ctx = runtime.context
+    feedback = critique.regeneration_note(state.unsupported_claims)
+    draft = await draft_answer(
+        ctx.llm,
+        state.query,
+        state.strips,
+        node="generate",
+        feedback=feedback,
+        max_tokens=ctx.policy.grounding.max_tokens,
+    )
+    return {
+        "answer": draft.text,
+        "sources": draft.cited,
+        "context": state.strips,
+        "abstained": not draft.found,
+        "regenerated": bool(feedback),
+        "answered_with": len(state.evidence),
+        "events": [Generate(mode="regenerate" if feedback else "answer")],
+        "llm_calls": [draft.call],
+    }
+
+
+async def check_grounded(state: CorrectiveState, runtime: Run) -> Update:
+    ctx = runtime.context
+    if state.abstained:
+        skipped = Check(critic="grounded", outcome="skipped", note="no answer found")
+        return decide(state, {"grounded": True, "events": [skipped]}, ctx, after_grounded)
+    min_support = ctx.policy.grounding.min_support
+    result = await critique.check_grounded(
+        ctx.llm, state.query, state.answer, state.strips, min_support, calls_left(state, ctx)
+    )
+    if not result.ok:
+        ctx.telemetry.groundedness_failure()
+    outcome: CheckOutcome = "passed" if result.ok else "failed"
+    update: Update = {
+        "grounded": result.ok,
+        "unsupported_claims": result.detail,
+        "events": [Check(critic="grounded", outcome=outcome, claims=tuple(result.detail))],
+        "llm_calls": result.calls,
+    }
+    if result.ok and state.best is None:
+        update["best"] = _snapshot(state)
+    return decide(state, update, ctx, after_grounded)
+
+
+async def check_useful(state: CorrectiveState, runtime: Run) -> Update:
+    ctx = runtime.context
+    result = await critique.check_useful(ctx.llm, state.query, state.answer, calls_left(state, ctx))
+    note = result.detail[0] if result.detail else ""  # what the answer misses, or why it was not checked
+    outcome: CheckOutcome = "skipped" if result.skipped else "passed" if result.ok else "failed"
+    update: Update = {
+        "useful": result.ok,
+        "missing": "" if result.skipped else note,
+        "events": [Check(critic="useful", outcome=outcome, note=note)],
+        "llm_calls": result.calls,
+    }
+    if result.ok:
+        update["best"] = _snapshot(state)
+    return decide(state, update, ctx, after_useful)
+
+
+async def cautious_answer(state: CorrectiveState, runtime: Run) -> Update:
+    if state.best is not None:
+        # Self-RAG returns the best answer so far: an earlier grounded answer beats a fallback.
+        return {**_restored(state.best), "events": [Generate(mode="keep_best")]}
+    return {
+        "answer": critique.cautious_answer(state.query, state.strips, state.unsupported_claims),
+        "fallback": True,
+        "sources": state.strips[:3],
+        "context": state.strips,
+        "abstained": True,  # a statement of what the documents say, not an answer
+        "events": [Generate(mode="cautious")],
+    }
+
+
+async def finish(state: CorrectiveState, runtime: Run) -> Update:
+    if state.stop_reason is None:
+        raise RuntimeError("the corrective graph reached finish without a recorded stop reason")
+    stop = Stop(reason=state.stop_reason)
+    best = state.best
+    if best is not None and not state.useful and best.answer != state.answer:
+        return {**_restored(best), "events": [Generate(mode="keep_best"), stop]}
+    return {"events": [stop]}
+
+
+def _snapshot(state: CorrectiveState) -> AnswerSnapshot:
+    return AnswerSnapshot(answer=state.answer, sources=state.sources, context=state.context)
+
+
+def _restored(best: AnswerSnapshot) -> Update:
+    return {"answer": best.answer, "sources": best.sources, "context": best.context, "abstained": False}

@@ -1,0 +1,116 @@
+"""Where the corrective graph goes after each deciding node, and why a run stops.
+
+Each decision is a pure function of the state as the node's own update leaves it (see
+:func:`pipelines.shared.state.advanced`). The node records it, ``next_step`` for the routing edge
+and ``stop_reason`` once the run is bound to end, so nothing is worked out again after the run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pipelines.corrective.critique import CITATIONS_ONLY
+from pipelines.corrective.state import CorrectiveContext, CorrectiveState, NextStep
+from pipelines.shared.events import StopReason
+from pipelines.shared.state import Update, advanced
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    next_step: NextStep
+    stop_reason: StopReason | None = None
+    loop: str | None = None  # why another round (or a regeneration) starts: the corrective_loop metric's label
+
+
+Decide = Callable[[CorrectiveState, CorrectiveContext], Decision]
+
+
+def decide(state: CorrectiveState, update: Update, ctx: CorrectiveContext, decision_of: Decide) -> Update:
+    """``update`` plus the decision taken on the state it leads to."""
+    decision = decision_of(advanced(state, update), ctx)
+    if decision.loop is not None:
+        ctx.telemetry.corrective_loop(decision.loop)
+    return {**update, "next_step": decision.next_step, "stop_reason": decision.stop_reason}
+
+
+def follow(state: CorrectiveState) -> NextStep:
+    """The routing edge of every deciding node: where the node decided to go."""
+    if state.next_step is None:
+        raise RuntimeError("a corrective routing edge was reached before any node decided where to go")
+    return state.next_step
+
+
+def calls_left(state: CorrectiveState, ctx: CorrectiveContext) -> int:
+    return ctx.policy.max_llm_calls - len(state.llm_calls)
+
+
+def budget_stop(state: CorrectiveState, ctx: CorrectiveContext, needed: int = 1) -> StopReason | None:
+    """The budget that refuses ``needed`` more model calls, if any."""
+    if ctx.clock() - state.started_at >= ctx.policy.max_seconds:
+        return "max_seconds"
+    if calls_left(state, ctx) < needed:
+        return "max_llm_calls"
+    return None
+
+
+def round_over(state: CorrectiveState, ctx: CorrectiveContext) -> StopReason | None:
+    """Why no new round follows a grounded answer (``None``: one may)."""
+    if state.useful:
+        return "answered"
+    if state.rewrites >= ctx.policy.max_rewrites:
+        return "max_rewrites"
+    # A new round needs a rewrite, a generation and its checks.
+    return budget_stop(state, ctx, needed=3)
+
+
+def cautious_reason(state: CorrectiveState, ctx: CorrectiveContext) -> StopReason:
+    """Why the run ends on ``cautious_answer``, which returns the best earlier answer when there is one."""
+    if not state.evidence:
+        return "no_evidence"
+    if state.best is not None:
+        return round_over(state, ctx) or "answered"
+    if state.regenerated and not state.grounded:
+        return "unsupported"
+    return budget_stop(state, ctx) or "unsupported"
+
+
+def after_evaluate(state: CorrectiveState, ctx: CorrectiveContext) -> Decision:
+    wants_more = state.verdict != "correct" and state.rewrites < ctx.policy.max_rewrites
+    if wants_more and budget_stop(state, ctx, needed=2) is None:
+        return Decision("rewrite_query", loop=f"retrieval_{state.verdict}")
+    if state.answer and len(state.evidence) == state.answered_with:
+        # Nothing new was found since the last answer: another round would repeat it. An answer the
+        # groundedness check rejected is never returned as it is.
+        if state.grounded:
+            return Decision("finish", round_over(state, ctx) or "answered")
+        return Decision("cautious_answer", cautious_reason(state, ctx))
+    return Decision("refine")
+
+
+def after_refine(state: CorrectiveState, ctx: CorrectiveContext) -> Decision:
+    if state.strips and budget_stop(state, ctx) is None:
+        return Decision("generate")
+    return Decision("cautious_answer", cautious_reason(state, ctx))
+
+
+def after_grounded(state: CorrectiveState, ctx: CorrectiveContext) -> Decision:
+    if state.grounded:
+        return Decision("check_useful")
+    if not state.regenerated and budget_stop(state, ctx) is None:
+        return Decision("generate", loop="unsupported_answer")
+    # Twice no supported answer from this evidence: it lacks the answer (typically the second hop of a
+    # bridge question whose first hop the grader rightly found relevant), so search for it while rounds
+    # remain; the cautious answer is for when they do not.
+    # (Reached also when the budget refused the regeneration: then it refuses a new round too.)
+    if state.rewrites < ctx.policy.max_rewrites and budget_stop(state, ctx, needed=3) is None:
+        said_nothing = state.unsupported_claims == [CITATIONS_ONLY]
+        return Decision("rewrite_query", loop="empty_answer" if said_nothing else "unsupported_answer")
+    return Decision("cautious_answer", cautious_reason(state, ctx))
+
+
+def after_useful(state: CorrectiveState, ctx: CorrectiveContext) -> Decision:
+    reason = round_over(state, ctx)
+    if reason is not None:
+        return Decision("finish", reason)
+    return Decision("rewrite_query", loop="answer_not_useful")

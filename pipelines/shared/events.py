@@ -1,0 +1,96 @@
+"""What a pipeline did, step by step, as typed events.
+
+Nodes append these to the state's ``events`` list; the gateway renders them to the ``steps`` text
+clients read, once, at the API edge (:func:`gateway.steps.render_steps`), and sends them as they are
+beside it. Tests, the evaluation harness and anything else that needs a fact (a verdict, a count, the
+reason a run stopped) read the fields, never the text. msgspec structs tagged by ``kind``: they go on
+the wire (and into the answer caches) as they are, and decode back to the right type.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from pipelines.shared.relevance import Verdict
+
+StopReason = Literal[
+    "answered", "max_rewrites", "max_llm_calls", "max_seconds", "no_evidence", "unsupported", "recursion_limit"
+]
+# How the answer came to be: grounded on the evidence (``answer``), again with the critic's feedback
+# (``regenerate``), by the model alone (``direct``), as a statement of what the documents say
+# (``cautious``), or the best earlier answer kept instead of a worse last one (``keep_best``).
+AnswerMode = Literal["answer", "regenerate", "direct", "cautious", "keep_best"]
+Critic = Literal["grounded", "useful"]
+CheckOutcome = Literal["passed", "failed", "skipped"]
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind"):
+    """One step of a request; ``kind`` (the tag) names it on the wire."""
+
+
+class Retrieve(Event, tag="retrieve", frozen=True):
+    k: int
+    found: int
+
+
+class Assess(Event, tag="assess", frozen=True):
+    """single_hop's LLM-free retrieval check: the fast scorer's verdict over what was retrieved."""
+
+    verdict: Verdict
+
+
+class Evaluate(Event, tag="evaluate", frozen=True):
+    """The corrective evaluator's round: ``kept`` of ``total`` candidates, ``graded`` of them by the LLM."""
+
+    verdict: Verdict
+    kept: int
+    total: int
+    graded: int
+
+
+class Rewrite(Event, tag="rewrite", frozen=True):
+    round: int
+    query: str
+
+
+class SearchMore(Event, tag="search_more", frozen=True):
+    source: str
+    queries: int
+    new: int
+
+
+class Refine(Event, tag="refine", frozen=True):
+    """``strips`` strips kept from ``passages`` evidence passages."""
+
+    strips: int
+    passages: int
+
+
+class Generate(Event, tag="generate", frozen=True):
+    mode: AnswerMode = "answer"
+    abstention: str | None = None  # why a grounded answer abstained, when the step should say so
+
+
+class Check(Event, tag="check", frozen=True):
+    """A Self-RAG critic's judgement. ``claims`` are the unsupported claims (``grounded``); ``note`` is
+    what the answer misses (``useful``, failed) or why the check was skipped."""
+
+    critic: Critic
+    outcome: CheckOutcome
+    claims: tuple[str, ...] = ()
+    note: str = ""
+
+
+class Escalate(Event, tag="escalate", frozen=True):
+    from_route: str
+    to_route: str
+    reason: str
+
+
+class Stop(Event, tag="stop", frozen=True):
+    reason: StopReason
+
+
+PipelineEvent = Retrieve | Assess | Evaluate | Rewrite | SearchMore | Refine | Generate | Check | Escalate | Stop

@@ -1,0 +1,211 @@
+"""What the tenant's knowledge base says about a question: a top-k probe and the signals read from it.
+
+A router that reads only the question learns each training set's *style* (long noun phrases look
+multi-hop, short questions look single-hop) and fails on sets it never saw. How many pieces of
+evidence a question needs is a property of the question *and* the knowledge base, so the router
+looks at the passages one search returns, with the query vector the request already computed:
+
+- ``top_score`` / ``margin``: is anything in the store about this at all, and does one passage stand
+  out from the rest (a single answering passage) or do several score alike;
+- ``best_coverage`` vs ``union_coverage``: the share of the question's content terms (one tokenizer,
+  :mod:`pipelines.shared.text`, so Japanese is compared by character bigrams, not by spaces) that the
+  best single *document* holds versus all the top documents together. A single-hop question is
+  covered by one document; a bridge or comparison question's parts live in different documents, so
+  the union covers much more than any one of them;
+- ``second_document_share``: the share of the question's terms the best document lacks and another
+  single document holds: the second part of a bridge or comparison question;
+- ``entity_coverage``: the same for name-like terms (capitalised words, katakana runs, numbers),
+  which carry the parts of a comparison ("older, A or B?");
+- ``covering_documents``: how many documents a greedy cover of the question's terms needs, each adding
+  a part of the question the ones before it did not hold.
+
+The passages travel with the signals (:class:`Probe`) so retrieval can reuse them instead of
+searching the store a second time.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import astuple, dataclass, fields
+
+from pipelines.shared.deps import Passage, Retriever
+from pipelines.shared.text import EN_STOPWORDS, content_terms, has_cjk, normalise, tokens
+
+# Depth of the probe: at least what the retrieving routes fetch (default_top_k 4, multi_hop_top_k 8),
+# so their first retrieval can be served from it.
+PROBE_DEPTH = 8
+# A document joins the cover only if it adds at least this share of the question's terms: one stray
+# common word is not a "part" of the question.
+MIN_PART_SHARE = 0.1
+
+# Capitalised Latin words, katakana runs (names and loanwords in Japanese), numbers.
+_NAME_LIKE = re.compile(r"\b[A-Z][^\W_]+|[\u30a0-\u30ff]{2,}|\d+")
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeSignals:
+    """Numbers only: safe to return to the caller and to put on a span."""
+
+    passages: int
+    documents: int
+    top_score: float
+    margin: float
+    second_document_score: float
+    best_coverage: float
+    union_coverage: float
+    coverage_gain: float
+    second_document_share: float
+    entity_coverage: float
+    entity_union_coverage: float
+    covering_documents: int
+    question_terms: int
+
+    def vector(self) -> list[float]:
+        return [float(v) for v in astuple(self)]
+
+    def as_dict(self) -> dict[str, float | int]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+SIGNAL_NAMES: tuple[str, ...] = tuple(f.name for f in fields(ProbeSignals))
+EMPTY_SIGNALS = ProbeSignals(0, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """One search of the tenant's store, kept whole so single_hop / multi_hop retrieval can reuse it.
+    ``query`` is what was searched for: never exported (not in the API response, not on spans)."""
+
+    tenant: str
+    query: str
+    depth: int
+    passages: tuple[Passage, ...]
+    signals: ProbeSignals
+    covering: tuple[str, ...]  # doc ids of the greedy cover, in the order they joined it
+
+    @property
+    def empty(self) -> bool:
+        return not self.passages
+
+    def top(self, k: int) -> list[Passage] | None:
+        """The first ``k`` passages, or None when the probe was shallower than ``k`` (search again)."""
+        if k > self.depth:
+            return None
+        return list(self.passages[:k])
+
+
+_SUFFIXES = ("ing", "ed", "es", "s")
+
+
+def _stem(term: str) -> str:
+    """English inflection off ("opened" ~ "open", "develops" ~ "develop"): questions and passages
+    word the same fact differently. CJK bigrams and short words are kept as they are."""
+    if has_cjk(term) or len(term) <= 4:
+        return term
+    for suffix in _SUFFIXES:
+        if term.endswith(suffix) and len(term) - len(suffix) >= 3:
+            return term[: -len(suffix)]
+    return term
+
+
+def _terms(text: str) -> set[str]:
+    return {_stem(t) for t in content_terms(text)}
+
+
+def _name_terms(text: str) -> set[str]:
+    found = {normalise(m.group()) for m in _NAME_LIKE.finditer(text)}
+    return {name for name in found if name not in EN_STOPWORDS}
+
+
+def _holds(body: str, body_words: set[str], name: str) -> bool:
+    """A katakana run is found inside a longer one ("タスクノート" in "タスクノートモバイル"); a Latin
+    word or a number must match whole ("art" is not in "start")."""
+    return name in body if has_cjk(name) else name in body_words
+
+
+def _share(covered: set[str], wanted: set[str]) -> float:
+    return len(covered & wanted) / len(wanted) if wanted else 0.0
+
+
+def _greedy_cover(wanted: set[str], documents: dict[str, set[str]]) -> list[str]:
+    remaining = set(wanted)
+    chosen: list[str] = []
+    minimum = max(1, round(MIN_PART_SHARE * len(wanted)))
+    while remaining:
+        doc_id, terms = max(documents.items(), key=lambda item: len(item[1] & remaining), default=("", set()))
+        if len(terms & remaining) < minimum or doc_id in chosen:
+            break
+        chosen.append(doc_id)
+        remaining -= terms
+    return chosen
+
+
+def read_signals(question: str, passages: Sequence[Passage]) -> tuple[ProbeSignals, tuple[str, ...]]:
+    """Signals of one question against the passages a search returned (best first)."""
+    if not passages:
+        return EMPTY_SIGNALS, ()
+    wanted = _terms(question)
+    names = _name_terms(question)
+    doc_terms: dict[str, set[str]] = {}
+    doc_names: dict[str, set[str]] = {}
+    doc_score: dict[str, float] = {}
+    for passage in passages:
+        body = f"{passage.title}\n{passage.text}"
+        body_norm, body_words = normalise(body), set(tokens(body))
+        doc_terms.setdefault(passage.doc_id, set()).update(_terms(body))
+        doc_names.setdefault(passage.doc_id, set()).update(n for n in names if _holds(body_norm, body_words, n))
+        doc_score[passage.doc_id] = max(doc_score.get(passage.doc_id, -1.0), passage.score)
+    scores = [p.score for p in passages]
+    rest = scores[1:]
+    union_terms = set().union(*doc_terms.values())
+    union_names = set().union(*doc_names.values())
+    ranked_docs = sorted(doc_score.values(), reverse=True)
+    best = max((_share(t, wanted) for t in doc_terms.values()), default=0.0)
+    union = _share(union_terms, wanted)
+    cover = _greedy_cover(wanted, doc_terms)
+    best_doc = max(doc_terms, key=lambda d: len(doc_terms[d] & wanted))
+    missing = wanted - doc_terms[best_doc]
+    second = max((len(terms & missing) for d, terms in doc_terms.items() if d != best_doc), default=0)
+    signals = ProbeSignals(
+        passages=len(passages),
+        documents=len(doc_terms),
+        top_score=scores[0],
+        margin=scores[0] - (sum(rest) / len(rest) if rest else 0.0),
+        second_document_score=ranked_docs[1] if len(ranked_docs) > 1 else 0.0,
+        best_coverage=best,
+        union_coverage=union,
+        coverage_gain=union - best,
+        second_document_share=second / len(wanted) if wanted else 0.0,
+        entity_coverage=max((_share(n, names) for n in doc_names.values()), default=0.0),
+        entity_union_coverage=_share(union_names, names),
+        covering_documents=len(cover),
+        question_terms=len(wanted),
+    )
+    return signals, tuple(cover)
+
+
+def probe_of(tenant: str, question: str, passages: Sequence[Passage], depth: int) -> Probe:
+    signals, cover = read_signals(question, passages)
+    return Probe(tenant=tenant, query=question, depth=depth, passages=tuple(passages), signals=signals, covering=cover)
+
+
+class ProbeFirstRetriever:
+    """A ``Retriever`` for one request: the search the router's probe already made (same tenant, same
+    query, no deeper than the probe) is served from its passages; every other search (a rewritten
+    query, a deeper ``top_k``) goes to the store. Handing this to single_hop / multi_hop makes a
+    request search the store once for routing and first retrieval together."""
+
+    def __init__(self, retriever: Retriever, probe: Probe | None) -> None:
+        self._retriever = retriever
+        self._probe = probe
+        self.served = 0  # searches answered from the probe, for tests and telemetry
+
+    async def search(self, tenant: str, query: str, k: int, *, vector: list[float] | None = None) -> list[Passage]:
+        probe = self._probe
+        if probe is not None and probe.tenant == tenant and probe.query == query:
+            found = probe.top(k)
+            if found is not None:
+                self.served += 1
+                return found
+        return await self._retriever.search(tenant, query, k, vector=vector)

@@ -1,0 +1,172 @@
+"""Decision latency of the knowledge-aware router, probe search included, query embedding excluded.
+
+    python -m tests.benchmarks.route_decision_latency [--chunks 10000] [--n 300]
+
+Fills one tenant of the embedded LanceDB store (a temporary directory) with ``--chunks`` chunks, 20
+per document, through the store's own API: the HotpotQA passages of ``routes/data`` with their real
+embeddings, and filler chunks (random text, random unit vectors) up to the total. Then times
+``FrontRouter.decide(..., "auto")`` -- the tenant probe through ``KnowledgeBase.search`` with the
+precomputed query vector, the signals and both models -- for EN and JA questions whose vectors are
+computed beforehand, and prints p50/p95 of the whole decision and of the search alone: as the writes
+left the table, and after compacting it. A figure-printing script, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import numpy as np
+
+from gateway.chunking import Chunker
+from gateway.knowledge import KnowledgeBase
+from gateway.providers.embeddings import USE_DIMENSIONS, USEEmbeddings
+from gateway.providers.llm import LLMClient
+from gateway.providers.scripted_chat import ScriptedChatModel
+from gateway.providers.vectorstores.base import ChunkRecord
+from gateway.providers.vectorstores.lance import LanceVectorStore
+from gateway.router_artefact import train_knowledge_router
+from gateway.settings import ModelPrice, Settings
+from routes.corpus import load_tenants
+from routes.examples import load_examples
+from routes.knowledge_router import KnowledgeRouter
+from routes.llm_router import LLMRouter
+from routes.router import FrontRouter
+from routes.written_kb import load_written_kb
+from tests.benchmarks.figures import percentile
+
+TENANT = "bench"
+CHUNKS_PER_DOC = 20
+WARM_UP = 20
+FILLER_WORDS = np.asarray(
+    [
+        "the",
+        "of",
+        "report",
+        "quarterly",
+        "meeting",
+        "budget",
+        "north",
+        "river",
+        "season",
+        "market",
+        "update",
+        "figure",
+        "table",
+        "annex",
+        "note",
+        "draft",
+        "review",
+        "harbour",
+        "engine",
+        "signal",
+        "garden",
+        "letter",
+        "station",
+        "winter",
+        "paper",
+        "bridge",
+        "council",
+        "archive",
+    ]
+)
+
+
+def _questions() -> list[str]:
+    """Questions about the tenant's passages (HotpotQA), others it holds nothing on (EN/JA), greetings."""
+    hotpot = [e.text for e in load_examples() if e.source == "hotpotqa"][:30]
+    kb = load_written_kb()
+    return hotpot + [q.question for q in kb.questions[::14]] + ["Hello! How are you today?", "こんにちは！"]
+
+
+def _filler(rng: np.random.Generator, n: int) -> str:
+    return " ".join(rng.choice(FILLER_WORDS, size=n))
+
+
+async def _fill(store: LanceVectorStore, embeddings: USEEmbeddings, chunks: int) -> int:
+    """The HotpotQA passages with their real embeddings, then filler chunks (random text and random unit
+    vectors, far from every question) up to ``chunks``: the search scans or indexes the whole tenant,
+    and the probe finds the passages a real tenant would hold. Returns the number of real passages."""
+    passages = list(load_tenants()["hotpotqa"].documents)
+    vectors = [v.tolist() for v in embeddings.embed_array([f"{p.title}\n{p.text}" for p in passages])]
+    rng = np.random.default_rng(13)
+    records = [ChunkRecord("", 0, p.title, p.text, v) for p, v in zip(passages, vectors, strict=True)]
+    while len(records) < chunks:
+        vector = rng.normal(size=USE_DIMENSIONS)
+        vector /= np.linalg.norm(vector)
+        records.append(ChunkRecord("", 0, "Filler", _filler(rng, 90), vector.tolist()))
+    order = rng.permutation(len(records))
+    for doc in range(0, len(records), CHUNKS_PER_DOC):
+        doc_id = f"doc-{doc // CHUNKS_PER_DOC}"
+        batch = [records[int(i)] for i in order[doc : doc + CHUNKS_PER_DOC]]
+        rows = [ChunkRecord(doc_id, i, r.title, r.text, r.vector) for i, r in enumerate(batch)]
+        await store.replace_document(TENANT, doc_id, rows)
+    return len(passages)
+
+
+async def _time(router: FrontRouter, knowledge: KnowledgeBase, vectors: list[list[float]], n: int) -> None:
+    questions = _questions()
+    decide: list[float] = []
+    search: list[float] = []
+    routes: dict[str, int] = {}
+    for i in range(WARM_UP + n):
+        query, vector = questions[i % len(questions)], vectors[i % len(questions)]
+        t0 = time.perf_counter()
+        decision, _ = await router.decide(query, "auto", vector, TENANT)
+        t1 = time.perf_counter()
+        await knowledge.search(TENANT, query, router.depth, vector=vector)
+        t2 = time.perf_counter()
+        if i >= WARM_UP:
+            decide.append((t1 - t0) * 1000)
+            search.append((t2 - t1) * 1000)
+            routes[decision.route] = routes.get(decision.route, 0) + 1
+    print(f"decisions: {n} ({len(questions)} distinct EN/JA questions), probe depth {router.depth}, routes {routes}")
+    print("| measured | p50 ms | p95 ms | mean ms |\n|---|---|---|---|")
+    for name, values in (("decision (probe search + signals + models)", decide), ("probe search alone", search)):
+        p50, p95 = percentile(values, 50), percentile(values, 95)
+        print(f"| {name} | {p50:.2f} | {p95:.2f} | {statistics.fmean(values):.2f} |")
+
+
+async def run(chunks: int, n: int) -> None:
+    settings = Settings()
+    embeddings = USEEmbeddings()
+    vectors = [v.tolist() for v in embeddings.embed_array(_questions())]  # the request's embedding: not timed
+    with tempfile.TemporaryDirectory() as tmp:
+        store = await LanceVectorStore.open(Path(tmp) / "lancedb", USE_DIMENSIONS)
+        started = time.perf_counter()
+        real = await _fill(store, embeddings, chunks)
+        total = await store.count_chunks(TENANT)
+        print(f"tenant: {total} chunks ({real} HotpotQA passages), written in {time.perf_counter() - started:.1f} s")
+        knowledge = KnowledgeBase(embeddings, store, Chunker(settings.chunking.size, settings.chunking.overlap))
+        model = train_knowledge_router(settings, embeddings.embed_array)
+        router = FrontRouter(KnowledgeRouter(model), LLMRouter(_unused_llm()), "logistic", knowledge)
+        table = await store._table(TENANT, create=False)
+        assert table is not None
+        print("\nas the writes left it (the store compacts every 64 writes)")
+        await _time(router, knowledge, vectors, n)
+        await table.optimize(cleanup_older_than=timedelta(days=0), delete_unverified=True)
+        print("\nafter compacting the tail and dropping old versions")
+        await _time(router, knowledge, vectors, n)
+        await store.close()
+
+
+def _unused_llm() -> LLMClient:
+    """The LLM classifier is not timed here; the front router only needs one to exist."""
+    return LLMClient(ScriptedChatModel(responder=lambda *_: "{}"), model_name="unused", price=ModelPrice())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--chunks", type=int, default=10_000)
+    parser.add_argument("--n", type=int, default=300)
+    args = parser.parse_args()
+    asyncio.run(run(args.chunks, args.n))
+
+
+if __name__ == "__main__":
+    main()

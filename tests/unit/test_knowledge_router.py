@@ -1,0 +1,194 @@
+"""The knowledge-aware router and the front router's probe: one search, signals in, decision out."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from langchain_core.messages import BaseMessage
+
+from gateway.providers.llm import LLMClient
+from gateway.providers.scripted_chat import ScriptedChatModel
+from gateway.settings import ModelPrice
+from pipelines.shared.deps import Passage
+from routes.corpus import Case
+from routes.knowledge_router import KnowledgeRouter, fit_knowledge
+from routes.llm_router import LLMRouter, describe
+from routes.probe import EMPTY_SIGNALS, PROBE_DEPTH, Probe, ProbeSignals, probe_of
+from routes.router import FrontRouter
+from routes.types import RouteDecision
+
+NOTHING = ProbeSignals(8, 8, 0.12, 0.03, 0.1, 0.05, 0.1, 0.05, 0.0, 0.0, 0.0, 0, 4)
+ONE_DOC = ProbeSignals(8, 6, 0.58, 0.2, 0.35, 0.9, 0.9, 0.0, 0.0, 1.0, 1.0, 1, 5)
+TWO_DOCS = ProbeSignals(8, 7, 0.5, 0.09, 0.46, 0.55, 0.95, 0.4, 0.4, 0.5, 1.0, 2, 9)
+
+
+def _jitter(signals: ProbeSignals, i: int) -> ProbeSignals:
+    step = (i % 5 - 2) * 0.02
+    return replace(
+        signals,
+        top_score=signals.top_score + step,
+        best_coverage=max(0.0, signals.best_coverage + step),
+        second_document_share=max(0.0, signals.second_document_share + step),
+    )
+
+
+@pytest.fixture(scope="module")
+def router() -> KnowledgeRouter:
+    """Trained on signals written by hand: the tests pin the decision logic, not the training data."""
+    cases, signals = [], []
+    for i in range(20):
+        for text, route, shown in (
+            ("Thanks a lot!", "direct", NOTHING),
+            ("Who won the 1998 World Cup?", "direct", NOTHING),
+            ("When did the Lisbon office open?", "single_hop", ONE_DOC),
+            ("Where is the team that builds Beacon based, and how many work there?", "multi_hop", TWO_DOCS),
+        ):
+            cases.append(Case(text, route, "en", "t", frozenset({"t"})))  # type: ignore[arg-type]
+            signals.append(_jitter(shown, i))
+    return KnowledgeRouter(fit_knowledge(cases, signals))
+
+
+def probe(signals: ProbeSignals, passages: int = 3) -> Probe:
+    found = tuple(Passage(f"d{i}:0", f"d{i}", f"Doc {i}", "text", 0.5 - i / 10) for i in range(passages))
+    return Probe("acme", "a question", PROBE_DEPTH, found, signals, ("d0",))
+
+
+@pytest.mark.parametrize(
+    ("query", "signals", "expected"),
+    [
+        ("Is the VPN mandatory abroad?", NOTHING, "direct"),
+        ("When did the Lisbon office open?", ONE_DOC, "single_hop"),
+        ("How many people work where the Beacon team sits?", TWO_DOCS, "multi_hop"),
+        ("リスボンオフィスはいつ開設されましたか", ONE_DOC, "single_hop"),
+        ("Beaconの開発チームがいるオフィスには何人いますか", TWO_DOCS, "multi_hop"),
+    ],
+)
+def test_routes_on_what_the_knowledge_base_holds(
+    router: KnowledgeRouter, query: str, signals: ProbeSignals, expected: str
+) -> None:
+    found = probe(signals)
+    decision = router.classify(query, found)
+    assert decision.route == expected, decision
+    assert decision.classifier == "logistic"
+    assert decision.probe is found  # handed on whole, for retrieval to reuse
+    assert 0.5 <= decision.confidence <= 1.0
+
+
+def test_a_greeting_routes_direct_even_over_a_knowledge_base_that_matches_its_words(router: KnowledgeRouter) -> None:
+    weak_match = replace(NOTHING, top_score=0.3, best_coverage=0.3, union_coverage=0.3)
+    assert router.classify("Hello!", probe(weak_match)).route == "direct"
+
+
+def test_an_empty_tenant_routes_direct_without_the_model(router: KnowledgeRouter) -> None:
+    empty = probe_of("acme", "When did the Lisbon office open?", [], PROBE_DEPTH)
+    decision = router.classify("When did the Lisbon office open?", empty)
+    assert decision == RouteDecision(
+        "direct", 1.0, "the tenant's knowledge base returned nothing for this question", "logistic", empty
+    )
+
+
+def test_the_reason_names_the_signals_it_used(router: KnowledgeRouter) -> None:
+    decision = router.classify("How many people work where the Beacon team sits?", probe(TWO_DOCS))
+    assert "p(retrieve)=" in decision.reason
+    assert "p(multi_hop)=" in decision.reason
+    assert "top score 0.50" in decision.reason
+    assert "best document 0.55" in decision.reason
+    assert "2 documents cover" in decision.reason
+    p_retrieve = float(re.findall(r"p\(retrieve\)=(\d\.\d\d)", decision.reason)[0])
+    p_multi = float(re.findall(r"p\(multi_hop\)=(\d\.\d\d)", decision.reason)[0])
+    assert decision.confidence == pytest.approx(p_retrieve * p_multi, abs=0.01)
+
+
+# --- the front router: one probe, reused ------------------------------------------------------------
+
+
+class FakeRetriever:
+    def __init__(self, passages: list[Passage]) -> None:
+        self.passages = passages
+        self.calls: list[tuple[str, str, int, list[float] | None]] = []
+
+    async def search(self, tenant: str, query: str, k: int, *, vector: list[float] | None = None) -> list[Passage]:
+        self.calls.append((tenant, query, k, vector))
+        return self.passages[:k]
+
+
+LISBON = Passage("lisbon:0", "lisbon", "Lisbon office", "The Lisbon office opened in 2016.", 0.6)
+TRAVEL = Passage("travel:0", "travel", "Travel policy", "Economy class for short flights.", 0.2)
+
+
+def scripted_llm(answer: str) -> tuple[LLMClient, ScriptedChatModel]:
+    chat_model = ScriptedChatModel(responder=lambda _messages, _kwargs: answer)
+    return LLMClient(chat_model, model_name="scripted-router", price=ModelPrice()), chat_model
+
+
+async def test_auto_searches_the_tenant_once_with_the_query_vector(router: KnowledgeRouter) -> None:
+    retriever = FakeRetriever([LISBON, TRAVEL])
+    client, chat_model = scripted_llm("{}")
+    front = FrontRouter(router, LLMRouter(client), "logistic", retriever)
+    decision, calls = await front.decide("When did the Lisbon office open?", "auto", [0.5, 0.5], "acme")
+    assert retriever.calls == [("acme", "When did the Lisbon office open?", PROBE_DEPTH, [0.5, 0.5])]
+    assert decision.probe is not None
+    assert decision.probe.tenant == "acme"
+    assert decision.probe.passages == (LISBON, TRAVEL)
+    assert decision.probe.top(4) == [LISBON, TRAVEL]
+    assert calls == []
+    assert chat_model.calls == []
+
+
+async def test_the_probe_is_deep_enough_for_every_retrieving_route() -> None:
+    from gateway.settings import RetrievalSettings
+
+    retrieval = RetrievalSettings()
+    assert max(retrieval.default_top_k, retrieval.multi_hop_top_k) <= PROBE_DEPTH
+
+
+@pytest.mark.parametrize("mode", ["logistic", "llm"])
+async def test_explicit_routes_override_without_any_model_call(router: KnowledgeRouter, mode: str) -> None:
+    retriever = FakeRetriever([LISBON])
+    client, chat_model = scripted_llm('{"route": "direct", "confidence": 0.9, "reason": "x"}')
+    front = FrontRouter(router, LLMRouter(client), mode, retriever)
+    direct, _ = await front.decide("Hello!", "direct", [0.0], "acme")
+    assert direct == RouteDecision("direct", 1.0, "route requested by the caller", "override")
+    assert retriever.calls == []  # nothing to retrieve: no search
+    for requested in ("single_hop", "multi_hop"):
+        decision, calls = await front.decide("Hello!", requested, [0.0], "acme")
+        assert (decision.route, decision.reason, decision.classifier) == (
+            requested,
+            "route requested by the caller",
+            "override",
+        )
+        assert decision.probe is not None
+        assert decision.probe.passages == (LISBON,)  # for retrieval to reuse
+        assert calls == []
+    assert chat_model.calls == []
+
+
+async def test_llm_mode_is_shown_the_same_signals(router: KnowledgeRouter) -> None:
+    retriever = FakeRetriever([LISBON, TRAVEL])
+    client, chat_model = scripted_llm('{"route":"single_hop","confidence":0.8,"reason":"one document"}')
+    front = FrontRouter(router, LLMRouter(client), "llm", retriever)
+    assert front.classifier_name == "llm"
+    decision, calls = await front.decide("When did the Lisbon office open?", "auto", [0.1], "acme")
+    assert (decision.route, decision.confidence, decision.reason, decision.classifier) == (
+        "single_hop",
+        0.8,
+        "one document",
+        "llm",
+    )
+    assert decision.probe is not None
+    assert len(calls) == 1
+    assert calls[0].node == "route_query"
+    messages: list[BaseMessage] = chat_model.calls[0][0]
+    last = str(messages[-1].content)
+    assert "When did the Lisbon office open?" in last
+    assert describe(decision.probe.signals) in last
+    assert "best similarity 0.60" in last
+    kwargs: dict[str, Any] = chat_model.calls[0][1]
+    assert set(kwargs["response_format"]["json_schema"]["schema"]["properties"]) == {"route", "confidence", "reason"}
+
+
+def test_the_llm_is_told_when_the_knowledge_base_is_empty() -> None:
+    assert "nothing found" in describe(EMPTY_SIGNALS)

@@ -1,0 +1,119 @@
+"""The probe's signals: coverage by one document vs several, in English and Japanese."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipelines.shared.deps import Passage
+from routes.probe import EMPTY_SIGNALS, SIGNAL_NAMES, ProbeFirstRetriever, probe_of, read_signals
+
+
+def passage(doc_id: str, text: str, score: float, title: str = "", index: int = 0) -> Passage:
+    return Passage(f"{doc_id}:{index}", doc_id, title or doc_id, text, score)
+
+
+BEACON = passage("beacon", "Beacon is developed by the Telemetry team, based in the Lisbon office.", 0.61, "Beacon")
+LISBON = passage("lisbon", "The Lisbon office opened in 2016; about 140 people work there.", 0.52, "Lisbon office")
+TRAVEL = passage("travel", "Economy class is required for flights under six hours.", 0.18, "Travel policy")
+
+
+def test_one_document_holding_the_question_is_one_part() -> None:
+    signals, cover = read_signals("When did the Lisbon office open?", [LISBON, BEACON, TRAVEL])
+    assert signals.best_coverage == pytest.approx(1.0)
+    assert signals.second_document_share == 0.0
+    assert signals.covering_documents == 1
+    assert cover == ("lisbon",)
+    assert signals.top_score == pytest.approx(0.52)
+    assert signals.margin == pytest.approx(0.52 - (0.61 + 0.18) / 2)
+
+
+def test_a_bridge_question_is_covered_by_two_documents_together() -> None:
+    question = "How many people work at the office where the team that develops Beacon is based?"
+    signals, cover = read_signals(question, [BEACON, LISBON, TRAVEL])
+    assert signals.union_coverage > signals.best_coverage
+    assert signals.coverage_gain == pytest.approx(signals.union_coverage - signals.best_coverage)
+    assert signals.second_document_share > 0.1
+    assert signals.covering_documents == 2
+    assert set(cover) == {"beacon", "lisbon"}
+    assert signals.documents == 3
+
+
+def test_japanese_is_compared_by_character_bigrams_not_spaces() -> None:
+    plans = passage("plans", "プロプランの月額料金は1ユーザーあたり1,200円です。", 0.5, "料金プラン")
+    failure = passage("failure", "決済に失敗すると7日後にタスクの編集ができなくなります。", 0.45, "決済失敗")
+    single, _ = read_signals("プロプランの月額料金はいくらですか", [plans, failure])
+    assert single.best_coverage > 0.7
+    assert single.covering_documents == 1
+    assert single.second_document_share == 0.0
+    both, cover = read_signals("プロプランの料金と、決済に失敗してから編集できなくなるまでの日数は？", [plans, failure])
+    assert both.covering_documents == 2
+    assert both.second_document_share > 0.2
+    assert cover[0] in {"plans", "failure"}
+
+
+def test_a_name_inside_a_longer_katakana_run_counts_as_found() -> None:
+    doc = passage("mobile", "タスクノートモバイルアプリはiOSとAndroidに対応しています。", 0.4)
+    signals, _ = read_signals("タスクノートはAndroidで使えますか", [doc])
+    assert signals.entity_coverage == pytest.approx(1.0)
+
+
+def test_chunks_of_one_document_are_one_document() -> None:
+    first = passage("handbook", "Leave is 25 days a year.", 0.7, "Handbook", 0)
+    second = passage("handbook", "Leave requests go to your manager.", 0.6, "Handbook", 1)
+    signals, _ = read_signals("How many days of leave, and who approves requests?", [first, second])
+    assert signals.documents == 1
+    assert signals.second_document_share == 0.0
+    assert signals.second_document_score == 0.0
+
+
+def test_nothing_found_reads_as_empty() -> None:
+    signals, cover = read_signals("Anything?", [])
+    assert signals == EMPTY_SIGNALS
+    assert cover == ()
+    probe = probe_of("acme", "Anything?", [], depth=8)
+    assert probe.empty
+    assert probe.top(4) == []
+
+
+def test_probe_serves_retrieval_only_up_to_its_depth() -> None:
+    probe = probe_of("acme", "When did the Lisbon office open?", [LISBON, BEACON, TRAVEL], depth=8)
+    assert not probe.empty
+    assert probe.top(2) == [LISBON, BEACON]
+    assert probe.top(8) == [LISBON, BEACON, TRAVEL]  # the store held only three
+    assert probe.top(9) is None  # deeper than the probe searched: retrieval must search itself
+
+
+def test_signals_are_numbers_with_stable_names() -> None:
+    signals, _ = read_signals("When did the Lisbon office open?", [LISBON])
+    values = signals.as_dict()
+    assert tuple(values) == SIGNAL_NAMES
+    assert all(isinstance(v, int | float) for v in values.values())
+    assert signals.vector() == [float(v) for v in values.values()]
+
+
+class CountingRetriever:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, int]] = []
+
+    async def search(self, tenant: str, query: str, k: int, *, vector: list[float] | None = None) -> list[Passage]:
+        self.calls.append((tenant, query, k))
+        return [TRAVEL]
+
+
+async def test_retrieval_reuses_the_probe_for_the_same_search_only() -> None:
+    question = "When did the Lisbon office open?"
+    store = CountingRetriever()
+    retriever = ProbeFirstRetriever(store, probe_of("acme", question, [LISBON, BEACON, TRAVEL], depth=8))
+    assert await retriever.search("acme", question, 4) == [LISBON, BEACON, TRAVEL]
+    assert await retriever.search("acme", question, 2, vector=[0.1]) == [LISBON, BEACON]
+    assert store.calls == []
+    assert retriever.served == 2
+    # A rewritten query, a deeper search or another tenant is searched for real.
+    assert await retriever.search("acme", "Lisbon office opening year", 4) == [TRAVEL]
+    assert await retriever.search("acme", question, 9) == [TRAVEL]
+    assert await retriever.search("globex", question, 4) == [TRAVEL]
+    assert store.calls == [("acme", "Lisbon office opening year", 4), ("acme", question, 9), ("globex", question, 4)]
+    # Without a probe (a forced direct route made none) every search goes to the store.
+    bare = ProbeFirstRetriever(store, None)
+    assert await bare.search("acme", question, 4) == [TRAVEL]
+    assert bare.served == 0
