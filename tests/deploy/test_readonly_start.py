@@ -82,6 +82,7 @@ def container_env(scratch: Path, data: Path, router_dir: Path, port: int) -> dic
         REPO=str(REPO),
         ENTRYPOINT=str(ENTRYPOINT),
         PYTHON=sys.executable,
+        PYTHONPATH=str(REPO),  # this checkout's code, even when the venv's editable install is another's
     )
     return env
 
