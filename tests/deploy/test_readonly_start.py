@@ -82,8 +82,20 @@ def container_env(scratch: Path, data: Path, router_dir: Path, port: int) -> dic
         REPO=str(REPO),
         ENTRYPOINT=str(ENTRYPOINT),
         PYTHON=sys.executable,
+        PYTHONPATH=str(REPO),  # this checkout's code, even when the venv's editable install is another's
     )
     return env
+
+
+def upsert_one_document(base: str, tenant: str) -> None:
+    """One document through the API: the embedding model runs and LanceDB writes to the data volume."""
+    upsert = httpx.post(
+        f"{base}/v1/documents",
+        json={"tenant": tenant, "documents": [{"id": "d1", "title": "Leave", "text": "Staff get 25 days of leave."}]},
+        timeout=60,
+    )
+    assert upsert.status_code in (200, 201), upsert.text
+    assert upsert.json()["upserted"] == 1
 
 
 def test_gateway_serves_and_drains_on_a_read_only_root(tmp_path: Path, router_dir: Path) -> None:
@@ -112,13 +124,7 @@ def test_gateway_serves_and_drains_on_a_read_only_root(tmp_path: Path, router_di
             assert time.monotonic() < deadline, log_path.read_text()
             time.sleep(0.5)
 
-        upsert = httpx.post(
-            f"{base}/v1/documents",
-            json={"tenant": "ro", "documents": [{"id": "d1", "title": "Leave", "text": "Staff get 25 days of leave."}]},
-            timeout=60,
-        )
-        assert upsert.status_code in (200, 201), upsert.text
-        assert upsert.json()["upserted"] == 1
+        upsert_one_document(base, tenant="ro")
         ready = httpx.get(f"{base}/readyz", timeout=10).json()
         assert ready["checks"]["vector_store"] == "ok"
         route = httpx.post(f"{base}/v1/route", json={"query": "What is 2 + 2?"}, timeout=10)
