@@ -217,7 +217,7 @@ class LLMEndpointSettings(SettingsGroup):
     # Circuit breaker per upstream: this many consecutive failed attempts open it; calls then fail fast
     # (503 + Retry-After, or go to the fallback) until one probe after the cool-down succeeds.
     breaker_failures: int = Field(5, ge=1)
-    breaker_cooldown_s: float = Field(30.0, gt=0)
+    breaker_cooldown_s: float = Field(10.0, gt=0)
     # Optional second upstream for when the primary is down: another endpoint, another model, or both
     # (unset fields default to the primary's). Its answers are cached like the primary's.
     fallback_base_url: str | None = None
