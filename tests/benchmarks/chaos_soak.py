@@ -513,7 +513,7 @@ def main() -> None:
     parser.add_argument("--fault-seconds", type=float, default=None, help="upstream off/429 (default min(30, T/6))")
     parser.add_argument("--budget", type=float, default=30.0, help="client timeout: a request past it has hung")
     parser.add_argument("--llm-timeout", type=float, default=10.0, help="GATEWAY_LLM_TIMEOUT_S of the gateway")
-    parser.add_argument("--breaker-cooldown", type=float, default=30.0, help="GATEWAY_LLM_BREAKER_COOLDOWN_S")
+    parser.add_argument("--breaker-cooldown", type=float, default=10.0, help="GATEWAY_LLM_BREAKER_COOLDOWN_S")
     parser.add_argument("--startup-timeout", type=float, default=600.0)
     parser.add_argument("--seed", type=int, default=16)
     parser.add_argument("--keep", action="store_true", help="keep the work directory (gateway log, LanceDB)")
