@@ -191,10 +191,13 @@ class Sample:
 class Windows:
     spans: list[tuple[str, float, float]] = field(default_factory=list)
 
-    def phase(self, at: float, tail: float) -> str:
-        """ "inside <window>", "recovery after <window>" (up to ``tail`` s after it ended) or "outside"."""
+    def phase(self, at: float, tail: float, seconds: float = 0.0) -> str:
+        """ "inside <window>", "recovery after <window>" (up to ``tail`` s after it ended) or "outside".
+
+        A request that was still in flight when a window opened (``at`` + ``seconds`` past its start) met
+        the fault too: it counts as inside, not as an error outside the windows."""
         for name, start, end in self.spans:
-            if start <= at <= end:
+            if at <= end and at + seconds >= start:
                 return f"inside {name}"
         for name, _, end in reversed(self.spans):  # the latest window that ended: the one still echoing
             if end < at <= end + tail:
@@ -381,10 +384,11 @@ def report(
     )
     for name, start, end in windows.spans:
         print(f"  {name:<22} {start - t0:6.1f} .. {end - t0:6.1f}")
+    phases = [(s_, windows.phase(s_.started, tail, s_.seconds)) for s_ in samples]
     buckets = {
-        "outside fault windows": [s_ for s_ in samples if windows.phase(s_.started, tail) == "outside"],
-        "inside fault windows": [s_ for s_ in samples if windows.phase(s_.started, tail).startswith("inside")],
-        "recovery after a window": [s_ for s_ in samples if windows.phase(s_.started, tail).startswith("recovery")],
+        "outside fault windows": [s_ for s_, phase in phases if phase == "outside"],
+        "inside fault windows": [s_ for s_, phase in phases if phase.startswith("inside")],
+        "recovery after a window": [s_ for s_, phase in phases if phase.startswith("recovery")],
     }
     for title, group in buckets.items():
         errors = sum(s_.outcome != "ok" for s_ in group)
@@ -394,7 +398,7 @@ def report(
     print("\nper window:")
     for name, _, _ in windows.spans:
         for phase in (f"inside {name}", f"recovery after {name}"):
-            group = [s_ for s_ in samples if windows.phase(s_.started, tail) == phase]
+            group = [s_ for s_ in samples if windows.phase(s_.started, tail, s_.seconds) == phase]
             print(f"  {phase:<38} {len(group):5d} requests: {causes_line(group)}")
     print("\ntimeline (10 s buckets): requests, errors, 5xx, p50 of successes, phase at the bucket's middle")
     for bucket in range(int(resources["elapsed"] // 10) + 1):
