@@ -239,6 +239,7 @@ def _lifespan(
                 store,
                 Chunker(settings.chunking.size, settings.chunking.overlap),
                 versions=cache.versions if cache is not None else None,
+                hybrid=settings.retrieval.hybrid_search,
             )
             # Router training embeds in bulk with the sync API: it gets the unwrapped model.
             router = await build_router(settings, embeddings, llm)

@@ -120,6 +120,8 @@ class RetrievalSettings(SettingsGroup):
     # shared SQuAD set 0.12 escalates 13% of questions, 62% of the answerable ones with gold really missed,
     # vs 37% and 35% at crag_lower (0.2).
     escalate_below: float = Field(0.12, ge=0.0, le=1.0)
+    # Dense and keyword (BM25) rankings fused by reciprocal rank; off: dense only. See gateway.knowledge.
+    hybrid_search: bool = True
 
 
 class GroundingSettings(SettingsGroup):
