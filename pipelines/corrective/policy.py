@@ -18,8 +18,8 @@ class CorrectivePolicy:
     # Follow-up rounds grade their best document even below ``lower`` (a missing hop scores low
     # against the question), but not below this floor: the LLM grader says "yes" too easily.
     explore_floor: float = 0.12
-    # Knowledge refinement: strips scoring below ``strip_threshold`` are dropped; at most
-    # ``max_strips`` reach the generator.
+    # Knowledge refinement: the best ``max_strips`` strips scoring at least ``strip_threshold`` choose
+    # the passages that reach the generator, whole.
     strip_threshold: float = 0.15
     max_strips: int = 12
     # Loops and budget: every loop ends at whichever comes first.

@@ -62,7 +62,7 @@ class SearchMore(Event, tag="search_more", frozen=True):
 
 
 class Refine(Event, tag="refine", frozen=True):
-    """``strips`` strips kept from ``passages`` evidence passages."""
+    """``strips`` of the ``passages`` evidence passages reach the generator (whole: their strips chose them)."""
 
     strips: int
     passages: int
