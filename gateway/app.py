@@ -127,6 +127,8 @@ def build_route_table(
         strip_threshold=corrective.strip_threshold,
         max_strips=corrective.max_strips,
         max_rewrites=corrective.max_rewrites,
+        max_hops=corrective.max_hops,
+        trust_correct_grounded=corrective.trust_correct_grounded,
         max_llm_calls=corrective.budget_max_llm_calls,
         max_seconds=corrective.budget_max_seconds,
         recursion_limit=corrective.recursion_limit,

@@ -150,6 +150,10 @@ class CorrectiveSettings(SettingsGroup):
     strip_threshold: float = Field(0.15, ge=0.0, le=1.0)
     max_strips: int = Field(12, ge=1)
     max_rewrites: int = Field(2, ge=0)
+    # Multi-hop as iterative retrieval: sub-questions the model may plan per request (0: none).
+    max_hops: int = Field(2, ge=0)
+    # Skip the usefulness critic for a first answer grounded on evidence judged Correct.
+    trust_correct_grounded: bool = True
     budget_max_llm_calls: int = Field(10, ge=1)
     budget_max_seconds: float = Field(90.0, gt=0)
     recursion_limit: int = Field(40, ge=10)

@@ -31,6 +31,7 @@ AGREEABLE: dict[str, dict[str, Any]] = {
     "GroundednessCheck": {"unsupported_claims": []},
     "UsefulnessCheck": {"useful": True, "missing": ""},
     "RouteChoice": {"route": "single_hop", "confidence": 0.8, "reason": "scripted"},
+    "NextHop": {"found": "", "next_query": ""},  # the evidence suffices: no further hop
 }
 
 

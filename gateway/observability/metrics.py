@@ -28,7 +28,14 @@ NODE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 
 
 ROUTES = ("direct", "single_hop", "multi_hop")
 VERDICTS = ("correct", "ambiguous", "incorrect")
-LOOP_REASONS = ("retrieval_incorrect", "retrieval_ambiguous", "unsupported_answer", "empty_answer", "answer_not_useful")
+LOOP_REASONS = (
+    "retrieval_incorrect",
+    "retrieval_ambiguous",
+    "unsupported_answer",
+    "empty_answer",
+    "answer_not_useful",
+    "next_hop",
+)
 
 
 def multiprocess_dir() -> Path | None:
