@@ -3,9 +3,11 @@ generator, whole, best first (fragments made the local model answer worse)."""
 
 from __future__ import annotations
 
+import pytest
+
 from gateway.providers.embeddings import USEEmbeddings
 from pipelines.corrective.policy import CorrectivePolicy
-from pipelines.corrective.refine import MIN_KEPT, refine_evidence
+from pipelines.corrective.refine import MIN_KEPT, EmbedTexts, refine_evidence
 from pipelines.shared.deps import Passage
 
 BIO = Passage(
@@ -22,6 +24,16 @@ BIO = Passage(
 QUESTION = "Who directed the film Inception?"
 
 
+@pytest.fixture
+def embed(embeddings: USEEmbeddings) -> EmbedTexts:
+    """What refinement embeds strips and queries with."""
+
+    async def embed_texts(texts: list[str]) -> list[list[float]]:
+        return embeddings.embed_documents(texts)
+
+    return embed_texts
+
+
 SOUNDTRACK = Passage(
     chunk_id="zimmer#0",
     doc_id="zimmer",
@@ -31,30 +43,21 @@ SOUNDTRACK = Passage(
 )
 
 
-async def test_passages_with_a_strip_above_the_threshold_reach_the_generator_whole(embeddings: USEEmbeddings) -> None:
-    async def embed(texts: list[str]) -> list[list[float]]:
-        return embeddings.embed_documents(texts)
-
+async def test_passages_with_a_strip_above_the_threshold_reach_the_generator_whole(embed: EmbedTexts) -> None:
     policy = CorrectivePolicy(strip_threshold=0.5, max_strips=1)
     [refined] = await refine_evidence(embed, policy, QUESTION, [SOUNDTRACK, BIO])
     assert (refined.chunk_id, refined.doc_id, refined.text) == ("nolan#0", "nolan", BIO.text)
     assert refined.score > 0.5  # the best strip's score, not the retrieval's
 
 
-async def test_kept_passages_are_ordered_by_their_best_strip(embeddings: USEEmbeddings) -> None:
-    async def embed(texts: list[str]) -> list[list[float]]:
-        return embeddings.embed_documents(texts)
-
+async def test_kept_passages_are_ordered_by_their_best_strip(embed: EmbedTexts) -> None:
     refined = await refine_evidence(embed, CorrectivePolicy(strip_threshold=0.0), QUESTION, [SOUNDTRACK, BIO])
     assert [p.doc_id for p in refined] == ["nolan", "zimmer"]
     assert [p.text for p in refined] == [BIO.text, SOUNDTRACK.text]
     assert refined[0].score > refined[1].score
 
 
-async def test_nothing_to_refine_gives_nothing(embeddings: USEEmbeddings) -> None:
-    async def embed(texts: list[str]) -> list[list[float]]:
-        return embeddings.embed_documents(texts)
-
+async def test_nothing_to_refine_gives_nothing(embed: EmbedTexts) -> None:
     assert await refine_evidence(embed, CorrectivePolicy(), QUESTION, []) == []
 
 
@@ -69,11 +72,8 @@ BRIDGE_QUESTION = "Where was the director of the film Inception born?"
 
 
 async def test_a_confirmed_second_hop_keeps_its_best_strip_and_follow_ups_score_strips(
-    embeddings: USEEmbeddings,
+    embed: EmbedTexts,
 ) -> None:
-    async def embed(texts: list[str]) -> list[list[float]]:
-        return embeddings.embed_documents(texts)
-
     strict = CorrectivePolicy(strip_threshold=0.9, max_strips=1)
     unconfirmed = await refine_evidence(embed, strict, BRIDGE_QUESTION, [BIO, BIRTH])
     # Nothing reaches the threshold: only the MIN_KEPT best strips survive, here both from the film's passage.
