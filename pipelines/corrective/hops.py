@@ -11,10 +11,12 @@ critics and a rewrite.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from langchain_core.messages import HumanMessage, SystemMessage
 from pydantic import BaseModel, Field
 
-from pipelines.corrective.prompts import HOP_SYSTEM, HOP_USER
+from pipelines.corrective.prompts import FOUND_FACTS, HOP_SYSTEM, HOP_USER
 from pipelines.shared.deps import ChatClient, LLMCall, Passage, StructuredOutputError
 
 EVIDENCE_CHARS = 600  # per passage: the planner needs the entity, not every detail
@@ -33,9 +35,23 @@ def evidence_text(evidence: list[Passage]) -> str:
     return "\n".join(f"- ({p.title}) {p.text[:EVIDENCE_CHARS]}" for p in chosen) or "- nothing yet"
 
 
-async def plan_next_hop(
-    llm: ChatClient, question: str, evidence: list[Passage], tried: list[str]
-) -> tuple[str, LLMCall | None]:
+@dataclass(frozen=True, slots=True)
+class Hop:
+    query: str  # the next sub-question, "" when the evidence suffices
+    found: str  # the fact of the evidence it builds on, "" if none
+    call: LLMCall | None
+
+
+def with_found_facts(question: str, facts: list[str]) -> str:
+    """The question as the generator sees it after hops: with the chain of facts the planner found.
+
+    A small model given the bridge page and the second-hop page often answers from the wrong row of
+    the second (the Standard plan's API limit instead of the Business plan's); the chain names the row.
+    """
+    return f"{question}\n{FOUND_FACTS.format(facts='; '.join(facts))}" if facts else question
+
+
+async def plan_next_hop(llm: ChatClient, question: str, evidence: list[Passage], tried: list[str]) -> Hop:
     """The next search query, or "" when the evidence suffices (or the planner's output was unusable)."""
     messages = [
         SystemMessage(HOP_SYSTEM),
@@ -46,8 +62,8 @@ async def plan_next_hop(
     try:
         hop, call = await llm.structured(messages, NextHop, node="plan_hop")
     except StructuredOutputError as exc:
-        return "", exc.call
-    query = hop.next_query.strip().strip('"')
+        return Hop("", "", exc.call)
+    query, found = hop.next_query.strip().strip('"'), hop.found.strip()
     if query.casefold() in {t.strip().casefold() for t in tried}:
-        return "", call  # asking again for what was searched finds nothing new
-    return query, call
+        query = ""  # asking again for what was searched finds nothing new
+    return Hop(query, found if found.casefold() not in {"", "none"} else "", call)

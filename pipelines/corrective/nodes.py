@@ -10,7 +10,7 @@ from langgraph.runtime import Runtime
 
 from pipelines.corrective import critique
 from pipelines.corrective.evaluator import evaluate_passages
-from pipelines.corrective.hops import plan_next_hop
+from pipelines.corrective.hops import plan_next_hop, with_found_facts
 from pipelines.corrective.refine import refine_evidence
 from pipelines.corrective.rewrite import expanded_query
 from pipelines.corrective.rewrite import rewrite_query as llm_rewrite
@@ -80,10 +80,12 @@ async def evaluate(state: CorrectiveState, runtime: Run) -> Update:
 async def plan_hop(state: CorrectiveState, runtime: Run) -> Update:
     """The model names the next sub-question from the evidence so far, or finds it sufficient."""
     ctx = runtime.context
-    query, call = await plan_next_hop(ctx.llm, state.query, state.evidence, [state.query, *state.queries])
+    hop = await plan_next_hop(ctx.llm, state.query, state.evidence, [state.query, *state.queries])
+    query = hop.query
     update: Update = {
         "events": [PlanHop(hop=state.hops + 1, query=query, done=not query)],
-        "llm_calls": [call] if call else [],
+        "llm_calls": [hop.call] if hop.call else [],
+        "hop_facts": [hop.found] if hop.found and hop.found not in state.hop_facts else [],
     }
     if query:
         update |= {"search_query": query, "queries": [query], "hops": state.hops + 1}
@@ -170,7 +172,7 @@ async def generate(state: CorrectiveState, runtime: Run) -> Update:
     feedback = critique.regeneration_note(state.unsupported_claims)
     draft = await draft_answer(
         ctx.llm,
-        state.query,
+        with_found_facts(state.query, state.hop_facts),
         state.strips,
         node="generate",
         feedback=feedback,

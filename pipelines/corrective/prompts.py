@@ -85,3 +85,5 @@ Evidence so far:
 {evidence}
 
 Already searched: {tried}"""
+
+FOUND_FACTS = "(Facts found so far, step by step: {facts})"

@@ -56,6 +56,7 @@ class CorrectiveState(PipelineState):
     rewrites: int = 0
     hops: int = 0  # sub-questions planned (and searched) so far
     hop_done: bool = False  # the planner found the evidence sufficient
+    hop_facts: Annotated[list[str], operator.add] = field(default_factory=list)  # what each hop built on
     regenerated: bool = False
     answered_with: int = -1  # how much evidence the last answer was generated from
     grounded: bool = False

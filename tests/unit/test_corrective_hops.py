@@ -72,6 +72,10 @@ async def test_bridge_question_is_answered_by_one_planned_hop_in_four_calls(auro
     assert first_plan.startswith(f"Question: {AURORA_QUESTION}\n\nEvidence so far:\n- (Project Aurora)")
     assert "(Kumo Carrier K3 specification)" in second_plan
     assert f"Already searched: {AURORA_QUESTION}; {HOP_QUERY}" in second_plan
+    # The generator is told the chain of facts the hops built on, after the passages and the question.
+    [generation] = prompts(model, "generate")
+    assert f"Question: {AURORA_QUESTION}\n(Facts found so far, step by step: {BRIDGE_FACT})\n" in generation
+    assert state.hop_facts == [BRIDGE_FACT]
     assert render_steps(state.events)[2:4] == [f"plan_hop(1): {HOP_QUERY}", "search_hop(1, k=1, new=1)"]
 
 
