@@ -25,7 +25,7 @@ from pipelines.corrective.routing import (
     decide,
     trusted,
 )
-from pipelines.corrective.state import AnswerSnapshot, CorrectiveContext, CorrectiveState
+from pipelines.corrective.state import AnswerSnapshot, CorrectiveContext, CorrectiveState, merge_passages
 from pipelines.shared.deps import Passage
 from pipelines.shared.events import (
     Check,
@@ -80,7 +80,8 @@ async def evaluate(state: CorrectiveState, runtime: Run) -> Update:
 async def plan_hop(state: CorrectiveState, runtime: Run) -> Update:
     """The model names the next sub-question from the evidence so far, or finds it sufficient."""
     ctx = runtime.context
-    hop = await plan_next_hop(ctx.llm, state.query, state.evidence, [state.query, *state.queries])
+    found = merge_passages(state.evidence, state.candidates)  # rejected candidates too: see can_plan_hop
+    hop = await plan_next_hop(ctx.llm, state.query, found, [state.query, *state.queries])
     query = hop.query
     update: Update = {
         "events": [PlanHop(hop=state.hops + 1, query=query, done=not query)],

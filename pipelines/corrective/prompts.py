@@ -16,7 +16,7 @@ Document ({title}):
 REWRITE_SYSTEM = """You write one search question for a document search engine.
 Given a question and what has been found so far, ask for the information that is still missing.
 For a two-step question, ask the second step directly, naming the entity the first step found.
-Reply with the search question only."""
+Write it in the language of the question. Reply with the search question only."""
 
 REWRITE_EXAMPLES: list[tuple[str, str]] = [
     (

@@ -76,13 +76,15 @@ def cautious_reason(state: CorrectiveState, ctx: CorrectiveContext) -> StopReaso
 
 
 def can_plan_hop(state: CorrectiveState, ctx: CorrectiveContext) -> bool:
-    """Whether the next hop is planned now: before any answer, on some evidence, while hops remain and
-    the budget holds a planning call and the answer."""
+    """Whether the next hop is planned now: before any answer, on something found, while hops remain
+    and the budget holds a planning call and the answer. "Something found" includes this round's
+    candidates the evaluator rejected: a bridge page names the entity, not the answer, so it is
+    judged irrelevant to the question, yet it is what the next hop is planned from."""
     return (
         state.hops < ctx.policy.max_hops
         and not state.hop_done
         and not state.answer
-        and bool(state.evidence)
+        and bool(state.evidence or state.candidates)
         and budget_stop(state, ctx, needed=2) is None
     )
 

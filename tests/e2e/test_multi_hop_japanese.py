@@ -57,7 +57,7 @@ def test_multi_hop_finds_the_plan_then_its_api_limit(gateway_url: str, manual: N
     result = ask(gateway_url, API_LIMIT, route="multi_hop", top_k=1)
     assert result["route"] == "multi_hop"
     assert "ja-api" in [e["id"] for e in result["evidence"]], result["steps"]
-    assert "300" in result["answer"], result
+    assert "300" in result["answer"], (result["answer"], result["steps"])
     assert result["abstained"] is False
 
 

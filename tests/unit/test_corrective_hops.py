@@ -109,3 +109,21 @@ async def test_without_trust_the_usefulness_critic_still_judges(aurora: Knowledg
     )
     assert nodes(state) == ["grade_document", "plan_hop", "plan_hop", "generate", "check_useful"]
     assert state.events[-2] == ev.Check(critic="useful", outcome="passed")
+
+
+async def test_a_bridge_page_judged_irrelevant_still_plans_the_hop(aurora: KnowledgeBase) -> None:
+    # The grader rejects the bridge (it names the robot, not the payload): the round keeps nothing, yet the
+    # planner reads the rejected page, names the K3, and the hop's search finds the sheet.
+    script = aurora_script([NEXT, ENOUGH])
+    script.grades = {"Kumo Carrier K3 specification": relevant(K3_FACT)}
+    state, model = await run_graph(aurora, script, query=AURORA_QUESTION, tenant=AURORA, top_k=1, policy=HOPS)
+    assert state.events[:4] == [
+        ev.Retrieve(k=1, found=1),
+        ev.Evaluate(verdict="incorrect", kept=0, total=1, graded=1),
+        ev.PlanHop(hop=1, query=HOP_QUERY),
+        ev.SearchHop(hop=1, k=1, new=1),
+    ]
+    assert "(Project Aurora)" in prompts(model, "NextHop")[0]
+    assert doc_ids(state.evidence) == ["k3-spec"]
+    assert state.answer == AURORA_ANSWER
+    assert BRIDGE_FACT in prompts(model, "generate")[0]  # the bridge reaches the generator as a found fact
