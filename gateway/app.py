@@ -35,7 +35,7 @@ from gateway.curation.api import CurationController, EvalSuiteController, Feedba
 from gateway.curation.lifecycle import KnowledgeChanges, open_curation_store, start_curation
 from gateway.curation.pages import ReviewController, template_config
 from gateway.errors import handle_exception
-from gateway.knowledge import KnowledgeBase, NewDocument
+from gateway.knowledge import DenseSearch, KnowledgeBase, NewDocument
 from gateway.observability.http import trace_requests
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.recorder import Telemetry
@@ -116,9 +116,10 @@ def build_telemetry(settings: Settings, overrides: ProviderOverrides) -> Telemet
 async def build_router(
     settings: Settings, embeddings: Embeddings, llm: LLMClient, knowledge: KnowledgeBase
 ) -> FrontRouter:
-    """The router probes the tenant's store through ``knowledge`` (one search, reused by retrieval)."""
+    """The router probes the tenant's store by the query vector alone, as it was trained (``dense_search``);
+    retrieval reuses the probe when it searches the same way (see ``QueryService``)."""
     model = await asyncio.to_thread(train_knowledge_router, settings, _embed_texts(embeddings))
-    return FrontRouter(KnowledgeRouter(model), LLMRouter(llm), settings.router.classifier, knowledge)
+    return FrontRouter(KnowledgeRouter(model), LLMRouter(llm), settings.router.classifier, DenseSearch(knowledge))
 
 
 def build_route_table(
@@ -140,6 +141,8 @@ def build_route_table(
         strip_threshold=corrective.strip_threshold,
         max_strips=corrective.max_strips,
         max_rewrites=corrective.max_rewrites,
+        max_hops=corrective.max_hops,
+        trust_correct_grounded=corrective.trust_correct_grounded,
         max_llm_calls=corrective.budget_max_llm_calls,
         max_seconds=corrective.budget_max_seconds,
         recursion_limit=corrective.recursion_limit,
@@ -273,6 +276,7 @@ def _lifespan(
                 Chunker(settings.chunking.size, settings.chunking.overlap),
                 versions=cache.versions if cache is not None else None,
                 on_change=changes,
+                hybrid=settings.retrieval.hybrid_search,
             )
             curation = None
             if curation_store is not None and changes is not None:

@@ -6,6 +6,11 @@ chunk is about ("Osaka office"), which the chunk body often only refers to as "t
 Every write is fenced by knowledge-version bumps (``gateway.cache.versions`` explains why): one
 before touching the store, so a cache that cannot record the change refuses it with nothing
 written, and one after, without which the change is not acknowledged (503, retry).
+
+Search is hybrid by default: the store's dense and keyword (BM25) rankings, each ``HYBRID_DEPTH``
+times deeper than asked, fused by reciprocal rank (:mod:`gateway.providers.vectorstores.fusion`).
+Measured with ``python -m tests.benchmarks.retrieval_recall`` (supporting-passage recall@4/@8,
+dense vs hybrid, HotpotQA and JSQuAD).
 """
 
 from __future__ import annotations
@@ -20,9 +25,11 @@ from gateway.cache.versions import KnowledgeVersions
 from gateway.chunking import Chunker
 from gateway.errors import ProviderError
 from gateway.providers.vectorstores.base import ChunkRecord, VectorStore
+from gateway.providers.vectorstores.fusion import query_terms, reciprocal_rank_fusion
 from pipelines.shared.deps import Passage
 
 T = TypeVar("T")
+HYBRID_DEPTH = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,12 +60,15 @@ class KnowledgeBase:
         chunker: Chunker,
         versions: KnowledgeVersions | None = None,
         on_change: OnChange | None = None,
+        *,
+        hybrid: bool = True,
     ) -> None:
         self._embeddings = embeddings
         self.store = store
         self._chunker = chunker
         self._versions = versions
         self._on_change = on_change
+        self.hybrid = hybrid
 
     async def _change(self, tenant: str, write: Callable[[], Awaitable[T]]) -> T:
         """Run a store write between two bumps; it returns only when the change is acknowledged.
@@ -120,7 +130,24 @@ class KnowledgeBase:
     async def search(self, tenant: str, query: str, k: int, *, vector: list[float] | None = None) -> list[Passage]:
         if vector is None:
             vector = await self.embed_query(query)
+        if not self.hybrid:
+            return await self.store.search(tenant, vector, k)
+        return await self._hybrid_search(tenant, query, k, vector)
+
+    async def dense_search(
+        self, tenant: str, query: str, k: int, *, vector: list[float] | None = None
+    ) -> list[Passage]:
+        """The query vector alone, whatever ``hybrid`` says: the ranking the router's probe signals were trained
+        on (its training tenants are searched by cosine), so routing reads the store as it learnt to."""
+        if vector is None:
+            vector = await self.embed_query(query)
         return await self.store.search(tenant, vector, k)
+
+    async def _hybrid_search(self, tenant: str, query: str, k: int, vector: list[float]) -> list[Passage]:
+        depth = k * HYBRID_DEPTH
+        dense = await self.store.search(tenant, vector, depth)
+        keyword = await self.store.keyword_search(tenant, query_terms(query), vector, depth)
+        return reciprocal_rank_fusion([dense, keyword], k)
 
     async def embed_texts(self, texts: list[str]) -> list[list[float]]:
         """Embeds strips and other short texts for scoring (not for storage)."""
@@ -145,3 +172,13 @@ class KnowledgeBase:
 
 def _embedding_text(title: str, chunk: str) -> str:
     return f"{title}\n{chunk}" if title else chunk
+
+
+@dataclass(frozen=True, slots=True)
+class DenseSearch:
+    """A ``Retriever`` over the knowledge base's dense ranking only (:meth:`KnowledgeBase.dense_search`)."""
+
+    knowledge: KnowledgeBase
+
+    async def search(self, tenant: str, query: str, k: int, *, vector: list[float] | None = None) -> list[Passage]:
+        return await self.knowledge.dense_search(tenant, query, k, vector=vector)

@@ -151,7 +151,9 @@ class QueryService:
             top_k=request.top_k,
             query_vector=vector,
             allow_escalation=request.allow_escalation,
-            probe=probe,
+            # The probe is a dense search (what the router was trained on): it can serve the first retrieval
+            # only when retrieval is dense too; hybrid retrieval (the default) fuses in keyword hits.
+            probe=None if self._knowledge.hybrid else probe,
         )
         calls = [*router_calls, *result.llm_calls]
         routed = [RouteQuery(route=decision.route, classifier=decision.classifier)] if router_calls else []

@@ -120,6 +120,8 @@ class RetrievalSettings(SettingsGroup):
     # shared SQuAD set 0.12 escalates 13% of questions, 62% of the answerable ones with gold really missed,
     # vs 37% and 35% at crag_lower (0.2).
     escalate_below: float = Field(0.12, ge=0.0, le=1.0)
+    # Dense and keyword (BM25) rankings fused by reciprocal rank; off: dense only. See gateway.knowledge.
+    hybrid_search: bool = True
 
 
 class GroundingSettings(SettingsGroup):
@@ -148,6 +150,10 @@ class CorrectiveSettings(SettingsGroup):
     strip_threshold: float = Field(0.15, ge=0.0, le=1.0)
     max_strips: int = Field(12, ge=1)
     max_rewrites: int = Field(2, ge=0)
+    # Multi-hop as iterative retrieval: sub-questions the model may plan per request (0: none).
+    max_hops: int = Field(2, ge=0)
+    # Skip the usefulness critic for a first answer grounded on evidence judged Correct.
+    trust_correct_grounded: bool = True
     budget_max_llm_calls: int = Field(10, ge=1)
     budget_max_seconds: float = Field(90.0, gt=0)
     recursion_limit: int = Field(40, ge=10)

@@ -19,9 +19,11 @@ from pipelines.shared.events import (
     Event,
     Generate,
     PipelineEvent,
+    PlanHop,
     Refine,
     Retrieve,
     Rewrite,
+    SearchHop,
     SearchMore,
     Stop,
 )
@@ -70,6 +72,10 @@ def step_text(event: StepEvent) -> str:
             return f"assess_retrieval: {verdict}"
         case Evaluate(verdict=verdict, kept=kept, total=total, graded=graded):
             return f"evaluate: {verdict} (kept {kept}/{total}, llm graded {graded})"
+        case PlanHop(hop=hop, query=query, done=done):
+            return f"plan_hop({hop}): " + ("evidence suffices" if done else query[:120])
+        case SearchHop(hop=hop, k=k, new=new):
+            return f"search_hop({hop}, k={k}, new={new})"
         case Rewrite(round=round_, query=query):
             return f"rewrite_query({round_}): {query[:120]}"
         case SearchMore(source=source, queries=queries, new=new):

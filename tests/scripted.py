@@ -32,6 +32,7 @@ AGREEABLE: dict[str, dict[str, Any]] = {
     "UsefulnessCheck": {"useful": True, "missing": ""},
     "RouteChoice": {"route": "single_hop", "confidence": 0.8, "reason": "scripted"},
     "JudgeVerdict": {"score": 0.5, "reason": "scripted"},
+    "NextHop": {"found": "", "next_query": ""},  # the evidence suffices: no further hop
 }
 
 

@@ -30,7 +30,14 @@ ROUTES = ("direct", "single_hop", "multi_hop")
 VERDICTS = ("correct", "ambiguous", "incorrect")
 BREAKER_STATES = ("closed", "half_open", "open")  # the gauge's values: their index
 RETRY_REASONS = ("timeout", "unavailable", "rate_limited", "http_5xx")
-LOOP_REASONS = ("retrieval_incorrect", "retrieval_ambiguous", "unsupported_answer", "empty_answer", "answer_not_useful")
+LOOP_REASONS = (
+    "retrieval_incorrect",
+    "retrieval_ambiguous",
+    "unsupported_answer",
+    "empty_answer",
+    "answer_not_useful",
+    "next_hop",
+)
 
 
 def multiprocess_dir() -> Path | None:

@@ -30,9 +30,9 @@ from pipelines.shared.deps import ChatClient, LLMCall, Passage, StructuredOutput
 from pipelines.shared.generation import CITATION_MARKER, format_context, states_nothing
 from pipelines.shared.prompts import ABSTAIN_EN, ABSTAIN_JA, NOT_IN_CONTEXT
 from pipelines.shared.support import lexical_support, mostly_cjk
+from pipelines.shared.text import has_cjk
 
 _CLAIM_SPLIT = re.compile(r"(?<=[.!?。！？])\s*")
-_JAPANESE = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff]")
 # The "claim" an answer that states nothing (citation numbers alone, or a sentence broken off before its
 # answer) is doubted for: regeneration_note, cautious_answer and the graph know it is none.
 CITATIONS_ONLY = "the answer states nothing (citation numbers or an unfinished sentence)"
@@ -120,7 +120,7 @@ async def check_useful(llm: ChatClient, question: str, answer: str, calls_left: 
 
 def cautious_answer(question: str, evidence: list[Passage], unsupported: list[str]) -> str:
     """What the evidence does and does not say, without another model call."""
-    japanese = bool(_JAPANESE.search(question))
+    japanese = has_cjk(question)
     if not evidence:
         return ABSTAIN_JA if japanese else ABSTAIN_EN
     said = " ".join(f"“{p.text[:280]}” [{i}]" for i, p in enumerate(evidence[:3], start=1))

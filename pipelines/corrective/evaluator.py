@@ -3,6 +3,7 @@ only for documents in the uncertain band between the lower and upper thresholds.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 
 from langchain_core.messages import HumanMessage, SystemMessage
@@ -70,6 +71,15 @@ async def grade(llm: ChatClient, scorer: QueryScorer, question: str, passage: Pa
     return verdict.relevant and grounded_fact, call
 
 
+async def _try_grade(
+    llm: ChatClient, scorer: QueryScorer, question: str, passage: Passage
+) -> tuple[bool, LLMCall] | StructuredOutputError:
+    try:
+        return await grade(llm, scorer, question, passage)
+    except StructuredOutputError as exc:
+        return exc
+
+
 async def evaluate_passages(
     llm: ChatClient,
     policy: CorrectivePolicy,
@@ -99,21 +109,21 @@ async def evaluate_passages(
             band, exploring = [(scores[best], best)], True
     evaluation = Evaluation(verdict="incorrect", kept=[], fast_scores=scores)
     undecided: list[Passage] = []
-    for position, (_, index) in enumerate(band):
-        # An explored document scored below ``lower``: only the grader's "yes" can keep it.
-        if position >= min(policy.max_graded, calls_left):
+    limit = min(policy.max_graded, calls_left)
+    # Graded concurrently: the local llama.cpp server has two slots, a hosted API more.
+    outcomes = await asyncio.gather(*(_try_grade(llm, scorers[0], question, passages[i]) for _, i in band[:limit]))
+    for (_, index), outcome in zip(band[:limit], outcomes, strict=True):
+        if isinstance(outcome, StructuredOutputError):
+            evaluation.calls.extend([outcome.call] if outcome.call else [])
             undecided.extend([] if exploring else [passages[index]])
             continue
-        try:
-            is_relevant, call = await grade(llm, scorers[0], question, passages[index])
-        except StructuredOutputError as exc:
-            evaluation.calls.extend([exc.call] if exc.call else [])
-            undecided.extend([] if exploring else [passages[index]])
-            continue
+        is_relevant, call = outcome
         evaluation.calls.append(call)
         evaluation.graded += 1
         if is_relevant:
             relevant.append(passages[index])
+    # Beyond the grading budget a document stays undecided; an explored one (below ``lower``) is dropped.
+    undecided.extend([] if exploring else [passages[index] for _, index in band[limit:]])
     evaluation.confirmed = relevant
     if relevant:
         evaluation.verdict = "correct"

@@ -1,9 +1,13 @@
 """The corrective graph: CRAG (evaluate, refine, rewrite, search more) + Self-RAG (IsSup, IsUse).
 
     retrieve -> evaluate -+-> refine -> generate -> check_grounded -+-> check_useful -+-> finish
-                 ^        |                ^             |           |                 |
-                 |        +-> rewrite_query <------------+-----------+-----------------+
-                 +-- search_more <--+      (regenerate once, then cautious_answer)
+                 ^  ^     |                ^             |           |                 |
+                 |  |     +-> rewrite_query <------------+-----------+-----------------+
+                 |  +-- search_more <--+      (regenerate once, then cautious_answer)
+                 +-- search_hop <-- plan_hop <-- evaluate   (multi-hop: the next sub-question, up to max_hops)
+
+``plan_hop`` (IRCoT / self-ask, :mod:`.hops`) runs after an evaluation with evidence and before any
+answer: the model names the next sub-question or finds the evidence sufficient (then ``refine``).
 
 Every loop is bounded three ways: ``max_rewrites``, the per-request LLM-call and time budget, and
 LangGraph's recursion limit. The nodes are in :mod:`.nodes`, their routing decisions in
@@ -25,6 +29,8 @@ from pipelines.shared.telemetry import instrument
 NODES = (
     nodes.retrieve,
     nodes.evaluate,
+    nodes.plan_hop,
+    nodes.search_hop,
     nodes.rewrite_query,
     nodes.search_more,
     nodes.refine,
@@ -43,13 +49,17 @@ def build_graph() -> CompiledStateGraph[Any, Any, Any, Any]:
         builder.add_node(node.__name__, instrument("corrective", node.__name__, node))
     builder.add_edge(START, "retrieve")
     builder.add_edge("retrieve", "evaluate")
-    builder.add_conditional_edges("evaluate", follow, ["rewrite_query", "refine", "cautious_answer", "finish"])
+    builder.add_conditional_edges(
+        "evaluate", follow, ["plan_hop", "rewrite_query", "refine", "cautious_answer", "finish"]
+    )
+    builder.add_conditional_edges("plan_hop", follow, ["search_hop", "refine"])
+    builder.add_edge("search_hop", "evaluate")
     builder.add_edge("rewrite_query", "search_more")
     builder.add_edge("search_more", "evaluate")
     builder.add_conditional_edges("refine", follow, ["generate", "cautious_answer"])
     builder.add_edge("generate", "check_grounded")
     builder.add_conditional_edges(
-        "check_grounded", follow, ["check_useful", "generate", "rewrite_query", "cautious_answer"]
+        "check_grounded", follow, ["check_useful", "generate", "rewrite_query", "cautious_answer", "finish"]
     )
     builder.add_conditional_edges("check_useful", follow, ["rewrite_query", "finish"])
     builder.add_edge("cautious_answer", "finish")

@@ -10,25 +10,41 @@ from langgraph.runtime import Runtime
 
 from pipelines.corrective import critique
 from pipelines.corrective.evaluator import evaluate_passages
+from pipelines.corrective.hops import plan_next_hop, with_found_facts
 from pipelines.corrective.refine import refine_evidence
 from pipelines.corrective.rewrite import expanded_query
 from pipelines.corrective.rewrite import rewrite_query as llm_rewrite
 from pipelines.corrective.routing import (
     after_evaluate,
     after_grounded,
+    after_plan,
     after_refine,
     after_useful,
     budget_stop,
     calls_left,
     decide,
+    trusted,
 )
-from pipelines.corrective.state import AnswerSnapshot, CorrectiveContext, CorrectiveState
+from pipelines.corrective.state import AnswerSnapshot, CorrectiveContext, CorrectiveState, merge_passages
 from pipelines.shared.deps import Passage
-from pipelines.shared.events import Check, CheckOutcome, Evaluate, Generate, Refine, Retrieve, Rewrite, SearchMore, Stop
+from pipelines.shared.events import (
+    Check,
+    CheckOutcome,
+    Evaluate,
+    Generate,
+    PlanHop,
+    Refine,
+    Retrieve,
+    Rewrite,
+    SearchHop,
+    SearchMore,
+    Stop,
+)
 from pipelines.shared.generation import draft_answer
 from pipelines.shared.state import Update
 
 Run = Runtime[CorrectiveContext]
+TRUSTED_NOTE = "first answer grounded on evidence judged correct"
 
 
 async def retrieve(state: CorrectiveState, runtime: Run) -> Update:
@@ -59,6 +75,41 @@ async def evaluate(state: CorrectiveState, runtime: Run) -> Update:
         "llm_calls": result.calls,
     }
     return decide(state, update, ctx, after_evaluate)
+
+
+async def plan_hop(state: CorrectiveState, runtime: Run) -> Update:
+    """The model names the next sub-question from the evidence so far, or finds it sufficient."""
+    ctx = runtime.context
+    found = merge_passages(state.evidence, state.candidates)  # rejected candidates too: see can_plan_hop
+    hop = await plan_next_hop(ctx.llm, state.query, found, [state.query, *state.queries])
+    query = hop.query
+    update: Update = {
+        "events": [PlanHop(hop=state.hops + 1, query=query, done=not query)],
+        "llm_calls": [hop.call] if hop.call else [],
+        "hop_facts": [hop.found] if hop.found and hop.found not in state.hop_facts else [],
+    }
+    if query:
+        update |= {"search_query": query, "queries": [query], "hops": state.hops + 1}
+    else:
+        update["hop_done"] = True
+    return decide(state, update, ctx, after_plan)
+
+
+async def search_hop(state: CorrectiveState, runtime: Run) -> Update:
+    """The tenant's store searched for the planned sub-question; CRAG's evaluator judges the round next."""
+    found = await runtime.context.retriever.search(state.tenant, state.search_query, state.top_k + len(_known(state)))
+    fresh = _unseen(state, found)[: state.top_k]
+    return {"candidates": fresh, "events": [SearchHop(hop=state.hops, k=state.top_k, new=len(fresh))]}
+
+
+def _known(state: CorrectiveState) -> set[str]:
+    return {p.chunk_id for p in state.evidence} | set(state.seen)
+
+
+def _unseen(state: CorrectiveState, passages: list[Passage]) -> list[Passage]:
+    """``passages`` without the chunks evaluated before (searches over-fetch by their number)."""
+    known = _known(state)
+    return [p for p in passages if p.chunk_id not in known]
 
 
 async def rewrite_query(state: CorrectiveState, runtime: Run) -> Update:
@@ -92,12 +143,12 @@ async def search_more(state: CorrectiveState, runtime: Run) -> Update:
     expansion = expanded_query(state.query, [*state.evidence, *state.candidates])
     if expansion and expansion != queries[0]:
         queries.append(expansion)
-    known = {p.chunk_id for p in state.evidence} | set(state.seen)
+    known = _known(state)
     found: dict[str, Passage] = {}
     for query in queries:
         # Over-fetch by what is already known, or known chunks would crowd out the new ones.
-        for passage in await search.search(state.tenant, query, state.top_k + len(known)):
-            if passage.chunk_id not in known and passage.score > found.get(passage.chunk_id, passage).score - 1e-9:
+        for passage in _unseen(state, await search.search(state.tenant, query, state.top_k + len(known))):
+            if passage.score > found.get(passage.chunk_id, passage).score - 1e-9:
                 found[passage.chunk_id] = passage
     fresh = sorted(found.values(), key=lambda p: -p.score)[: state.top_k]
     return {"candidates": fresh, "events": [SearchMore(source=search.name, queries=len(queries), new=len(fresh))]}
@@ -122,7 +173,7 @@ async def generate(state: CorrectiveState, runtime: Run) -> Update:
     feedback = critique.regeneration_note(state.unsupported_claims)
     draft = await draft_answer(
         ctx.llm,
-        state.query,
+        with_found_facts(state.query, state.hop_facts),
         state.strips,
         node="generate",
         feedback=feedback,
@@ -160,6 +211,9 @@ async def check_grounded(state: CorrectiveState, runtime: Run) -> Update:
     }
     if result.ok and state.best is None:
         update["best"] = _snapshot(state)
+    if result.ok and trusted(state, ctx):
+        skipped = Check(critic="useful", outcome="skipped", note=TRUSTED_NOTE)
+        update |= {"useful": True, "best": _snapshot(state), "events": [*update["events"], skipped]}
     return decide(state, update, ctx, after_grounded)
 
 

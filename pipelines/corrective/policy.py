@@ -18,10 +18,18 @@ class CorrectivePolicy:
     # Follow-up rounds grade their best document even below ``lower`` (a missing hop scores low
     # against the question), but not below this floor: the LLM grader says "yes" too easily.
     explore_floor: float = 0.12
-    # Knowledge refinement: strips scoring below ``strip_threshold`` are dropped; at most
-    # ``max_strips`` reach the generator.
+    # Knowledge refinement: the best ``max_strips`` strips scoring at least ``strip_threshold`` choose
+    # the passages that reach the generator, whole.
     strip_threshold: float = 0.15
     max_strips: int = 12
+    # Multi-hop planning (:mod:`.hops`): after each evaluated retrieval the model may name the next
+    # sub-question, at most ``max_hops`` times per request (0: no planning, CRAG's loops alone). The
+    # service sets it from settings (GATEWAY_MAX_HOPS, 2); the bare policy leaves it off so the
+    # CRAG/Self-RAG behaviour can be tested on its own.
+    max_hops: int = 0
+    # Self-RAG's usefulness critic is skipped for a first answer that passed the groundedness check
+    # on evidence the evaluator judged Correct (on by the service's settings, like ``max_hops``).
+    trust_correct_grounded: bool = False
     # Loops and budget: every loop ends at whichever comes first.
     max_rewrites: int = 2
     max_llm_calls: int = 10

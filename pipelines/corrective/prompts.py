@@ -16,7 +16,7 @@ Document ({title}):
 REWRITE_SYSTEM = """You write one search question for a document search engine.
 Given a question and what has been found so far, ask for the information that is still missing.
 For a two-step question, ask the second step directly, naming the entity the first step found.
-Reply with the search question only."""
+Write it in the language of the question. Reply with the search question only."""
 
 REWRITE_EXAMPLES: list[tuple[str, str]] = [
     (
@@ -69,3 +69,21 @@ CAUTIOUS_EN = "I could not confirm a complete answer from the knowledge base. Wh
 CAUTIOUS_JA = "ナレッジベースから完全な回答を確認できませんでした。文書に書かれていること: {said}"
 CAUTIOUS_MISSING_EN = " They do not state: {missing}."
 CAUTIOUS_MISSING_JA = " 文書に記載がないこと: {missing}。"
+
+# Prompt order keeps the shared prefix first for llama.cpp's cache: the instructions, then the question,
+# then the evidence that grows from hop to hop.
+HOP_SYSTEM = """You plan the next search for a question answered from documents, one step at a time.
+Read the evidence found so far. If it states the answer to the question, set "next_query" to "".
+Otherwise set "next_query" to ONE short search query for the missing piece: for a two-step question,
+the second step, naming the entity the evidence found (for example "Where was Christopher Nolan
+born?" once the evidence says Nolan directed the film). Write it in the language of the question.
+Put in "found" the fact from the evidence the next query builds on ("" if none)."""
+
+HOP_USER = """Question: {question}
+
+Evidence so far:
+{evidence}
+
+Already searched: {tried}"""
+
+FOUND_FACTS = "(Facts found so far, step by step: {facts})"

@@ -1,4 +1,11 @@
-"""CRAG knowledge refinement: keep the strips of the evidence that bear on the question."""
+"""CRAG knowledge refinement, as ordering and trimming: which evidence passages reach the generator, best first.
+
+CRAG decomposes documents into strips and recomposes only the relevant ones. Measured on the local
+1.5B model, answers from such fragments were worse than from whole passages (a strip loses the
+sentence that names what "it" is, or the condition a number holds under), so strips here only
+decide: a passage is kept, whole, when one of its strips is among the best ``max_strips`` above
+``strip_threshold`` (or the evaluator confirmed it), and kept passages are ordered by their best strip.
+"""
 
 from __future__ import annotations
 
@@ -24,7 +31,7 @@ async def refine_evidence(
     follow_ups: list[str] | None = None,
     confirmed: set[str] | None = None,
 ) -> list[Passage]:
-    """Refined passages: each keeps only its chosen strips, recomposed in their original order.
+    """The passages holding a chosen strip, whole, best first; ``score`` becomes the best strip's.
 
     A strip scores the better of its score against the question and against each follow-up query:
     the second hop's fact ("Maximum payload: 300 kg") answers the follow-up, and scored against the
@@ -56,8 +63,7 @@ async def refine_evidence(
             represented.add(i)
     refined: list[Passage] = []
     for i, passage in enumerate(evidence):
-        kept = sorted((pieces[n][1], pieces[n][2], scores[n]) for n in chosen if pieces[n][0] == i)
+        kept = [scores[n] for n in chosen if pieces[n][0] == i]
         if kept:
-            text = " ".join(strip for _, strip, _ in kept)
-            refined.append(replace(passage, text=text, score=max(score for _, _, score in kept)))
+            refined.append(replace(passage, score=max(kept)))
     return sorted(refined, key=lambda p: -p.score)

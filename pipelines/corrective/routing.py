@@ -75,7 +75,23 @@ def cautious_reason(state: CorrectiveState, ctx: CorrectiveContext) -> StopReaso
     return budget_stop(state, ctx) or "unsupported"
 
 
+def can_plan_hop(state: CorrectiveState, ctx: CorrectiveContext) -> bool:
+    """Whether the next hop is planned now: before any answer, on something found, while hops remain
+    and the budget holds a planning call and the answer. "Something found" includes this round's
+    candidates the evaluator rejected: a bridge page names the entity, not the answer, so it is
+    judged irrelevant to the question, yet it is what the next hop is planned from."""
+    return (
+        state.hops < ctx.policy.max_hops
+        and not state.hop_done
+        and not state.answer
+        and bool(state.evidence or state.candidates)
+        and budget_stop(state, ctx, needed=2) is None
+    )
+
+
 def after_evaluate(state: CorrectiveState, ctx: CorrectiveContext) -> Decision:
+    if can_plan_hop(state, ctx):
+        return Decision("plan_hop")
     wants_more = state.verdict != "correct" and state.rewrites < ctx.policy.max_rewrites
     if wants_more and budget_stop(state, ctx, needed=2) is None:
         return Decision("rewrite_query", loop=f"retrieval_{state.verdict}")
@@ -88,6 +104,12 @@ def after_evaluate(state: CorrectiveState, ctx: CorrectiveContext) -> Decision:
     return Decision("refine")
 
 
+def after_plan(state: CorrectiveState, ctx: CorrectiveContext) -> Decision:
+    if state.hop_done:
+        return Decision("refine")
+    return Decision("search_hop", loop="next_hop")
+
+
 def after_refine(state: CorrectiveState, ctx: CorrectiveContext) -> Decision:
     if state.strips and budget_stop(state, ctx) is None:
         return Decision("generate")
@@ -95,6 +117,8 @@ def after_refine(state: CorrectiveState, ctx: CorrectiveContext) -> Decision:
 
 
 def after_grounded(state: CorrectiveState, ctx: CorrectiveContext) -> Decision:
+    if state.grounded and trusted(state, ctx):
+        return Decision("finish", "answered")
     if state.grounded:
         return Decision("check_useful")
     if not state.regenerated and budget_stop(state, ctx) is None:
@@ -107,6 +131,13 @@ def after_grounded(state: CorrectiveState, ctx: CorrectiveContext) -> Decision:
         said_nothing = state.unsupported_claims == [CITATIONS_ONLY]
         return Decision("rewrite_query", loop="empty_answer" if said_nothing else "unsupported_answer")
     return Decision("cautious_answer", cautious_reason(state, ctx))
+
+
+def trusted(state: CorrectiveState, ctx: CorrectiveContext) -> bool:
+    """A first answer, grounded, on evidence judged Correct: the usefulness critic is not asked. One call
+    fewer, and no new round started on the small model's "no" (on HotpotQA, where retrieval was
+    already complete, further rounds lost ground)."""
+    return ctx.policy.trust_correct_grounded and state.verdict == "correct" and not state.regenerated
 
 
 def after_useful(state: CorrectiveState, ctx: CorrectiveContext) -> Decision:

@@ -19,7 +19,9 @@ from pipelines.shared.relevance import Verdict
 from pipelines.shared.state import PipelineState
 from pipelines.shared.telemetry import NO_TELEMETRY, PipelineTelemetry
 
-NextStep = Literal["rewrite_query", "refine", "generate", "check_useful", "cautious_answer", "finish"]
+NextStep = Literal[
+    "plan_hop", "search_hop", "rewrite_query", "refine", "generate", "check_useful", "cautious_answer", "finish"
+]
 
 
 def merge_passages(old: list[Passage], new: list[Passage]) -> list[Passage]:
@@ -52,6 +54,9 @@ class CorrectiveState(PipelineState):
     verdict: Verdict | None = None
     verdicts: Annotated[list[Verdict], operator.add] = field(default_factory=list)
     rewrites: int = 0
+    hops: int = 0  # sub-questions planned (and searched) so far
+    hop_done: bool = False  # the planner found the evidence sufficient
+    hop_facts: Annotated[list[str], operator.add] = field(default_factory=list)  # what each hop built on
     regenerated: bool = False
     answered_with: int = -1  # how much evidence the last answer was generated from
     grounded: bool = False

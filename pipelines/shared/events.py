@@ -61,8 +61,24 @@ class SearchMore(Event, tag="search_more", frozen=True):
     new: int
 
 
+class PlanHop(Event, tag="plan_hop", frozen=True):
+    """Multi-hop planning after an evaluated retrieval: the next sub-question (``query``), or none (``done``)."""
+
+    hop: int
+    query: str = ""
+    done: bool = False
+
+
+class SearchHop(Event, tag="search_hop", frozen=True):
+    """The tenant's store searched for hop ``hop``'s sub-question: ``new`` chunks not seen before."""
+
+    hop: int
+    k: int
+    new: int
+
+
 class Refine(Event, tag="refine", frozen=True):
-    """``strips`` strips kept from ``passages`` evidence passages."""
+    """``strips`` of the ``passages`` evidence passages reach the generator (whole: their strips chose them)."""
 
     strips: int
     passages: int
@@ -93,4 +109,17 @@ class Stop(Event, tag="stop", frozen=True):
     reason: StopReason
 
 
-PipelineEvent = Retrieve | Assess | Evaluate | Rewrite | SearchMore | Refine | Generate | Check | Escalate | Stop
+PipelineEvent = (
+    Retrieve
+    | Assess
+    | Evaluate
+    | PlanHop
+    | SearchHop
+    | Rewrite
+    | SearchMore
+    | Refine
+    | Generate
+    | Check
+    | Escalate
+    | Stop
+)

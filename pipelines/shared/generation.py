@@ -15,11 +15,10 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from pipelines.shared.deps import ChatClient, LLMCall, Passage
 from pipelines.shared.prompts import ABSTAIN_EN, ABSTAIN_JA, GROUNDED_SYSTEM, GROUNDED_USER, NOT_IN_CONTEXT
 from pipelines.shared.support import lexical_support
+from pipelines.shared.text import has_cjk, tokens
 
 _CITATION = re.compile(r"\[(\d{1,2})(?:\s*,\s*(\d{1,2}))*\]")
 _NUMBERS = re.compile(r"\d{1,2}")
-_JAPANESE = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff]")
-_WORD = re.compile(r"\w{2,}")
 # A citation marker with the space before it: removed from claims and from answers, whatever its numbers.
 CITATION_MARKER = re.compile(r"\s*\[\d{1,3}(?:\s*,\s*\d{1,3})*\]")
 _SPACE_BEFORE_STOP = re.compile(r"\s+([.,;:!?。])")
@@ -78,13 +77,14 @@ def drop_phantom_citations(answer: str, passages: int) -> str:
 def states_nothing(answer: str) -> bool:
     """A reply that makes no claim, so every lexical check passes it: citation numbers alone ("[1] [2]"),
     which small models produce over terse strips, or a sentence broken off before its answer
-    ("The maximum payload of the robot is [1].")."""
-    words = _WORD.findall(_CITATION.sub(" ", answer).lower())
+    ("The maximum payload of the robot is [1]."). Words are the shared tokenizer's, so a Japanese
+    reply is its bigrams, not one space-less "word"."""
+    words = [w for w in tokens(_CITATION.sub(" ", answer)) if len(w) > 1 or has_cjk(w)]
     return not words or words[-1] in _DANGLING
 
 
 def abstention_for(question: str) -> str:
-    return ABSTAIN_JA if _JAPANESE.search(question) else ABSTAIN_EN
+    return ABSTAIN_JA if has_cjk(question) else ABSTAIN_EN
 
 
 def relevant(passages: list[Passage], policy: GroundingPolicy) -> list[Passage]:

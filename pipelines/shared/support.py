@@ -2,141 +2,26 @@
 
 Small local models answer from memory even when told not to ("The capital of Peru is Lima [1]"
 over passages about something else). Words and numbers an answer adds beyond the question must
-appear in the passages; when too many do not, the answer is treated as unsupported. Japanese has
-no spaces, so it is compared by character bigrams.
+appear in the passages; when too many do not, the answer is treated as unsupported. Words are the
+project's one tokenizer's (:mod:`pipelines.shared.text`): Latin words, and CJK character bigrams
+for Japanese, which has no spaces.
 """
 
 from __future__ import annotations
 
 import re
-import unicodedata
 from dataclasses import dataclass
 
-_WORD = re.compile(r"[a-z0-9][a-z0-9'\-.]*[a-z0-9]|[a-z0-9]")
-_CJK_RUN = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff]+")
-_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+from pipelines.shared.text import EN_STOPWORDS, cjk_share, content_terms, has_cjk, normalise
+
 _CITATION = re.compile(r"\[\d{1,2}(?:\s*,\s*\d{1,2})*\]")
-STOPWORDS = frozenset(
-    [
-        "a",
-        "an",
-        "the",
-        "of",
-        "in",
-        "on",
-        "at",
-        "to",
-        "for",
-        "from",
-        "by",
-        "with",
-        "and",
-        "or",
-        "but",
-        "not",
-        "no",
-        "is",
-        "are",
-        "was",
-        "were",
-        "be",
-        "been",
-        "being",
-        "has",
-        "have",
-        "had",
-        "do",
-        "does",
-        "did",
-        "it",
-        "its",
-        "this",
-        "that",
-        "these",
-        "those",
-        "there",
-        "their",
-        "they",
-        "them",
-        "he",
-        "she",
-        "his",
-        "her",
-        "him",
-        "we",
-        "our",
-        "you",
-        "your",
-        "i",
-        "me",
-        "my",
-        "as",
-        "than",
-        "then",
-        "so",
-        "such",
-        "which",
-        "who",
-        "whom",
-        "whose",
-        "what",
-        "when",
-        "where",
-        "why",
-        "how",
-        "all",
-        "any",
-        "each",
-        "both",
-        "either",
-        "neither",
-        "also",
-        "according",
-        "documents",
-        "document",
-        "passage",
-        "passages",
-        "context",
-        "stated",
-        "states",
-        "says",
-        "said",
-        "mentioned",
-        "answer",
-        "question",
-        "based",
-        "provided",
-        "information",
-        "given",
-        "per",
-        "about",
-        "into",
-        "over",
-        "under",
-        "after",
-        "before",
-        "during",
-        "while",
-        "more",
-        "most",
-        "less",
-        "can",
-        "could",
-        "may",
-        "might",
-        "will",
-        "would",
-        "should",
-        "shall",
-        "must",
-        "one",
-        "two",
-        "yes",
-    ]
-)
-_CJK_STOP = frozenset(
-    ["です", "ます", "した", "して", "ある", "いる", "こと", "もの", "ため", "よう", "から", "まで", "など", "について"]
-)
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+# Words an answer uses to talk about its sources, not about the world: never novel content.
+_META_WORDS = """
+    also according documents document passage passages context stated states says said mentioned answer
+    question based provided information given per during while less one two yes either neither
+"""
+STOPWORDS = EN_STOPWORDS | frozenset(_META_WORDS.split())
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,22 +35,15 @@ class Support:
         return not self.missing_numbers and self.ratio >= min_ratio
 
 
-_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
-
-
 def _normalise(text: str) -> str:
-    """NFKC, lower case, no citations, and "1,200,000" written as "1200000" for words and numbers alike."""
-    return _THOUSANDS.sub("", unicodedata.normalize("NFKC", _CITATION.sub(" ", text)).lower())
+    """The shared normalisation (NFKC, casefold, no thousands separators), without citation markers."""
+    return normalise(_CITATION.sub(" ", text))
 
 
 def terms(text: str) -> set[str]:
-    norm = _normalise(text)
-    words = {w for w in _WORD.findall(norm) if w not in STOPWORDS and len(w) > 1}
-    for run in _CJK_RUN.findall(norm):
-        words |= {run[i : i + 2] for i in range(len(run) - 1)} - _CJK_STOP
-        if len(run) == 1:
-            words.add(run)
-    return words
+    """Content terms by the project's tokenizer (:mod:`pipelines.shared.text`): Latin words of two
+    characters or more, CJK character bigrams without particles, no stopwords or source-talk."""
+    return {t for t in content_terms(_CITATION.sub(" ", text)) if t not in STOPWORDS and (len(t) > 1 or has_cjk(t))}
 
 
 _MONTHS = {
@@ -200,8 +78,7 @@ def _numbers(text: str) -> set[str]:
 
 
 def mostly_cjk(text: str) -> bool:
-    cjk = sum(len(run) for run in _CJK_RUN.findall(text))
-    return cjk * 3 > len(text)
+    return cjk_share(text) * 3 > 1
 
 
 def lexical_support(answer: str, question: str, evidence: list[str]) -> Support:

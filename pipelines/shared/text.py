@@ -96,3 +96,8 @@ def content_terms(text: str) -> list[str]:
 
 def has_cjk(text: str) -> bool:
     return _CJK.search(text) is not None
+
+
+def cjk_share(text: str) -> float:
+    """Share of the characters that are kana or kanji (0 for an empty text)."""
+    return len(_CJK.findall(text)) / len(text) if text else 0.0

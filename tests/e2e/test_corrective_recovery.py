@@ -2,7 +2,8 @@
 
 The answer needs two documents: "Project Aurora" only names the robot (the K3), the K3 sheet only
 gives its payload. With top_k=1 the first retrieval returns the bridge document alone, so plain
-RAG cannot answer; the corrective pipeline searches again and finds the second hop.
+RAG cannot answer; the corrective pipeline searches again (a planned hop, or CRAG's search after a
+failed answer) and finds the second hop.
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ from typing import Any
 import httpx
 import pytest
 
-from pipelines.shared.events import Retrieve, SearchMore
+from pipelines.shared.events import Retrieve, SearchHop, SearchMore
 from tests.scripted import events
 
 pytestmark = pytest.mark.e2e
-TIMEOUT = httpx.Timeout(300.0)
+# Past the gateway's 600 s budget (tests/e2e/conftest.py): a loaded machine must not turn slowness into a failure.
+TIMEOUT = httpx.Timeout(660.0)
 TENANT = "aurora"
 QUESTION = "What is the maximum payload of the robot developed under Project Aurora?"
 DOCUMENTS = [
@@ -71,7 +73,8 @@ def test_corrective_pipeline_finds_the_second_hop_and_answers(gateway_url: str, 
     assert result["route"] == "multi_hop"
     steps = events(result)
     assert steps[0] == Retrieve(k=1, found=1)
-    assert any(isinstance(step, SearchMore) for step in steps), result["steps"]
+    # A planned hop (search_hop) or CRAG's search after a failed answer (search_more) found the second document.
+    assert any(isinstance(step, SearchHop | SearchMore) for step in steps), result["steps"]
     assert "k3-spec" in [e["id"] for e in result["evidence"]], result
     assert "300" in result["answer"], result
     assert result["abstained"] is False

@@ -1,4 +1,4 @@
-"""The embedded LanceDB store on disk: persistence, replacement, tenant isolation."""
+"""The embedded LanceDB store on disk: persistence, replacement, tenant isolation, keyword search."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 from gateway.providers.vectorstores.base import ChunkRecord
+from gateway.providers.vectorstores.fusion import query_terms, reciprocal_rank_fusion
 from gateway.providers.vectorstores.lance import LanceVectorStore
+from gateway.providers.vectorstores.memory import InMemoryVectorStore
 
 
 def chunk(doc: str, index: int, vector: list[float], text: str = "t") -> ChunkRecord:
@@ -56,3 +58,40 @@ async def test_invalid_tenant_never_reaches_the_store(tmp_path: Path) -> None:
     store = await LanceVectorStore.open(tmp_path, 3)
     with pytest.raises(ValueError, match="invalid tenant"):
         await store.search("../escape", [1, 0, 0], 1)
+
+
+@pytest.mark.parametrize("store_kind", ["lancedb", "memory"])
+async def test_keyword_search_matches_japanese_by_bigrams_and_reports_the_cosine(
+    tmp_path: Path, store_kind: str
+) -> None:
+    # The same tokens in both stores: LanceDB's full-text index over the shared tokenizer's terms, the
+    # in-memory store's BM25 over them. A later write is searched too (unindexed rows are scanned).
+    store = await LanceVectorStore.open(tmp_path, 3) if store_kind == "lancedb" else InMemoryVectorStore()
+    await store.replace_document(
+        "acme", "fail", [chunk("fail", 0, [1, 0, 0], "決済に失敗すると、8日目から閲覧のみモードになる。")]
+    )
+    await store.replace_document(
+        "acme", "cancel", [chunk("cancel", 0, [0, 1, 0], "月の途中で解約しても日割りの返金はない。")]
+    )
+    await store.replace_document("acme", "k2", [chunk("k2", 0, [0, 0, 1], "The Kumo Carrier K2 lifts 150 kg.")])
+    vector = [0.6, 0.8, 0.0]
+    found = await store.keyword_search("acme", query_terms("解約したら日割りになりますか"), vector, 5)
+    assert [p.doc_id for p in found][:1] == ["cancel"]  # 解約, 日割: the failed-payment passage shares only kana
+    assert "k2" not in [p.doc_id for p in found]
+    assert found[0].score == pytest.approx(0.8, abs=1e-5)
+    assert [p.doc_id for p in await store.keyword_search("acme", query_terms("Kumo K2 payload"), vector, 5)] == ["k2"]
+    assert await store.keyword_search("globex", query_terms("解約"), vector, 5) == []
+
+
+async def test_hybrid_search_fuses_a_keyword_only_hit_into_the_top_k(tmp_path: Path) -> None:
+    # Dense ranks "near" first and "named" last; the query names "named"'s rare word, so fusion lifts it into the top 2.
+    store = await LanceVectorStore.open(tmp_path, 3)
+    await store.replace_document("acme", "near", [chunk("near", 0, [1, 0, 0], "general overview")])
+    await store.replace_document("acme", "mid", [chunk("mid", 0, [0.9, 0.1, 0], "another overview")])
+    await store.replace_document("acme", "named", [chunk("named", 0, [0, 0, 1], "the Zephyrine protocol")])
+    dense = await store.search("acme", [1, 0, 0], 3)
+    keyword = await store.keyword_search("acme", query_terms("Zephyrine"), [1, 0, 0], 3)
+    assert [p.doc_id for p in dense] == ["near", "mid", "named"]
+    fused = reciprocal_rank_fusion([dense, keyword], 2)
+    assert [p.doc_id for p in fused] == ["named", "near"]
+    assert fused[0].score == pytest.approx(0.0, abs=1e-5)  # still the cosine, not a fused score

@@ -74,10 +74,14 @@ class HookedStore(VectorStore):
 
 @pytest.fixture
 def replica_settings(settings: Settings, proxy: ThreadedProxy) -> Settings:
-    """Both replicas: one Redis (through the cuttable proxy), one cache prefix, one LanceDB directory."""
+    """Both replicas: one Redis (through the cuttable proxy), one cache prefix, one LanceDB directory.
+
+    Dense retrieval, so a request reads the store once (the router's probe serves retrieval): the race test
+    holds that one read while the other replica changes the documents."""
     return settings.replace(
         redis={"url": proxy.url_for(REDIS_TEST_URL), "backoff_s": BACKOFF_S, "timeout_s": 0.5},
         cache={"prefix": f"test-{uuid.uuid4().hex[:8]}"},
+        retrieval={"hybrid_search": False},
     )
 
 

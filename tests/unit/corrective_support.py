@@ -72,6 +72,7 @@ OSAKA_FACT = "moved to the Umeda Sky Building in 2019"
 K2_FACT = "a maximum payload of 150 kg"
 NOT_RELEVANT = {"fact": "none", "relevant": False}
 USEFUL = {"useful": True, "missing": ""}
+ENOUGH = {"found": "", "next_query": ""}  # the hop planner finds the evidence sufficient
 SUPPORTED: dict[str, Any] = {"unsupported_claims": []}
 
 # A two-step question: "Project Aurora" only names the robot (the bridge), the K3 sheet only gives its payload.
@@ -173,6 +174,7 @@ class Script:
     grades: dict[str, Reply] = field(default_factory=dict)  # by document title; default: not relevant
     grounded: list[Reply] = field(default_factory=lambda: [SUPPORTED])
     useful: list[Reply] = field(default_factory=lambda: [USEFUL])
+    hops: list[Reply] = field(default_factory=lambda: [ENOUGH])  # the hop planner's replies (max_hops > 0)
     on_rewrite: Any = None  # called before a rewrite is answered (the fake clock advances here)
 
     def __call__(self, messages: list[BaseMessage], kwargs: dict[str, Any]) -> str:
@@ -187,6 +189,8 @@ class Script:
             return _next(self.grounded)
         if name == "UsefulnessCheck":
             return _next(self.useful)
+        if name == "NextHop":
+            return _next(self.hops)
         assert name is None, f"unexpected schema {name}"
         if last.endswith("Search query:"):
             if self.on_rewrite is not None:

@@ -1,12 +1,14 @@
-"""CRAG knowledge refinement: strips are scored, filtered and recomposed in their original order."""
+"""CRAG knowledge refinement as ordering and trimming: strips are scored and choose which passages reach the
+generator, whole, best first (fragments made the local model answer worse)."""
 
 from __future__ import annotations
 
+import pytest
+
 from gateway.providers.embeddings import USEEmbeddings
 from pipelines.corrective.policy import CorrectivePolicy
-from pipelines.corrective.refine import MIN_KEPT, refine_evidence
+from pipelines.corrective.refine import MIN_KEPT, EmbedTexts, refine_evidence
 from pipelines.shared.deps import Passage
-from pipelines.shared.strips import split_strips
 
 BIO = Passage(
     chunk_id="nolan#0",
@@ -22,31 +24,40 @@ BIO = Passage(
 QUESTION = "Who directed the film Inception?"
 
 
-async def test_only_strips_above_the_threshold_reach_the_generator(embeddings: USEEmbeddings) -> None:
-    async def embed(texts: list[str]) -> list[list[float]]:
+@pytest.fixture
+def embed(embeddings: USEEmbeddings) -> EmbedTexts:
+    """What refinement embeds strips and queries with."""
+
+    async def embed_texts(texts: list[str]) -> list[list[float]]:
         return embeddings.embed_documents(texts)
 
-    [refined] = await refine_evidence(embed, CorrectivePolicy(strip_threshold=0.5, max_strips=1), QUESTION, [BIO])
-    assert "directed by Christopher Nolan" in refined.text
-    assert "Hans Zimmer" not in refined.text
-    assert "800 million" not in refined.text
-    assert len(refined.text) < len(BIO.text)
+    return embed_texts
 
 
-async def test_strips_are_recomposed_in_original_order_and_ids_kept(embeddings: USEEmbeddings) -> None:
-    async def embed(texts: list[str]) -> list[list[float]]:
-        return embeddings.embed_documents(texts)
+SOUNDTRACK = Passage(
+    chunk_id="zimmer#0",
+    doc_id="zimmer",
+    title="Hans Zimmer",
+    text="Hans Zimmer is a German film composer. He has scored more than 150 films and won two Academy Awards.",
+    score=0.4,
+)
 
-    [refined] = await refine_evidence(embed, CorrectivePolicy(strip_threshold=0.0, max_strips=10), QUESTION, [BIO])
-    assert (refined.chunk_id, refined.doc_id) == ("nolan#0", "nolan")
-    positions = [BIO.text.index(sentence) for sentence in refined.text.split(". ") if sentence]
-    assert positions == sorted(positions)
+
+async def test_passages_with_a_strip_above_the_threshold_reach_the_generator_whole(embed: EmbedTexts) -> None:
+    policy = CorrectivePolicy(strip_threshold=0.5, max_strips=1)
+    [refined] = await refine_evidence(embed, policy, QUESTION, [SOUNDTRACK, BIO])
+    assert (refined.chunk_id, refined.doc_id, refined.text) == ("nolan#0", "nolan", BIO.text)
+    assert refined.score > 0.5  # the best strip's score, not the retrieval's
 
 
-async def test_nothing_to_refine_gives_nothing(embeddings: USEEmbeddings) -> None:
-    async def embed(texts: list[str]) -> list[list[float]]:
-        return embeddings.embed_documents(texts)
+async def test_kept_passages_are_ordered_by_their_best_strip(embed: EmbedTexts) -> None:
+    refined = await refine_evidence(embed, CorrectivePolicy(strip_threshold=0.0), QUESTION, [SOUNDTRACK, BIO])
+    assert [p.doc_id for p in refined] == ["nolan", "zimmer"]
+    assert [p.text for p in refined] == [BIO.text, SOUNDTRACK.text]
+    assert refined[0].score > refined[1].score
 
+
+async def test_nothing_to_refine_gives_nothing(embed: EmbedTexts) -> None:
     assert await refine_evidence(embed, CorrectivePolicy(), QUESTION, []) == []
 
 
@@ -61,20 +72,17 @@ BRIDGE_QUESTION = "Where was the director of the film Inception born?"
 
 
 async def test_a_confirmed_second_hop_keeps_its_best_strip_and_follow_ups_score_strips(
-    embeddings: USEEmbeddings,
+    embed: EmbedTexts,
 ) -> None:
-    async def embed(texts: list[str]) -> list[list[float]]:
-        return embeddings.embed_documents(texts)
-
     strict = CorrectivePolicy(strip_threshold=0.9, max_strips=1)
     unconfirmed = await refine_evidence(embed, strict, BRIDGE_QUESTION, [BIO, BIRTH])
-    # Nothing reaches the threshold: only the MIN_KEPT best strips survive, whichever documents they come from.
-    assert sum(len(split_strips(p.text)) for p in unconfirmed) == MIN_KEPT
-    # Judged relevant by the evaluator, the birth record keeps its best strip whatever the threshold says.
+    # Nothing reaches the threshold: only the MIN_KEPT best strips survive, here both from the film's passage.
+    assert MIN_KEPT == 2
+    assert [p.doc_id for p in unconfirmed] == ["nolan"]
+    # Judged relevant by the evaluator, the birth record is kept (whole) whatever the threshold says.
     confirmed = await refine_evidence(embed, strict, BRIDGE_QUESTION, [BIO, BIRTH], confirmed={"nolan-bio#0"})
     [birth] = [p for p in confirmed if p.doc_id == "nolan-bio"]
-    assert "born on 30 July 1970 in Westminster" in birth.text
-    assert "advertising executive" not in birth.text
+    assert birth.text == BIRTH.text
 
     # A strip's score is its best against the question and the follow-up queries.
     follow_up = "Where was Christopher Nolan born?"

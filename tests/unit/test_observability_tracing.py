@@ -39,6 +39,7 @@ GEN_AI = (
 # The LLM call's node name (``gateway.node`` of its span) -> the graph node that makes it.
 NODE_OF = {
     "grade_document": {"evaluate"},
+    "plan_hop": {"plan_hop"},
     "rewrite_query": {"rewrite_query"},
     "generate": {"generate"},
     "check_grounded": {"check_grounded"},

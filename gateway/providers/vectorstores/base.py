@@ -57,6 +57,14 @@ class VectorStore(ABC):
     @abstractmethod
     async def search(self, tenant: str, vector: Sequence[float], k: int) -> list[Passage]: ...
 
+    async def keyword_search(self, tenant: str, terms: Sequence[str], vector: Sequence[float], k: int) -> list[Passage]:
+        """BM25 over the chunks' tokens (:mod:`.fusion`), best first; ``score`` is still the cosine to ``vector``.
+
+        Stores without a keyword index return nothing, and retrieval is dense alone (see
+        :mod:`.pinecone_store` for what a Pinecone deployment does instead).
+        """
+        return []
+
     @abstractmethod
     async def ping(self) -> None:
         """Raise a provider error when the store cannot serve requests."""

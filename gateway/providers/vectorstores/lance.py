@@ -6,6 +6,13 @@ document. Writes to a table are serialised in-process. Every read checks for ver
 other processes (``read_consistency_interval=0``): replicas sharing one database on a ReadWriteMany
 volume then see each other's writes at once instead of a table frozen at first open, which would
 split documents between pods and let a replica answer from knowledge another already changed.
+
+Keyword search is LanceDB's native full-text search (BM25) over a ``terms`` column holding the
+project tokenizer's tokens, space-joined, indexed with the whitespace tokenizer and no stemming or
+stopwords: LanceDB's own tokenizers split Japanese on nothing (``simple``) or need a dictionary
+(``icu``), and the index must cut words exactly as the queries and the relevance checks do. Rows
+written after the index was built are searched too (unindexed rows are scanned) until
+``optimize`` folds them in. Tables created before this column existed search dense only.
 """
 
 from __future__ import annotations
@@ -18,18 +25,41 @@ from pathlib import Path
 from typing import Any
 
 import lancedb
+import numpy as np
 import pyarrow as pa
+from lancedb.index import FTS
 
 from gateway.errors import ProviderError, ProviderUnavailableError
 from gateway.providers.vectorstores.base import ChunkRecord, VectorStore, check_tenant
+from gateway.providers.vectorstores.fusion import index_terms
 from pipelines.shared.deps import Passage
 
 PROVIDER = "vector_store"
 OPTIMIZE_EVERY_WRITES = 64
+# The tokens are the project tokenizer's already: split on spaces, change nothing.
+KEYWORD_INDEX = FTS(
+    base_tokenizer="whitespace", lower_case=False, stem=False, remove_stop_words=False, ascii_folding=False
+)
 
 
 def _sql_string(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
+
+
+def _passage(row: dict[str, Any], score: float) -> Passage:
+    return Passage(
+        chunk_id=row["chunk_id"],
+        doc_id=row["doc_id"],
+        title=row["title"],
+        text=row["text"],
+        score=score,
+        metadata=json.loads(row["metadata"] or "{}"),
+    )
+
+
+def _cosine(stored: Sequence[float], query: np.ndarray[Any, np.dtype[np.float32]], query_norm: float) -> float:
+    vector = np.asarray(stored, dtype=np.float32)
+    return float(vector @ query / max(float(np.linalg.norm(vector)) * query_norm, 1e-12))
 
 
 class LanceVectorStore(VectorStore):
@@ -41,6 +71,7 @@ class LanceVectorStore(VectorStore):
         self._tables: dict[str, Any] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._writes: dict[str, int] = {}
+        self._keyword_indexed: set[str] = set()
         self._schema = pa.schema(
             [
                 pa.field("chunk_id", pa.string()),
@@ -48,6 +79,7 @@ class LanceVectorStore(VectorStore):
                 pa.field("chunk_index", pa.int32()),
                 pa.field("title", pa.string()),
                 pa.field("text", pa.string()),
+                pa.field("terms", pa.string()),
                 pa.field("metadata", pa.string()),
                 pa.field("vector", pa.list_(pa.float32(), dimensions)),
             ]
@@ -91,6 +123,7 @@ class LanceVectorStore(VectorStore):
                 "chunk_index": c.index,
                 "title": c.title,
                 "text": c.text,
+                "terms": index_terms(c.title, c.text),
                 "metadata": json.dumps(c.metadata, ensure_ascii=False),
                 "vector": [float(x) for x in c.vector],
             }
@@ -110,6 +143,7 @@ class LanceVectorStore(VectorStore):
                     )
                 else:
                     await table.delete(f"doc_id = {_sql_string(doc_id)}")
+                await self._ensure_keyword_index(tenant, table)
                 await self._maybe_optimize(tenant, table)
             except ProviderError:
                 raise
@@ -138,17 +172,41 @@ class LanceVectorStore(VectorStore):
             rows = await table.vector_search(list(vector)).distance_type("cosine").limit(k).to_list()
         except Exception as exc:
             raise ProviderError(f"LanceDB search failed: {exc}", provider=PROVIDER) from exc
-        return [
-            Passage(
-                chunk_id=row["chunk_id"],
-                doc_id=row["doc_id"],
-                title=row["title"],
-                text=row["text"],
-                score=1.0 - float(row["_distance"]),
-                metadata=json.loads(row["metadata"] or "{}"),
-            )
-            for row in rows
-        ]
+        return [_passage(row, 1.0 - float(row["_distance"])) for row in rows]
+
+    async def keyword_search(self, tenant: str, terms: Sequence[str], vector: Sequence[float], k: int) -> list[Passage]:
+        check_tenant(tenant)
+        if not terms:
+            return []
+        try:
+            table = await self._table(tenant, create=False)
+            if table is None:
+                return []
+            if tenant not in self._keyword_indexed and not await self._has_keyword_index(tenant, table):
+                return []
+            rows = await table.query().nearest_to_text(" ".join(terms), columns="terms").limit(k).to_list()
+        except Exception as exc:
+            raise ProviderError(f"LanceDB keyword search failed: {exc}", provider=PROVIDER) from exc
+        query = np.asarray(vector, dtype=np.float32)
+        norm = max(float(np.linalg.norm(query)), 1e-12)
+        return [_passage(row, _cosine(row["vector"], query, norm)) for row in rows]
+
+    async def _has_keyword_index(self, tenant: str, table: Any) -> bool:
+        indices = await table.list_indices()
+        if any("terms" in index.columns for index in indices):
+            self._keyword_indexed.add(tenant)
+            return True
+        return False
+
+    async def _ensure_keyword_index(self, tenant: str, table: Any) -> None:
+        """Build the ``terms`` index on a tenant's first write (an index needs rows to train on)."""
+        if tenant in self._keyword_indexed or await self._has_keyword_index(tenant, table):
+            return
+        schema = await table.schema()
+        if "terms" not in schema.names or await table.count_rows() == 0:
+            return
+        await table.create_index("terms", config=KEYWORD_INDEX)
+        self._keyword_indexed.add(tenant)
 
     async def count_chunks(self, tenant: str) -> int:
         table = await self._table(tenant, create=False)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from gateway.providers.vectorstores.base import ChunkRecord, VectorStore, check_tenant
+from gateway.providers.vectorstores.fusion import bm25_scores, index_terms
 from pipelines.shared.deps import Passage
 
 
@@ -26,26 +28,44 @@ class InMemoryVectorStore(VectorStore):
     async def delete_document(self, tenant: str, doc_id: str) -> bool:
         return self._chunks.get(check_tenant(tenant), {}).pop(doc_id, None) is not None
 
+    def _all(self, tenant: str) -> list[ChunkRecord]:
+        return [c for doc in self._chunks.get(check_tenant(tenant), {}).values() for c in doc]
+
     async def search(self, tenant: str, vector: Sequence[float], k: int) -> list[Passage]:
-        chunks = [c for doc in self._chunks.get(check_tenant(tenant), {}).values() for c in doc]
-        if not chunks:
-            return []
-        matrix = np.asarray([c.vector for c in chunks], dtype=np.float32)
-        query = np.asarray(vector, dtype=np.float32)
-        norms = np.linalg.norm(matrix, axis=1) * max(float(np.linalg.norm(query)), 1e-12)
-        scores = matrix @ query / np.maximum(norms, 1e-12)
-        order = np.argsort(-scores)[:k]
-        return [
-            Passage(
-                chunk_id=chunks[i].chunk_id,
-                doc_id=chunks[i].doc_id,
-                title=chunks[i].title,
-                text=chunks[i].text,
-                score=float(scores[i]),
-                metadata=dict(chunks[i].metadata),
-            )
-            for i in order
-        ]
+        chunks = self._all(tenant)
+        scores = _cosines(chunks, vector)
+        return _passages(chunks, scores, [int(i) for i in np.argsort(-scores)[:k]])
+
+    async def keyword_search(self, tenant: str, terms: Sequence[str], vector: Sequence[float], k: int) -> list[Passage]:
+        chunks = self._all(tenant)
+        bm25 = bm25_scores(terms, [index_terms(c.title, c.text).split() for c in chunks])
+        order = [i for i in sorted(range(len(chunks)), key=lambda i: -bm25[i]) if bm25[i] > 0][:k]
+        return _passages(chunks, _cosines(chunks, vector), order)
 
     async def ping(self) -> None:
         return None
+
+
+def _cosines(chunks: list[ChunkRecord], vector: Sequence[float]) -> np.ndarray[Any, np.dtype[np.float32]]:
+    if not chunks:
+        return np.zeros(0, dtype=np.float32)
+    matrix = np.asarray([c.vector for c in chunks], dtype=np.float32)
+    query = np.asarray(vector, dtype=np.float32)
+    norms = np.linalg.norm(matrix, axis=1) * max(float(np.linalg.norm(query)), 1e-12)
+    return matrix @ query / np.maximum(norms, 1e-12)  # type: ignore[no-any-return]
+
+
+def _passages(
+    chunks: list[ChunkRecord], scores: np.ndarray[Any, np.dtype[np.float32]], order: list[int]
+) -> list[Passage]:
+    return [
+        Passage(
+            chunk_id=chunks[i].chunk_id,
+            doc_id=chunks[i].doc_id,
+            title=chunks[i].title,
+            text=chunks[i].text,
+            score=float(scores[i]),
+            metadata=dict(chunks[i].metadata),
+        )
+        for i in order
+    ]

@@ -6,6 +6,15 @@ ids by prefix but cannot delete by metadata filter. Replacing a document upserts
 first and deletes the leftovers afterwards, so readers see the old version, a mix, or the new one,
 never a document with no chunks. Pinecone is eventually consistent: a write may take a moment to
 show up in searches and id listings, which is why a just-written document can escape a delete.
+
+Keyword search is not implemented here (``keyword_search`` returns nothing, so retrieval is dense
+only). Pinecone's hybrid search needs a ``dotproduct`` index created for it and a sparse vector
+beside each dense one at upsert and query time; a production deployment that wants the keyword
+half (rare names and numbers, the second hop of a bridge question) creates such an index, encodes
+the sparse side from :func:`gateway.providers.vectorstores.fusion.index_terms` (BM25 weights over the
+shared tokenizer's terms, so Japanese gets bigrams) and weighs dense against sparse with an alpha,
+or runs a separate sparse index and fuses the two rankings with
+:func:`~gateway.providers.vectorstores.fusion.reciprocal_rank_fusion` as the LanceDB store does.
 """
 
 from __future__ import annotations

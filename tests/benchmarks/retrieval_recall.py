@@ -1,0 +1,105 @@
+"""Supporting-passage recall of retrieval alone, dense vs hybrid (dense + BM25, reciprocal rank fusion).
+
+    python -m tests.benchmarks.retrieval_recall [--data-dir ../shared/data/dev] [--k 4 8]
+
+No LLM. Each set is ingested as one tenant of the real embedded store (LanceDB in a temporary
+directory, the production chunker and embeddings), then every question with gold passages is asked
+through :meth:`gateway.knowledge.KnowledgeBase.search` twice, with hybrid search off and on. Recall@k
+is the share of a question's gold documents among the documents of its top-k chunks; "all@k" is the
+share of questions with every gold document retrieved (what a two-hop answer needs). Sets: HotpotQA
+(bridge and comparison questions over the shared 994-title corpus), the JSQuAD sample (each
+paragraph a document) and the written knowledge base (routes/data/written_kb.json, English and
+Japanese, single- and multi-hop, with distractors that share words).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from gateway.chunking import Chunker
+from gateway.eval.datasets import load_hotpotqa, load_squad_v2
+from gateway.knowledge import KnowledgeBase, NewDocument
+from gateway.providers.embeddings import USEEmbeddings
+from gateway.providers.vectorstores.lance import LanceVectorStore
+from gateway.settings import ChunkingSettings
+from routes.written_kb import load_written_kb
+
+TENANT = "bench"
+
+
+@dataclass(frozen=True)
+class RecallSet:
+    name: str
+    documents: list[NewDocument]
+    questions: list[tuple[str, frozenset[str]]]  # question, gold document ids
+
+
+def sets(data_dir: Path) -> list[RecallSet]:
+    hotpot = load_hotpotqa(data_dir / "hotpotqa_train.json")
+    jsquad = load_squad_v2(data_dir / "jsquad_valid_sample.json")
+    written = load_written_kb()
+    out = [
+        RecallSet(
+            name,
+            [NewDocument(id=d["id"], title=d["title"], text=d["text"]) for d in data.documents],
+            [(q.text, q.gold_doc_ids) for q in data.questions if q.gold_doc_ids],
+        )
+        for name, data in (("hotpotqa", hotpot), ("jsquad", jsquad))
+    ]
+    for lang in ("en", "ja"):
+        docs = [NewDocument(id=d.id, title=d.title, text=d.text) for d in written.documents if d.lang == lang]
+        for route in ("single_hop", "multi_hop"):
+            questions = [
+                (q.question, frozenset(q.supporting)) for q in written.questions if q.lang == lang and q.route == route
+            ]
+            out.append(RecallSet(f"written-{lang}-{route}", docs, questions))
+    return out
+
+
+async def measure(recall_set: RecallSet, embeddings: USEEmbeddings, ks: list[int]) -> dict[str, list[float]]:
+    chunking = ChunkingSettings()
+    with tempfile.TemporaryDirectory() as tmp:
+        store = await LanceVectorStore.open(Path(tmp), embeddings.dimensions)
+        knowledge = KnowledgeBase(embeddings, store, Chunker(chunking.size, chunking.overlap))
+        await knowledge.ingest(TENANT, recall_set.documents)
+        depth = max(ks)
+        results: dict[str, list[float]] = {}
+        for mode in ("dense", "hybrid"):
+            knowledge.hybrid = mode == "hybrid"
+            recall = {k: 0.0 for k in ks}
+            complete = {k: 0 for k in ks}
+            for question, gold in recall_set.questions:
+                found = await knowledge.search(TENANT, question, depth)
+                for k in ks:
+                    docs = {p.doc_id for p in found[:k]}
+                    recall[k] += len(gold & docs) / len(gold)
+                    complete[k] += gold <= docs
+            n = len(recall_set.questions)
+            results[mode] = [recall[k] / n for k in ks] + [complete[k] / n for k in ks]
+        await store.close()
+    return results
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-dir", type=Path, default=Path("../shared/data/dev"))
+    parser.add_argument("--k", type=int, nargs="+", default=[4, 8])
+    args = parser.parse_args()
+    embeddings = USEEmbeddings()
+    ks: list[int] = args.k
+    header = " | ".join([*(f"recall@{k}" for k in ks), *(f"all@{k}" for k in ks)])
+    print(f"| set | n | retrieval | {header} |")
+    print("|---|---|---|" + "---|" * (2 * len(ks)))
+    for recall_set in sets(args.data_dir):
+        results = await measure(recall_set, embeddings, ks)
+        for mode, values in results.items():
+            cells = " | ".join(f"{v:.3f}" for v in values)
+            print(f"| {recall_set.name} | {len(recall_set.questions)} | {mode} | {cells} |", flush=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

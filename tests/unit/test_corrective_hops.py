@@ -1,0 +1,129 @@
+"""Multi-hop as iterative retrieval: the model plans the next sub-question, the pipeline searches for it.
+
+The Project Aurora corpus is a two-step question: the bridge document names the robot (the Kumo
+Carrier K3), only the K3's sheet gives the payload. Scores are probed before they are relied on.
+"""
+
+from __future__ import annotations
+
+from gateway.knowledge import KnowledgeBase
+from gateway.steps import render_steps
+from pipelines.corrective.nodes import TRUSTED_NOTE
+from pipelines.corrective.policy import CorrectivePolicy
+from pipelines.shared import events as ev
+from pipelines.shared.relevance import relevance
+from tests.unit.corrective_support import (
+    AURORA,
+    AURORA_ANSWER,
+    AURORA_QUESTION,
+    ENOUGH,
+    K3_FACT,
+    SUPPORTED_CHECK,
+    Script,
+    doc_ids,
+    nodes,
+    prompts,
+    relevant,
+    run_graph,
+)
+
+HOP_QUERY = "What is the maximum payload of the Kumo Carrier K3?"
+BRIDGE_FACT = "Project Aurora is the internal codename for the Kumo Carrier K3"
+NEXT = {"found": BRIDGE_FACT, "next_query": HOP_QUERY}
+HOPS = CorrectivePolicy(max_hops=2, trust_correct_grounded=True)
+
+
+def aurora_script(hops: list[dict[str, str]]) -> Script:
+    return Script(
+        answers=[AURORA_ANSWER],
+        grades={"Project Aurora": relevant("the Kumo Carrier K3"), "Kumo Carrier K3 specification": relevant(K3_FACT)},
+        hops=list(hops),
+    )
+
+
+async def test_bridge_question_is_answered_by_one_planned_hop_in_four_calls(aurora: KnowledgeBase) -> None:
+    assert doc_ids(await aurora.search(AURORA, AURORA_QUESTION, 1)) == ["project-aurora"]  # only the bridge
+    [sheet] = await aurora.search(AURORA, HOP_QUERY, 1)
+    assert relevance(HOPS.relevance, HOP_QUERY, sheet.title, sheet.text, sheet.score) >= HOPS.upper  # no grading
+
+    state, model = await run_graph(
+        aurora, aurora_script([NEXT, ENOUGH]), query=AURORA_QUESTION, tenant=AURORA, top_k=1, policy=HOPS
+    )
+
+    assert state.events == [
+        ev.Retrieve(k=1, found=1),
+        ev.Evaluate(verdict="correct", kept=1, total=1, graded=1),
+        ev.PlanHop(hop=1, query=HOP_QUERY),
+        ev.SearchHop(hop=1, k=1, new=1),
+        ev.Evaluate(verdict="correct", kept=1, total=1, graded=0),
+        ev.PlanHop(hop=2, done=True),
+        ev.Refine(strips=2, passages=2),
+        ev.Generate(),
+        SUPPORTED_CHECK,
+        ev.Check(critic="useful", outcome="skipped", note=TRUSTED_NOTE),
+        ev.Stop(reason="answered"),
+    ]
+    assert state.answer == AURORA_ANSWER
+    assert set(doc_ids(state.context)) == {"project-aurora", "k3-spec"}
+    # Grade, plan, plan, answer: no usefulness critic for a grounded first answer on Correct evidence.
+    assert nodes(state) == ["grade_document", "plan_hop", "plan_hop", "generate"]
+    # The planner sees the question first (the prompt prefix every hop shares), then the evidence so far.
+    first_plan, second_plan = prompts(model, "NextHop")
+    assert first_plan.startswith(f"Question: {AURORA_QUESTION}\n\nEvidence so far:\n- (Project Aurora)")
+    assert "(Kumo Carrier K3 specification)" in second_plan
+    assert f"Already searched: {AURORA_QUESTION}; {HOP_QUERY}" in second_plan
+    # The generator is told the chain of facts the hops built on, after the passages and the question.
+    [generation] = prompts(model, "generate")
+    assert f"Question: {AURORA_QUESTION}\n(Facts found so far, step by step: {BRIDGE_FACT})\n" in generation
+    assert state.hop_facts == [BRIDGE_FACT]
+    assert render_steps(state.events)[2:4] == [f"plan_hop(1): {HOP_QUERY}", "search_hop(1, k=1, new=1)"]
+
+
+async def test_hops_stop_at_the_bound_and_the_answer_uses_what_was_found(aurora: KnowledgeBase) -> None:
+    # A planner that always asks for more: after max_hops the pipeline refines and answers.
+    endless = [NEXT, {"found": "", "next_query": "Who leads Project Aurora?"}, {"found": "", "next_query": "More?"}]
+    state, _ = await run_graph(
+        aurora, aurora_script(endless), query=AURORA_QUESTION, tenant=AURORA, top_k=1, policy=HOPS
+    )
+    planned = [e for e in state.events if isinstance(e, ev.PlanHop)]
+    assert [e.hop for e in planned] == [1, 2]
+    assert len([e for e in state.events if isinstance(e, ev.SearchHop)]) == HOPS.max_hops
+    assert state.hops == HOPS.max_hops
+    assert "k3-spec" in doc_ids(state.evidence)
+    assert state.stop_reason == "answered"
+
+
+async def test_planner_repeating_a_searched_query_ends_the_hops(aurora: KnowledgeBase) -> None:
+    repeat = {"found": "", "next_query": AURORA_QUESTION}
+    state, _ = await run_graph(
+        aurora, aurora_script([repeat]), query=AURORA_QUESTION, tenant=AURORA, top_k=1, policy=HOPS
+    )
+    assert [e for e in state.events if isinstance(e, ev.PlanHop)] == [ev.PlanHop(hop=1, done=True)]
+    assert not [e for e in state.events if isinstance(e, ev.SearchHop)]
+
+
+async def test_without_trust_the_usefulness_critic_still_judges(aurora: KnowledgeBase) -> None:
+    policy = CorrectivePolicy(max_hops=2, trust_correct_grounded=False)
+    state, _ = await run_graph(
+        aurora, aurora_script([NEXT, ENOUGH]), query=AURORA_QUESTION, tenant=AURORA, top_k=1, policy=policy
+    )
+    assert nodes(state) == ["grade_document", "plan_hop", "plan_hop", "generate", "check_useful"]
+    assert state.events[-2] == ev.Check(critic="useful", outcome="passed")
+
+
+async def test_a_bridge_page_judged_irrelevant_still_plans_the_hop(aurora: KnowledgeBase) -> None:
+    # The grader rejects the bridge (it names the robot, not the payload): the round keeps nothing, yet the
+    # planner reads the rejected page, names the K3, and the hop's search finds the sheet.
+    script = aurora_script([NEXT, ENOUGH])
+    script.grades = {"Kumo Carrier K3 specification": relevant(K3_FACT)}
+    state, model = await run_graph(aurora, script, query=AURORA_QUESTION, tenant=AURORA, top_k=1, policy=HOPS)
+    assert state.events[:4] == [
+        ev.Retrieve(k=1, found=1),
+        ev.Evaluate(verdict="incorrect", kept=0, total=1, graded=1),
+        ev.PlanHop(hop=1, query=HOP_QUERY),
+        ev.SearchHop(hop=1, k=1, new=1),
+    ]
+    assert "(Project Aurora)" in prompts(model, "NextHop")[0]
+    assert doc_ids(state.evidence) == ["k3-spec"]
+    assert state.answer == AURORA_ANSWER
+    assert BRIDGE_FACT in prompts(model, "generate")[0]  # the bridge reaches the generator as a found fact
