@@ -106,6 +106,7 @@ async def start_curation(
         queue_size=group.queue_size,
         recent=group.recent_answers,
         count=_counter(telemetry.metrics),
+        tracer=telemetry.tracer,
     )
     diagnoser = Diagnoser(knowledge, store, deep_k=group.deep_search_k, relevant=settings.corrective.crag_upper)
     evaluator = HybridEvaluator(llm)

@@ -18,6 +18,11 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace import Tracer
+
 from gateway.curation.models import AnswerRecord, RetrievedDocument
 from gateway.curation.store import CurationStore
 from gateway.errors import GatewayError
@@ -69,6 +74,9 @@ class Answered:
     question: str
     response: QueryResponse
     at: float
+    # The request's trace: the background write (its embedding, its store call) joins it instead of starting
+    # root spans of its own that belong to no request.
+    trace_context: Context | None = None
 
 
 def to_record(answered: Answered, embedding: list[float], extra_reasons: tuple[str, ...] = ()) -> AnswerRecord:
@@ -102,7 +110,9 @@ class AnswerRecorder:
         queue_size: int,
         recent: int,
         count: Count | None = None,
+        tracer: Tracer | None = None,
     ) -> None:
+        self._tracer = tracer or trace.NoOpTracer()
         self._store = store
         self._embed = embed
         self._queue: asyncio.Queue[Answered] = asyncio.Queue(maxsize=queue_size)
@@ -113,7 +123,7 @@ class AnswerRecorder:
 
     def observe(self, request: QueryRequest, response: QueryResponse) -> None:
         """Called on the answer path: never awaits, never raises."""
-        answered = Answered(request.tenant, request.query, response, time.time())
+        answered = Answered(request.tenant, request.query, response, time.time(), otel_context.get_current())
         self._remember(answered)
         if not assess(response).reasons:
             self._count("counted")
@@ -151,6 +161,17 @@ class AnswerRecorder:
                 self._queue.task_done()
 
     async def _write(self, answered: Answered) -> None:
+        token = otel_context.attach(answered.trace_context) if answered.trace_context is not None else None
+        try:
+            # Its own span in the request's trace: the write happens after the response, and its embedding
+            # lookup and store call sit under this span, not among the request's own steps.
+            with self._tracer.start_as_current_span("curation.record"):
+                await self._write_record(answered)
+        finally:
+            if token is not None:
+                otel_context.detach(token)
+
+    async def _write_record(self, answered: Answered) -> None:
         try:
             record = to_record(answered, await self._embed(answered.question))
             await self._store.add_records([record])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
@@ -47,6 +48,17 @@ NODE_OF = {
 }
 
 
+def without_subtree(spans: tuple[ReadableSpan, ...], name: str) -> tuple[ReadableSpan, ...]:
+    """``spans`` less every span named ``name`` and all its descendants."""
+    dropped = {s.context.span_id for s in spans if s.name == name and s.context is not None}
+    changed = True
+    while changed:
+        below = {s.context.span_id for s in spans if s.context and s.parent and s.parent.span_id in dropped}
+        changed = not below <= dropped
+        dropped |= below
+    return tuple(s for s in spans if s.context is None or s.context.span_id not in dropped)
+
+
 def one(spans: tuple[ReadableSpan, ...], name: str) -> ReadableSpan:
     found = by_name(spans, name)
     assert len(found) == 1, [s.name for s in spans]
@@ -61,7 +73,14 @@ def invented_then_supported() -> Script:
 async def test_multi_hop_request_span_tree(settings: Settings, embeddings: USEEmbeddings) -> None:
     async with traced_app(settings, embeddings, invented_then_supported()) as (client, model, exporter):
         answer = await ask(client, K2_QUESTION, "multi_hop")
-        spans = exporter.get_finished_spans()
+        # The rejected draft makes the answer one a curator should see: it is recorded after the response, in
+        # the same trace under a span of its own. The request's tree is everything but that subtree.
+        for _ in range(250):
+            if by_name(exporter.get_finished_spans(), "curation.record"):
+                break
+            await asyncio.sleep(0.02)
+        spans = without_subtree(exporter.get_finished_spans(), "curation.record")
+        assert len(spans) < len(exporter.get_finished_spans())  # the record was written, and left out
         samples, _ = await scrape(client)
 
     assert answer["answer"] == K2_ANSWER
