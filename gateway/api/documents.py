@@ -11,9 +11,9 @@ from litestar.params import JSONBody, PathParameter, QueryParameter
 from gateway.access.guard import BEARER, require
 from gateway.access.keys import Principal
 from gateway.api.problems import problem_responses
-from gateway.api.validation import check_documents
+from gateway.api.validation import valid_documents
 from gateway.errors import NotFoundError
-from gateway.knowledge import KnowledgeBase, NewDocument
+from gateway.knowledge import KnowledgeBase
 from gateway.providers.vectorstores.base import TENANT_PATTERN
 from gateway.schemas import DeleteResponse, DocumentsRequest, DocumentsResponse
 from gateway.settings import Settings
@@ -39,11 +39,7 @@ class DocumentController(Controller):
         principal: NamedDependency[Principal],
     ) -> DocumentsResponse:
         tenant = principal.tenant_for(data.tenant)
-        check_documents(data, settings.limits)
-        result = await knowledge.ingest(
-            tenant,
-            [NewDocument(id=d.id, text=d.text, title=d.title or "", metadata=d.metadata or {}) for d in data.documents],
-        )
+        result = await knowledge.ingest(tenant, valid_documents(data.documents, settings.limits))
         return DocumentsResponse(upserted=result.upserted, chunks=result.chunks)
 
     @delete(

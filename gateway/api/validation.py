@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Sequence
 
 from gateway.access.keys import Principal
 from gateway.chat.completions import PreparedChat
 from gateway.chat.wire import MODELS, ChatCompletionRequest, message_text
 from gateway.errors import ClientError, NotFoundError
-from gateway.schemas import DocumentsRequest, QueryRequest
+from gateway.knowledge import NewDocument
+from gateway.schemas import DocumentIn, QueryRequest
 from gateway.settings import ChatSettings, RequestLimits
 from pipelines.shared.followup import Turn
 
@@ -33,16 +35,18 @@ def clean_query(text: str, limits: RequestLimits, *, field: str = "query", what:
     return cleaned
 
 
-def check_documents(request: DocumentsRequest, limits: RequestLimits) -> None:
-    if len(request.documents) > limits.max_documents_per_request:
+def valid_documents(documents: Sequence[DocumentIn], limits: RequestLimits) -> list[NewDocument]:
+    """The documents to ingest, once they meet the limits every knowledge write obeys: the documents API and a
+    curator's gap resolution alike."""
+    if len(documents) > limits.max_documents_per_request:
         raise ClientError(
-            f"{len(request.documents)} documents in one request; the maximum is "
+            f"{len(documents)} documents in one request; the maximum is "
             f"{limits.max_documents_per_request}. Send them in batches."
         )
-    ids = [d.id for d in request.documents]
+    ids = [d.id for d in documents]
     if len(set(ids)) != len(ids):
         raise ClientError("The same document id appears twice in one request; send each id once.")
-    for doc in request.documents:
+    for doc in documents:
         if not doc.text.strip():
             raise ClientError(f"Document {doc.id!r} has no text.")
         if len(doc.text) > limits.max_document_chars:
@@ -50,6 +54,7 @@ def check_documents(request: DocumentsRequest, limits: RequestLimits) -> None:
                 f"Document {doc.id!r} has {len(doc.text)} characters; the maximum is "
                 f"{limits.max_document_chars}. Split it into several documents."
             )
+    return [NewDocument(id=d.id, text=d.text, title=d.title or "", metadata=d.metadata or {}) for d in documents]
 
 
 def prepare_chat(

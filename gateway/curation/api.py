@@ -12,6 +12,7 @@ from litestar.params import JSONBody, PathParameter, QueryParameter
 from gateway.access.guard import BEARER, require
 from gateway.access.keys import Principal
 from gateway.api.problems import problem_responses
+from gateway.api.validation import valid_documents
 from gateway.curation.service import Curation
 from gateway.curation.wire import (
     EvalCaseOut,
@@ -31,8 +32,8 @@ from gateway.curation.wire import (
     run_out,
 )
 from gateway.errors import ClientError, NotFoundError
-from gateway.knowledge import NewDocument
 from gateway.providers.vectorstores.base import TENANT_PATTERN
+from gateway.settings import Settings
 
 TenantParam = Annotated[str, QueryParameter(pattern=TENANT_PATTERN)]
 
@@ -102,10 +103,9 @@ class CurationController(Controller):
         data: JSONBody[ResolutionRequest],
         curation: NamedDependency[Curation],
         principal: NamedDependency[Principal],
+        settings: NamedDependency[Settings],
     ) -> ResolutionOut:
-        documents = [
-            NewDocument(id=d.id, text=d.text, title=d.title or "", metadata=d.metadata or {}) for d in data.documents
-        ]
+        documents = valid_documents(data.documents, settings.limits)
         resolution = await curation.resolve(principal.tenant_for(data.tenant), gap_id, documents, rules_of(data.rules))
         return resolution_out(resolution)
 

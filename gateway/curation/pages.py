@@ -20,12 +20,14 @@ from litestar.template.config import TemplateConfig
 
 from gateway.access.guard import require
 from gateway.access.keys import Principal
+from gateway.api.validation import valid_documents
 from gateway.curation.api import TenantParam
 from gateway.curation.evaluator import Rule, RuleKind
 from gateway.curation.service import Curation
 from gateway.curation.wire import gap_out, iso, resolution_out
 from gateway.errors import ClientError
-from gateway.knowledge import NewDocument
+from gateway.schemas import DocumentIn
+from gateway.settings import Settings
 
 FORM_RULES: tuple[RuleKind, ...] = ("must_contain", "must_not_contain", "pattern")
 
@@ -76,12 +78,13 @@ class ReviewController(Controller):
         data: Annotated[dict[str, str], Body(media_type=RequestEncodingType.URL_ENCODED)],
         curation: NamedDependency[Curation],
         principal: NamedDependency[Principal],
+        settings: NamedDependency[Settings],
     ) -> Template:
         tenant = principal.tenant_for(data.get("tenant", "default"))
         doc_id, text = data.get("doc_id", "").strip(), data.get("text", "").strip()
         if not doc_id or not text:
             raise ClientError("A verified document needs an id and a text.")
-        document = NewDocument(id=doc_id, text=text, title=data.get("title", "").strip())
-        resolution = await curation.resolve(tenant, gap_id, [document], form_rules(data))
+        typed = DocumentIn(id=doc_id, text=text, title=data.get("title", "").strip() or None)
+        resolution = await curation.resolve(tenant, gap_id, valid_documents([typed], settings.limits), form_rules(data))
         context = {"tenant": tenant, "resolution": resolution_out(resolution), "at": iso(resolution.created_at)}
         return Template("result.html", context=context)

@@ -10,6 +10,7 @@ from typing import Any
 
 from litestar.testing import AsyncTestClient
 
+from gateway.settings import Settings
 from tests.curation_support import OLD_DOC, QUESTION, ask, gaps, ingest, relocation_cycle, relocation_model
 
 
@@ -143,3 +144,19 @@ async def test_chat_completions_return_an_id_to_rate(make_client: Callable[..., 
         assert rated.json()["recorded"]
         (gap,) = await gaps(client, "default")
         assert gap["examples"] == [QUESTION]
+
+
+async def test_a_resolution_obeys_the_document_limits_of_every_knowledge_write(
+    make_client: Callable[..., Any], settings: Settings
+) -> None:
+    """A curator's verified documents go through the same limits as ``POST /v1/documents``: an oversized or blank
+    document is a 400 before anything is looked up or written."""
+    limited = settings.replace(limits={"max_document_chars": 50})
+    async with make_client(relocation_model, settings_override=limited) as (client, _):
+        for document in ({"id": "too-long", "text": "x" * 51}, {"id": "blank", "text": "   "}):
+            response = await client.post(
+                "/v1/knowledge-gaps/no-such-gap/resolution", json={"tenant": "default", "documents": [document]}
+            )
+            assert response.status_code == 400, response.text
+            assert response.headers["content-type"].startswith("application/problem+json")
+            assert document["id"] in response.json()["detail"]
