@@ -37,7 +37,7 @@ class NameFinder(Protocol):
 
 # Full-width ASCII (U+FF01..U+FF5E) and the dashes Japanese text writes numbers with, one character each.
 _FOLD = {code: code - 0xFEE0 for code in range(0xFF01, 0xFF5F)}
-_FOLD.update({ord(c): ord("-") for c in "ー－‐‑–—−"})
+_FOLD.update({ord(c): ord("-") for c in "－‐‑–—−"})
 _FOLD[0x3000] = ord(" ")
 
 _EMAIL = re.compile(
@@ -53,8 +53,12 @@ _IPV6 = re.compile(r"(?<![0-9A-Fa-f:])(?=[0-9A-Fa-f:]*:[0-9A-Fa-f:]*:)[0-9A-Fa-f
 _NON_DIGITS = re.compile(r"\D")
 
 
+# The katakana prolonged sound mark is a dash only between digits (090ー1234ー5678), never in マイナンバー.
+_CHOON_BETWEEN_DIGITS = re.compile(r"(?<=\d)ー(?=\d)")
+
+
 def fold(text: str) -> str:
-    return text.translate(_FOLD)
+    return _CHOON_BETWEEN_DIGITS.sub("-", text.translate(_FOLD))
 
 
 def luhn_valid(digits: str) -> bool:

@@ -49,7 +49,7 @@ class Guardrails:
             started = time.perf_counter()
             findings = [self._pii.find(text) for text in texts]
             self._telemetry.guard_checked("pii", time.perf_counter() - started)
-            categories = sorted({finding.category for found in findings for finding in found})
+            categories: list[str] = sorted({finding.category for found in findings for finding in found})
             if categories and policy == "block":
                 self._telemetry.pii_found(categories, "blocked")
                 raise PersonalDataBlockedError(categories)

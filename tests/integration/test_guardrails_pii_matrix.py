@@ -24,7 +24,7 @@ from gateway.app import create_app
 from gateway.providers.embeddings import USEEmbeddings
 from gateway.settings import Settings
 from gateway.state import ProviderOverrides
-from tests.fakes.openai_server import Echo, FakeOpenAI
+from tests.fakes.openai_server import Answer, Echo, FakeOpenAI
 
 pytestmark = pytest.mark.redis
 
@@ -133,7 +133,7 @@ async def test_mask_sends_placeholders_and_gives_the_user_the_values(
     assert f"<{category}_1>" in span_text(exporter)
     assert value not in log_text(logs)
     assert value not in cache_text(prefix)
-    assert f'gateway_guard_pii_total{{action="masked",category="{category}"}} 1.0' in metrics
+    assert f'gateway_guard_pii_total{{action="masked",category="{category}"}} 2.0' in metrics  # both requests
     assert value not in metrics
 
 
@@ -197,6 +197,8 @@ async def test_streamed_chat_restores_values_in_live_tokens_and_masks_every_turn
         {"role": "assistant", "content": "Noted."},
         {"role": "user", "content": "Write hanako@example.jp a note that 090-1234-5678 changed."},
     ]
+    # The follow-up rewrite, as a model would write it from the masked turns; then the answer echoes it.
+    upstream.script(Answer("Write <EMAIL_1> a note that <PHONE_1> changed."))
     async with gateway(guarded(settings, upstream, "mask", prefix), embeddings, exporter) as client:
         response = await client.post(
             "/v1/chat/completions", json={"model": "gateway-direct", "messages": messages, "stream": True}
