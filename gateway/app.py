@@ -35,6 +35,7 @@ from gateway.curation.api import CurationController, EvalSuiteController, Feedba
 from gateway.curation.lifecycle import KnowledgeChanges, open_curation_store, start_curation
 from gateway.curation.pages import ReviewController, template_config
 from gateway.errors import handle_exception
+from gateway.guardrails.service import Guardrails, ScreenedRetriever, ScreenedSearch
 from gateway.knowledge import DenseSearch, KnowledgeBase, NewDocument
 from gateway.observability.http import trace_requests
 from gateway.observability.metrics import GatewayMetrics
@@ -54,7 +55,7 @@ from gateway.state import Check, ProviderOverrides, Services
 from pipelines.corrective.policy import CorrectivePolicy
 from pipelines.corrective.state import CorrectiveContext
 from pipelines.direct.state import DirectContext
-from pipelines.shared.deps import WebSearch
+from pipelines.shared.deps import Retriever, WebSearch
 from pipelines.shared.generation import GroundingPolicy
 from pipelines.single_hop.state import SingleHopContext
 from routes.knowledge_router import KnowledgeRouter
@@ -129,6 +130,7 @@ def build_route_table(
     http: httpx.AsyncClient,
     embeddings: Embeddings,
     telemetry: Telemetry | None = None,
+    guard: Guardrails | None = None,
 ) -> RouteTable:
     """Every graph compiled once, at start-up, with the runtime contexts (the lifespan's clients) its runs get."""
     gates, corrective, retrieval = settings.grounding, settings.corrective, settings.retrieval
@@ -152,11 +154,15 @@ def build_route_table(
     search: WebSearch = LocalStoreSearch(knowledge)
     if settings.web_search.tavily_api_key is not None:
         search = TavilySearch(http, settings.web_search.tavily_api_key.get_secret_value(), embeddings)
+    # Passages reach the model screened for injected instructions (flagged, dropped or refused per tenant).
+    retriever: Retriever = knowledge
+    if guard is not None:
+        retriever, search = ScreenedRetriever(knowledge, guard), ScreenedSearch(search, guard)
     contexts = PipelineContexts(
         direct=DirectContext(llm=llm, telemetry=observer),
         single_hop=SingleHopContext(
             llm=llm,
-            retriever=knowledge,
+            retriever=retriever,
             grounding=grounding,
             relevance=corrective_policy.relevance,
             lower=retrieval.escalate_below,
@@ -165,7 +171,7 @@ def build_route_table(
         ),
         corrective=CorrectiveContext(
             llm=llm,
-            retriever=knowledge,
+            retriever=retriever,
             search=search,
             embedder=knowledge,
             policy=corrective_policy,
@@ -283,7 +289,8 @@ def _lifespan(
                 curation = await start_curation(settings, curation_store, knowledge, llm, telemetry, changes, stack)
             # Router training embeds in bulk with the sync API: it gets the unwrapped model.
             router = await build_router(settings, embeddings, llm, knowledge)
-            table = build_route_table(settings, llm, knowledge, http, embeddings, telemetry)
+            guard = await asyncio.to_thread(Guardrails.from_settings, settings.guard, telemetry)  # a name model loads
+            table = build_route_table(settings, llm, knowledge, http, embeddings, telemetry, guard)
 
             query_service = QueryService(
                 knowledge,
@@ -296,6 +303,7 @@ def _lifespan(
                 versions=cache.versions if cache is not None else None,
                 telemetry=telemetry,
                 on_answer=curation.recorder.observe if curation is not None else None,
+                guard=guard,
             )
             if curation is not None:
                 curation.attach(query_service)

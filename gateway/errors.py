@@ -59,6 +59,39 @@ class TenantForbiddenError(PermissionDeniedError):
     """The body names a tenant other than the API key's."""
 
 
+class PersonalDataBlockedError(ClientError):
+    """The tenant's policy refuses personal data in a request: the detail names categories, never values."""
+
+    status_code = 422
+    title = "Personal data not allowed"
+
+    def __init__(self, categories: list[str]) -> None:
+        names = ", ".join(categories)
+        super().__init__(
+            f"The request contains personal data ({names}), which this tenant's policy does not allow to be sent "
+            "to the model. Remove it and ask again.",
+            code="personal_data_blocked",
+            categories=categories,
+        )
+
+
+class PromptInjectionError(ClientError):
+    """An instruction aimed at the model was found where the tenant's policy refuses it (prompt or passage)."""
+
+    status_code = 422
+    title = "Prompt injection refused"
+
+    def __init__(self, source: str, kinds: list[str]) -> None:
+        where = "the request" if source == "prompt" else "a retrieved passage"
+        super().__init__(
+            f"Instructions aimed at the model were found in {where} ({', '.join(kinds)}); this tenant's policy "
+            "refuses such requests.",
+            code="prompt_injection",
+            source=source,
+            kinds=kinds,
+        )
+
+
 class RateLimitedError(ClientError):
     status_code = 429
     title = "Too many requests"

@@ -6,6 +6,7 @@ handlers charge token budgets): this layer only answers.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from collections.abc import Callable
@@ -17,6 +18,8 @@ from gateway.cache.exact import ExactCache
 from gateway.cache.keys import KeyParams
 from gateway.cache.semantic import SemanticCache, semantic_scope
 from gateway.cache.versions import KnowledgeVersions
+from gateway.guardrails.service import Guardrails
+from gateway.guardrails.vault import Vault
 from gateway.knowledge import KnowledgeBase
 from gateway.observability.recorder import Telemetry
 from gateway.schemas import QueryRequest, QueryResponse, RouteProbe, RouteResponse, Source, Usage
@@ -47,6 +50,7 @@ class QueryService:
         versions: KnowledgeVersions | None = None,
         telemetry: Telemetry | None = None,
         on_answer: OnAnswer | None = None,
+        guard: Guardrails | None = None,
     ) -> None:
         self._knowledge = knowledge
         self._router = router
@@ -56,28 +60,43 @@ class QueryService:
         self._versions = versions
         self._telemetry = telemetry or Telemetry(None, None)
         self._on_answer = on_answer
+        self._guard = guard
+
+    def screen(self, tenant: str, texts: list[str], vault: Vault) -> list[str]:
+        """The user's texts as they may go upstream (the tenant's guardrails; unchanged without them)."""
+        return texts if self._guard is None else self._guard.screen_prompt(tenant, texts, vault)
 
     async def route(self, query: str, tenant: str) -> RouteDecision:
+        query = self.screen(tenant, [query], Vault())[0]  # the LLM classifier is an upstream call too
         vector = await self._knowledge.embed_query(query)
         decision, _ = await self._router.decide(query, "auto", vector, tenant)
         return decision
 
-    async def answer(self, request: QueryRequest, admit: Admit | None = None) -> QueryResponse:
+    async def answer(
+        self, request: QueryRequest, admit: Admit | None = None, *, vault: Vault | None = None
+    ) -> QueryResponse:
         """Every answer path (``/v1/query``, chat completions) comes through here: one span and one count each.
 
         ``admit`` is the API edge's check of a client's request (limits, tenant): it runs inside the
-        request's span and count, so a rejected request is traced and counted like any other. This layer
-        checks nothing itself.
+        request's span and count, so a rejected request is traced and counted like any other. The
+        guardrails then mask (or refuse) the query: from there on, caches, spans, the model and the answer
+        records see placeholders only, and the caller gets the answer with its values restored. A caller
+        passing ``vault`` has screened the query already (the chat API, with the turns before it).
         """
-        with self._telemetry.request(request.route, request.query) as scope:
+        screened = vault is not None
+        vault = vault if vault is not None else Vault()
+        with self._telemetry.request(request.route) as scope:
             if admit is not None:
                 request = admit(request)
+            if not screened:
+                request = msgspec.structs.replace(request, query=self.screen(request.tenant, [request.query], vault)[0])
+            self._telemetry.query_text(scope, request.query)
             response = await self._answer(request)
             self._telemetry.answered(scope, route=response.route, cached=response.cached, answer=response.answer)
             response = msgspec.structs.replace(response, trace_id=scope.trace_id, response_id=new_response_id())
             if self._on_answer is not None:
                 self._on_answer(request, response)
-            return response
+            return restore_response(response, vault)
 
     async def answer_fresh(self, request: QueryRequest) -> QueryResponse:
         """An answer computed now, past both answer caches and unrecorded: a curator's re-run of a question."""
@@ -128,6 +147,12 @@ class QueryService:
             await self._semantic.store(request.tenant, version, query, vector, payload, scope=scope, ttl_s=ttl)
         return response
 
+    def _screened(self, probe: Probe | None, tenant: str) -> Probe | None:
+        """The router's probe serves as the first retrieval: its passages are screened like any retrieval's."""
+        if probe is None or self._guard is None:
+            return probe
+        return dataclasses.replace(probe, passages=tuple(self._guard.screen_passages(tenant, list(probe.passages))))
+
     async def _compute(
         self, request: QueryRequest, query: str, started: float, *, vector: list[float] | None = None
     ) -> QueryResponse:
@@ -153,7 +178,7 @@ class QueryService:
             allow_escalation=request.allow_escalation,
             # The probe is a dense search (what the router was trained on): it can serve the first retrieval
             # only when retrieval is dense too; hybrid retrieval (the default) fuses in keyword hits.
-            probe=None if self._knowledge.hybrid else probe,
+            probe=None if self._knowledge.hybrid else self._screened(probe, request.tenant),
         )
         calls = [*router_calls, *result.llm_calls]
         routed = [RouteQuery(route=decision.route, classifier=decision.classifier)] if router_calls else []
@@ -176,6 +201,24 @@ class QueryService:
             escalated_from=result.escalated_from,
             events=events,
         )
+
+
+def restore_response(response: QueryResponse, vault: Vault) -> QueryResponse:
+    """The response the user sees: every placeholder in its text (answer, steps, events) back to its value."""
+    if not vault:
+        return response
+    restored = _restore_strings(msgspec.to_builtins(response), vault)
+    return msgspec.convert(restored, type=QueryResponse)
+
+
+def _restore_strings(value: object, vault: Vault) -> object:
+    if isinstance(value, str):
+        return vault.restore(value)
+    if isinstance(value, list):
+        return [_restore_strings(item, vault) for item in value]
+    if isinstance(value, dict):
+        return {key: _restore_strings(item, vault) for key, item in value.items()}
+    return value
 
 
 def _served_from_cache(response: QueryResponse, started: float) -> QueryResponse:

@@ -376,6 +376,35 @@ class CurationSettings(SettingsGroup):
     deep_search_k: int = Field(50, ge=1, le=500)
 
 
+PiiPolicy = Literal["mask", "block", "off"]
+InjectionPolicy = Literal["flag", "drop", "refuse"]
+
+
+class GuardrailSettings(SettingsGroup):
+    """Personal data and injected instructions, per tenant: a default policy and a JSON map of tenants that
+    differ (``{"acme": "block"}``). PII: mask (typed placeholders upstream, values restored for the user),
+    block (422 naming the category), off. Injection: flag (metric and span attribute), drop (the flagged
+    passage is not given to the model), refuse (422)."""
+
+    model_config = SettingsConfigDict(env_prefix="GATEWAY_GUARD_")
+    # Masking changes what the model reads, dropping what it is given: cached answers depend on both.
+    shapes_answers = True
+
+    pii_policy: PiiPolicy = "mask"
+    pii_tenant_policies: dict[str, PiiPolicy] = Field(default_factory=dict)
+    # A spaCy pipeline installed as a package that tags person names (``ja_ginza``, extra ``pii-names``);
+    # empty: names are not looked for (patterns only, microseconds instead of ~50 ms a request).
+    pii_names_model: str = ""
+    injection_policy: InjectionPolicy = "flag"
+    injection_tenant_policies: dict[str, InjectionPolicy] = Field(default_factory=dict)
+
+    def pii_for(self, tenant: str) -> PiiPolicy:
+        return self.pii_tenant_policies.get(tenant, self.pii_policy)
+
+    def injection_for(self, tenant: str) -> InjectionPolicy:
+        return self.injection_tenant_policies.get(tenant, self.injection_policy)
+
+
 class Settings(BaseModel):
     """All groups. ``Settings()`` reads the environment (each group its own variables); tests and
     embedders pass groups, or change some fields of a copy with :meth:`replace`."""
@@ -403,6 +432,7 @@ class Settings(BaseModel):
     access: AccessSettings = Field(default_factory=AccessSettings)
     observability: ObservabilitySettings = Field(default_factory=ObservabilitySettings)
     curation: CurationSettings = Field(default_factory=CurationSettings)
+    guard: GuardrailSettings = Field(default_factory=GuardrailSettings)
 
     def groups(self) -> dict[str, SettingsGroup]:
         return {name: getattr(self, name) for name in type(self).model_fields}

@@ -105,6 +105,7 @@ def _errors(*statuses: int) -> dict[int, ResponseSpec]:
         403: "The key lacks the scope or names another tenant",
         404: "Unknown model",
         413: "Request body larger than GATEWAY_MAX_BODY_BYTES",
+        422: "Refused by the tenant's guardrails: personal data (categories named, never values) or injections",
         429: "Rate limit or daily token budget exceeded; see Retry-After",
         502: "Upstream provider failed",
         503: "Upstream provider (or the rate limiter, when failing closed) unavailable",
@@ -124,7 +125,7 @@ class ChatController(Controller):
         "/chat/completions",
         status_code=200,
         summary="OpenAI-compatible chat completion; stream=true answers with server-sent events",
-        responses=_errors(400, 401, 403, 404, 413, 429, 502, 503, 504),
+        responses=_errors(400, 401, 403, 404, 413, 422, 429, 502, 503, 504),
         operation_class=ChatOperation,
     )
     async def chat_completions(

@@ -24,6 +24,7 @@ DESCRIPTIONS = {
     403: "The key lacks the scope, or the body names another tenant than the key's",
     404: "Not found",
     413: "Request body larger than GATEWAY_MAX_BODY_BYTES",
+    422: "Refused by the tenant's guardrails: personal data (categories named, never values) or injections",
     429: "Rate limit or daily token budget exceeded; see the Retry-After header",
     502: "An upstream provider failed",
     503: "An upstream provider is unavailable",

@@ -26,7 +26,7 @@ class QueryController(Controller):
         "/query",
         status_code=200,
         summary="Answer a query on the route the router picks (or the one asked for)",
-        responses=problem_responses(400, 401, 403, 413, 429, 502, 503, 504),
+        responses=problem_responses(400, 401, 403, 413, 422, 429, 502, 503, 504),
     )
     async def query(
         self,
@@ -50,7 +50,7 @@ class QueryController(Controller):
         "/route",
         status_code=200,
         summary="The router's decision alone, without running a pipeline",
-        responses=problem_responses(400, 401, 403, 413, 429, 502, 503, 504),
+        responses=problem_responses(400, 401, 403, 413, 422, 429, 502, 503, 504),
     )
     async def route(
         self,

@@ -8,12 +8,14 @@ for the tenant of the caller's key and goes through the same caches, router and 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import msgspec
 
 from gateway.chat.wire import AssistantMessage, ChatCompletion, Choice, CompletionUsage, GatewayInfo
+from gateway.guardrails.vault import Vault
 from gateway.providers.llm import LLMClient
+from gateway.providers.token_stream import rewrite_live
 from gateway.schemas import QueryRequest, QueryResponse
 from gateway.service import QueryService
 from gateway.steps import RewriteFollowup, StepEvent, render_steps
@@ -89,12 +91,20 @@ class ChatService:
         self._llm = llm
 
     async def answer(self, prepared: PreparedChat) -> ChatAnswer:
+        """Every turn is screened with one vault (an address is one placeholder in all of them) before the
+        follow-up rewrite, the first upstream call; live tokens are restored as they stream."""
+        query, vault = prepared.query, Vault()
+        texts = self._queries.screen(query.tenant, [*(t.text for t in prepared.history), query.query], vault)
+        history = [replace(turn, text=text) for turn, text in zip(prepared.history, texts, strict=False)]
+        query = msgspec.structs.replace(query, query=texts[-1])
+        if vault:
+            rewrite_live(vault.streaming())
         rewrite = None
-        query = prepared.query
-        if prepared.history:
-            rewrite = await rewrite_followup(self._llm, prepared.history, query.query)
+        if history:
+            rewrite = await rewrite_followup(self._llm, history, query.query)
             query = msgspec.structs.replace(query, query=rewrite.query)
-        return ChatAnswer(await self._queries.answer(query), rewrite)
+            rewrite = replace(rewrite, query=vault.restore(rewrite.query))
+        return ChatAnswer(await self._queries.answer(query, vault=vault), rewrite)
 
     def completion(self, prepared: PreparedChat, answer: ChatAnswer) -> ChatCompletion:
         return ChatCompletion(

@@ -23,6 +23,7 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 45.0, 60.0)
 LLM_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0)
+GUARD_BUCKETS = (0.00001, 0.00005, 0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5)
 NODE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
@@ -201,6 +202,26 @@ class GatewayMetrics:
             "gateway_dependency_transitions_total",
             "A degradable dependency (redis) going down or coming back, as seen by calls to it (state: down, up).",
             ["dependency", "state"],
+            registry=r,
+        )
+
+        self.guard_pii = Counter(
+            "gateway_guard_pii_total",
+            "Personal data found in requests, by category and what the tenant's policy did (masked, blocked).",
+            ["category", "action"],
+            registry=r,
+        )
+        self.guard_injections = Counter(
+            "gateway_guard_injections_total",
+            "Injections found: where (prompt, passage) and what the policy did (flagged, dropped, refused).",
+            ["source", "action"],
+            registry=r,
+        )
+        self.guard_duration = Histogram(
+            "gateway_guard_check_seconds",
+            "Time one guardrail check took (check: pii, injection).",
+            ["check"],
+            buckets=GUARD_BUCKETS,
             registry=r,
         )
 

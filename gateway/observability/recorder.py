@@ -117,7 +117,7 @@ class Telemetry:
     # -- request ---------------------------------------------------------------------------
 
     @contextmanager
-    def request(self, requested_route: str, query: str) -> Iterator[RequestScope]:
+    def request(self, requested_route: str, query: str | None = None) -> Iterator[RequestScope]:
         """One answer request: a span, the in-flight gauge, and the request counter/histogram at the end."""
         metrics = self.metrics
         started = time.perf_counter()
@@ -130,7 +130,7 @@ class Telemetry:
             with self.tracer.start_as_current_span("gateway.answer") as span:
                 scope.span = span
                 scope.trace_id = trace_id_of(span)
-                if self.include_content and span.is_recording():
+                if query is not None and self.include_content and span.is_recording():
                     span.set_attribute("gateway.query", _truncate(query))
                 try:
                     yield scope
@@ -165,6 +165,36 @@ class Telemetry:
                 cached = "true" if scope.cached else "false"
                 metrics.requests.labels(scope.route, status, cached).inc()
                 metrics.request_duration.labels(scope.route, cached).observe(time.perf_counter() - started)
+
+    def query_text(self, scope: RequestScope, query: str) -> None:
+        """The query as it travels on (masked when the guardrails masked it), with content tracing on."""
+        if self.include_content and scope.span.is_recording():
+            scope.span.set_attribute("gateway.query", _truncate(query))
+
+    # -- guardrails ------------------------------------------------------------------------
+
+    def guard_checked(self, check: str, seconds: float) -> None:
+        if self.metrics is not None:
+            self.metrics.guard_duration.labels(check).observe(seconds)
+
+    def pii_found(self, categories: Sequence[str], action: str) -> None:
+        """Categories only: the values never leave the guardrails."""
+        if self.metrics is not None:
+            for category in categories:
+                self.metrics.guard_pii.labels(category, action).inc()
+        span = _request_span()
+        if span.is_recording():
+            span.set_attribute("gateway.guard.pii.categories", list(categories))
+            span.set_attribute("gateway.guard.pii.action", action)
+
+    def injection_found(self, source: str, kinds: Sequence[str], action: str, count: int = 1) -> None:
+        if self.metrics is not None:
+            self.metrics.guard_injections.labels(source, action).inc(count)
+        span = _request_span()
+        if span.is_recording():
+            span.set_attribute(f"gateway.guard.injection.{source}.kinds", list(kinds))
+            span.set_attribute(f"gateway.guard.injection.{source}.action", action)
+            span.set_attribute(f"gateway.guard.injection.{source}.count", count)
 
     def answered(self, scope: RequestScope, *, route: str, cached: bool, answer: str) -> None:
         scope.route = route
@@ -344,6 +374,12 @@ class Telemetry:
         if self.metrics is not None:
             self.metrics.dependency_transitions.labels(name, "up" if up else "down").inc()
         self.dependency(name, up)
+
+
+def _request_span() -> Span:
+    """The request's span (where a reader looks for its facts), else whichever span is current."""
+    scope = _request_var.get()
+    return scope.span if scope is not None else trace.get_current_span()
 
 
 def _error_kind(exc: Exception) -> str:

@@ -14,9 +14,17 @@ import asyncio
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, Protocol
 
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+
+
+class Rewriter(Protocol):
+    """Changes text that arrives in pieces (the guardrails' placeholders back to their values)."""
+
+    def feed(self, delta: str) -> str: ...
+
+    def flush(self) -> str: ...
 
 
 class TokenSink:
@@ -26,15 +34,24 @@ class TokenSink:
         self.live_nodes = live_nodes
         self.queue: asyncio.Queue[str | None] = asyncio.Queue()
         self.streamed: list[str] = []
+        self.rewriter: Rewriter | None = None
 
     def wants(self, node: str) -> bool:
         return node in self.live_nodes
 
     def put(self, text: str) -> None:
-        self.streamed.append(text)
-        self.queue.put_nowait(text)
+        if self.rewriter is not None:
+            text = self.rewriter.feed(text)
+        if text:
+            self.streamed.append(text)
+            self.queue.put_nowait(text)
 
     def close(self) -> None:
+        if self.rewriter is not None:
+            tail = self.rewriter.flush()
+            if tail:
+                self.streamed.append(tail)
+                self.queue.put_nowait(tail)
         self.queue.put_nowait(None)
 
     @property
@@ -52,6 +69,13 @@ def streaming_into(sink: TokenSink) -> Iterator[TokenSink]:
         yield sink
     finally:
         _sink.reset(token)
+
+
+def rewrite_live(rewriter: Rewriter) -> None:
+    """Pass this request's live tokens through ``rewriter`` (no-op outside a streamed request)."""
+    sink = _sink.get()
+    if sink is not None:
+        sink.rewriter = rewriter
 
 
 def active_sink(node: str) -> TokenSink | None:

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-GRADE_SYSTEM = """You check whether a document helps answer a question.
+from pipelines.shared.prompts import QUOTED_DATA_RULE
+
+GRADE_SYSTEM = (
+    """You check whether a document helps answer a question.
 First copy into "fact" the one sentence or phrase of the document that is most useful for the
 question (for a two-step question, useful for either step), or "none" if nothing is.
 Then set "relevant": true only if that fact helps answer the question; false if the document is
-merely on a similar topic."""
+merely on a similar topic.
+"""
+    + QUOTED_DATA_RULE
+)
 
 GRADE_USER = """Question: {question}
 
@@ -44,8 +50,12 @@ Missing: {missing}
 Already searched (write a different query): {tried}
 Search query:"""
 
-GROUNDED_SYSTEM = """You check an answer against evidence. List every claim of the answer that the
-evidence does not state. A claim is supported only if the evidence says it (paraphrase is fine)."""
+GROUNDED_SYSTEM = (
+    """You check an answer against evidence. List every claim of the answer that the
+evidence does not state. A claim is supported only if the evidence says it (paraphrase is fine).
+"""
+    + QUOTED_DATA_RULE
+)
 
 GROUNDED_USER = """Evidence:
 {evidence}
@@ -72,12 +82,16 @@ CAUTIOUS_MISSING_JA = " 文書に記載がないこと: {missing}。"
 
 # Prompt order keeps the shared prefix first for llama.cpp's cache: the instructions, then the question,
 # then the evidence that grows from hop to hop.
-HOP_SYSTEM = """You plan the next search for a question answered from documents, one step at a time.
+HOP_SYSTEM = (
+    """You plan the next search for a question answered from documents, one step at a time.
 Read the evidence found so far. If it states the answer to the question, set "next_query" to "".
 Otherwise set "next_query" to ONE short search query for the missing piece: for a two-step question,
 the second step, naming the entity the evidence found (for example "Where was Christopher Nolan
 born?" once the evidence says Nolan directed the film). Write it in the language of the question.
-Put in "found" the fact from the evidence the next query builds on ("" if none)."""
+Put in "found" the fact from the evidence the next query builds on ("" if none).
+"""
+    + QUOTED_DATA_RULE
+)
 
 HOP_USER = """Question: {question}
 

@@ -44,8 +44,18 @@ class GroundedAnswer:
     context: list[Passage] = field(default_factory=list)
 
 
+# What a passage may not carry into a prompt: the end of the quoted block, and chat-template markers.
+_BREAKOUT = re.compile(r"</?documents>|<\|[a-z_]+\|>|\[/?INST\]|<</?SYS>>", re.IGNORECASE)
+
+
 def format_context(passages: list[Passage]) -> str:
-    return "\n\n".join(f"[{i}] ({p.title}) {p.text}" for i, p in enumerate(passages, start=1))
+    """Numbered passages; anything in them that could close the quoted block or open a chat turn is removed,
+    so a passage cannot step out of the data it is presented as."""
+    return "\n\n".join(f"[{i}] ({_quoted(p.title)}) {_quoted(p.text)}" for i, p in enumerate(passages, start=1))
+
+
+def _quoted(text: str) -> str:
+    return _BREAKOUT.sub(" ", text)
 
 
 def cited_passages(answer: str, passages: list[Passage]) -> list[Passage]:

@@ -8,7 +8,10 @@ mock of the client. Each chat request takes the next scripted :data:`Behaviour` 
 - :class:`Status`: an error answer, e.g. 429 with ``Retry-After`` or a 500/503;
 - :class:`Hang`: headers never come (until ``seconds`` pass or the server closes);
 - :class:`Cut`: a streamed answer whose connection drops after ``chunks`` content chunks (a plain
-  answer drops mid-body).
+  answer drops mid-body);
+- :class:`Echo`: answers with the last message it was sent (what a guardrail let through comes back).
+
+Every request's messages are recorded (:attr:`FakeOpenAI.seen`): what the upstream was told.
 
 :meth:`FakeOpenAI.refuse` closes the listener, so connections are refused, until :meth:`restore`.
 Every response says ``Connection: close``, so no pooled connection outlives a refusal.
@@ -50,7 +53,12 @@ class Cut:
     chunks: int = 2
 
 
-Behaviour = Answer | Status | Hang | Cut
+@dataclass(frozen=True)
+class Echo:
+    prefix: str = "You said: "
+
+
+Behaviour = Answer | Status | Hang | Cut | Echo
 
 
 @dataclass(frozen=True)
@@ -60,6 +68,7 @@ class Seen:
     model: str
     stream: bool
     at: float
+    messages: tuple[str, ...] = ()
 
 
 class FakeOpenAI:
@@ -88,9 +97,14 @@ class FakeOpenAI:
         with self._lock:
             self._script.extend(behaviours)
 
-    def next_behaviour(self, model: str, stream: bool) -> Behaviour:
+    @property
+    def received(self) -> str:
+        """Every message text every request carried, joined: what this upstream was told, all of it."""
+        return "\n".join(text for seen in self.seen for text in seen.messages)
+
+    def next_behaviour(self, model: str, stream: bool, messages: tuple[str, ...] = ()) -> Behaviour:
         with self._lock:
-            self.seen.append(Seen(model=model, stream=stream, at=time.monotonic()))
+            self.seen.append(Seen(model=model, stream=stream, at=time.monotonic(), messages=messages))
             return self._script.popleft() if self._script else self.default
 
     def start(self) -> FakeOpenAI:
@@ -178,7 +192,10 @@ def _handler(upstream: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             length = int(self.headers.get("Content-Length") or 0)
             request = json.loads(self.rfile.read(length) or b"{}")
             model, stream = str(request.get("model", "")), bool(request.get("stream"))
-            behaviour = upstream.next_behaviour(model, stream)
+            messages = tuple(str(m.get("content", "")) for m in request.get("messages", []) if isinstance(m, dict))
+            behaviour = upstream.next_behaviour(model, stream, messages)
+            if isinstance(behaviour, Echo):
+                behaviour = Answer(behaviour.prefix + (messages[-1] if messages else ""))
             # The gateway may give up on a request (its timeout) before the answer is written: nothing to do.
             with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                 self._behave(behaviour, model, stream)

@@ -109,10 +109,11 @@ async def test_retries_are_bounded(settings: Settings, embeddings: USEEmbeddings
 async def test_retry_after_is_honoured(
     settings: Settings, embeddings: USEEmbeddings, upstream: FakeOpenAI, form: str
 ) -> None:
-    # An HTTP date has one-second resolution: ask for 2 s so at least ~1 s remains when it is read.
-    value = "1" if form == "seconds" else email.utils.formatdate(time.time() + 2, usegmt=True)
-    upstream.script(Status(429, retry_after=value), Answer("After waiting."))
     async with gateway(against(settings, upstream, timeout_s=5.0), embeddings) as client:
+        # An HTTP date has one-second resolution: ask for 2 s so at least ~1 s remains when it is read. Dated
+        # once the app is up: a start-up slower than 2 s on a loaded machine would leave a date already past.
+        value = "1" if form == "seconds" else email.utils.formatdate(time.time() + 2, usegmt=True)
+        upstream.script(Status(429, retry_after=value), Answer("After waiting."))
         response, _ = await ask(client)
         retries = await metric(client, "gateway_llm_retries_total", upstream="primary", reason="rate_limited")
     assert response.status_code == 200

@@ -12,6 +12,7 @@ import msgspec
 import pytest
 
 from gateway.chat.completions import ChatService, PreparedChat
+from gateway.guardrails.vault import Vault
 from gateway.providers.llm import LLMClient
 from gateway.providers.scripted_chat import ScriptedChatModel
 from gateway.schemas import QueryRequest, QueryResponse
@@ -36,9 +37,15 @@ class Recorder:
     def __init__(self) -> None:
         self.requests: list[QueryRequest] = []
 
-    async def answer(self, request: QueryRequest, admit: Admit | None = None) -> QueryResponse:
+    async def answer(
+        self, request: QueryRequest, admit: Admit | None = None, *, vault: Vault | None = None
+    ) -> QueryResponse:
         self.requests.append(admit(request) if admit is not None else request)
         return query_response(route="direct")
+
+    def screen(self, tenant: str, texts: list[str], vault: Vault) -> list[str]:
+        """As ``QueryService.screen`` with no personal data found: the texts unchanged."""
+        return texts
 
 
 def test_the_sample_sets_every_field_to_a_non_default_value() -> None:

@@ -1,0 +1,6 @@
+"""Guardrails in front of every upstream call: personal data masked (or refused), injected instructions flagged.
+
+:mod:`.pii` finds personal data (e-mail, phone, card, My Number, IP, names where a model is configured),
+:mod:`.vault` swaps it for typed placeholders and back, :mod:`.injection` spots instructions smuggled into a
+prompt or a retrieved passage, and :mod:`.service` applies each tenant's policy to a request.
+"""

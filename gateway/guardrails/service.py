@@ -1,0 +1,107 @@
+"""Each tenant's guardrail policy applied to a request: its text on the way in, its passages on the way to the model.
+
+One object per app, built at start-up (the name model, if any, is loaded once). It is handed to the
+query service (the user's text: masked or refused before any cache key, model call or web search is
+made of it) and wraps the retrievers the pipelines read (passages carrying instructions: flagged,
+dropped or refused before a prompt is built from them).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from gateway.errors import PersonalDataBlockedError, PromptInjectionError
+from gateway.guardrails.injection import InjectionClassifier, InjectionDetector, train_classifier
+from gateway.guardrails.pii import NameFinder, PiiDetector, SpacyNames
+from gateway.guardrails.vault import Vault
+from gateway.observability.recorder import Telemetry
+from gateway.settings import GuardrailSettings
+from pipelines.shared.deps import Passage, Retriever, WebSearch
+
+
+class Guardrails:
+    def __init__(
+        self,
+        settings: GuardrailSettings,
+        telemetry: Telemetry | None = None,
+        names: NameFinder | None = None,
+        classifier: InjectionClassifier | None = None,
+    ) -> None:
+        self._settings = settings
+        self._telemetry = telemetry or Telemetry(None, None)
+        self._pii = PiiDetector(names)
+        self._injection = InjectionDetector(classifier)
+
+    @classmethod
+    def from_settings(cls, settings: GuardrailSettings, telemetry: Telemetry | None = None) -> Guardrails:
+        """What start-up builds: the prompt classifier trained, the name model (if any) loaded."""
+        names = SpacyNames(settings.pii_names_model) if settings.pii_names_model else None
+        return cls(settings, telemetry, names, train_classifier())
+
+    def screen_prompt(self, tenant: str, texts: Sequence[str], vault: Vault) -> list[str]:
+        """The user's texts as they may travel upstream: personal data masked into ``vault`` (or refused),
+        instructions aimed at the model flagged (or refused). ``drop`` cannot drop the question itself:
+        for a prompt it flags."""
+        masked = list(texts)
+        policy = self._settings.pii_for(tenant)
+        if policy != "off":
+            started = time.perf_counter()
+            findings = [self._pii.find(text) for text in texts]
+            self._telemetry.guard_checked("pii", time.perf_counter() - started)
+            categories: list[str] = sorted({finding.category for found in findings for finding in found})
+            if categories and policy == "block":
+                self._telemetry.pii_found(categories, "blocked")
+                raise PersonalDataBlockedError(categories)
+            if categories:
+                masked = [vault.mask(text, found) for text, found in zip(texts, findings, strict=True)]
+                self._telemetry.pii_found(categories, "masked")
+        started = time.perf_counter()
+        kinds = sorted({kind for text in masked for kind in self._injection.check(text, prompt=True).kinds})
+        self._telemetry.guard_checked("injection", time.perf_counter() - started)
+        if kinds:
+            refuse = self._settings.injection_for(tenant) == "refuse"
+            self._telemetry.injection_found("prompt", kinds, "refused" if refuse else "flagged")
+            if refuse:
+                raise PromptInjectionError("prompt", kinds)
+        return masked
+
+    def screen_passages(self, tenant: str, passages: list[Passage]) -> list[Passage]:
+        started = time.perf_counter()
+        verdicts = [self._injection.check(f"{p.title}\n{p.text}") for p in passages]
+        self._telemetry.guard_checked("injection", time.perf_counter() - started)
+        flagged = [verdict for verdict in verdicts if verdict.flagged]
+        if not flagged:
+            return passages
+        kinds = sorted({kind for verdict in flagged for kind in verdict.kinds})
+        policy = self._settings.injection_for(tenant)
+        action = {"flag": "flagged", "drop": "dropped", "refuse": "refused"}[policy]
+        self._telemetry.injection_found("passage", kinds, action, count=len(flagged))
+        if policy == "refuse":
+            raise PromptInjectionError("passage", kinds)
+        if policy == "drop":
+            return [p for p, verdict in zip(passages, verdicts, strict=True) if not verdict.flagged]
+        return passages
+
+
+class ScreenedRetriever:
+    """The knowledge base as the pipelines see it: every search's passages screened for injected instructions."""
+
+    def __init__(self, inner: Retriever, guard: Guardrails) -> None:
+        self._inner = inner
+        self._guard = guard
+
+    async def search(self, tenant: str, query: str, k: int, *, vector: list[float] | None = None) -> list[Passage]:
+        return self._guard.screen_passages(tenant, await self._inner.search(tenant, query, k, vector=vector))
+
+
+class ScreenedSearch:
+    """The search-more step's source (the web, or the tenant's store), screened like retrieval."""
+
+    def __init__(self, inner: WebSearch, guard: Guardrails) -> None:
+        self._inner = inner
+        self._guard = guard
+        self.name = inner.name
+
+    async def search(self, tenant: str, query: str, k: int) -> list[Passage]:
+        return self._guard.screen_passages(tenant, await self._inner.search(tenant, query, k))
