@@ -70,6 +70,7 @@ async def test_traces_from_the_chart_defaults_reach_an_otlp_receiver(
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", point_at(env["OTEL_EXPORTER_OTLP_ENDPOINT"], receiver.netloc))
         # The pod's /data volume and the hosted LLM: test places instead (the scripted model answers).
         monkeypatch.setenv("GATEWAY_VECTOR_STORE_PATH", str(tmp_path / "lancedb"))
+        monkeypatch.setenv("GATEWAY_CURATION_DATABASE_URL", f"sqlite+aiosqlite:///{tmp_path / 'curation.db'}")
         monkeypatch.setenv("GATEWAY_ROUTER_CACHE_DIR", str(router_cache_dir))
         monkeypatch.setenv("GATEWAY_LLM_BASE_URL", "http://127.0.0.1:9/v1")
         async with make_client(settings_override=Settings()) as (client, _):

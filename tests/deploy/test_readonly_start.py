@@ -64,9 +64,13 @@ def router_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def container_env(scratch: Path, data: Path, router_dir: Path, port: int) -> dict[str, str]:
     def volume_path(value: str) -> str:
+        # Paths and URLs holding a path (sqlite+aiosqlite:////data/curation.db) both move to the test's folders:
+        # nothing may write to the host's /data.
         for mount, local in (("/tmp", scratch), ("/data", data)):
             if value == mount or value.startswith(mount + "/"):
                 return str(local) + value[len(mount) :]
+            if ":///" + mount + "/" in value:
+                return value.replace(":///" + mount + "/", ":///" + str(local) + "/", 1)
         return value
 
     env = {name: volume_path(value) for name, value in env_of_final_stage().items() if name != "PATH"}
