@@ -2,20 +2,21 @@
 
     python -m tests.benchmarks.llama_server_compare --model ~/.cache/rag-gateway/models/M.gguf --threads 1 \\
         --server source=/path/to/llama-server \\
-        --server prebuilt="python -m gateway.local_llm.embedded" [--rounds 2] [--repeats 3]
+        --server prebuilt="python -m gateway.local_llm.embedded" [--rounds 2] [--repeats 3] [--structured-rounds 1]
 
 Each ``--server LABEL=COMMAND`` is started with the project's own flags (``ServerConfig.arguments()``,
 ``--threads`` overridden) on a free loopback port, one server at a time, round-robin over ``--rounds``
 so the machine's background load falls on every server alike. Per server it measures:
 
 - start-up: spawn to ``/health`` 200 (model load included);
-- prompt processing: a ~500-token prompt with a fresh first line and ``cache_prompt`` off, so every
+- prompt processing: a ~400-token prompt with a fresh first line and ``cache_prompt`` off, so every
   token is processed; tokens/s from the server's own ``timings``;
 - decoding: 64 tokens with ``ignore_eos`` (the same count every time), tokens/s from ``timings``;
 - structured output: the router's and the graders' real prompts and pydantic schemas through
   :meth:`LLMClient.structured` (``ChatOpenAI`` with a ``json_schema`` ``response_format``, as served
   requests use it): how many parse and validate, and how many replies are identical to the first
-  server's (temperature 0, so differences come from the kernels, not from sampling).
+  server's (temperature 0, so differences come from the kernels, not from sampling); in the first
+  ``--structured-rounds`` rounds only, as these are the slow part on a busy machine.
 
 The speed probes post to ``/v1/chat/completions`` with httpx because ``timings`` and ``ignore_eos``
 are llama.cpp extensions that ``ChatOpenAI`` does not expose. Prints figures; asserts nothing.
@@ -26,9 +27,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shlex
+import signal
 import socket
 import statistics
 import subprocess
+import sys
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -142,7 +145,7 @@ def timings(client: httpx.Client, body: dict[str, Any]) -> dict[str, Any]:
 
 def speed(client: httpx.Client, figures: Figures, repeats: int) -> None:
     for _ in range(repeats):
-        prompt = f"Note {uuid.uuid4().hex}.\n" + PASSAGE * 7 + "\nSummarise the text above in one sentence."
+        prompt = f"Note {uuid.uuid4().hex}.\n" + PASSAGE * 4 + "\nSummarise the text above in one sentence."
         body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": 1, "cache_prompt": False}
         figures.prompt_tps.append(timings(client, body)["prompt_per_second"])
         body = {
@@ -173,7 +176,9 @@ async def structured(base_url: str, figures: Figures) -> None:
         figures.replies.setdefault(case.name, []).append(reply.model_dump_json())
 
 
-def run_once(label: str, prefix: list[str], args: argparse.Namespace, figures: Figures, log: Path) -> None:
+def run_once(
+    label: str, prefix: list[str], args: argparse.Namespace, figures: Figures, log: Path, with_structured: bool
+) -> None:
     config = ServerConfig(model_path=args.model, port=free_port(), threads=args.threads)
     started = time.perf_counter()
     with log.open("ab") as sink:
@@ -183,7 +188,8 @@ def run_once(label: str, prefix: list[str], args: argparse.Namespace, figures: F
         figures.startup_s.append(time.perf_counter() - started)
         with httpx.Client(base_url=f"http://{config.host}:{config.port}", timeout=600.0) as client:
             speed(client, figures, args.repeats)
-        asyncio.run(structured(config.base_url, figures))
+        if with_structured:
+            asyncio.run(structured(config.base_url, figures))
     finally:
         process.terminate()
         try:
@@ -209,15 +215,19 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=3, help="speed samples per round")
+    parser.add_argument("--structured-rounds", type=int, default=1, help="rounds that also run the schema cases")
     parser.add_argument("--log-dir", type=Path, default=Path("/tmp"))
     args = parser.parse_args()
+    # A TERM (a timeout, an impatient operator) unwinds through run_once's `finally`, stopping its server.
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(143))
     servers = [(label, shlex.split(command)) for label, command in (s.split("=", 1) for s in args.server)]
     figures = {label: Figures() for label, _ in servers}
     args.log_dir.mkdir(parents=True, exist_ok=True)
     for round_no in range(1, args.rounds + 1):
         print(f"round {round_no}/{args.rounds}", flush=True)
         for label, prefix in servers:
-            run_once(label, prefix, args, figures[label], args.log_dir / f"llama-compare-{label}.log")
+            log = args.log_dir / f"llama-compare-{label}.log"
+            run_once(label, prefix, args, figures[label], log, round_no <= args.structured_rounds)
     print(f"\nthreads={args.threads} rounds={args.rounds} repeats={args.repeats} model={args.model.name}")
     print(
         f"{'server':<12} {'start s':>8} {'pp tok/s':>9} {'(range)':>13} {'tg tok/s':>9} {'(range)':>13} "
