@@ -215,10 +215,11 @@ class RankingReuser(Protocol):
 class ProbeFirstRetriever:
     """A ``Retriever`` for one request: the search the router's probe already made (same tenant, same
     query) is computed from its dense ranking; every other search (a rewritten query, a search deeper
-    than the probe) goes to the store. A :class:`RankingReuser` decides how the ranking serves it
-    (hybrid retrieval adds only the keyword search); any other retriever is taken to rank as the probe
-    does and gets the probe's head. Handing this to single_hop / multi_hop makes a request search the
-    vectors once for routing and first retrieval together."""
+    than the probe) goes to the store. Only a :class:`RankingReuser` is served from the probe (it knows
+    how its search is made from a dense ranking: hybrid retrieval adds only the keyword search); any
+    other retriever, including a wrapper around one (it may rank or filter differently), searches as it
+    always did. Handing this to single_hop / multi_hop makes a request search the vectors once for
+    routing and first retrieval together."""
 
     def __init__(self, retriever: Retriever, probe: Probe | None) -> None:
         self._retriever = retriever
@@ -229,12 +230,11 @@ class ProbeFirstRetriever:
         probe = self._probe
         if probe is not None and probe.tenant == tenant and probe.query == query:
             retriever = self._retriever
+            found = None
             if isinstance(retriever, RankingReuser):
                 found = await retriever.search_reusing(
                     tenant, query, k, vector=vector, dense=probe.passages, depth=probe.depth
                 )
-            else:
-                found = probe.top(k)
             if found is not None:
                 self.served += 1
                 return found
