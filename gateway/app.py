@@ -50,8 +50,9 @@ from gateway.providers.vectorstores.lance import LanceVectorStore
 from gateway.providers.websearch import LocalStoreSearch, TavilySearch
 from gateway.router_artefact import train_knowledge_router
 from gateway.service import QueryService
-from gateway.settings import Settings, VectorStoreSettings
+from gateway.settings import RetrievalSettings, Settings, VectorStoreSettings
 from gateway.state import Check, ProviderOverrides, Services
+from gateway.tenant_matrix import TenantMatrices
 from pipelines.corrective.policy import CorrectivePolicy
 from pipelines.corrective.state import CorrectiveContext
 from pipelines.direct.state import DirectContext
@@ -61,6 +62,7 @@ from pipelines.single_hop.state import SingleHopContext
 from routes.knowledge_router import KnowledgeRouter
 from routes.llm_router import LLMRouter
 from routes.logistic_router import EmbedTexts
+from routes.probe import PROBE_DEPTH
 from routes.router import FrontRouter
 from routes.table import PipelineContexts, RoutePolicy, RouteTable
 
@@ -117,10 +119,18 @@ def build_telemetry(settings: Settings, overrides: ProviderOverrides) -> Telemet
 async def build_router(
     settings: Settings, embeddings: Embeddings, llm: LLMClient, knowledge: KnowledgeBase
 ) -> FrontRouter:
-    """The router probes the tenant's store by the query vector alone, as it was trained (``dense_search``);
-    retrieval reuses the probe when it searches the same way (see ``QueryService``)."""
+    """The router probes the tenant's store by the query vector alone, as it was trained (``dense_search``),
+    deep enough for the retrieving routes' first search to be computed from its ranking (``QueryService``)."""
     model = await asyncio.to_thread(train_knowledge_router, settings, _embed_texts(embeddings))
-    return FrontRouter(KnowledgeRouter(model), LLMRouter(llm), settings.router.classifier, DenseSearch(knowledge))
+    depth = probe_depth(settings.retrieval, knowledge)
+    classifier = settings.router.classifier
+    return FrontRouter(KnowledgeRouter(model), LLMRouter(llm), classifier, DenseSearch(knowledge), depth)
+
+
+def probe_depth(retrieval: RetrievalSettings, knowledge: KnowledgeBase) -> int:
+    """How deep the router's probe searches: what its signals read, or the dense ranking the retrieving
+    routes' default first search is computed from (three times their top k when retrieval is hybrid)."""
+    return max(PROBE_DEPTH, knowledge.ranking_depth(max(retrieval.default_top_k, retrieval.multi_hop_top_k)))
 
 
 def build_route_table(
@@ -276,13 +286,19 @@ def _lifespan(
             if cache is not None and settings.cache.embedding_ttl_s > 0:
                 model = f"{settings.embeddings.provider}:{settings.embeddings.model}"
                 query_embeddings = cache.wrap_embeddings(embeddings, model=model, ttl_s=settings.cache.embedding_ttl_s)
+            versions = cache.versions if cache is not None else None
+            matrices = None
+            if versions is not None and settings.vector_store.probe_index_max_mb > 0:
+                matrices = TenantMatrices(store, versions, settings.vector_store.probe_index_max_mb * 1024 * 1024)
+                stack.push_async_callback(matrices.aclose)
             knowledge = KnowledgeBase(
                 query_embeddings,
                 store,
                 Chunker(settings.chunking.size, settings.chunking.overlap),
-                versions=cache.versions if cache is not None else None,
+                versions=versions,
                 on_change=changes,
                 hybrid=settings.retrieval.hybrid_search,
+                matrices=matrices,
             )
             curation = None
             if curation_store is not None and changes is not None:

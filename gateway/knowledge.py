@@ -11,6 +11,11 @@ Search is hybrid by default: the store's dense and keyword (BM25) rankings, each
 times deeper than asked, fused by reciprocal rank (:mod:`gateway.providers.vectorstores.fusion`).
 Measured with ``python -m tests.benchmarks.retrieval_recall`` (supporting-passage recall@4/@8,
 dense vs hybrid, HotpotQA and JSQuAD).
+
+The dense half is answered from the tenant's in-memory matrix when it is warm
+(:mod:`gateway.tenant_matrix`: the same exact cosine ranking, about a millisecond instead of a scan of
+the store), and a dense ranking the router's probe already made is reused rather than searched again
+(:meth:`KnowledgeBase.search_reusing`): a request searches the vectors once for routing and retrieval.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from gateway.chunking import Chunker
 from gateway.errors import ProviderError
 from gateway.providers.vectorstores.base import ChunkRecord, VectorStore
 from gateway.providers.vectorstores.fusion import query_terms, reciprocal_rank_fusion
+from gateway.tenant_matrix import TenantMatrices
 from pipelines.shared.deps import Passage
 
 T = TypeVar("T")
@@ -62,6 +68,7 @@ class KnowledgeBase:
         on_change: OnChange | None = None,
         *,
         hybrid: bool = True,
+        matrices: TenantMatrices | None = None,
     ) -> None:
         self._embeddings = embeddings
         self.store = store
@@ -69,6 +76,7 @@ class KnowledgeBase:
         self._versions = versions
         self._on_change = on_change
         self.hybrid = hybrid
+        self.matrices = matrices
 
     async def _change(self, tenant: str, write: Callable[[], Awaitable[T]]) -> T:
         """Run a store write between two bumps; it returns only when the change is acknowledged.
@@ -131,8 +139,28 @@ class KnowledgeBase:
         if vector is None:
             vector = await self.embed_query(query)
         if not self.hybrid:
-            return await self.store.search(tenant, vector, k)
-        return await self._hybrid_search(tenant, query, k, vector)
+            return await self._dense(tenant, vector, k)
+        return await self._fuse(tenant, query, k, vector, await self._dense(tenant, vector, k * HYBRID_DEPTH))
+
+    def ranking_depth(self, k: int) -> int:
+        """How deep a dense ranking must be for ``search(k)`` to be computed from it."""
+        return k * HYBRID_DEPTH if self.hybrid else k
+
+    async def search_reusing(
+        self, tenant: str, query: str, k: int, *, vector: list[float] | None, dense: Sequence[Passage], depth: int
+    ) -> list[Passage] | None:
+        """``search`` computed from a dense ranking already made for this query (``dense``, searched ``depth``
+        deep: the router's probe), or None when that ranking is too shallow. Dense retrieval is its head;
+        hybrid retrieval fuses it with the keyword hits, so only the keyword half touches the store."""
+        need = self.ranking_depth(k)
+        if need > depth:
+            return None
+        ranking = list(dense[:need])
+        if not self.hybrid:
+            return ranking
+        if vector is None:
+            vector = await self.embed_query(query)
+        return await self._fuse(tenant, query, k, vector, ranking)
 
     async def dense_search(
         self, tenant: str, query: str, k: int, *, vector: list[float] | None = None
@@ -141,12 +169,17 @@ class KnowledgeBase:
         on (its training tenants are searched by cosine), so routing reads the store as it learnt to."""
         if vector is None:
             vector = await self.embed_query(query)
+        return await self._dense(tenant, vector, k)
+
+    async def _dense(self, tenant: str, vector: list[float], k: int) -> list[Passage]:
+        if self.matrices is not None:
+            found = await self.matrices.search(tenant, vector, k)
+            if found is not None:
+                return found
         return await self.store.search(tenant, vector, k)
 
-    async def _hybrid_search(self, tenant: str, query: str, k: int, vector: list[float]) -> list[Passage]:
-        depth = k * HYBRID_DEPTH
-        dense = await self.store.search(tenant, vector, depth)
-        keyword = await self.store.keyword_search(tenant, query_terms(query), vector, depth)
+    async def _fuse(self, tenant: str, query: str, k: int, vector: list[float], dense: list[Passage]) -> list[Passage]:
+        keyword = await self.store.keyword_search(tenant, query_terms(query), vector, k * HYBRID_DEPTH)
         return reciprocal_rank_fusion([dense, keyword], k)
 
     async def embed_texts(self, texts: list[str]) -> list[list[float]]:

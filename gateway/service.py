@@ -6,7 +6,6 @@ handlers charge token budgets): this layer only answers.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 import uuid
 from collections.abc import Callable
@@ -25,7 +24,7 @@ from gateway.observability.recorder import Telemetry
 from gateway.schemas import QueryRequest, QueryResponse, RouteProbe, RouteResponse, Source, Usage
 from gateway.steps import RouteQuery, SemanticCacheHit, StepEvent, render_steps
 from pipelines.shared.deps import LLMCall, Passage
-from routes.probe import Probe
+from routes.probe import PROBE_DEPTH, Probe
 from routes.router import FrontRouter
 from routes.table import RouteTable
 from routes.types import RouteDecision
@@ -147,12 +146,6 @@ class QueryService:
             await self._semantic.store(request.tenant, version, query, vector, payload, scope=scope, ttl_s=ttl)
         return response
 
-    def _screened(self, probe: Probe | None, tenant: str) -> Probe | None:
-        """The router's probe serves as the first retrieval: its passages are screened like any retrieval's."""
-        if probe is None or self._guard is None:
-            return probe
-        return dataclasses.replace(probe, passages=tuple(self._guard.screen_passages(tenant, list(probe.passages))))
-
     async def _compute(
         self, request: QueryRequest, query: str, started: float, *, vector: list[float] | None = None
     ) -> QueryResponse:
@@ -176,9 +169,9 @@ class QueryService:
             top_k=request.top_k,
             query_vector=vector,
             allow_escalation=request.allow_escalation,
-            # The probe is a dense search (what the router was trained on): it can serve the first retrieval
-            # only when retrieval is dense too; hybrid retrieval (the default) fuses in keyword hits.
-            probe=None if self._knowledge.hybrid else self._screened(probe, request.tenant),
+            # The probe's dense ranking serves the first retrieval: dense retrieval takes its head, hybrid
+            # retrieval fuses it with the keyword hits (KnowledgeBase.search_reusing).
+            probe=probe,
         )
         calls = [*router_calls, *result.llm_calls]
         routed = [RouteQuery(route=decision.route, classifier=decision.classifier)] if router_calls else []
@@ -245,10 +238,10 @@ def to_route_response(decision: RouteDecision) -> RouteResponse:
 def _route_probe(probe: Probe) -> RouteProbe:
     return RouteProbe(
         tenant=probe.tenant,
-        depth=probe.depth,
+        depth=min(probe.depth, PROBE_DEPTH),  # what the signals read; the probe may search deeper for retrieval
         signals={name: round(float(value), 4) for name, value in probe.signals.as_dict().items()},
         covering_documents=list(probe.covering),
-        documents=_sources(list(probe.passages)),
+        documents=_sources(list(probe.evidence)),
     )
 
 

@@ -252,6 +252,10 @@ class VectorStoreSettings(SettingsGroup):
         None, validation_alias=AliasChoices("GATEWAY_PINECONE_INDEX_HOST", "PINECONE_INDEX_HOST")
     )
     pinecone_index: str = "rag-gateway"
+    # Warm tenants' vectors kept in memory for the router's exact probe (gateway.tenant_matrix), in MiB for
+    # all tenants together (a 10,000-chunk tenant of 512-d vectors and 700-character chunks: about 35 MiB);
+    # 0: every probe searches the store. Needs the cache's knowledge versions.
+    probe_index_max_mb: int = Field(256, ge=0, validation_alias=AliasChoices("GATEWAY_PROBE_INDEX_MAX_MB"))
 
 
 class RedisSettings(SettingsGroup):

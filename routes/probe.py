@@ -20,7 +20,9 @@ looks at the passages one search returns, with the query vector the request alre
   a part of the question the ones before it did not hold.
 
 The passages travel with the signals (:class:`Probe`) so retrieval can reuse them instead of
-searching the store a second time.
+searching the store a second time. The probe may search deeper than the signals read (``depth`` vs
+``PROBE_DEPTH``): hybrid retrieval fuses a dense ranking three times deeper than it returns, and a
+probe that deep lets it take that ranking from the probe and search only the keyword index.
 """
 
 from __future__ import annotations
@@ -28,12 +30,13 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import astuple, dataclass, fields
+from typing import Protocol, runtime_checkable
 
 from pipelines.shared.deps import Passage, Retriever
 from pipelines.shared.text import EN_STOPWORDS, content_terms, has_cjk, normalise, tokens
 
-# Depth of the probe: at least what the retrieving routes fetch (default_top_k 4, multi_hop_top_k 8),
-# so their first retrieval can be served from it.
+# How many of the probe's passages the signals read (what the router was trained on). The probe itself
+# may search deeper (``FrontRouter.depth``) so retrieval can reuse its ranking.
 PROBE_DEPTH = 8
 # A document joins the cover only if it adds at least this share of the question's terms: one stray
 # common word is not a "part" of the question.
@@ -75,7 +78,8 @@ EMPTY_SIGNALS = ProbeSignals(0, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 
 @dataclass(frozen=True, slots=True)
 class Probe:
     """One search of the tenant's store, kept whole so single_hop / multi_hop retrieval can reuse it.
-    ``query`` is what was searched for: never exported (not in the API response, not on spans)."""
+    ``query`` is what was searched for: never exported (not in the API response, not on spans).
+    ``passages`` is the dense ranking searched ``depth`` deep; the signals read its first ``PROBE_DEPTH``."""
 
     tenant: str
     query: str
@@ -87,6 +91,11 @@ class Probe:
     @property
     def empty(self) -> bool:
         return not self.passages
+
+    @property
+    def evidence(self) -> tuple[Passage, ...]:
+        """The passages the signals were read from (what the API and the route span show)."""
+        return self.passages[:PROBE_DEPTH]
 
     def top(self, k: int) -> list[Passage] | None:
         """The first ``k`` passages, or None when the probe was shallower than ``k`` (search again)."""
@@ -186,15 +195,31 @@ def read_signals(question: str, passages: Sequence[Passage]) -> tuple[ProbeSigna
 
 
 def probe_of(tenant: str, question: str, passages: Sequence[Passage], depth: int) -> Probe:
-    signals, cover = read_signals(question, passages)
+    """``passages``: a dense ranking searched ``depth`` deep; the signals read its first ``PROBE_DEPTH``."""
+    signals, cover = read_signals(question, passages[:PROBE_DEPTH])
     return Probe(tenant=tenant, query=question, depth=depth, passages=tuple(passages), signals=signals, covering=cover)
+
+
+@runtime_checkable
+class RankingReuser(Protocol):
+    """A retriever that can compute its search from a dense ranking already made for the same query
+    (``gateway.knowledge.KnowledgeBase``: dense retrieval takes its head, hybrid fuses it with keyword hits)."""
+
+    async def search_reusing(
+        self, tenant: str, query: str, k: int, *, vector: list[float] | None, dense: Sequence[Passage], depth: int
+    ) -> list[Passage] | None:
+        """None when ``dense`` (searched ``depth`` deep) is too shallow for ``k``."""
+        ...
 
 
 class ProbeFirstRetriever:
     """A ``Retriever`` for one request: the search the router's probe already made (same tenant, same
-    query, no deeper than the probe) is served from its passages; every other search (a rewritten
-    query, a deeper ``top_k``) goes to the store. Handing this to single_hop / multi_hop makes a
-    request search the store once for routing and first retrieval together."""
+    query) is computed from its dense ranking; every other search (a rewritten query, a search deeper
+    than the probe) goes to the store. Only a :class:`RankingReuser` is served from the probe (it knows
+    how its search is made from a dense ranking: hybrid retrieval adds only the keyword search); any
+    other retriever, including a wrapper around one (it may rank or filter differently), searches as it
+    always did. Handing this to single_hop / multi_hop makes a request search the vectors once for
+    routing and first retrieval together."""
 
     def __init__(self, retriever: Retriever, probe: Probe | None) -> None:
         self._retriever = retriever
@@ -204,7 +229,12 @@ class ProbeFirstRetriever:
     async def search(self, tenant: str, query: str, k: int, *, vector: list[float] | None = None) -> list[Passage]:
         probe = self._probe
         if probe is not None and probe.tenant == tenant and probe.query == query:
-            found = probe.top(k)
+            retriever = self._retriever
+            found = None
+            if isinstance(retriever, RankingReuser):
+                found = await retriever.search_reusing(
+                    tenant, query, k, vector=vector, dense=probe.passages, depth=probe.depth
+                )
             if found is not None:
                 self.served += 1
                 return found

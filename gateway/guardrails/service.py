@@ -18,6 +18,7 @@ from gateway.guardrails.vault import Vault
 from gateway.observability.recorder import Telemetry
 from gateway.settings import GuardrailSettings
 from pipelines.shared.deps import Passage, Retriever, WebSearch
+from routes.probe import RankingReuser
 
 
 class Guardrails:
@@ -93,6 +94,16 @@ class ScreenedRetriever:
 
     async def search(self, tenant: str, query: str, k: int, *, vector: list[float] | None = None) -> list[Passage]:
         return self._guard.screen_passages(tenant, await self._inner.search(tenant, query, k, vector=vector))
+
+    async def search_reusing(
+        self, tenant: str, query: str, k: int, *, vector: list[float] | None, dense: Sequence[Passage], depth: int
+    ) -> list[Passage] | None:
+        """The router probe's ranking serves the first retrieval (one dense search per request), screened like
+        any other search; None (search the store) when the inner retriever cannot reuse a ranking."""
+        if not isinstance(self._inner, RankingReuser):
+            return None
+        found = await self._inner.search_reusing(tenant, query, k, vector=vector, dense=dense, depth=depth)
+        return None if found is None else self._guard.screen_passages(tenant, found)
 
 
 class ScreenedSearch:

@@ -4,7 +4,10 @@
 
 No LLM. Each set is ingested as one tenant of the real embedded store (LanceDB in a temporary
 directory, the production chunker and embeddings), then every question with gold passages is asked
-through :meth:`gateway.knowledge.KnowledgeBase.search` twice, with hybrid search off and on. Recall@k
+through :meth:`gateway.knowledge.KnowledgeBase.search` twice, with hybrid search off and on, and a third
+time as a request runs it since issue 13: the router's dense probe (from the tenant's in-memory matrix,
+as deep as the gateway's default settings make it) and hybrid retrieval computed from the probe's
+ranking (:meth:`~gateway.knowledge.KnowledgeBase.search_reusing`, "hybrid from probe"). Recall@k
 is the share of a question's gold documents among the documents of its top-k chunks; "all@k" is the
 share of questions with every gold document retrieved (what a two-hop answer needs). Sets: HotpotQA
 (bridge and comparison questions over the shared 994-title corpus), the JSQuAD sample (each
@@ -20,12 +23,16 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from gateway.app import probe_depth
+from gateway.cache.backend import MemoryBackend
+from gateway.cache.versions import KnowledgeVersions
 from gateway.chunking import Chunker
 from gateway.eval.datasets import load_hotpotqa, load_squad_v2
 from gateway.knowledge import KnowledgeBase, NewDocument
 from gateway.providers.embeddings import USEEmbeddings
 from gateway.providers.vectorstores.lance import LanceVectorStore
-from gateway.settings import ChunkingSettings
+from gateway.settings import ChunkingSettings, RetrievalSettings
+from gateway.tenant_matrix import TenantMatrices
 from routes.written_kb import load_written_kb
 
 TENANT = "bench"
@@ -68,12 +75,25 @@ async def measure(recall_set: RecallSet, embeddings: USEEmbeddings, ks: list[int
         await knowledge.ingest(TENANT, recall_set.documents)
         depth = max(ks)
         results: dict[str, list[float]] = {}
-        for mode in ("dense", "hybrid"):
-            knowledge.hybrid = mode == "hybrid"
+        for mode in ("dense", "hybrid", "hybrid from probe"):
+            knowledge.hybrid = mode != "dense"
+            if mode == "hybrid from probe":
+                knowledge.matrices = TenantMatrices(store, KnowledgeVersions(MemoryBackend()), 1 << 30)
+                assert await knowledge.matrices.warm(TENANT)
+            probing = probe_depth(RetrievalSettings(), knowledge)
             recall = {k: 0.0 for k in ks}
             complete = {k: 0 for k in ks}
             for question, gold in recall_set.questions:
-                found = await knowledge.search(TENANT, question, depth)
+                if mode == "hybrid from probe":
+                    vector = await knowledge.embed_query(question)
+                    dense = await knowledge.dense_search(TENANT, question, probing, vector=vector)
+                    reused = await knowledge.search_reusing(
+                        TENANT, question, depth, vector=vector, dense=dense, depth=probing
+                    )
+                    assert reused is not None, "the probe is too shallow for this k"
+                    found = reused
+                else:
+                    found = await knowledge.search(TENANT, question, depth)
                 for k in ks:
                     docs = {p.doc_id for p in found[:k]}
                     recall[k] += len(gold & docs) / len(gold)

@@ -15,7 +15,7 @@ from pipelines.shared import events as ev
 from pipelines.shared.deps import Passage
 from pipelines.shared.prompts import ABSTAIN_EN
 from pipelines.shared.relevance import relevance
-from routes.probe import PROBE_DEPTH, probe_of
+from routes.probe import probe_of
 from routes.table import RouteTable
 from tests.unit.corrective_support import (
     ANSWERED,
@@ -185,7 +185,9 @@ async def test_the_routers_probe_serves_the_first_retrieval_so_the_store_is_sear
 ) -> None:
     """The router already searched the tenant's store (top 8) for its signals: single_hop's retrieval of the same
     query reuses those passages instead of searching again; without a probe it searches the store."""
-    probe = probe_of(TENANT, K2_QUESTION, await knowledge.search(TENANT, K2_QUESTION, PROBE_DEPTH), PROBE_DEPTH)
+    depth = knowledge.ranking_depth(8)  # the gateway's probe: a dense ranking deep enough for hybrid retrieval
+    probe = probe_of(TENANT, K2_QUESTION, await knowledge.dense_search(TENANT, K2_QUESTION, depth), depth)
+    expected = await knowledge.search(TENANT, K2_QUESTION, 2)
     searched: list[tuple[str, int]] = []
     search = knowledge.search
 
@@ -198,6 +200,6 @@ async def test_the_routers_probe_serves_the_first_retrieval_so_the_store_is_sear
     reused = await table.run("single_hop", query=K2_QUESTION, tenant=TENANT, top_k=2, query_vector=None, probe=probe)
     assert searched == []
     assert reused.events[0] == ev.Retrieve(k=2, found=2)
-    assert {p.chunk_id for p in reused.context} <= {p.chunk_id for p in probe.passages[:2]}
+    assert {p.chunk_id for p in reused.context} <= {p.chunk_id for p in expected}
     await table.run("single_hop", query=K2_QUESTION, tenant=TENANT, top_k=2, query_vector=None)
     assert searched == [(K2_QUESTION, 2)]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 from prometheus_client import CollectorRegistry
 
@@ -88,6 +90,33 @@ async def test_the_screened_retriever_screens_every_search() -> None:
 
     drop, _ = guard(injection_policy="drop")
     assert [p.doc_id for p in await ScreenedRetriever(Store(), drop).search("t", "q", 4)] == ["a"]
+
+
+class Searcher:
+    async def search(self, tenant: str, query: str, k: int, *, vector: list[float] | None = None) -> list[Passage]:
+        return []
+
+
+class Reuser(Searcher):
+    """A retriever that reuses the router probe's dense ranking (as the knowledge base does)."""
+
+    async def search_reusing(
+        self, tenant: str, query: str, k: int, *, vector: list[float] | None, dense: Sequence[Passage], depth: int
+    ) -> list[Passage] | None:
+        return list(dense)[:k]
+
+
+async def test_a_reused_probe_ranking_is_screened_like_a_search() -> None:
+    """The probe serves the first retrieval through ``search_reusing``: its passages must not skip the screen."""
+    drop, metrics = guard(injection_policy="drop")
+    probed = [passage(CLEAN, "a"), passage(INJECTED, "b")]
+    reused = await ScreenedRetriever(Reuser(), drop).search_reusing("t", "q", 4, vector=None, dense=probed, depth=8)
+    assert reused is not None
+    assert [p.doc_id for p in reused] == ["a"]
+    assert sample(metrics, "gateway_guard_injections_total", source="passage", action="dropped") == 1
+    # An inner retriever that cannot reuse a ranking: the caller searches the store (None), nothing screened.
+    plain = ScreenedRetriever(Searcher(), drop)
+    assert await plain.search_reusing("t", "q", 4, vector=None, dense=probed, depth=8) is None
 
 
 def test_prompt_policies() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
 from pipelines.shared.deps import Passage
@@ -100,9 +102,18 @@ class CountingRetriever:
         return [TRAVEL]
 
 
+class DenseReuser(CountingRetriever):
+    """A dense retriever: its search is the head of a dense ranking at least ``k`` deep."""
+
+    async def search_reusing(
+        self, tenant: str, query: str, k: int, *, vector: list[float] | None, dense: Sequence[Passage], depth: int
+    ) -> list[Passage] | None:
+        return list(dense[:k]) if k <= depth else None
+
+
 async def test_retrieval_reuses_the_probe_for_the_same_search_only() -> None:
     question = "When did the Lisbon office open?"
-    store = CountingRetriever()
+    store = DenseReuser()
     retriever = ProbeFirstRetriever(store, probe_of("acme", question, [LISBON, BEACON, TRAVEL], depth=8))
     assert await retriever.search("acme", question, 4) == [LISBON, BEACON, TRAVEL]
     assert await retriever.search("acme", question, 2, vector=[0.1]) == [LISBON, BEACON]
@@ -117,3 +128,7 @@ async def test_retrieval_reuses_the_probe_for_the_same_search_only() -> None:
     bare = ProbeFirstRetriever(store, None)
     assert await bare.search("acme", question, 4) == [TRAVEL]
     assert bare.served == 0
+    # A retriever that cannot say how its search is made from a dense ranking (a wrapper) always searches.
+    opaque = ProbeFirstRetriever(CountingRetriever(), probe_of("acme", question, [LISBON, BEACON, TRAVEL], depth=8))
+    assert await opaque.search("acme", question, 2) == [TRAVEL]
+    assert opaque.served == 0

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from pipelines.shared.deps import Passage
 
 TENANT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
@@ -32,6 +34,24 @@ class ChunkRecord:
     @property
     def chunk_id(self) -> str:
         return f"{self.doc_id}#{self.index}"
+
+
+@dataclass(frozen=True, slots=True)
+class StoredChunks:
+    """Every chunk of one tenant, column by column: what :mod:`gateway.tenant_matrix` keeps in memory.
+
+    ``vectors`` is one float32 row per chunk, as stored; ``metadata`` stays the stored JSON text until a
+    chunk is returned (parsing 10,000 of them per load would be wasted on the few ever shown)."""
+
+    chunk_ids: list[str]
+    doc_ids: list[str]
+    titles: list[str]
+    texts: list[str]
+    metadata: list[str]  # JSON objects
+    vectors: np.ndarray[Any, np.dtype[np.float32]]
+
+    def __len__(self) -> int:
+        return len(self.chunk_ids)
 
 
 def check_tenant(tenant: str) -> str:
@@ -64,6 +84,11 @@ class VectorStore(ABC):
         :mod:`.pinecone_store` for what a Pinecone deployment does instead).
         """
         return []
+
+    async def export_chunks(self, tenant: str) -> StoredChunks | None:
+        """Every chunk of ``tenant`` with its vector, for an exact in-memory search; None when this store
+        cannot list a tenant cheaply (Pinecone): its searches then always go to the store."""
+        return None
 
     @abstractmethod
     async def ping(self) -> None:

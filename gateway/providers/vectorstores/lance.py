@@ -30,7 +30,7 @@ import pyarrow as pa
 from lancedb.index import FTS
 
 from gateway.errors import ProviderError, ProviderUnavailableError
-from gateway.providers.vectorstores.base import ChunkRecord, VectorStore, check_tenant
+from gateway.providers.vectorstores.base import ChunkRecord, StoredChunks, VectorStore, check_tenant
 from gateway.providers.vectorstores.fusion import index_terms
 from pipelines.shared.deps import Passage
 
@@ -207,6 +207,27 @@ class LanceVectorStore(VectorStore):
             return
         await table.create_index("terms", config=KEYWORD_INDEX)
         self._keyword_indexed.add(tenant)
+
+    async def export_chunks(self, tenant: str) -> StoredChunks | None:
+        check_tenant(tenant)
+        columns = ["chunk_id", "doc_id", "title", "text", "metadata", "vector"]
+        try:
+            table = await self._table(tenant, create=False)
+            if table is None:
+                return StoredChunks([], [], [], [], [], np.zeros((0, self._dimensions), dtype=np.float32))
+            data = await table.query().select(columns).to_arrow()
+        except Exception as exc:
+            raise ProviderError(f"LanceDB export failed: {exc}", provider=PROVIDER) from exc
+        flat = data.column("vector").combine_chunks().flatten()
+        vectors = np.asarray(flat.to_numpy(zero_copy_only=False), dtype=np.float32).reshape(-1, self._dimensions)
+        return StoredChunks(
+            chunk_ids=data.column("chunk_id").to_pylist(),
+            doc_ids=data.column("doc_id").to_pylist(),
+            titles=data.column("title").to_pylist(),
+            texts=data.column("text").to_pylist(),
+            metadata=[m or "{}" for m in data.column("metadata").to_pylist()],
+            vectors=vectors,
+        )
 
     async def count_chunks(self, tenant: str) -> int:
         table = await self._table(tenant, create=False)

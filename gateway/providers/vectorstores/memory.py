@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from gateway.providers.vectorstores.base import ChunkRecord, VectorStore, check_tenant
+from gateway.providers.vectorstores.base import ChunkRecord, StoredChunks, VectorStore, check_tenant
 from gateway.providers.vectorstores.fusion import bm25_scores, index_terms
 from pipelines.shared.deps import Passage
 
@@ -41,6 +42,18 @@ class InMemoryVectorStore(VectorStore):
         bm25 = bm25_scores(terms, [index_terms(c.title, c.text).split() for c in chunks])
         order = [i for i in sorted(range(len(chunks)), key=lambda i: -bm25[i]) if bm25[i] > 0][:k]
         return _passages(chunks, _cosines(chunks, vector), order)
+
+    async def export_chunks(self, tenant: str) -> StoredChunks | None:
+        chunks = self._all(tenant)
+        vectors = np.asarray([c.vector for c in chunks], dtype=np.float32).reshape(len(chunks), -1)
+        return StoredChunks(
+            chunk_ids=[c.chunk_id for c in chunks],
+            doc_ids=[c.doc_id for c in chunks],
+            titles=[c.title for c in chunks],
+            texts=[c.text for c in chunks],
+            metadata=[json.dumps(c.metadata, ensure_ascii=False) for c in chunks],
+            vectors=vectors,
+        )
 
     async def ping(self) -> None:
         return None
