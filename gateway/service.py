@@ -1,4 +1,4 @@
-"""The request path as one straight line: embed once -> route -> run -> respond.
+"""The request path as one straight line: embed once (when anything reads the vector) -> route -> run -> respond.
 
 Requests arrive validated (``gateway.api.validation``, at the edge) and leave uncharged (the API
 handlers charge token budgets): this layer only answers.
@@ -149,7 +149,9 @@ class QueryService:
     async def _compute(
         self, request: QueryRequest, query: str, started: float, *, vector: list[float] | None = None
     ) -> QueryResponse:
-        if vector is None:
+        if vector is None and self._router.reads_vector(request.route):
+            # One embedding per request at most, shared by the router's probe and retrieval (the semantic cache
+            # hands its own in); a forced ``direct`` reads no vector, so it embeds nothing.
             vector = await self._knowledge.embed_query(query)
         with self._telemetry.routing() as span:
             decision, router_calls = await self._router.decide(query, request.route, vector, request.tenant)

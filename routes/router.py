@@ -35,11 +35,23 @@ class FrontRouter:
         passages = await self._retriever.search(tenant, query, self.depth, vector=list(vector))
         return probe_of(tenant, query, passages, self.depth)
 
+    @staticmethod
+    def reads_vector(requested: RouteRequest) -> bool:
+        """Whether deciding ``requested`` reads the query vector: every decision probes the store by it, except a
+        caller's forced ``direct``, which needs neither a probe nor retrieval. The request path embeds a query
+        only when something reads the vector, so a forced-direct request (semantic cache off) embeds nothing."""
+        return requested != "direct"
+
     async def decide(
-        self, query: str, requested: RouteRequest, vector: Sequence[float], tenant: str
+        self, query: str, requested: RouteRequest, vector: Sequence[float] | None, tenant: str
     ) -> tuple[RouteDecision, list[LLMCall]]:
+        """``vector`` may be None only when :meth:`reads_vector` says the decision does not read it."""
         if requested == "direct":
             return RouteDecision(requested, 1.0, "route requested by the caller", "override"), []
+        if vector is None:
+            raise ValueError(
+                f"deciding route {requested!r} probes the store by the query vector: embed the query first"
+            )
         probe = await self.probe(tenant, query, vector)
         if requested != "auto":
             return RouteDecision(requested, 1.0, "route requested by the caller", "override", probe), []

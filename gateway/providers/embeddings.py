@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 from langchain_core.embeddings import Embeddings
 
+from gateway.providers.batching import QueryBatcher
 from gateway.settings import EmbeddingSettings, LLMEndpointSettings
 
 USE_DIMENSIONS = 512
@@ -26,6 +27,7 @@ class USEEmbeddings(Embeddings):
         self._model = USE(threads=threads)
         self._model.encode(["warm-up"])  # load weights now, not on the first request
         self.dimensions = USE_DIMENSIONS
+        self._queries = QueryBatcher(self.embed_array, name="use-embeddings")
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         return self.embed_array(texts).tolist()  # type: ignore[no-any-return]
@@ -43,7 +45,10 @@ class USEEmbeddings(Embeddings):
         return await asyncio.to_thread(self.embed_documents, texts)
 
     async def aembed_query(self, text: str) -> list[float]:
-        return self.embed_query(text)
+        """Batched with the queries that arrive while one is being embedded, off the event loop
+        (:mod:`gateway.providers.batching`): one stream of the weights per batch, not per query."""
+        vector = await self._queries.embed(text)
+        return vector.tolist()  # type: ignore[no-any-return]
 
 
 def build_embeddings(settings: EmbeddingSettings, endpoint: LLMEndpointSettings) -> Embeddings:

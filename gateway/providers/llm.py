@@ -15,6 +15,7 @@ limited past the budget) goes to the fallback upstream, within the same deadline
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import math
 import time
@@ -149,7 +150,10 @@ def open_llm_client(
     )
 
 
+@functools.cache
 def _json_schema_format(schema: type[BaseModel]) -> dict[str, Any]:
+    """Built once per schema class (pydantic's ``model_json_schema`` walks the model on every call); the dict is
+    only read by the SDK when it serialises the request."""
     return {
         "type": "json_schema",
         "json_schema": {"name": schema.__name__, "schema": schema.model_json_schema(), "strict": True},

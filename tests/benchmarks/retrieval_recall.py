@@ -1,6 +1,6 @@
 """Supporting-passage recall of retrieval alone, dense vs hybrid (dense + BM25, reciprocal rank fusion).
 
-    python -m tests.benchmarks.retrieval_recall [--data-dir ../shared/data/dev] [--k 4 8]
+    python -m tests.benchmarks.retrieval_recall [--data-dir ../shared/data/dev] [--k 4 8] [--batched]
 
 No LLM. Each set is ingested as one tenant of the real embedded store (LanceDB in a temporary
 directory, the production chunker and embeddings), then every question with gold passages is asked
@@ -67,13 +67,21 @@ def sets(data_dir: Path) -> list[RecallSet]:
     return out
 
 
-async def measure(recall_set: RecallSet, embeddings: USEEmbeddings, ks: list[int]) -> dict[str, list[float]]:
+async def measure(
+    recall_set: RecallSet, embeddings: USEEmbeddings, ks: list[int], *, batched: bool = False
+) -> dict[str, list[float]]:
+    """``batched``: every question's vector comes from ``aembed_query`` called for all questions at once, as a
+    busy gateway embeds concurrent queries (in batches, :mod:`gateway.providers.batching`)."""
     chunking = ChunkingSettings()
     with tempfile.TemporaryDirectory() as tmp:
         store = await LanceVectorStore.open(Path(tmp), embeddings.dimensions)
         knowledge = KnowledgeBase(embeddings, store, Chunker(chunking.size, chunking.overlap))
         await knowledge.ingest(TENANT, recall_set.documents)
         depth = max(ks)
+        questions = [question for question, _ in recall_set.questions]
+        vectors: list[list[float] | None] = [None] * len(questions)
+        if batched:
+            vectors = list(await asyncio.gather(*(embeddings.aembed_query(q) for q in questions)))
         results: dict[str, list[float]] = {}
         for mode in ("dense", "hybrid", "hybrid from probe"):
             knowledge.hybrid = mode != "dense"
@@ -83,9 +91,9 @@ async def measure(recall_set: RecallSet, embeddings: USEEmbeddings, ks: list[int
             probing = probe_depth(RetrievalSettings(), knowledge)
             recall = {k: 0.0 for k in ks}
             complete = {k: 0 for k in ks}
-            for question, gold in recall_set.questions:
+            for (question, gold), given in zip(recall_set.questions, vectors, strict=True):
                 if mode == "hybrid from probe":
-                    vector = await knowledge.embed_query(question)
+                    vector = given if given is not None else await knowledge.embed_query(question)
                     dense = await knowledge.dense_search(TENANT, question, probing, vector=vector)
                     reused = await knowledge.search_reusing(
                         TENANT, question, depth, vector=vector, dense=dense, depth=probing
@@ -93,7 +101,7 @@ async def measure(recall_set: RecallSet, embeddings: USEEmbeddings, ks: list[int
                     assert reused is not None, "the probe is too shallow for this k"
                     found = reused
                 else:
-                    found = await knowledge.search(TENANT, question, depth)
+                    found = await knowledge.search(TENANT, question, depth, vector=given)
                 for k in ks:
                     docs = {p.doc_id for p in found[:k]}
                     recall[k] += len(gold & docs) / len(gold)
@@ -108,6 +116,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", type=Path, default=Path("../shared/data/dev"))
     parser.add_argument("--k", type=int, nargs="+", default=[4, 8])
+    parser.add_argument("--batched", action="store_true", help="embed each set's questions concurrently (batched)")
     args = parser.parse_args()
     embeddings = USEEmbeddings()
     ks: list[int] = args.k
@@ -115,7 +124,7 @@ async def main() -> None:
     print(f"| set | n | retrieval | {header} |")
     print("|---|---|---|" + "---|" * (2 * len(ks)))
     for recall_set in sets(args.data_dir):
-        results = await measure(recall_set, embeddings, ks)
+        results = await measure(recall_set, embeddings, ks, batched=args.batched)
         for mode, values in results.items():
             cells = " | ".join(f"{v:.3f}" for v in values)
             print(f"| {recall_set.name} | {len(recall_set.questions)} | {mode} | {cells} |", flush=True)
