@@ -58,8 +58,10 @@ def live_gateway(settings: Settings, embeddings: USEEmbeddings, tmp_path: Path) 
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    for _ in range(600):
-        if server.started:
+    # Start-up trains the injection classifier and opens the stores: on a loaded 2-core machine that has taken
+    # over 30 s, so wait up to 120 s (it returns as soon as the server is up).
+    for _ in range(2400):
+        if server.started or not thread.is_alive():
             break
         threading.Event().wait(0.05)
     assert server.started, "the gateway did not start"
