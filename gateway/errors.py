@@ -59,6 +59,10 @@ class TenantForbiddenError(PermissionDeniedError):
     """The body names a tenant other than the API key's."""
 
 
+class RouteNotAllowedError(PermissionDeniedError):
+    """The caller forced a route the tenant's assistant profile does not allow."""
+
+
 class RateLimitedError(ClientError):
     status_code = 429
     title = "Too many requests"

@@ -19,12 +19,15 @@ from gateway.cache.semantic import SemanticCache, semantic_scope
 from gateway.cache.versions import KnowledgeVersions
 from gateway.knowledge import KnowledgeBase
 from gateway.observability.recorder import Telemetry
+from gateway.profiles.model import AssistantProfile
+from gateway.profiles.runtime import Profiles
 from gateway.schemas import QueryRequest, QueryResponse, RouteProbe, RouteResponse, Source, Usage
-from gateway.steps import RouteQuery, SemanticCacheHit, StepEvent, render_steps
+from gateway.settings import AssistantSettings, ProfileSettings
+from gateway.steps import RouteClamp, RouteQuery, SemanticCacheHit, StepEvent, render_steps
 from pipelines.shared.deps import LLMCall, Passage
 from routes.probe import Probe
 from routes.router import FrontRouter
-from routes.table import RouteTable
+from routes.table import RouteTable, RunProfile
 from routes.types import RouteDecision
 
 Admit = Callable[[QueryRequest], QueryRequest]
@@ -47,6 +50,7 @@ class QueryService:
         versions: KnowledgeVersions | None = None,
         telemetry: Telemetry | None = None,
         on_answer: OnAnswer | None = None,
+        profiles: Profiles | None = None,
     ) -> None:
         self._knowledge = knowledge
         self._router = router
@@ -56,23 +60,31 @@ class QueryService:
         self._versions = versions
         self._telemetry = telemetry or Telemetry(None, None)
         self._on_answer = on_answer
+        self._profiles = profiles or Profiles(None, AssistantSettings(), ProfileSettings())
+
+    async def profile(self, tenant: str) -> AssistantProfile:
+        """The tenant's assistant profile (cached in-process): the chat edge decides on system messages with it."""
+        return await self._profiles.get(tenant)
 
     async def route(self, query: str, tenant: str) -> RouteDecision:
         vector = await self._knowledge.embed_query(query)
         decision, _ = await self._router.decide(query, "auto", vector, tenant)
         return decision
 
-    async def answer(self, request: QueryRequest, admit: Admit | None = None) -> QueryResponse:
+    async def answer(
+        self, request: QueryRequest, admit: Admit | None = None, *, instructions: str = ""
+    ) -> QueryResponse:
         """Every answer path (``/v1/query``, chat completions) comes through here: one span and one count each.
 
         ``admit`` is the API edge's check of a client's request (limits, tenant): it runs inside the
         request's span and count, so a rejected request is traced and counted like any other. This layer
-        checks nothing itself.
+        checks nothing itself but the tenant's assistant profile (routes it allows). ``instructions``: a chat
+        client's system message, used when the profile allows it.
         """
         with self._telemetry.request(request.route, request.query) as scope:
             if admit is not None:
                 request = admit(request)
-            response = await self._answer(request)
+            response = await self._answer(request, instructions)
             self._telemetry.answered(scope, route=response.route, cached=response.cached, answer=response.answer)
             response = msgspec.structs.replace(response, trace_id=scope.trace_id, response_id=new_response_id())
             if self._on_answer is not None:
@@ -81,34 +93,48 @@ class QueryService:
 
     async def answer_fresh(self, request: QueryRequest) -> QueryResponse:
         """An answer computed now, past both answer caches and unrecorded: a curator's re-run of a question."""
-        response = await self._compute(request, request.query, time.perf_counter())
+        profile = await self._profiles.get(request.tenant)
+        response = await self._compute(request, request.query, time.perf_counter(), profile, "")
         return msgspec.structs.replace(response, response_id=new_response_id())
 
-    async def _answer(self, request: QueryRequest) -> QueryResponse:
+    async def _answer(self, request: QueryRequest, instructions: str) -> QueryResponse:
         started = time.perf_counter()
         query = request.query
+        profile = await self._profiles.get(request.tenant)
+        profile.check_requested(request.route)
         if self._cache is None:
-            return await self._compute(request, query, started)
-        params: KeyParams = {"top_k": request.top_k, "allow_escalation": request.allow_escalation}
+            return await self._compute(request, query, started, profile, instructions)
+        # The profile's digest keys every answer it shapes: a changed profile never gets the old one's answers.
+        params: KeyParams = {
+            "top_k": request.top_k,
+            "allow_escalation": request.allow_escalation,
+            **profile.key_params(instructions),
+        }
         outcome = await self._cache.get_or_compute(
             tenant=request.tenant,
             route=request.route,
             query=query,
             params=params,
-            compute=lambda: self._semantic_or_compute(request, query, started, params),
+            compute=lambda: self._semantic_or_compute(request, query, started, params, profile, instructions),
         )
         return outcome.value if not outcome.cached else _served_from_cache(outcome.value, started)
 
     async def _semantic_or_compute(
-        self, request: QueryRequest, query: str, started: float, params: KeyParams
+        self,
+        request: QueryRequest,
+        query: str,
+        started: float,
+        params: KeyParams,
+        profile: AssistantProfile,
+        instructions: str,
     ) -> QueryResponse:
         """Inside the exact cache's single flight: a paraphrase of a cached query is served its answer."""
         if self._semantic is None or self._versions is None:
-            return await self._compute(request, query, started)
+            return await self._compute(request, query, started, profile, instructions)
         try:
             version = await self._versions.current(request.tenant)  # read before computing, like the exact key
         except CacheUnavailableError:
-            return await self._compute(request, query, started)
+            return await self._compute(request, query, started, profile, instructions)
         scope = semantic_scope(request.route, params)
         vector = await self._knowledge.embed_query(query)
         hit = await self._semantic.lookup(request.tenant, version, query, vector, scope=scope)
@@ -121,7 +147,7 @@ class QueryService:
                 served = _served_from_cache(found, started)
                 events: list[StepEvent] = [SemanticCacheHit(similarity=hit.similarity)]
                 return msgspec.structs.replace(served, steps=render_steps(events), events=events)
-        response = await self._compute(request, query, started, vector=vector)
+        response = await self._compute(request, query, started, profile, instructions, vector=vector)
         ttl = self._cache.ttl_for(response.route) if self._cache is not None else 0
         if ttl > 0 and not response.abstained:
             payload = msgspec.json.encode(response)
@@ -129,7 +155,14 @@ class QueryService:
         return response
 
     async def _compute(
-        self, request: QueryRequest, query: str, started: float, *, vector: list[float] | None = None
+        self,
+        request: QueryRequest,
+        query: str,
+        started: float,
+        profile: AssistantProfile,
+        instructions: str,
+        *,
+        vector: list[float] | None = None,
     ) -> QueryResponse:
         if vector is None:
             vector = await self._knowledge.embed_query(query)
@@ -144,20 +177,24 @@ class QueryService:
                 probe.signals.as_dict() if probe is not None else None,
                 probe.covering if probe is not None else (),
             )
+        route = profile.clamp(decision.route)
+        run: RunProfile = self._profiles.run_profile(profile, instructions)
         result = await self._table.run(
-            decision.route,
+            route,
             query=query,
             tenant=request.tenant,
             top_k=request.top_k,
             query_vector=vector,
-            allow_escalation=request.allow_escalation,
+            allow_escalation=request.allow_escalation and profile.allows("multi_hop"),
             # The probe is a dense search (what the router was trained on): it can serve the first retrieval
             # only when retrieval is dense too; hybrid retrieval (the default) fuses in keyword hits.
             probe=None if self._knowledge.hybrid else probe,
+            profile=run,
         )
         calls = [*router_calls, *result.llm_calls]
         routed = [RouteQuery(route=decision.route, classifier=decision.classifier)] if router_calls else []
-        events: list[StepEvent] = [*routed, *result.events]
+        clamped = [RouteClamp(from_route=decision.route, to_route=route)] if route != decision.route else []
+        events: list[StepEvent] = [*routed, *clamped, *result.events]
         return QueryResponse(
             answer=result.answer,
             route=result.route,

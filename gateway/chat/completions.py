@@ -30,6 +30,8 @@ class PreparedChat:
     query: QueryRequest
     history: list[Turn]
     include_usage: bool
+    # The client's system (and developer) messages; used only when the tenant's assistant profile allows them.
+    instructions: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +96,7 @@ class ChatService:
         if prepared.history:
             rewrite = await rewrite_followup(self._llm, prepared.history, query.query)
             query = msgspec.structs.replace(query, query=rewrite.query)
-        return ChatAnswer(await self._queries.answer(query), rewrite)
+        return ChatAnswer(await self._queries.answer(query, instructions=prepared.instructions), rewrite)
 
     def completion(self, prepared: PreparedChat, answer: ChatAnswer) -> ChatCompletion:
         return ChatCompletion(

@@ -90,6 +90,8 @@ def sample(group_name: str, name: str) -> tuple[str, Any]:
         return json.dumps({"direct": 1.5}), {"direct": 1.5}
     if annotation == dict[str, ModelPrice]:
         return json.dumps({"m": {"input": 1.0, "output": 2.0}}), {"m": ModelPrice(input=1.0, output=2.0)}
+    if annotation == list[str]:
+        return json.dumps(["gpt-4o-mini"]), ["gpt-4o-mini"]
     if annotation == list[ApiKeyConfig]:
         key = {"name": "bot", "key_sha256": KEY_SHA256, "tenant": "acme", "scopes": ["query"]}
         return json.dumps([key]), [ApiKeyConfig.model_validate(key)]
@@ -163,7 +165,7 @@ def test_the_fingerprint_follows_exactly_the_answer_shaping_groups(
 def test_answer_shaping_groups() -> None:
     """The decision itself, written down once: changing it is a reviewed change of this list."""
     shaping = {name for name, group in Settings().groups().items() if type(group).shapes_answers}
-    assert shaping == {"llm", "embeddings", "chunking", "router", "retrieval", "grounding", "corrective"}
+    assert shaping == {"llm", "embeddings", "chunking", "router", "retrieval", "grounding", "corrective", "assistant"}
 
 
 def test_replace_names_groups_and_fields_that_exist() -> None:
