@@ -33,7 +33,9 @@ class ModelPool:
     """One chat client per model name, built on first use and kept: a ``ChatOpenAI`` per request would cost a
     client construction each time. Names are bounded by what admins configure (and ``allowed_models``)."""
 
-    def __init__(self, default: LLMClient, build: Callable[[str], BaseChatModel], endpoint: LLMEndpointSettings) -> None:
+    def __init__(
+        self, default: LLMClient, build: Callable[[str], BaseChatModel], endpoint: LLMEndpointSettings
+    ) -> None:
         self._default = default
         self._build = build
         self._endpoint = endpoint

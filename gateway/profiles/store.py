@@ -90,7 +90,7 @@ def _row(profile: AssistantProfile) -> dict[str, Any]:
     }
 
 
-def _profile(row: Mapping[str, Any]) -> AssistantProfile:
+def _profile(row: Mapping[Any, Any]) -> AssistantProfile:
     allowed: tuple[Route, ...] = tuple(r for r in ROUTES if r in row["allowed_routes"])
     models: dict[Route, str] = {r: str(row["route_models"][r]) for r in ROUTES if r in row["route_models"]}
     return AssistantProfile(

@@ -87,7 +87,7 @@ def profile_out(profile: AssistantProfile) -> ProfileOut:
         instructions=profile.instructions,
         answer_language=profile.answer_language,
         allowed_routes=list(profile.allowed_routes),
-        route_models=dict(profile.route_models),
+        route_models={route: model for route, model in profile.route_models.items()},
         allow_system_messages=profile.allow_system_messages,
         configured=profile.configured,
         version=profile.version,

@@ -118,9 +118,7 @@ async def check_useful(llm: ChatClient, question: str, answer: str, calls_left: 
     return Critique(ok=verdict.useful, detail=[verdict.missing] if verdict.missing else [], calls=[call])
 
 
-def cautious_answer(
-    question: str, evidence: list[Passage], unsupported: list[str], language: str | None = None
-) -> str:
+def cautious_answer(question: str, evidence: list[Passage], unsupported: list[str], language: str | None = None) -> str:
     """What the evidence does and does not say, without another model call; in the profile's fixed ``language``
     (Japanese, else English) or the question's."""
     japanese = language == "ja" if language is not None else has_cjk(question)

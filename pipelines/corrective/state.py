@@ -15,8 +15,8 @@ from typing import Annotated, Literal
 from pipelines.corrective.policy import CorrectivePolicy
 from pipelines.shared.deps import ChatClient, Embedder, Passage, Retriever, WebSearch
 from pipelines.shared.events import StopReason
-from pipelines.shared.relevance import Verdict
 from pipelines.shared.persona import DEFAULT_ASSISTANT, Assistant
+from pipelines.shared.relevance import Verdict
 from pipelines.shared.state import PipelineState
 from pipelines.shared.telemetry import NO_TELEMETRY, PipelineTelemetry
 

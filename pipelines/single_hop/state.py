@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 
 from pipelines.shared.deps import ChatClient, Passage, Retriever
 from pipelines.shared.generation import GroundingPolicy
-from pipelines.shared.relevance import RelevanceModel, Verdict
 from pipelines.shared.persona import DEFAULT_ASSISTANT, Assistant
+from pipelines.shared.relevance import RelevanceModel, Verdict
 from pipelines.shared.state import PipelineState
 from pipelines.shared.telemetry import NO_TELEMETRY, PipelineTelemetry
 

@@ -165,10 +165,14 @@ async def test_each_route_runs_on_the_profiles_model(make_client: Any) -> None:
         await ask(client, LEAVE_QUESTION, route="single_hop")
         await ask(client, LEAVE_QUESTION, route="multi_hop")
         samples, _ = await scrape(client)
-    assert value(samples, "gateway_llm_calls_total", route="direct", node="answer_directly", model="direct-model-x") == 1
+    assert (
+        value(samples, "gateway_llm_calls_total", route="direct", node="answer_directly", model="direct-model-x") == 1
+    )
     default = "qwen2.5-coder-1.5b-instruct-q4_k_m"
     assert value(samples, "gateway_llm_calls_total", route="single_hop", node="generate_answer", model=default) == 1
-    assert value(samples, "gateway_llm_calls_total", route="multi_hop", node="generate", model="corrective-model-y") == 1
+    assert (
+        value(samples, "gateway_llm_calls_total", route="multi_hop", node="generate", model="corrective-model-y") == 1
+    )
 
 
 async def test_system_messages_are_instructions_and_key_the_cache_when_allowed(make_client: Any) -> None:

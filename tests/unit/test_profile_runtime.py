@@ -15,10 +15,10 @@ from gateway.errors import ClientError, ProviderUnavailableError, RouteNotAllowe
 from gateway.profiles.model import AssistantProfile, client_instructions
 from gateway.profiles.runtime import ModelPool, Profiles
 from gateway.profiles.store import ProfileStore
+from gateway.profiles.wire import Language
 from gateway.providers.llm import LLMClient
 from gateway.providers.scripted_chat import ScriptedChatModel, replies
 from gateway.settings import AssistantSettings, LLMEndpointSettings, ModelPrice, ProfileSettings
-from gateway.profiles.wire import Language
 from pipelines.shared.persona import LANGUAGES, Assistant, question_language
 
 HOSHI = AssistantProfile(tenant="acme", name="Hoshi", persona="the HR desk")
@@ -143,9 +143,10 @@ def test_the_digest_follows_every_answer_shaping_field() -> None:
         assert dataclasses.replace(HOSHI, **{field: value}).digest != HOSHI.digest, field
     same = dataclasses.replace(HOSHI, version=7, updated_at=1.0, configured=True, allow_system_messages=True)
     assert same.digest == HOSHI.digest  # bookkeeping, and a switch that keys answers through their instructions
-    assert dataclasses.replace(HOSHI, allowed_routes=("multi_hop", "direct")).digest == dataclasses.replace(
-        HOSHI, allowed_routes=("direct", "multi_hop")
-    ).digest
+    assert (
+        dataclasses.replace(HOSHI, allowed_routes=("multi_hop", "direct")).digest
+        == dataclasses.replace(HOSHI, allowed_routes=("direct", "multi_hop")).digest
+    )
 
 
 @pytest.mark.parametrize(
