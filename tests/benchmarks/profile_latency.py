@@ -9,7 +9,7 @@ Three figures, each p50/p95 over ``--n`` requests after a warm-up:
    run profile (assistant and route models from the pool) and the direct route's system prompt.
 2. **Per read, profile expired** (once per tenant per TTL per process): the same with the cache TTL at 0, so
    every request reads the store: a SQLite file, and PostgreSQL when ``--postgres`` (or POSTGRES_TEST_URL)
-   answers.
+   answers (in a database of its own, created and dropped by the script).
 3. **End to end**: ``/v1/query`` answered from the answer cache (the fastest full request, where a profile's
    share is largest) in an in-process app on the scripted model, with the profile cached (TTL 5 s) and read
    every time (TTL 0).
@@ -24,12 +24,16 @@ import asyncio
 import os
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
+from uuid import uuid4
 
 from litestar.testing import AsyncTestClient
 from pydantic import SecretStr
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from gateway.app import create_app
 from gateway.curation.store import CurationStore
@@ -99,6 +103,21 @@ async def components(url: str, label: str, n: int) -> None:
         await store.close()
 
 
+@asynccontextmanager
+async def scratch_database(server_url: str) -> AsyncIterator[str]:
+    """A database of this run's own on the server of ``server_url``, dropped afterwards: never the shared one."""
+    name = f"profile_bench_{uuid4().hex[:12]}"
+    admin = create_async_engine(server_url, isolation_level="AUTOCOMMIT")
+    async with admin.connect() as connection:
+        await connection.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield server_url.rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        async with admin.connect() as connection:
+            await connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        await admin.dispose()
+
+
 async def end_to_end(settings: Settings, n: int) -> None:
     embeddings = USEEmbeddings()
     for ttl in (5.0, 0.0):
@@ -125,7 +144,8 @@ async def main(n: int, postgres: str | None) -> None:
         await components(f"sqlite+aiosqlite:///{folder}/bench.db", "sqlite", n)
         if postgres:
             try:
-                await components(postgres, "postgresql", n)
+                async with scratch_database(postgres) as url:
+                    await components(url, "postgresql", n)
             except Exception as exc:  # a figure-printing script: say why a figure is missing and go on
                 print(f"2. postgresql: not measured ({type(exc).__name__}: {exc})")
         settings = Settings().replace(

@@ -37,16 +37,16 @@ async def postgres_url() -> AsyncIterator[str]:
     await admin.dispose()
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-async def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite+aiosqlite:///{tmp_path}/profiles.db"
-        return
-    url: str = request.getfixturevalue("postgres_url")
-    yield url
+async def test_profiles_round_trip_with_versions_on_sqlite(tmp_path: Path) -> None:
+    await round_trip(f"sqlite+aiosqlite:///{tmp_path}/profiles.db")
 
 
-async def test_profiles_round_trip_with_versions(database_url: str) -> None:
+@pytest.mark.postgres
+async def test_profiles_round_trip_with_versions_on_postgresql(postgres_url: str) -> None:
+    await round_trip(postgres_url)
+
+
+async def round_trip(database_url: str) -> None:
     curation = CurationStore.open(database_url)
     try:
         await curation.migrate()
