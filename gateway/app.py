@@ -41,6 +41,8 @@ from gateway.observability.http import trace_requests
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.recorder import Telemetry
 from gateway.observability.tracing import build_tracer_provider
+from gateway.profiles.api import ProfileController, provide_profiles
+from gateway.profiles.lifecycle import open_profiles
 from gateway.providers.deadline import within
 from gateway.providers.embeddings import build_embeddings, embedding_dimensions
 from gateway.providers.llm import FALLBACK, PRIMARY, LLMClient, open_llm_client, ping_llm
@@ -307,6 +309,7 @@ def _lifespan(
             router = await build_router(settings, embeddings, llm, knowledge)
             guard = await asyncio.to_thread(Guardrails.from_settings, settings.guard, telemetry)  # a name model loads
             table = build_route_table(settings, llm, knowledge, http, embeddings, telemetry, guard)
+            profiles = await open_profiles(settings, curation_store, llm, stack, chat_model=overrides.chat_model)
 
             query_service = QueryService(
                 knowledge,
@@ -320,6 +323,7 @@ def _lifespan(
                 telemetry=telemetry,
                 on_answer=curation.recorder.observe if curation is not None else None,
                 guard=guard,
+                profiles=profiles,
             )
             if curation is not None:
                 curation.attach(query_service)
@@ -335,6 +339,7 @@ def _lifespan(
                 redis=redis,
                 curation_store=curation_store,
                 telemetry=telemetry,
+                profiles=profiles,
             )
             if settings.server.load_sample_kb:
                 try:
@@ -392,6 +397,7 @@ def create_app(settings: Settings | None = None, overrides: ProviderOverrides | 
             CurationController,
             EvalSuiteController,
             ReviewController,
+            ProfileController,
         ],
         template_config=template_config(),
         middleware=[trace_requests],
@@ -405,6 +411,7 @@ def create_app(settings: Settings | None = None, overrides: ProviderOverrides | 
             "access": Provide(provide_access, sync_to_thread=False),
             "chat_service": Provide(provide_chat_service, sync_to_thread=False),
             "curation": Provide(provide_curation, sync_to_thread=False),
+            "profiles": Provide(provide_profiles, sync_to_thread=False),
         },
         request_max_body_size=settings.limits.max_body_bytes,
         exception_handlers={Exception: handle_exception},

@@ -92,6 +92,10 @@ class PromptInjectionError(ClientError):
         )
 
 
+class RouteNotAllowedError(PermissionDeniedError):
+    """The caller forced a route the tenant's assistant profile does not allow."""
+
+
 class RateLimitedError(ClientError):
     status_code = 429
     title = "Too many requests"

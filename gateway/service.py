@@ -21,12 +21,15 @@ from gateway.guardrails.service import Guardrails
 from gateway.guardrails.vault import Vault
 from gateway.knowledge import KnowledgeBase
 from gateway.observability.recorder import Telemetry
+from gateway.profiles.model import AssistantProfile
+from gateway.profiles.runtime import Profiles
 from gateway.schemas import QueryRequest, QueryResponse, RouteProbe, RouteResponse, Source, Usage
-from gateway.steps import RouteQuery, SemanticCacheHit, StepEvent, render_steps
+from gateway.settings import AssistantSettings, ProfileSettings
+from gateway.steps import RouteClamp, RouteQuery, SemanticCacheHit, StepEvent, render_steps
 from pipelines.shared.deps import LLMCall, Passage
 from routes.probe import PROBE_DEPTH, Probe
 from routes.router import FrontRouter
-from routes.table import RouteTable
+from routes.table import RouteTable, RunProfile
 from routes.types import RouteDecision
 
 Admit = Callable[[QueryRequest], QueryRequest]
@@ -50,6 +53,7 @@ class QueryService:
         telemetry: Telemetry | None = None,
         on_answer: OnAnswer | None = None,
         guard: Guardrails | None = None,
+        profiles: Profiles | None = None,
     ) -> None:
         self._knowledge = knowledge
         self._router = router
@@ -60,10 +64,15 @@ class QueryService:
         self._telemetry = telemetry or Telemetry(None, None)
         self._on_answer = on_answer
         self._guard = guard
+        self._profiles = profiles or Profiles(None, AssistantSettings(), ProfileSettings())
 
     def screen(self, tenant: str, texts: list[str], vault: Vault) -> list[str]:
         """The user's texts as they may go upstream (the tenant's guardrails; unchanged without them)."""
         return texts if self._guard is None else self._guard.screen_prompt(tenant, texts, vault)
+
+    async def profile(self, tenant: str) -> AssistantProfile:
+        """The tenant's assistant profile (cached in-process): the chat edge decides on system messages with it."""
+        return await self._profiles.get(tenant)
 
     async def route(self, query: str, tenant: str) -> RouteDecision:
         query = self.screen(tenant, [query], Vault())[0]  # the LLM classifier is an upstream call too
@@ -72,7 +81,12 @@ class QueryService:
         return decision
 
     async def answer(
-        self, request: QueryRequest, admit: Admit | None = None, *, vault: Vault | None = None
+        self,
+        request: QueryRequest,
+        admit: Admit | None = None,
+        *,
+        vault: Vault | None = None,
+        instructions: str = "",
     ) -> QueryResponse:
         """Every answer path (``/v1/query``, chat completions) comes through here: one span and one count each.
 
@@ -80,7 +94,9 @@ class QueryService:
         request's span and count, so a rejected request is traced and counted like any other. The
         guardrails then mask (or refuse) the query: from there on, caches, spans, the model and the answer
         records see placeholders only, and the caller gets the answer with its values restored. A caller
-        passing ``vault`` has screened the query already (the chat API, with the turns before it).
+        passing ``vault`` has screened the query (and ``instructions``) already (the chat API, with the turns
+        before it). Beyond that this layer checks only the tenant's assistant profile (routes it allows).
+        ``instructions``: a chat client's system message, used when the profile allows it.
         """
         screened = vault is not None
         vault = vault if vault is not None else Vault()
@@ -90,7 +106,7 @@ class QueryService:
             if not screened:
                 request = msgspec.structs.replace(request, query=self.screen(request.tenant, [request.query], vault)[0])
             self._telemetry.query_text(scope, request.query)
-            response = await self._answer(request)
+            response = await self._answer(request, instructions)
             self._telemetry.answered(scope, route=response.route, cached=response.cached, answer=response.answer)
             response = msgspec.structs.replace(response, trace_id=scope.trace_id, response_id=new_response_id())
             if self._on_answer is not None:
@@ -99,34 +115,48 @@ class QueryService:
 
     async def answer_fresh(self, request: QueryRequest) -> QueryResponse:
         """An answer computed now, past both answer caches and unrecorded: a curator's re-run of a question."""
-        response = await self._compute(request, request.query, time.perf_counter())
+        profile = await self._profiles.get(request.tenant)
+        response = await self._compute(request, request.query, time.perf_counter(), profile, "")
         return msgspec.structs.replace(response, response_id=new_response_id())
 
-    async def _answer(self, request: QueryRequest) -> QueryResponse:
+    async def _answer(self, request: QueryRequest, instructions: str) -> QueryResponse:
         started = time.perf_counter()
         query = request.query
+        profile = await self._profiles.get(request.tenant)
+        profile.check_requested(request.route)
         if self._cache is None:
-            return await self._compute(request, query, started)
-        params: KeyParams = {"top_k": request.top_k, "allow_escalation": request.allow_escalation}
+            return await self._compute(request, query, started, profile, instructions)
+        # The profile's digest keys every answer it shapes: a changed profile never gets the old one's answers.
+        params: KeyParams = {
+            "top_k": request.top_k,
+            "allow_escalation": request.allow_escalation,
+            **profile.key_params(instructions),
+        }
         outcome = await self._cache.get_or_compute(
             tenant=request.tenant,
             route=request.route,
             query=query,
             params=params,
-            compute=lambda: self._semantic_or_compute(request, query, started, params),
+            compute=lambda: self._semantic_or_compute(request, query, started, params, profile, instructions),
         )
         return outcome.value if not outcome.cached else _served_from_cache(outcome.value, started)
 
     async def _semantic_or_compute(
-        self, request: QueryRequest, query: str, started: float, params: KeyParams
+        self,
+        request: QueryRequest,
+        query: str,
+        started: float,
+        params: KeyParams,
+        profile: AssistantProfile,
+        instructions: str,
     ) -> QueryResponse:
         """Inside the exact cache's single flight: a paraphrase of a cached query is served its answer."""
         if self._semantic is None or self._versions is None:
-            return await self._compute(request, query, started)
+            return await self._compute(request, query, started, profile, instructions)
         try:
             version = await self._versions.current(request.tenant)  # read before computing, like the exact key
         except CacheUnavailableError:
-            return await self._compute(request, query, started)
+            return await self._compute(request, query, started, profile, instructions)
         scope = semantic_scope(request.route, params)
         vector = await self._knowledge.embed_query(query)
         hit = await self._semantic.lookup(request.tenant, version, query, vector, scope=scope)
@@ -139,7 +169,7 @@ class QueryService:
                 served = _served_from_cache(found, started)
                 events: list[StepEvent] = [SemanticCacheHit(similarity=hit.similarity)]
                 return msgspec.structs.replace(served, steps=render_steps(events), events=events)
-        response = await self._compute(request, query, started, vector=vector)
+        response = await self._compute(request, query, started, profile, instructions, vector=vector)
         ttl = self._cache.ttl_for(response.route) if self._cache is not None else 0
         if ttl > 0 and not response.abstained:
             payload = msgspec.json.encode(response)
@@ -147,7 +177,14 @@ class QueryService:
         return response
 
     async def _compute(
-        self, request: QueryRequest, query: str, started: float, *, vector: list[float] | None = None
+        self,
+        request: QueryRequest,
+        query: str,
+        started: float,
+        profile: AssistantProfile,
+        instructions: str,
+        *,
+        vector: list[float] | None = None,
     ) -> QueryResponse:
         if vector is None and self._router.reads_vector(request.route):
             # One embedding per request at most, shared by the router's probe and retrieval (the semantic cache
@@ -164,20 +201,24 @@ class QueryService:
                 probe.signals.as_dict() if probe is not None else None,
                 probe.covering if probe is not None else (),
             )
+        route = profile.clamp(decision.route)
+        run: RunProfile = self._profiles.run_profile(profile, instructions)
         result = await self._table.run(
-            decision.route,
+            route,
             query=query,
             tenant=request.tenant,
             top_k=request.top_k,
             query_vector=vector,
-            allow_escalation=request.allow_escalation,
+            allow_escalation=request.allow_escalation and profile.allows("multi_hop"),
             # The probe's dense ranking serves the first retrieval: dense retrieval takes its head, hybrid
             # retrieval fuses it with the keyword hits (KnowledgeBase.search_reusing).
             probe=probe,
+            profile=run,
         )
         calls = [*router_calls, *result.llm_calls]
         routed = [RouteQuery(route=decision.route, classifier=decision.classifier)] if router_calls else []
-        events: list[StepEvent] = [*routed, *result.events]
+        clamped = [RouteClamp(from_route=decision.route, to_route=route)] if route != decision.route else []
+        events: list[StepEvent] = [*routed, *clamped, *result.events]
         return QueryResponse(
             answer=result.answer,
             route=result.route,

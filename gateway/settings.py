@@ -159,6 +159,17 @@ class CorrectiveSettings(SettingsGroup):
     recursion_limit: int = Field(40, ge=10)
 
 
+class AssistantSettings(SettingsGroup):
+    """The default assistant profile: who answers for a tenant that has no profile of its own (the admin API,
+    ``/v1/assistant-profile``, gives a tenant its own)."""
+
+    model_config = SettingsConfigDict(env_prefix="GATEWAY_ASSISTANT_")
+    shapes_answers = True
+
+    name: str = Field("Gateway Assistant", min_length=1, max_length=64)
+    persona: str = Field("the company's helpful assistant", max_length=500)
+
+
 # --- groups that do not shape answers: endpoints, secrets, paths, timeouts, limits ---------------------
 
 
@@ -356,6 +367,24 @@ class ObservabilitySettings(SettingsGroup):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
 
+class ProfileSettings(SettingsGroup):
+    """Assistant profiles per tenant, kept in the curation store's database and cached in-process. What a
+    profile says shapes answers through its digest in the answer key, not through these knobs."""
+
+    model_config = SettingsConfigDict(env_prefix="GATEWAY_PROFILE_")
+    shapes_answers = False
+
+    # A profile read is cached this long per process: a change reaches other replicas within it (the replica
+    # that took it at once); answers are keyed by the profile's digest, so none made by the old is served.
+    cache_ttl_s: float = Field(5.0, ge=0)
+    # The database's budget per profile read; past it (or on an error) the last known profile is kept, else the
+    # default one, for another cache_ttl_s.
+    load_timeout_s: float = Field(1.0, gt=0)
+    max_instructions_chars: int = Field(4000, ge=1)
+    # Model names a profile may ask for per route (empty: any name the LLM endpoint serves).
+    allowed_models: list[str] = Field(default_factory=list)
+
+
 class CurationSettings(SettingsGroup):
     """The human-in-the-loop store (answers that need a human, feedback, resolutions): a relational
     database, SQLite by default, PostgreSQL by URL (``postgresql+asyncpg://...``). Question texts are kept
@@ -432,6 +461,8 @@ class Settings(BaseModel):
     retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)
     grounding: GroundingSettings = Field(default_factory=GroundingSettings)
     corrective: CorrectiveSettings = Field(default_factory=CorrectiveSettings)
+    assistant: AssistantSettings = Field(default_factory=AssistantSettings)
+    profiles: ProfileSettings = Field(default_factory=ProfileSettings)
     web_search: WebSearchSettings = Field(default_factory=WebSearchSettings)
     access: AccessSettings = Field(default_factory=AccessSettings)
     observability: ObservabilitySettings = Field(default_factory=ObservabilitySettings)

@@ -18,6 +18,7 @@ from gateway.cache.layer import CacheLayer
 from gateway.curation.store import CurationStore
 from gateway.knowledge import KnowledgeBase
 from gateway.observability.recorder import Telemetry
+from gateway.profiles.runtime import Profiles
 from gateway.providers.llm import LLMClient
 from gateway.providers.redis import ResilientRedis
 from gateway.providers.vectorstores.base import VectorStore
@@ -48,6 +49,7 @@ class Services:
     redis: ResilientRedis | None = None  # the one client the caches and the rate limiter share
     curation_store: CurationStore | None = None
     telemetry: Telemetry = field(default_factory=lambda: Telemetry(None, None))
+    profiles: Profiles | None = None
 
     def readiness_checks(self) -> dict[str, Check]:
         """Dependencies of this pod that every answer needs: when one is down the pod is not ready."""

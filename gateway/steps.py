@@ -42,13 +42,20 @@ class SemanticCacheHit(Event, tag="semantic_cache", frozen=True):
     similarity: float
 
 
+class RouteClamp(Event, tag="route_clamp", frozen=True):
+    """The router picked a route the tenant's assistant profile does not allow; the nearest allowed one ran."""
+
+    from_route: str
+    to_route: str
+
+
 class RewriteFollowup(Event, tag="rewrite_followup", frozen=True):
     """A chat follow-up was made self-contained before routing (``changed``: the model altered it)."""
 
     changed: bool
 
 
-StepEvent = PipelineEvent | RouteQuery | SemanticCacheHit | RewriteFollowup
+StepEvent = PipelineEvent | RouteQuery | SemanticCacheHit | RewriteFollowup | RouteClamp
 
 _ANSWER_STEPS = {
     "answer": "generate_answer",
@@ -96,6 +103,8 @@ def step_text(event: StepEvent) -> str:
             return f"semantic_cache(similarity={similarity:.3f})"
         case RewriteFollowup(changed=changed):
             return f"rewrite_followup(changed={changed})"
+        case RouteClamp(from_route=source, to_route=target):
+            return f"route_clamp: {source} -> {target} (not allowed by the assistant profile)"
         case _:
             assert_never(event)
 

@@ -10,7 +10,7 @@ graph's runtime context (clients, policies, telemetry), also built once, at invo
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 
@@ -21,8 +21,9 @@ from pipelines.corrective.graph import build_graph as build_corrective
 from pipelines.corrective.state import CorrectiveContext, CorrectiveState
 from pipelines.direct.graph import build_graph as build_direct
 from pipelines.direct.state import DirectContext, DirectState
-from pipelines.shared.deps import LLMCall, Passage
+from pipelines.shared.deps import ChatClient, LLMCall, Passage
 from pipelines.shared.events import Escalate, PipelineEvent, Stop, StopReason
+from pipelines.shared.persona import DEFAULT_ASSISTANT, Assistant
 from pipelines.shared.state import PipelineState
 from pipelines.shared.telemetry import NO_TELEMETRY, PipelineTelemetry
 from pipelines.single_hop.graph import build_graph as build_single_hop
@@ -49,6 +50,22 @@ class PipelineContexts:
     direct: DirectContext
     single_hop: SingleHopContext
     corrective: CorrectiveContext
+
+
+@dataclass(frozen=True, slots=True)
+class RunProfile:
+    """Who answers one request, and on which model: the tenant's assistant profile, resolved by the gateway.
+
+    ``llms`` maps a route to the chat client of the model the profile names for it; a route it leaves out
+    runs on the context's own client (the gateway's default model). The whole route uses that client, its
+    graders and critics included: a route's model is what the route costs.
+    """
+
+    assistant: Assistant = DEFAULT_ASSISTANT
+    llms: Mapping[Route, ChatClient] = field(default_factory=dict)
+
+
+DEFAULT_RUN = RunProfile()
 
 
 @dataclass(slots=True)
@@ -95,16 +112,20 @@ class RouteTable:
         query_vector: list[float] | None,
         allow_escalation: bool = True,
         probe: Probe | None = None,
+        profile: RunProfile = DEFAULT_RUN,
     ) -> RouteResult:
         """``probe`` is the router's search of the tenant's store: the first retrieval of single_hop and of the
-        corrective pipeline is served from it, so a request searches the store once for both."""
+        corrective pipeline is served from it, so a request searches the store once for both. ``profile``: the
+        tenant's assistant and models, set on each graph's context for this run."""
         if route == "direct":
+            direct = self._contexts.direct
+            direct = replace(direct, llm=profile.llms.get("direct", direct.llm), assistant=profile.assistant)
             with self._telemetry.route("direct"):
-                state = await self._direct.ainvoke({"query": query, "tenant": tenant}, context=self._contexts.direct)
+                state = await self._direct.ainvoke({"query": query, "tenant": tenant}, context=direct)
             return _result(route, DirectState(**state))
         multi_hop_k = self._k(top_k, self._policy.multi_hop_top_k)
         if route == "multi_hop":
-            return await self._run_corrective(query, tenant, multi_hop_k, query_vector, probe)
+            return await self._run_corrective(query, tenant, multi_hop_k, query_vector, probe, profile)
         with self._telemetry.route("single_hop"):
             initial = {
                 "query": query,
@@ -114,6 +135,9 @@ class RouteTable:
                 "allow_escalation": allow_escalation and self._policy.escalate_on_incorrect,
             }
             single_hop = self._contexts.single_hop
+            single_hop = replace(
+                single_hop, llm=profile.llms.get("single_hop", single_hop.llm), assistant=profile.assistant
+            )
             if probe is not None:
                 single_hop = replace(single_hop, retriever=ProbeFirstRetriever(single_hop.retriever, probe))
             plain_state = SingleHopState(**await self._single_hop.ainvoke(initial, context=single_hop))
@@ -121,7 +145,7 @@ class RouteTable:
         if not plain_state.escalate:
             return plain
         self._telemetry.escalation("single_hop", "multi_hop", "retrieval_incorrect")
-        corrective = await self._run_corrective(query, tenant, multi_hop_k, query_vector, probe)
+        corrective = await self._run_corrective(query, tenant, multi_hop_k, query_vector, probe, profile)
         escalate = Escalate(from_route="single_hop", to_route="multi_hop", reason="retrieval_incorrect")
         corrective.events = [*plain.events, escalate, *corrective.events]
         corrective.llm_calls = [*plain.llm_calls, *corrective.llm_calls]
@@ -129,9 +153,16 @@ class RouteTable:
         return corrective
 
     async def _run_corrective(
-        self, query: str, tenant: str, top_k: int, query_vector: list[float] | None, probe: Probe | None
+        self,
+        query: str,
+        tenant: str,
+        top_k: int,
+        query_vector: list[float] | None,
+        probe: Probe | None,
+        profile: RunProfile,
     ) -> RouteResult:
         context = self._contexts.corrective
+        context = replace(context, llm=profile.llms.get("multi_hop", context.llm), assistant=profile.assistant)
         if probe is not None:
             context = replace(context, retriever=ProbeFirstRetriever(context.retriever, probe))
         initial = {

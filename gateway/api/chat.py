@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Annotated
@@ -22,6 +23,8 @@ from gateway.chat.errors import handle_openai_exception
 from gateway.chat.sse import stream_chat
 from gateway.chat.wire import MODELS, ChatCompletion, ChatCompletionRequest, ModelCard, ModelList, OpenAIErrorBody
 from gateway.errors import NotFoundError
+from gateway.profiles.model import WARNING_HEADER, client_instructions
+from gateway.service import QueryService
 from gateway.settings import Settings
 from gateway.state import Services
 
@@ -135,8 +138,16 @@ class ChatController(Controller):
         settings: NamedDependency[Settings],
         principal: NamedDependency[Principal],
         access: NamedDependency[Access],
+        query_service: NamedDependency[QueryService],
     ) -> Response[ChatCompletion]:
         prepared = prepare_chat(data, principal, settings.chat, settings.limits)
+        # System messages: the tenant's assistant profile takes them as instructions, or they are ignored aloud.
+        profile = await query_service.profile(prepared.query.tenant)
+        instructions, warning = client_instructions(
+            profile, prepared.instructions, settings.profiles.max_instructions_chars
+        )
+        prepared = dataclasses.replace(prepared, instructions=instructions)
+        warned = {WARNING_HEADER: warning} if warning else {}
 
         async def answer_and_charge() -> ChatAnswer:
             """Charged here, as /v1/query is: once the answer is final, before it is sent."""
@@ -149,9 +160,9 @@ class ChatController(Controller):
             return Stream(  # type: ignore[return-value]
                 stream_chat(answer_and_charge, prepared),
                 media_type="text/event-stream",
-                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **warned},
             )
-        return Response(chat_service.completion(prepared, await answer_and_charge()))
+        return Response(chat_service.completion(prepared, await answer_and_charge()), headers=warned)
 
     @get("/models", summary="The gateway's models: one per route", responses=_errors(401, 429))
     async def models(self) -> ModelList:

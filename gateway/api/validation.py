@@ -111,6 +111,7 @@ def prepare_chat(
         for m, text in zip(request.messages[:last], texts, strict=False)
         if m.role in ("user", "assistant") and text.strip()
     ][-chat.history_messages :]
+    system = [t.strip() for m, t in zip(request.messages, texts, strict=True) if m.role in ("system", "developer")]
     return PreparedChat(
         id=f"chatcmpl-{uuid.uuid4().hex}",
         created=int(time.time()),
@@ -118,4 +119,5 @@ def prepare_chat(
         query=QueryRequest(query=question, tenant=principal.tenant_for(request.tenant or "default"), route=route),
         history=history if chat.rewrite_followups else [],
         include_usage=bool(request.stream_options and request.stream_options.include_usage),
+        instructions="\n\n".join(text for text in system if text),
     )

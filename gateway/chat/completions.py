@@ -32,6 +32,8 @@ class PreparedChat:
     query: QueryRequest
     history: list[Turn]
     include_usage: bool
+    # The client's system (and developer) messages; used only when the tenant's assistant profile allows them.
+    instructions: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,10 +93,15 @@ class ChatService:
         self._llm = llm
 
     async def answer(self, prepared: PreparedChat) -> ChatAnswer:
-        """Every turn is screened with one vault (an address is one placeholder in all of them) before the
-        follow-up rewrite, the first upstream call; live tokens are restored as they stream."""
+        """Every turn, and the client's system message when the profile takes it, is screened with one vault
+        (an address is one placeholder in all of them) before the follow-up rewrite, the first upstream call;
+        live tokens are restored as they stream."""
         query, vault = prepared.query, Vault()
-        texts = self._queries.screen(query.tenant, [*(t.text for t in prepared.history), query.query], vault)
+        turns = [*(t.text for t in prepared.history), query.query]
+        extra = [prepared.instructions] if prepared.instructions else []
+        texts = self._queries.screen(query.tenant, [*turns, *extra], vault)
+        instructions = texts[len(turns)] if extra else ""
+        texts = texts[: len(turns)]
         history = [replace(turn, text=text) for turn, text in zip(prepared.history, texts, strict=False)]
         query = msgspec.structs.replace(query, query=texts[-1])
         if vault:
@@ -104,7 +111,7 @@ class ChatService:
             rewrite = await rewrite_followup(self._llm, history, query.query)
             query = msgspec.structs.replace(query, query=rewrite.query)
             rewrite = replace(rewrite, query=vault.restore(rewrite.query))
-        return ChatAnswer(await self._queries.answer(query, vault=vault), rewrite)
+        return ChatAnswer(await self._queries.answer(query, vault=vault, instructions=instructions), rewrite)
 
     def completion(self, prepared: PreparedChat, answer: ChatAnswer) -> ChatCompletion:
         return ChatCompletion(

@@ -94,3 +94,20 @@ eval_runs = Table(
     Column("started_at", Float, nullable=False, index=True),
     Column("finished_at", Float, nullable=False),
 )
+
+# Assistant profiles, one per tenant (gateway.profiles): who answers, on which routes and models. In this
+# database because it is the gateway's durable store (SQLite file or PostgreSQL) already; no retention.
+assistant_profiles = Table(
+    "assistant_profiles",
+    metadata,
+    Column("tenant", String(64), primary_key=True),
+    Column("name", String(64), nullable=False),
+    Column("persona", Text, nullable=False),
+    Column("instructions", Text, nullable=False),
+    Column("answer_language", String(16), nullable=False),
+    Column("allowed_routes", JSON, nullable=False),
+    Column("route_models", JSON, nullable=False),
+    Column("allow_system_messages", Boolean, nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("updated_at", Float, nullable=False),
+)

@@ -15,6 +15,7 @@ limited past the budget) goes to the fallback upstream, within the same deadline
 from __future__ import annotations
 
 import asyncio
+import copy
 import functools
 import json
 import math
@@ -185,6 +186,18 @@ class LLMClient:
         self._upstreams = [primary] if fallback is None else [primary, fallback]
         self.model_name = model_name
         self._timeout_s = math.inf if timeout_s is None else timeout_s
+
+    def with_model(self, model: BaseChatModel, model_name: str, price: ModelPrice) -> LLMClient:
+        """This client asking another model of the same endpoint (an assistant profile's model for a route).
+
+        The upstreams' breakers and retries are shared, not copied: the endpoint is one, and an outage seen
+        by one model's calls must fail the others fast too. The fallback stays the configured one.
+        """
+        clone = copy.copy(self)
+        primary = self._upstreams[0]
+        clone._upstreams = [Upstream(model, model_name, price, primary.resilience), *self._upstreams[1:]]
+        clone.model_name = model_name
+        return clone
 
     @property
     def upstreams(self) -> dict[str, BreakerState]:

@@ -118,9 +118,10 @@ async def check_useful(llm: ChatClient, question: str, answer: str, calls_left: 
     return Critique(ok=verdict.useful, detail=[verdict.missing] if verdict.missing else [], calls=[call])
 
 
-def cautious_answer(question: str, evidence: list[Passage], unsupported: list[str]) -> str:
-    """What the evidence does and does not say, without another model call."""
-    japanese = has_cjk(question)
+def cautious_answer(question: str, evidence: list[Passage], unsupported: list[str], language: str | None = None) -> str:
+    """What the evidence does and does not say, without another model call; in the profile's fixed ``language``
+    (Japanese, else English) or the question's."""
+    japanese = language == "ja" if language is not None else has_cjk(question)
     if not evidence:
         return ABSTAIN_JA if japanese else ABSTAIN_EN
     said = " ".join(f"“{p.text[:280]}” [{i}]" for i, p in enumerate(evidence[:3], start=1))

@@ -178,6 +178,7 @@ async def generate(state: CorrectiveState, runtime: Run) -> Update:
         node="generate",
         feedback=feedback,
         max_tokens=ctx.policy.grounding.max_tokens,
+        assistant=ctx.assistant,
     )
     return {
         "answer": draft.text,
@@ -238,7 +239,9 @@ async def cautious_answer(state: CorrectiveState, runtime: Run) -> Update:
         # Self-RAG returns the best answer so far: an earlier grounded answer beats a fallback.
         return {**_restored(state.best), "events": [Generate(mode="keep_best")]}
     return {
-        "answer": critique.cautious_answer(state.query, state.strips, state.unsupported_claims),
+        "answer": critique.cautious_answer(
+            state.query, state.strips, state.unsupported_claims, runtime.context.assistant.language
+        ),
         "fallback": True,
         "sources": state.strips[:3],
         "context": state.strips,

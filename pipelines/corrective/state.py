@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 from pipelines.corrective.policy import CorrectivePolicy
 from pipelines.shared.deps import ChatClient, Embedder, Passage, Retriever, WebSearch
 from pipelines.shared.events import StopReason
+from pipelines.shared.persona import DEFAULT_ASSISTANT, Assistant
 from pipelines.shared.relevance import Verdict
 from pipelines.shared.state import PipelineState
 from pipelines.shared.telemetry import NO_TELEMETRY, PipelineTelemetry
@@ -78,5 +79,6 @@ class CorrectiveContext:
     search: WebSearch
     embedder: Embedder
     policy: CorrectivePolicy
+    assistant: Assistant = DEFAULT_ASSISTANT  # the tenant's, set per request by the route table
     telemetry: PipelineTelemetry = NO_TELEMETRY
     clock: Callable[[], float] = time.monotonic  # the time budget's clock; ``started_at`` is read on it

@@ -9,7 +9,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 
-from pipelines.direct.prompts import SYSTEM
+from pipelines.direct.prompts import RULES
 from pipelines.direct.state import DirectContext, DirectState
 from pipelines.shared.events import Generate
 from pipelines.shared.state import Update
@@ -17,7 +17,7 @@ from pipelines.shared.telemetry import instrument
 
 
 async def answer_directly(state: DirectState, runtime: Runtime[DirectContext]) -> Update:
-    messages = [SystemMessage(SYSTEM), HumanMessage(state.query)]
+    messages = [SystemMessage(runtime.context.assistant.system_prompt(RULES, state.query)), HumanMessage(state.query)]
     reply = await runtime.context.llm.chat(messages, node="answer_directly")
     return {
         "answer": reply.text,

@@ -1,7 +1,7 @@
-"""Prompt for answering without the knowledge base."""
+"""Prompt for answering without the knowledge base: the assistant's identity (``pipelines.shared.persona``),
+these rules, the operator's and client's instructions, then the answer language."""
 
 from __future__ import annotations
 
-SYSTEM = """You are the company's helpful assistant. Answer directly and concisely.
-Answer in the language of the user's message. If a question needs internal company documents you
-do not have, say that you cannot check them from here."""
+RULES = """Answer directly and concisely. If a question needs internal company documents you do not have,
+say that you cannot check them from here."""

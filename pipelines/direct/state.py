@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pipelines.shared.deps import ChatClient
+from pipelines.shared.persona import DEFAULT_ASSISTANT, Assistant
 from pipelines.shared.state import PipelineState
 from pipelines.shared.telemetry import NO_TELEMETRY, PipelineTelemetry
 
@@ -17,4 +18,5 @@ class DirectState(PipelineState):
 @dataclass(frozen=True, kw_only=True)
 class DirectContext:
     llm: ChatClient
+    assistant: Assistant = DEFAULT_ASSISTANT  # the tenant's, set per request by the route table
     telemetry: PipelineTelemetry = NO_TELEMETRY

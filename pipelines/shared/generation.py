@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
 from pipelines.shared.deps import ChatClient, LLMCall, Passage
+from pipelines.shared.persona import DEFAULT_ASSISTANT, Assistant
 from pipelines.shared.prompts import ABSTAIN_EN, ABSTAIN_JA, GROUNDED_SYSTEM, GROUNDED_USER, NOT_IN_CONTEXT
 from pipelines.shared.support import lexical_support
 from pipelines.shared.text import has_cjk, tokens
@@ -93,7 +94,10 @@ def states_nothing(answer: str) -> bool:
     return not words or words[-1] in _DANGLING
 
 
-def abstention_for(question: str) -> str:
+def abstention_for(question: str, assistant: Assistant | None = None) -> str:
+    """In the answer's language: the profile's fixed one (Japanese, else English), or the question's."""
+    if assistant is not None and assistant.language is not None:
+        return ABSTAIN_JA if assistant.language == "ja" else ABSTAIN_EN
     return ABSTAIN_JA if has_cjk(question) else ABSTAIN_EN
 
 
@@ -117,10 +121,12 @@ async def draft_answer(
     node: str,
     feedback: str = "",
     max_tokens: int | None = None,
+    assistant: Assistant = DEFAULT_ASSISTANT,
 ) -> Draft:
-    """One generation over numbered passages; ``feedback`` asks for a corrected second attempt."""
+    """One generation over numbered passages, written by the tenant's ``assistant``; ``feedback`` asks for a
+    corrected second attempt."""
     messages: list[BaseMessage] = [
-        SystemMessage(GROUNDED_SYSTEM),
+        SystemMessage(assistant.system_prompt(GROUNDED_SYSTEM, question)),
         HumanMessage(GROUNDED_USER.format(context=format_context(passages), question=question)),
     ]
     if feedback:
@@ -128,27 +134,35 @@ async def draft_answer(
     reply = await llm.chat(messages, node=node, max_tokens=max_tokens)
     text = drop_phantom_citations(reply.text, len(passages))
     if NOT_IN_CONTEXT in text or not text:
-        return Draft(abstention_for(question), [], False, reply.call)
+        return Draft(abstention_for(question, assistant), [], False, reply.call)
     return Draft(text, cited_passages(text, passages) or list(passages), True, reply.call)
 
 
 async def generate_grounded(
-    llm: ChatClient, question: str, passages: list[Passage], policy: GroundingPolicy, *, node: str
+    llm: ChatClient,
+    question: str,
+    passages: list[Passage],
+    policy: GroundingPolicy,
+    *,
+    node: str,
+    assistant: Assistant = DEFAULT_ASSISTANT,
 ) -> GroundedAnswer:
     """Plain RAG with both LLM-free gates: relevance before the call, support after it."""
     usable = relevant(passages, policy)
     if not usable:
         best = max((p.score for p in passages), default=0.0)
         note = f"no passage above relevance {policy.min_relevance} (best {best:.2f})"
-        return GroundedAnswer(abstention_for(question), [], True, None, note)
-    draft = await draft_answer(llm, question, usable, node=node, max_tokens=policy.max_tokens)
+        return GroundedAnswer(abstention_for(question, assistant), [], True, None, note)
+    draft = await draft_answer(llm, question, usable, node=node, max_tokens=policy.max_tokens, assistant=assistant)
     if not draft.found:
         return GroundedAnswer(draft.text, [], True, draft.call, "model found no answer", usable)
     if states_nothing(draft.text):
-        return GroundedAnswer(abstention_for(question), [], True, draft.call, "model gave only citations", usable)
+        return GroundedAnswer(
+            abstention_for(question, assistant), [], True, draft.call, "model gave only citations", usable
+        )
     support = lexical_support(draft.text, question, [p.text for p in usable])
     if not support.supported(policy.min_support):
         unsupported = ", ".join((support.missing_numbers or support.missing)[:5])
         note = f"unsupported by passages: {unsupported}"
-        return GroundedAnswer(abstention_for(question), [], True, draft.call, note, usable)
+        return GroundedAnswer(abstention_for(question, assistant), [], True, draft.call, note, usable)
     return GroundedAnswer(draft.text, draft.cited, False, draft.call, context=usable)

@@ -42,7 +42,9 @@ def after_assess(state: SingleHopState) -> Literal["generate_answer", "__end__"]
 
 async def generate_answer(state: SingleHopState, runtime: Runtime[SingleHopContext]) -> Update:
     ctx = runtime.context
-    result = await generate_grounded(ctx.llm, state.query, state.passages, ctx.grounding, node="generate_answer")
+    result = await generate_grounded(
+        ctx.llm, state.query, state.passages, ctx.grounding, node="generate_answer", assistant=ctx.assistant
+    )
     return {
         "answer": result.answer,
         "sources": result.cited,

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from pipelines.shared.deps import ChatClient, Passage, Retriever
 from pipelines.shared.generation import GroundingPolicy
+from pipelines.shared.persona import DEFAULT_ASSISTANT, Assistant
 from pipelines.shared.relevance import RelevanceModel, Verdict
 from pipelines.shared.state import PipelineState
 from pipelines.shared.telemetry import NO_TELEMETRY, PipelineTelemetry
@@ -31,4 +32,5 @@ class SingleHopContext:
     relevance: RelevanceModel
     lower: float
     upper: float
+    assistant: Assistant = DEFAULT_ASSISTANT  # the tenant's, set per request by the route table
     telemetry: PipelineTelemetry = NO_TELEMETRY

@@ -25,6 +25,7 @@ def test_the_migrate_command_brings_a_database_to_head(tmp_path: Path, monkeypat
         "curation_document_changes",
         "curation_eval_cases",
         "curation_eval_runs",
+        "assistant_profiles",
     }
-    assert version == "0002"
+    assert version == "0003"
     assert main(["upgrade"]) == 2

@@ -36,11 +36,18 @@ class Recorder:
 
     def __init__(self) -> None:
         self.requests: list[QueryRequest] = []
+        self.instructions: list[str] = []
 
     async def answer(
-        self, request: QueryRequest, admit: Admit | None = None, *, vault: Vault | None = None
+        self,
+        request: QueryRequest,
+        admit: Admit | None = None,
+        *,
+        vault: Vault | None = None,
+        instructions: str = "",
     ) -> QueryResponse:
         self.requests.append(admit(request) if admit is not None else request)
+        self.instructions.append(instructions)
         return query_response(route="direct")
 
     def screen(self, tenant: str, texts: list[str], vault: Vault) -> list[str]:
@@ -82,7 +89,9 @@ async def test_a_rewritten_follow_up_keeps_every_other_field() -> None:
         query=request,
         history=[Turn(role="user", text="Tell me about the acme VPN."), Turn(role="assistant", text="It exists.")],
         include_usage=False,
+        instructions="Answer in one sentence.",
     )
     answer = await service.answer(prepared)
     assert answer.rewrite is not None
     assert recorder.requests == [msgspec.structs.replace(request, query="What does the acme VPN policy say?")]
+    assert recorder.instructions == ["Answer in one sentence."]  # the client's system message travels too

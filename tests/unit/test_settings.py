@@ -93,6 +93,8 @@ def sample(group_name: str, name: str) -> tuple[str, Any]:
     if get_origin(annotation) is dict and get_origin(get_args(annotation)[1]) is Literal:  # per-tenant policies
         choice = get_args(get_args(annotation)[1])[-1]
         return json.dumps({"acme": choice}), {"acme": choice}
+    if annotation == list[str]:
+        return json.dumps(["gpt-4o-mini"]), ["gpt-4o-mini"]
     if annotation == list[ApiKeyConfig]:
         key = {"name": "bot", "key_sha256": KEY_SHA256, "tenant": "acme", "scopes": ["query"]}
         return json.dumps([key]), [ApiKeyConfig.model_validate(key)]
@@ -166,7 +168,17 @@ def test_the_fingerprint_follows_exactly_the_answer_shaping_groups(
 def test_answer_shaping_groups() -> None:
     """The decision itself, written down once: changing it is a reviewed change of this list."""
     shaping = {name for name, group in Settings().groups().items() if type(group).shapes_answers}
-    assert shaping == {"llm", "embeddings", "chunking", "router", "retrieval", "grounding", "corrective", "guard"}
+    assert shaping == {
+        "llm",
+        "embeddings",
+        "chunking",
+        "router",
+        "retrieval",
+        "grounding",
+        "corrective",
+        "guard",
+        "assistant",
+    }
 
 
 def test_replace_names_groups_and_fields_that_exist() -> None:

@@ -6,7 +6,7 @@ from typing import Any
 
 import msgspec
 
-from gateway.steps import RewriteFollowup, RouteQuery, SemanticCacheHit, StepEvent, render_steps
+from gateway.steps import RewriteFollowup, RouteClamp, RouteQuery, SemanticCacheHit, StepEvent, render_steps
 from pipelines.shared.events import (
     Assess,
     Check,
@@ -29,6 +29,9 @@ def test_each_event_renders_to_the_step_text_clients_have_always_read() -> None:
         RouteQuery(route="multi_hop", classifier="llm"): "route_query",
         SemanticCacheHit(similarity=0.91234): "semantic_cache(similarity=0.912)",
         RewriteFollowup(changed=True): "rewrite_followup(changed=True)",
+        RouteClamp(from_route="direct", to_route="single_hop"): (
+            "route_clamp: direct -> single_hop (not allowed by the assistant profile)"
+        ),
         Retrieve(k=5, found=3): "retrieve(k=5, found=3)",
         Assess(verdict="incorrect"): "assess_retrieval: incorrect",
         Escalate(from_route="single_hop", to_route="multi_hop", reason="retrieval_incorrect"): (
