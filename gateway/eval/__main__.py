@@ -23,22 +23,30 @@ from gateway.app import create_app
 from gateway.eval.datasets import Question, load
 from gateway.eval.report import draw_chart, summarise
 from gateway.eval.runner import FirstRetrieval, Mode, Outcome, ask, first_retrieval, ingest
+from gateway.eval.tables import render
 from gateway.settings import Settings
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     dataset = load(args.dataset)
     modes = cast(list[Mode], args.mode.split(","))
-    store = Path(tempfile.mkdtemp(prefix="eval-lancedb-"))
+    store = args.store or Path(tempfile.mkdtemp(prefix="eval-lancedb-"))
     # No response cache: every mode must compute its answers for the figures to mean anything.
     app = create_app(Settings().replace(vector_store={"path": store}, cache={"enabled": False}))
-    tenant = f"eval-{dataset.name}-{int(time.time())}"
+    # A kept store holds one tenant per dataset file, ingested by the first run that used it.
+    tenant = f"eval-{dataset.name}" if args.store else f"eval-{dataset.name}-{int(time.time())}"
+    marker = store / f".ingested-{tenant}-{args.dataset.stem}"
     report: dict[str, Any] = {"dataset": dataset.name, "file": str(args.dataset)}
     async with AsyncTestClient(app, timeout=900) as client:
         services = app.state.services
         report["model"] = services.settings.llm.model
-        chunks, seconds = await ingest(client, tenant, dataset)
-        report["ingest"] = {"documents": len(dataset.documents), "chunks": chunks, "seconds": round(seconds, 1)}
+        if marker.exists():
+            report["ingest"] = json.loads(marker.read_text()) | {"reused": str(store)}
+        else:
+            chunks, seconds = await ingest(client, tenant, dataset)
+            report["ingest"] = {"documents": len(dataset.documents), "chunks": chunks, "seconds": round(seconds, 1)}
+            if args.store:
+                marker.write_text(json.dumps(report["ingest"]))
         pool = [(q, await first_retrieval(services, tenant, q)) for q in dataset.questions]
         picked = pick(pool, args.where, args.limit, args.seed if args.sample else None)
         questions = [question for question, _ in picked]
@@ -93,6 +101,11 @@ def main() -> None:
         help="only questions whose first top-k missed a gold passage (missed) or held them all (complete)",
     )
     parser.add_argument("--out", type=Path, default=Path("reports"))
+    parser.add_argument(
+        "--store",
+        type=Path,
+        help="keep the vector store in this directory and reuse its ingested corpus in later runs (default: fresh)",
+    )
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
@@ -106,6 +119,7 @@ def main() -> None:
         args.out / f"{stem}-chart.png",
     )
     print(json.dumps(report["summary"], indent=2))
+    print(render(report["summary"]))
     print(f"wrote {args.out / (stem + '-report.json')} and {args.out / (stem + '-chart.png')}")
 
 

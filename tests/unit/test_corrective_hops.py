@@ -127,3 +127,33 @@ async def test_a_bridge_page_judged_irrelevant_still_plans_the_hop(aurora: Knowl
     assert doc_ids(state.evidence) == ["k3-spec"]
     assert state.answer == AURORA_ANSWER
     assert BRIDGE_FACT in prompts(model, "generate")[0]  # the bridge reaches the generator as a found fact
+
+
+async def test_after_planned_hops_a_round_judged_incorrect_is_answered_not_rewritten(aurora: KnowledgeBase) -> None:
+    # The second hop asks for something the store does not hold: its round keeps nothing (Incorrect). The
+    # planner's hops were this request's follow-up searches, so the pipeline answers from the evidence the
+    # first hop found instead of rewriting the question (a rewrite, a search and a grading round more).
+    second = {"found": BRIDGE_FACT, "next_query": "Who manufactures the K3's battery cells?"}
+    state, _ = await run_graph(
+        aurora, aurora_script([NEXT, second]), query=AURORA_QUESTION, tenant=AURORA, top_k=1, policy=HOPS
+    )
+    assert state.verdicts[-1] == "incorrect"
+    assert not [e for e in state.events if isinstance(e, ev.Rewrite | ev.SearchMore)]
+    assert [e.hop for e in state.events if isinstance(e, ev.PlanHop)] == [1, 2]
+    # The last round was not judged Correct, so the usefulness critic still judges the answer.
+    assert nodes(state)[-2:] == ["generate", "check_useful"]
+    assert "rewrite_query" not in nodes(state)
+    assert state.answer == AURORA_ANSWER
+    assert state.stop_reason == "answered"
+
+
+async def test_without_planning_an_incorrect_round_is_still_rewritten(aurora: KnowledgeBase) -> None:
+    # The same first round with hop planning off: CRAG's rewrite is the follow-up search.
+    script = aurora_script([])
+    script.grades = {}
+    state, _ = await run_graph(
+        aurora, script, query=AURORA_QUESTION, tenant=AURORA, top_k=1, policy=CorrectivePolicy(max_rewrites=1)
+    )
+    assert state.verdicts[0] == "incorrect"
+    assert nodes(state)[0] == "grade_document"
+    assert "rewrite_query" in nodes(state)
