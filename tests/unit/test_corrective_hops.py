@@ -21,6 +21,7 @@ from tests.unit.corrective_support import (
     SUPPORTED_CHECK,
     Script,
     doc_ids,
+    graded_titles,
     nodes,
     prompts,
     relevant,
@@ -157,3 +158,39 @@ async def test_without_planning_an_incorrect_round_is_still_rewritten(aurora: Kn
     assert state.verdicts[0] == "incorrect"
     assert nodes(state)[0] == "grade_document"
     assert "rewrite_query" in nodes(state)
+
+
+async def test_planner_judges_the_rounds_it_reads_when_planned_rounds_are_not_graded(aurora: KnowledgeBase) -> None:
+    # The bridge page is in the fast scorer's uncertain band: graded by the LLM in the first test above. Here the
+    # planner's call judges the round it reads: the page is kept undecided (Ambiguous) without a grading call,
+    # the hop finds the sheet (relevant on the fast score alone) and the planner finds the evidence sufficient.
+    policy = CorrectivePolicy(max_hops=2, trust_correct_grounded=True, grade_planned_rounds=False)
+    state, model = await run_graph(
+        aurora, aurora_script([NEXT, ENOUGH]), query=AURORA_QUESTION, tenant=AURORA, top_k=1, policy=policy
+    )
+    assert [e for e in state.events if isinstance(e, ev.Evaluate)] == [
+        ev.Evaluate(verdict="ambiguous", kept=1, total=1, graded=0),
+        ev.Evaluate(verdict="correct", kept=1, total=1, graded=0),
+    ]
+    assert nodes(state) == ["plan_hop", "plan_hop", "generate"]
+    assert not prompts(model, "Grade")
+    assert set(doc_ids(state.context)) == {"project-aurora", "k3-spec"}
+    assert state.answer == AURORA_ANSWER
+
+
+async def test_a_round_no_planner_reads_is_still_graded(aurora: KnowledgeBase) -> None:
+    # One hop allowed: the hop's own round is not read by the planner, so the LLM grader judges it as CRAG does.
+    # A vague sub-question leaves the sheet in the fast scorer's uncertain band (probed first).
+    vague = "K3 robot"
+    [_, sheet] = await aurora.search(AURORA, vague, 2)
+    policy = CorrectivePolicy(max_hops=1, trust_correct_grounded=True, grade_planned_rounds=False)
+    assert policy.lower <= relevance(policy.relevance, vague, sheet.title, sheet.text, sheet.score) < policy.upper
+    script = aurora_script([{"found": BRIDGE_FACT, "next_query": vague}])
+    state, model = await run_graph(aurora, script, query=AURORA_QUESTION, tenant=AURORA, top_k=1, policy=policy)
+    assert [e for e in state.events if isinstance(e, ev.Evaluate)] == [
+        ev.Evaluate(verdict="ambiguous", kept=1, total=1, graded=0),
+        ev.Evaluate(verdict="correct", kept=1, total=1, graded=1),
+    ]
+    assert graded_titles(model) == ["Kumo Carrier K3 specification"]
+    assert nodes(state) == ["plan_hop", "grade_document", "generate"]
+    assert state.answer == AURORA_ANSWER
