@@ -14,6 +14,7 @@ import logging
 import random
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any, cast
 
@@ -22,7 +23,7 @@ from litestar.testing import AsyncTestClient
 from gateway.app import create_app
 from gateway.eval.datasets import Question, load
 from gateway.eval.report import draw_chart, summarise
-from gateway.eval.runner import FirstRetrieval, Mode, Outcome, ask, first_retrieval, ingest
+from gateway.eval.runner import FirstRetrieval, Mode, Outcome, ask, first_retrieval, ingest, route_of
 from gateway.eval.tables import render
 from gateway.settings import Settings
 
@@ -47,12 +48,20 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             report["ingest"] = {"documents": len(dataset.documents), "chunks": chunks, "seconds": round(seconds, 1)}
             if args.store:
                 marker.write_text(json.dumps(report["ingest"]))
-        pool = [(q, await first_retrieval(services, tenant, q)) for q in dataset.questions]
+        asked = [q for q in dataset.questions if q.answerable or not args.answerable]
+        pool = [(q, await first_retrieval(services, tenant, q)) for q in asked]
         picked = pick(pool, args.where, args.limit, args.seed if args.sample else None)
         questions = [question for question, _ in picked]
         firsts = [first for _, first in picked]
         report["questions"] = len(questions)
         report["where"] = args.where
+        if args.route_only:
+            # The router's decisions alone (POST /v1/route: the probe search, no model call).
+            decisions = [await route_of(client, tenant, question) for question in questions]
+            report["summary"] = {"route_only": {"questions": len(questions), "routes": dict(Counter(decisions))}}
+            routed = [{"question_id": q.id, "route": r} for q, r in zip(questions, decisions, strict=True)]
+            report["outcomes"] = {"route_only": routed}
+            return report
         per_mode: dict[str, list[Outcome]] = {}
         for mode in modes:
             outcomes = per_mode.setdefault(mode, [])
@@ -100,6 +109,10 @@ def main() -> None:
         default="all",
         help="only questions whose first top-k missed a gold passage (missed) or held them all (complete)",
     )
+    parser.add_argument("--answerable", action="store_true", help="only questions with a gold answer (SQuAD v2)")
+    parser.add_argument(
+        "--route-only", action="store_true", help="only ask POST /v1/route for each question: the routes, no answers"
+    )
     parser.add_argument("--out", type=Path, default=Path("reports"))
     parser.add_argument(
         "--store",
@@ -112,6 +125,10 @@ def main() -> None:
     report = asyncio.run(run(args))
     args.out.mkdir(parents=True, exist_ok=True)
     stem = f"{report['dataset']}-{'-'.join(report['summary'])}"
+    if args.route_only:
+        (args.out / f"{stem}-report.json").write_text(json.dumps(report, indent=2, ensure_ascii=False))
+        print(json.dumps(report["summary"], indent=2))
+        return
     (args.out / f"{stem}-report.json").write_text(json.dumps(report, indent=2, ensure_ascii=False))
     draw_chart(
         report["summary"],

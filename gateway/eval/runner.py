@@ -12,7 +12,7 @@ from litestar.testing import AsyncTestClient
 
 from gateway.eval.datasets import Dataset, Question
 from gateway.eval.metrics import answer_in_prediction, exact_match, f1_score, passage_recall
-from gateway.schemas import QueryResponse
+from gateway.schemas import QueryResponse, RouteResponse
 from gateway.state import Services
 from gateway.steps import StepEvent
 from pipelines.shared.events import Assess, Evaluate, Generate, PlanHop, Rewrite
@@ -124,6 +124,13 @@ async def ask(
         stop_reason=result.stop_reason,
         steps=result.steps,
     )
+
+
+async def route_of(client: AsyncTestClient[Any], tenant: str, question: Question) -> str:
+    """The route the router picks for ``question`` against the tenant's store, without answering it."""
+    response = await client.post("/v1/route", json={"query": question.text, "tenant": tenant})
+    response.raise_for_status()
+    return msgspec.json.decode(response.content, type=RouteResponse).route
 
 
 def failed(question: Question, mode: Mode, first: FirstRetrieval, status: int, seconds: float) -> Outcome:

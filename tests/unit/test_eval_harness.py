@@ -11,7 +11,7 @@ import pytest
 from gateway.eval.datasets import Question, load
 from gateway.eval.metrics import answer_in_prediction, exact_match, f1_score, normalize_answer, passage_recall
 from gateway.eval.report import draw_chart, summarise
-from gateway.eval.runner import FirstRetrieval, Outcome, ask, calls_by_step, failed, first_verdict
+from gateway.eval.runner import FirstRetrieval, Outcome, ask, calls_by_step, failed, first_verdict, route_of
 from gateway.eval.tables import merged, render
 from gateway.steps import RouteQuery
 from pipelines.shared.events import Assess, Check, Escalate, Evaluate, Generate, PlanHop, Retrieve, SearchHop
@@ -306,3 +306,12 @@ def test_a_question_the_gateway_failed_counts_as_unanswered_in_its_mode() -> Non
     summary = summarise([outcome(), lost])
     assert summary["answer_contained"] == 0.5
     assert summary["stop_reasons"] == {"-": 1, "http_504": 1}
+
+
+async def test_route_of_asks_the_router_alone(client: Any) -> None:
+    documents = [{"id": "normans", "title": "Normans", "text": "The Normans settled in Normandy, France, in 911."}]
+    (await client.post("/v1/documents", json={"tenant": "eval-route", "documents": documents})).raise_for_status()
+    question = Question(id="q", text="Where did the Normans settle?", answers=["Normandy"], gold_doc_ids=frozenset())
+    assert await route_of(client, "eval-route", question) in {"direct", "single_hop", "multi_hop"}
+    # An empty knowledge base holds nothing on any question: the router answers it directly.
+    assert await route_of(client, "eval-empty", question) == "direct"
