@@ -68,15 +68,29 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             for n, (question, first) in enumerate(zip(questions, firsts, strict=True), start=1):
                 outcome = await ask(client, tenant, question, mode, first)
                 outcomes.append(outcome)
+                summarised(report, per_mode)
+                write(report, args.out, partial=True)  # a run cut short keeps what it measured
                 if args.verbose:
                     print(
-                        f"[{mode} {n}/{len(questions)}] f1={outcome.f1:.2f} route={outcome.route} "
-                        f"calls={outcome.llm_calls} {outcome.latency_ms:.0f}ms",
+                        f"[{mode} {n}/{len(questions)}] in_reply={outcome.answer_contained:.0f} f1={outcome.f1:.2f} "
+                        f"route={outcome.route} calls={outcome.llm_calls} {outcome.latency_ms:.0f}ms",
                         flush=True,
                     )
-        report["summary"] = {mode: summarise(outcomes) for mode, outcomes in per_mode.items()}
-        report["outcomes"] = {mode: [o.as_dict() for o in outcomes] for mode, outcomes in per_mode.items()}
+        summarised(report, per_mode)
     return report
+
+
+def summarised(report: dict[str, Any], per_mode: dict[str, list[Outcome]]) -> None:
+    report["summary"] = {mode: summarise(outcomes) for mode, outcomes in per_mode.items()}
+    report["outcomes"] = {mode: [o.as_dict() for o in outcomes] for mode, outcomes in per_mode.items()}
+
+
+def write(report: dict[str, Any], out: Path, *, partial: bool = False) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"{report['dataset']}-{'-'.join(report['summary'])}"
+    path = out / f"{stem}-{'partial' if partial else 'report'}.json"
+    path.write_text(json.dumps(report, indent=2, ensure_ascii=False))
+    return path
 
 
 def pick(
@@ -123,19 +137,16 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     report = asyncio.run(run(args))
-    args.out.mkdir(parents=True, exist_ok=True)
-    stem = f"{report['dataset']}-{'-'.join(report['summary'])}"
+    path = write(report, args.out)
+    print(json.dumps(report["summary"], indent=2))
     if args.route_only:
-        (args.out / f"{stem}-report.json").write_text(json.dumps(report, indent=2, ensure_ascii=False))
-        print(json.dumps(report["summary"], indent=2))
         return
-    (args.out / f"{stem}-report.json").write_text(json.dumps(report, indent=2, ensure_ascii=False))
+    stem = path.name.removesuffix("-report.json")
     draw_chart(
         report["summary"],
         f"{report['dataset']} ({report['questions']} questions, {report['model']})",
         args.out / f"{stem}-chart.png",
     )
-    print(json.dumps(report["summary"], indent=2))
     print(render(report["summary"]))
     print(f"wrote {args.out / (stem + '-report.json')} and {args.out / (stem + '-chart.png')}")
 
