@@ -315,3 +315,15 @@ async def test_route_of_asks_the_router_alone(client: Any) -> None:
     assert await route_of(client, "eval-route", question) in {"direct", "single_hop", "multi_hop"}
     # An empty knowledge base holds nothing on any question: the router answers it directly.
     assert await route_of(client, "eval-empty", question) == "direct"
+
+
+def test_a_partial_report_is_written_beside_the_final_one(tmp_path: Path) -> None:
+    from gateway.eval.__main__ import summarised, write
+
+    report: dict[str, Any] = {"dataset": "hotpotqa"}
+    summarised(report, {"plain": [outcome()], "corrective": [outcome(llm_calls=4)]})
+    partial = write(report, tmp_path / "out", partial=True)
+    assert partial.name == "hotpotqa-plain-corrective-partial.json"
+    saved = json.loads(partial.read_text())
+    assert saved["summary"]["corrective"]["llm_calls_median"] == 4.0
+    assert write(report, tmp_path / "out").name == "hotpotqa-plain-corrective-report.json"
