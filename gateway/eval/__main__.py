@@ -14,6 +14,7 @@ import logging
 import random
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any, cast
 
@@ -22,44 +23,74 @@ from litestar.testing import AsyncTestClient
 from gateway.app import create_app
 from gateway.eval.datasets import Question, load
 from gateway.eval.report import draw_chart, summarise
-from gateway.eval.runner import FirstRetrieval, Mode, Outcome, ask, first_retrieval, ingest
+from gateway.eval.runner import FirstRetrieval, Mode, Outcome, ask, first_retrieval, ingest, route_of
+from gateway.eval.tables import render
 from gateway.settings import Settings
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     dataset = load(args.dataset)
     modes = cast(list[Mode], args.mode.split(","))
-    store = Path(tempfile.mkdtemp(prefix="eval-lancedb-"))
+    store = args.store or Path(tempfile.mkdtemp(prefix="eval-lancedb-"))
     # No response cache: every mode must compute its answers for the figures to mean anything.
     app = create_app(Settings().replace(vector_store={"path": store}, cache={"enabled": False}))
-    tenant = f"eval-{dataset.name}-{int(time.time())}"
+    # A kept store holds one tenant per dataset file, ingested by the first run that used it.
+    tenant = f"eval-{dataset.name}" if args.store else f"eval-{dataset.name}-{int(time.time())}"
+    marker = store / f".ingested-{tenant}-{args.dataset.stem}"
     report: dict[str, Any] = {"dataset": dataset.name, "file": str(args.dataset)}
     async with AsyncTestClient(app, timeout=900) as client:
         services = app.state.services
         report["model"] = services.settings.llm.model
-        chunks, seconds = await ingest(client, tenant, dataset)
-        report["ingest"] = {"documents": len(dataset.documents), "chunks": chunks, "seconds": round(seconds, 1)}
-        pool = [(q, await first_retrieval(services, tenant, q)) for q in dataset.questions]
+        if marker.exists():
+            report["ingest"] = json.loads(marker.read_text()) | {"reused": str(store)}
+        else:
+            chunks, seconds = await ingest(client, tenant, dataset)
+            report["ingest"] = {"documents": len(dataset.documents), "chunks": chunks, "seconds": round(seconds, 1)}
+            if args.store:
+                marker.write_text(json.dumps(report["ingest"]))
+        asked = [q for q in dataset.questions if q.answerable or not args.answerable]
+        pool = [(q, await first_retrieval(services, tenant, q)) for q in asked]
         picked = pick(pool, args.where, args.limit, args.seed if args.sample else None)
         questions = [question for question, _ in picked]
         firsts = [first for _, first in picked]
         report["questions"] = len(questions)
         report["where"] = args.where
+        if args.route_only:
+            # The router's decisions alone (POST /v1/route: the probe search, no model call).
+            decisions = [await route_of(client, tenant, question) for question in questions]
+            report["summary"] = {"route_only": {"questions": len(questions), "routes": dict(Counter(decisions))}}
+            routed = [{"question_id": q.id, "route": r} for q, r in zip(questions, decisions, strict=True)]
+            report["outcomes"] = {"route_only": routed}
+            return report
         per_mode: dict[str, list[Outcome]] = {}
         for mode in modes:
             outcomes = per_mode.setdefault(mode, [])
             for n, (question, first) in enumerate(zip(questions, firsts, strict=True), start=1):
                 outcome = await ask(client, tenant, question, mode, first)
                 outcomes.append(outcome)
+                summarised(report, per_mode)
+                write(report, args.out, partial=True)  # a run cut short keeps what it measured
                 if args.verbose:
                     print(
-                        f"[{mode} {n}/{len(questions)}] f1={outcome.f1:.2f} route={outcome.route} "
-                        f"calls={outcome.llm_calls} {outcome.latency_ms:.0f}ms",
+                        f"[{mode} {n}/{len(questions)}] in_reply={outcome.answer_contained:.0f} f1={outcome.f1:.2f} "
+                        f"route={outcome.route} calls={outcome.llm_calls} {outcome.latency_ms:.0f}ms",
                         flush=True,
                     )
-        report["summary"] = {mode: summarise(outcomes) for mode, outcomes in per_mode.items()}
-        report["outcomes"] = {mode: [o.as_dict() for o in outcomes] for mode, outcomes in per_mode.items()}
+        summarised(report, per_mode)
     return report
+
+
+def summarised(report: dict[str, Any], per_mode: dict[str, list[Outcome]]) -> None:
+    report["summary"] = {mode: summarise(outcomes) for mode, outcomes in per_mode.items()}
+    report["outcomes"] = {mode: [o.as_dict() for o in outcomes] for mode, outcomes in per_mode.items()}
+
+
+def write(report: dict[str, Any], out: Path, *, partial: bool = False) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"{report['dataset']}-{'-'.join(report['summary'])}"
+    path = out / f"{stem}-{'partial' if partial else 'report'}.json"
+    path.write_text(json.dumps(report, indent=2, ensure_ascii=False))
+    return path
 
 
 def pick(
@@ -92,20 +123,31 @@ def main() -> None:
         default="all",
         help="only questions whose first top-k missed a gold passage (missed) or held them all (complete)",
     )
+    parser.add_argument("--answerable", action="store_true", help="only questions with a gold answer (SQuAD v2)")
+    parser.add_argument(
+        "--route-only", action="store_true", help="only ask POST /v1/route for each question: the routes, no answers"
+    )
     parser.add_argument("--out", type=Path, default=Path("reports"))
+    parser.add_argument(
+        "--store",
+        type=Path,
+        help="keep the vector store in this directory and reuse its ingested corpus in later runs (default: fresh)",
+    )
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     report = asyncio.run(run(args))
-    args.out.mkdir(parents=True, exist_ok=True)
-    stem = f"{report['dataset']}-{'-'.join(report['summary'])}"
-    (args.out / f"{stem}-report.json").write_text(json.dumps(report, indent=2, ensure_ascii=False))
+    path = write(report, args.out)
+    print(json.dumps(report["summary"], indent=2))
+    if args.route_only:
+        return
+    stem = path.name.removesuffix("-report.json")
     draw_chart(
         report["summary"],
         f"{report['dataset']} ({report['questions']} questions, {report['model']})",
         args.out / f"{stem}-chart.png",
     )
-    print(json.dumps(report["summary"], indent=2))
+    print(render(report["summary"]))
     print(f"wrote {args.out / (stem + '-report.json')} and {args.out / (stem + '-chart.png')}")
 
 

@@ -7,7 +7,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-DatasetName = Literal["hotpotqa", "squad"]
+from pipelines.shared.text import has_cjk
+
+DatasetName = Literal["hotpotqa", "squad", "jsquad"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +59,9 @@ def load_hotpotqa(questions_path: Path, corpus_path: Path | None = None) -> Data
 def load_squad_v2(path: Path) -> Dataset:
     """SQuAD v2: every paragraph becomes a document; unanswerable questions have no gold."""
     raw = json.loads(path.read_text(encoding="utf-8"))
-    dataset = Dataset(name="squad")
+    # JSQuAD is SQuAD's format in Japanese: named apart so its reports do not overwrite SQuAD's.
+    japanese = any(has_cjk(p["context"]) for article in raw["data"][:1] for p in article["paragraphs"][:1])
+    dataset = Dataset(name="jsquad" if japanese else "squad")
     for article in raw["data"]:
         slug = "".join(ch if ch.isalnum() else "-" for ch in article["title"]).lower()
         for p_index, paragraph in enumerate(article["paragraphs"]):

@@ -72,6 +72,11 @@ def percentile(values: Sequence[float], q: float) -> float:
     return round(float(np.percentile(values, q)), 1) if values else float("nan")
 
 
+def median(values: Sequence[float]) -> float:
+    """The cost target is a median (a few questions that loop to the budget must not hide the typical one)."""
+    return round(float(np.median(values)), 2) if values else float("nan")
+
+
 def mean(values: Sequence[float | None]) -> float:
     kept = [v for v in values if v is not None]
     return round(float(np.mean(kept)), 4) if kept else float("nan")

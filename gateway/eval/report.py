@@ -6,7 +6,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from gateway.eval.metrics import mean, percentile
+from gateway.eval.metrics import mean, median, percentile
 from gateway.eval.runner import Outcome
 
 
@@ -17,8 +17,40 @@ def quality(outcomes: list[Outcome]) -> dict[str, Any]:
         "f1": mean([o.f1 for o in answerable]),
         "answer_contained": mean([o.answer_contained for o in answerable]),
         "supporting_passage_recall": mean([o.passage_recall for o in outcomes]),
-        "llm_calls_per_query": mean([float(o.llm_calls) for o in outcomes]),
+        **cost(outcomes),
     }
+
+
+def cost(outcomes: list[Outcome]) -> dict[str, Any]:
+    """LLM calls (mean and median: the target is on the median) and latency, for any slice of a run."""
+    calls = [float(o.llm_calls) for o in outcomes]
+    latencies = [o.latency_ms for o in outcomes]
+    return {
+        "llm_calls_per_query": mean(calls),
+        "llm_calls_median": median(calls),
+        "latency_ms_p50": percentile(latencies, 50),
+        "latency_ms_p95": percentile(latencies, 95),
+    }
+
+
+def calls_by_step(outcomes: list[Outcome]) -> dict[str, float]:
+    """Mean LLM calls per question spent on each step (grading, hop planning, ...): where the cost goes."""
+    steps = sorted({step for o in outcomes for step in o.calls_by_step})
+    return {step: mean([float(o.calls_by_step.get(step, 0)) for o in outcomes]) for step in steps}
+
+
+def by_route(outcomes: list[Outcome]) -> dict[str, Any]:
+    """Per route the router chose (``classified_route``, before any escalation): how much traffic each
+    route took and what it cost, so a routing change shows as traffic that stopped paying for a route."""
+    routes: dict[str, Any] = {}
+    for route in sorted({o.classified_route for o in outcomes}):
+        chosen = [o for o in outcomes if o.classified_route == route]
+        routes[route] = {
+            **quality(chosen),
+            "escalated": sum(o.escalated for o in chosen),
+            "abstention_rate": mean([float(o.abstained) for o in chosen]),
+        }
+    return routes
 
 
 def by_first_retrieval(outcomes: list[Outcome]) -> dict[str, Any]:
@@ -48,6 +80,7 @@ def summarise(outcomes: list[Outcome]) -> dict[str, Any]:
         "answer_contained": mean([o.answer_contained for o in answerable]),
         "supporting_passage_recall": mean([o.passage_recall for o in outcomes]),
         "false_abstention_rate": mean([float(o.abstained) for o in answerable]),
+        "abstention_rate": mean([float(o.abstained) for o in outcomes]),
         "unanswerable_abstention_rate": mean([float(o.abstained) for o in unanswerable]),
         "evaluator_agreement": {
             "n": len(judged),
@@ -56,13 +89,13 @@ def summarise(outcomes: list[Outcome]) -> dict[str, Any]:
         },
         "by_first_retrieval": by_first_retrieval(outcomes),
         "routes": dict(Counter(o.route for o in outcomes)),
+        "by_route": by_route(outcomes),
         "escalations": sum(o.escalated for o in outcomes),
         "stop_reasons": dict(Counter(o.stop_reason or "-" for o in outcomes)),
-        "llm_calls_per_query": mean([float(o.llm_calls) for o in outcomes]),
+        **cost(outcomes),
+        "calls_by_step": calls_by_step(outcomes),
         "input_tokens_per_query": mean([float(o.input_tokens) for o in outcomes]),
         "output_tokens_per_query": mean([float(o.output_tokens) for o in outcomes]),
-        "latency_ms_p50": percentile([o.latency_ms for o in outcomes], 50),
-        "latency_ms_p95": percentile([o.latency_ms for o in outcomes], 95),
     }
 
 

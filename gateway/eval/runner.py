@@ -12,10 +12,10 @@ from litestar.testing import AsyncTestClient
 
 from gateway.eval.datasets import Dataset, Question
 from gateway.eval.metrics import answer_in_prediction, exact_match, f1_score, passage_recall
-from gateway.schemas import QueryResponse
+from gateway.schemas import QueryResponse, RouteResponse
 from gateway.state import Services
 from gateway.steps import StepEvent
-from pipelines.shared.events import Assess, Evaluate
+from pipelines.shared.events import Assess, Evaluate, Generate, PlanHop, Rewrite
 from pipelines.shared.relevance import Verdict
 
 Mode = Literal["plain", "corrective", "adaptive"]
@@ -25,6 +25,7 @@ MODE_REQUEST: dict[Mode, dict[str, Any]] = {
     "adaptive": {"route": "auto"},
 }
 INGEST_BATCH = 128
+UPSTREAM_FAILURES = frozenset({502, 503, 504})
 
 
 @dataclass(slots=True)
@@ -45,6 +46,7 @@ class Outcome:
     gold_in_first_retrieval: bool | None
     first_retrieval_recall: float | None
     llm_calls: int
+    calls_by_step: dict[str, int]  # where the calls went: see calls_by_step()
     input_tokens: int
     output_tokens: int
     latency_ms: float
@@ -91,7 +93,10 @@ async def ask(
     client: AsyncTestClient[Any], tenant: str, question: Question, mode: Mode, first: FirstRetrieval
 ) -> Outcome:
     body = {"query": question.text, "tenant": tenant, **MODE_REQUEST[mode]}
+    started = time.perf_counter()
     http_response = await client.post("/v1/query", json=body, timeout=600)
+    if http_response.status_code in UPSTREAM_FAILURES:
+        return failed(question, mode, first, http_response.status_code, time.perf_counter() - started)
     http_response.raise_for_status()
     result = msgspec.json.decode(http_response.content, type=QueryResponse)
     answer = "" if result.abstained else result.answer
@@ -112,6 +117,7 @@ async def ask(
         gold_in_first_retrieval=first.gold_found,
         first_retrieval_recall=first.recall,
         llm_calls=result.usage.llm_calls,
+        calls_by_step=calls_by_step(result.events, result.usage.llm_calls),
         input_tokens=result.usage.input_tokens,
         output_tokens=result.usage.output_tokens,
         latency_ms=result.latency_ms,
@@ -120,6 +126,55 @@ async def ask(
     )
 
 
+async def route_of(client: AsyncTestClient[Any], tenant: str, question: Question) -> str:
+    """The route the router picks for ``question`` against the tenant's store, without answering it."""
+    response = await client.post("/v1/route", json={"query": question.text, "tenant": tenant})
+    response.raise_for_status()
+    return msgspec.json.decode(response.content, type=RouteResponse).route
+
+
+def failed(question: Question, mode: Mode, first: FirstRetrieval, status: int, seconds: float) -> Outcome:
+    """A question the gateway could not answer (the model timed out or was unreachable): scored as no answer,
+    so a run on a loaded machine counts it against its mode instead of stopping."""
+    return Outcome(
+        question_id=question.id,
+        kind=question.kind,
+        answerable=question.answerable,
+        answer="",
+        exact_match=0.0,
+        f1=0.0,
+        answer_contained=0.0,
+        passage_recall=0.0 if question.gold_doc_ids else None,
+        abstained=False,
+        route=str(MODE_REQUEST[mode]["route"]),
+        classified_route=str(MODE_REQUEST[mode]["route"]),
+        escalated=False,
+        first_verdict=None,
+        gold_in_first_retrieval=first.gold_found,
+        first_retrieval_recall=first.recall,
+        llm_calls=0,
+        calls_by_step={},
+        input_tokens=0,
+        output_tokens=0,
+        latency_ms=seconds * 1000,
+        stop_reason=f"http_{status}",
+        steps=[],
+    )
+
+
 def first_verdict(events: Sequence[StepEvent]) -> Verdict | None:
     """The first retrieval verdict: single_hop's LLM-free check, or the corrective evaluator's first round."""
     return next((e.verdict for e in events if isinstance(e, Assess | Evaluate)), None)
+
+
+def calls_by_step(events: Sequence[StepEvent], total: int) -> dict[str, int]:
+    """Where a request's LLM calls went, read from its typed events: grading, hop planning, rewrites and
+    generations each say so; the rest (``critics``) went to the groundedness and usefulness checks, whose
+    events do not say whether the lexical check settled them without a call (and to the LLM router)."""
+    counted = {
+        "grade": sum(e.graded for e in events if isinstance(e, Evaluate)),
+        "plan_hop": sum(isinstance(e, PlanHop) for e in events),
+        "rewrite": sum(isinstance(e, Rewrite) for e in events),
+        "generate": sum(isinstance(e, Generate) and e.mode in ("answer", "regenerate", "direct") for e in events),
+    }
+    return {**counted, "critics": max(0, total - sum(counted.values()))}

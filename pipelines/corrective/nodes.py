@@ -22,6 +22,7 @@ from pipelines.corrective.routing import (
     after_useful,
     budget_stop,
     calls_left,
+    can_plan_hop,
     decide,
     trusted,
 )
@@ -55,8 +56,11 @@ async def retrieve(state: CorrectiveState, runtime: Run) -> Update:
 
 async def evaluate(state: CorrectiveState, runtime: Run) -> Update:
     ctx = runtime.context
-    # Keep one call for the answer; grade nothing once the time budget is spent.
-    grading_calls = 0 if budget_stop(state, ctx) == "max_seconds" else max(0, calls_left(state, ctx) - 1)
+    # Keep one call for the answer; grade nothing once the time budget is spent, nor a round the hop
+    # planner is about to read when the policy lets its call judge the round (grade_planned_rounds).
+    planner_judges = not ctx.policy.grade_planned_rounds and can_plan_hop(state, ctx)
+    no_grading = planner_judges or budget_stop(state, ctx) == "max_seconds"
+    grading_calls = 0 if no_grading else max(0, calls_left(state, ctx) - 1)
     candidates = state.candidates
     result = await evaluate_passages(
         ctx.llm, ctx.policy, state.query, candidates, grading_calls, scoring_query=state.search_query or state.query

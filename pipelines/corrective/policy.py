@@ -30,6 +30,11 @@ class CorrectivePolicy:
     # Self-RAG's usefulness critic is skipped for a first answer that passed the groundedness check
     # on evidence the evaluator judged Correct (on by the service's settings, like ``max_hops``).
     trust_correct_grounded: bool = False
+    # Whether the LLM grader judges a round the hop planner reads next. Off, the planner's call is that
+    # round's judgement (it names the fact the evidence gives, or the query for what it lacks) and the
+    # fast scorer alone keeps or drops documents: one to two grading calls fewer per hop (the service
+    # turns it off from settings, GATEWAY_GRADE_PLANNED_ROUNDS; the bare policy grades, like CRAG).
+    grade_planned_rounds: bool = True
     # Loops and budget: every loop ends at whichever comes first.
     max_rewrites: int = 2
     max_llm_calls: int = 10

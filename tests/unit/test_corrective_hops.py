@@ -21,6 +21,7 @@ from tests.unit.corrective_support import (
     SUPPORTED_CHECK,
     Script,
     doc_ids,
+    graded_titles,
     nodes,
     prompts,
     relevant,
@@ -127,3 +128,69 @@ async def test_a_bridge_page_judged_irrelevant_still_plans_the_hop(aurora: Knowl
     assert doc_ids(state.evidence) == ["k3-spec"]
     assert state.answer == AURORA_ANSWER
     assert BRIDGE_FACT in prompts(model, "generate")[0]  # the bridge reaches the generator as a found fact
+
+
+async def test_after_planned_hops_a_round_judged_incorrect_is_answered_not_rewritten(aurora: KnowledgeBase) -> None:
+    # The second hop asks for something the store does not hold: its round keeps nothing (Incorrect). The
+    # planner's hops were this request's follow-up searches, so the pipeline answers from the evidence the
+    # first hop found instead of rewriting the question (a rewrite, a search and a grading round more).
+    second = {"found": BRIDGE_FACT, "next_query": "Who manufactures the K3's battery cells?"}
+    state, _ = await run_graph(
+        aurora, aurora_script([NEXT, second]), query=AURORA_QUESTION, tenant=AURORA, top_k=1, policy=HOPS
+    )
+    assert state.verdicts[-1] == "incorrect"
+    assert not [e for e in state.events if isinstance(e, ev.Rewrite | ev.SearchMore)]
+    assert [e.hop for e in state.events if isinstance(e, ev.PlanHop)] == [1, 2]
+    # The last round was not judged Correct, so the usefulness critic still judges the answer.
+    assert nodes(state)[-2:] == ["generate", "check_useful"]
+    assert "rewrite_query" not in nodes(state)
+    assert state.answer == AURORA_ANSWER
+    assert state.stop_reason == "answered"
+
+
+async def test_without_planning_an_incorrect_round_is_still_rewritten(aurora: KnowledgeBase) -> None:
+    # The same first round with hop planning off: CRAG's rewrite is the follow-up search.
+    script = aurora_script([])
+    script.grades = {}
+    state, _ = await run_graph(
+        aurora, script, query=AURORA_QUESTION, tenant=AURORA, top_k=1, policy=CorrectivePolicy(max_rewrites=1)
+    )
+    assert state.verdicts[0] == "incorrect"
+    assert nodes(state)[0] == "grade_document"
+    assert "rewrite_query" in nodes(state)
+
+
+async def test_planner_judges_the_rounds_it_reads_when_planned_rounds_are_not_graded(aurora: KnowledgeBase) -> None:
+    # The bridge page is in the fast scorer's uncertain band: graded by the LLM in the first test above. Here the
+    # planner's call judges the round it reads: the page is kept undecided (Ambiguous) without a grading call,
+    # the hop finds the sheet (relevant on the fast score alone) and the planner finds the evidence sufficient.
+    policy = CorrectivePolicy(max_hops=2, trust_correct_grounded=True, grade_planned_rounds=False)
+    state, model = await run_graph(
+        aurora, aurora_script([NEXT, ENOUGH]), query=AURORA_QUESTION, tenant=AURORA, top_k=1, policy=policy
+    )
+    assert [e for e in state.events if isinstance(e, ev.Evaluate)] == [
+        ev.Evaluate(verdict="ambiguous", kept=1, total=1, graded=0),
+        ev.Evaluate(verdict="correct", kept=1, total=1, graded=0),
+    ]
+    assert nodes(state) == ["plan_hop", "plan_hop", "generate"]
+    assert not prompts(model, "Grade")
+    assert set(doc_ids(state.context)) == {"project-aurora", "k3-spec"}
+    assert state.answer == AURORA_ANSWER
+
+
+async def test_a_round_no_planner_reads_is_still_graded(aurora: KnowledgeBase) -> None:
+    # One hop allowed: the hop's own round is not read by the planner, so the LLM grader judges it as CRAG does.
+    # A vague sub-question leaves the sheet in the fast scorer's uncertain band (probed first).
+    vague = "K3 robot"
+    [_, sheet] = await aurora.search(AURORA, vague, 2)
+    policy = CorrectivePolicy(max_hops=1, trust_correct_grounded=True, grade_planned_rounds=False)
+    assert policy.lower <= relevance(policy.relevance, vague, sheet.title, sheet.text, sheet.score) < policy.upper
+    script = aurora_script([{"found": BRIDGE_FACT, "next_query": vague}])
+    state, model = await run_graph(aurora, script, query=AURORA_QUESTION, tenant=AURORA, top_k=1, policy=policy)
+    assert [e for e in state.events if isinstance(e, ev.Evaluate)] == [
+        ev.Evaluate(verdict="ambiguous", kept=1, total=1, graded=0),
+        ev.Evaluate(verdict="correct", kept=1, total=1, graded=1),
+    ]
+    assert graded_titles(model) == ["Kumo Carrier K3 specification"]
+    assert nodes(state) == ["plan_hop", "grade_document", "generate"]
+    assert state.answer == AURORA_ANSWER

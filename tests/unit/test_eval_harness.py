@@ -11,9 +11,10 @@ import pytest
 from gateway.eval.datasets import Question, load
 from gateway.eval.metrics import answer_in_prediction, exact_match, f1_score, normalize_answer, passage_recall
 from gateway.eval.report import draw_chart, summarise
-from gateway.eval.runner import FirstRetrieval, Outcome, ask, first_verdict
+from gateway.eval.runner import FirstRetrieval, Outcome, ask, calls_by_step, failed, first_verdict, route_of
+from gateway.eval.tables import merged, render
 from gateway.steps import RouteQuery
-from pipelines.shared.events import Assess, Escalate, Evaluate, Retrieve
+from pipelines.shared.events import Assess, Check, Escalate, Evaluate, Generate, PlanHop, Retrieve, SearchHop
 
 
 def test_squad_normalisation_drops_case_punctuation_articles_and_citations() -> None:
@@ -86,7 +87,7 @@ def test_squad_loader_makes_paragraph_documents_and_marks_unanswerables(tmp_path
     }
     (tmp_path / "squad.json").write_text(json.dumps(squad))
     dataset = load(tmp_path / "squad.json")
-    assert dataset.name == "squad"
+    assert dataset.name == "squad"  # English: JSQuAD, the same format in Japanese, is named apart
     assert dataset.documents == [{"id": "normans-p0", "title": "Normans", "text": "Normandy is in France."}]
     answerable, impossible = dataset.questions
     assert answerable.gold_doc_ids == frozenset({"normans-p0"})
@@ -113,6 +114,7 @@ def outcome(**changes: object) -> Outcome:
         "gold_in_first_retrieval": True,
         "first_retrieval_recall": 1.0,
         "llm_calls": 1,
+        "calls_by_step": {"generate": 1},
         "input_tokens": 100,
         "output_tokens": 10,
         "latency_ms": 1000.0,
@@ -214,3 +216,114 @@ async def test_ask_scores_an_answer_from_the_typed_response(client: Any) -> None
     assert result.first_verdict == "correct"  # from the assess event, not from the text of the steps
     assert result.passage_recall == 1.0
     assert not result.escalated
+
+
+def test_jsquad_is_loaded_as_squad_under_its_own_name(tmp_path: Path) -> None:
+    jsquad = {
+        "data": [
+            {
+                "title": "梅雨",
+                "paragraphs": [
+                    {
+                        "context": "梅雨は6月から7月にかけての雨の季節である。",
+                        "qas": [{"id": "j1", "question": "梅雨はいつ？", "answers": [{"text": "6月から7月"}]}],
+                    }
+                ],
+            }
+        ]
+    }
+    (tmp_path / "jsquad.json").write_text(json.dumps(jsquad, ensure_ascii=False), encoding="utf-8")
+    dataset = load(tmp_path / "jsquad.json")
+    assert dataset.name == "jsquad"
+    assert dataset.questions[0].answers == ["6月から7月"]
+
+
+def test_cost_has_the_median_and_latency_in_every_slice_and_per_chosen_route() -> None:
+    outcomes = [
+        outcome(llm_calls=1, latency_ms=1000.0),
+        outcome(llm_calls=2, latency_ms=2000.0),
+        outcome(
+            llm_calls=9,
+            latency_ms=9000.0,
+            classified_route="multi_hop",
+            route="multi_hop",
+            first_retrieval_recall=0.5,
+            abstained=True,
+        ),
+        outcome(llm_calls=3, latency_ms=3000.0, route="multi_hop", escalated=True, first_retrieval_recall=0.0),
+    ]
+    summary = summarise(outcomes)
+    assert summary["llm_calls_per_query"] == 3.75
+    assert summary["llm_calls_median"] == 2.5  # one question looping to the budget moves the mean, not this
+    assert summary["abstention_rate"] == 0.25
+    missed = summary["by_first_retrieval"]["missed"]
+    assert (missed["questions"], missed["llm_calls_median"], missed["latency_ms_p50"]) == (2, 6.0, 6000.0)
+    assert summary["by_first_retrieval"]["complete"]["latency_ms_p95"] == pytest.approx(1950.0)
+    # Per route chosen by the router: the escalated question counts where it was sent first.
+    assert set(summary["by_route"]) == {"single_hop", "multi_hop"}
+    single = summary["by_route"]["single_hop"]
+    assert (single["questions"], single["escalated"], single["llm_calls_median"]) == (3, 1, 2.0)
+    assert summary["by_route"]["multi_hop"]["abstention_rate"] == 1.0
+    assert summary["calls_by_step"] == {"generate": 1.0}
+
+
+def test_calls_are_attributed_to_the_steps_their_events_name() -> None:
+    events = [
+        Retrieve(k=8, found=8),
+        Evaluate(verdict="ambiguous", kept=2, total=8, graded=2),
+        PlanHop(hop=1, query="Where was Nolan born?"),
+        SearchHop(hop=1, k=8, new=8),
+        Evaluate(verdict="correct", kept=1, total=8, graded=1),
+        PlanHop(hop=2, done=True),
+        Generate(),
+        Check(critic="grounded", outcome="failed"),
+        Generate(mode="regenerate"),
+        Check(critic="grounded", outcome="passed"),
+        Generate(mode="keep_best"),
+    ]
+    # 2 + 1 graded, 2 plans, 2 generations: the 2 calls left went to the critics.
+    assert calls_by_step(events, 9) == {"grade": 3, "plan_hop": 2, "rewrite": 0, "generate": 2, "critics": 2}
+
+
+def test_tables_compare_runs_only_on_the_same_questions() -> None:
+    def report(mode: str, ids: list[str]) -> dict[str, Any]:
+        outcomes = [outcome(question_id=i) for i in ids]
+        return {"summary": {mode: summarise(outcomes)}, "outcomes": {mode: [o.as_dict() for o in outcomes]}}
+
+    summaries = merged([report("plain", ["a", "b"]), report("corrective", ["a", "b"])])
+    assert list(summaries) == ["plain", "corrective"]
+    text = render(summaries)
+    assert "| `single_hop` (plain RAG) | 2 | 1.000 | 1.000 | 1.000 | 0.000 | 1.00 / 1.0 | 1.0 s | 1.0 s |" in text
+    assert "| `multi_hop` | complete | 2 |" in text
+    with pytest.raises(ValueError, match="different questions"):
+        merged([report("plain", ["a", "b"]), report("corrective", ["a", "c"])])
+
+
+def test_a_question_the_gateway_failed_counts_as_unanswered_in_its_mode() -> None:
+    question = Question(id="q", text="Where?", answers=["Osaka"], gold_doc_ids=frozenset({"d"}))
+    lost = failed(question, "corrective", FirstRetrieval(gold_found=True, recall=1.0), 504, 90.0)
+    assert (lost.route, lost.answer_contained, lost.passage_recall, lost.latency_ms) == ("multi_hop", 0.0, 0.0, 90000.0)
+    summary = summarise([outcome(), lost])
+    assert summary["answer_contained"] == 0.5
+    assert summary["stop_reasons"] == {"-": 1, "http_504": 1}
+
+
+async def test_route_of_asks_the_router_alone(client: Any) -> None:
+    documents = [{"id": "normans", "title": "Normans", "text": "The Normans settled in Normandy, France, in 911."}]
+    (await client.post("/v1/documents", json={"tenant": "eval-route", "documents": documents})).raise_for_status()
+    question = Question(id="q", text="Where did the Normans settle?", answers=["Normandy"], gold_doc_ids=frozenset())
+    assert await route_of(client, "eval-route", question) in {"direct", "single_hop", "multi_hop"}
+    # An empty knowledge base holds nothing on any question: the router answers it directly.
+    assert await route_of(client, "eval-empty", question) == "direct"
+
+
+def test_a_partial_report_is_written_beside_the_final_one(tmp_path: Path) -> None:
+    from gateway.eval.__main__ import summarised, write
+
+    report: dict[str, Any] = {"dataset": "hotpotqa"}
+    summarised(report, {"plain": [outcome()], "corrective": [outcome(llm_calls=4)]})
+    partial = write(report, tmp_path / "out", partial=True)
+    assert partial.name == "hotpotqa-plain-corrective-partial.json"
+    saved = json.loads(partial.read_text())
+    assert saved["summary"]["corrective"]["llm_calls_median"] == 4.0
+    assert write(report, tmp_path / "out").name == "hotpotqa-plain-corrective-report.json"
