@@ -412,14 +412,16 @@ class CurationSettings(SettingsGroup):
 
 
 PiiPolicy = Literal["mask", "block", "off"]
-InjectionPolicy = Literal["flag", "drop", "refuse"]
+InjectionPolicy = Literal["flag", "redact", "drop", "refuse"]
 
 
 class GuardrailSettings(SettingsGroup):
     """Personal data and injected instructions, per tenant: a default policy and a JSON map of tenants that
     differ (``{"acme": "block"}``). PII: mask (typed placeholders upstream, values restored for the user),
-    block (422 naming the category), off. Injection: flag (metric and span attribute), drop (the flagged
-    passage is not given to the model), refuse (422)."""
+    block (422 naming the category), off. Injection: flag (metric and span attribute), redact (the default: a
+    flagged passage reaches the model without its instruction sentences; measured on the local 1.5B model, a
+    passage that was only quoted and flagged still turned its answer into the injected one), drop (the flagged
+    passage is not given to the model), refuse (422). A prompt cannot be redacted or dropped: it is flagged."""
 
     model_config = SettingsConfigDict(env_prefix="GATEWAY_GUARD_")
     # Masking changes what the model reads, dropping what it is given: cached answers depend on both.
@@ -430,7 +432,7 @@ class GuardrailSettings(SettingsGroup):
     # A spaCy pipeline installed as a package that tags person names (``ja_ginza``, extra ``pii-names``);
     # empty: names are not looked for (patterns only, microseconds instead of ~50 ms a request).
     pii_names_model: str = ""
-    injection_policy: InjectionPolicy = "flag"
+    injection_policy: InjectionPolicy = "redact"
     injection_tenant_policies: dict[str, InjectionPolicy] = Field(default_factory=dict)
 
     def pii_for(self, tenant: str) -> PiiPolicy:

@@ -109,6 +109,10 @@ _PATTERNS: tuple[tuple[str, str], ...] = (
 )
 
 
+# Sentence pieces that keep their own trailing space, so joining the kept ones rebuilds the text.
+_SENTENCE = re.compile(r"(?<=[.!?。！？\n])(?!\n)")
+
+
 @dataclass(frozen=True, slots=True)
 class InjectionVerdict:
     flagged: bool
@@ -145,6 +149,24 @@ class InjectionDetector:
     def __init__(self, classifier: InjectionClassifier | None = None) -> None:
         self._patterns = [(kind, re.compile(pattern, re.IGNORECASE | re.MULTILINE)) for kind, pattern in _PATTERNS]
         self._classifier = classifier
+
+    def redact(self, text: str) -> str:
+        """``text`` without the sentences (or lines) that carry an instruction: the passage's facts still reach
+        the model, the instruction does not. A match spanning sentences removes each sentence it touches."""
+        pieces = _SENTENCE.split(text)
+        spans: list[tuple[int, int]] = []
+        for _, pattern in self._patterns:
+            spans.extend(match.span() for match in pattern.finditer(text))
+        if not spans:
+            return text
+        kept: list[str] = []
+        start = 0
+        for piece in pieces:
+            end = start + len(piece)
+            if not any(s < end and e > start for s, e in spans):
+                kept.append(piece)
+            start = end
+        return "".join(kept).strip()
 
     def check(self, text: str, *, prompt: bool = False) -> InjectionVerdict:
         """``prompt``: the text is the user's, so the classifier reads it too (passages: patterns only)."""

@@ -8,6 +8,7 @@ dropped or refused before a prompt is built from them).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 
@@ -76,10 +77,15 @@ class Guardrails:
             return passages
         kinds = sorted({kind for verdict in flagged for kind in verdict.kinds})
         policy = self._settings.injection_for(tenant)
-        action = {"flag": "flagged", "drop": "dropped", "refuse": "refused"}[policy]
+        action = {"flag": "flagged", "redact": "redacted", "drop": "dropped", "refuse": "refused"}[policy]
         self._telemetry.injection_found("passage", kinds, action, count=len(flagged))
         if policy == "refuse":
             raise PromptInjectionError("passage", kinds)
+        if policy == "redact":
+            return [
+                dataclasses.replace(p, text=self._injection.redact(p.text)) if verdict.flagged else p
+                for p, verdict in zip(passages, verdicts, strict=True)
+            ]
         if policy == "drop":
             return [p for p, verdict in zip(passages, verdicts, strict=True) if not verdict.flagged]
         return passages

@@ -213,7 +213,7 @@ class GatewayMetrics:
         )
         self.guard_injections = Counter(
             "gateway_guard_injections_total",
-            "Injections found: where (prompt, passage) and what the policy did (flagged, dropped, refused).",
+            "Injections found: where (prompt, passage) and what the policy did (flagged, redacted, dropped, refused).",
             ["source", "action"],
             registry=r,
         )
