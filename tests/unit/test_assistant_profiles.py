@@ -200,6 +200,22 @@ async def test_system_messages_are_instructions_and_key_the_cache_when_allowed(m
     assert "Be very formal." in formal_system
 
 
+async def test_an_allowed_system_message_is_screened_like_the_turns(make_client: Any) -> None:
+    """A client's system message is user-supplied text on its way upstream: its personal data is masked with
+    the turns' vault (one placeholder per value), never sent as it is."""
+    async with make_client(chat_model()) as (client, model):
+        await put_profile(client, allow_system_messages=True)
+        openai = openai_client(client)
+        messages = [
+            {"role": "system", "content": "Sign every answer for hanako@example.co.jp."},
+            {"role": "user", "content": "Who are you? Reply to hanako@example.co.jp."},
+        ]
+        await openai.chat.completions.create(model="gateway-direct", messages=messages, extra_body={"tenant": TENANT})
+    (system,) = systems(model)
+    assert "Sign every answer for <EMAIL_1>." in system
+    assert "hanako@example.co.jp" not in system
+
+
 @pytest.mark.parametrize("stream", [False, True])
 async def test_system_messages_are_ignored_with_a_warning_when_not_allowed(make_client: Any, stream: bool) -> None:
     async with make_client(chat_model()) as (client, model):
