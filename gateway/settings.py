@@ -154,8 +154,10 @@ class CorrectiveSettings(SettingsGroup):
     max_hops: int = Field(2, ge=0)
     # Skip the usefulness critic for a first answer grounded on evidence judged Correct.
     trust_correct_grounded: bool = True
-    # Let the hop planner's call judge the round it reads (no LLM grading of that round).
-    grade_planned_rounds: bool = False
+    # Whether the LLM grades a round the hop planner reads next (false: the planner's call judges it).
+    # On by default: off, the fast scorer alone judged a planned round and dropped the second hop's document
+    # in the e2e Aurora test (the planner then said the evidence sufficed); off saves 1–2 calls per hop.
+    grade_planned_rounds: bool = True
     budget_max_llm_calls: int = Field(10, ge=1)
     budget_max_seconds: float = Field(90.0, gt=0)
     recursion_limit: int = Field(40, ge=10)

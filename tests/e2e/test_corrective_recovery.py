@@ -75,7 +75,7 @@ def test_corrective_pipeline_finds_the_second_hop_and_answers(gateway_url: str, 
     assert steps[0] == Retrieve(k=1, found=1)
     # A planned hop (search_hop) or CRAG's search after a failed answer (search_more) found the second document.
     assert any(isinstance(step, SearchHop | SearchMore) for step in steps), result["steps"]
-    assert "k3-spec" in [e["id"] for e in result["evidence"]], result
+    assert "k3-spec" in [e["id"] for e in result["evidence"]], (result["steps"], result["answer"])
     assert "300" in result["answer"], result
     assert result["abstained"] is False
     # "answered" when the usefulness critic agrees; the local model's critic sometimes rejects the right answer,
