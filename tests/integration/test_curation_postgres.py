@@ -3,38 +3,26 @@ the whole relocation cycle through the app. Each test gets a database of its own
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
-from uuid import uuid4
 
 import pytest
 from pydantic import SecretStr
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import create_async_engine
 
 from gateway.curation.models import AnswerRecord, RetrievedDocument
 from gateway.curation.store import CurationStore
 from gateway.settings import Settings
 from tests.curation_support import relocation_cycle, relocation_model
+from tests.postgres_support import fresh_database
 
 pytestmark = pytest.mark.postgres
-
-POSTGRES_TEST_URL = os.environ.get("POSTGRES_TEST_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
 
 
 @pytest.fixture
 async def database_url() -> AsyncIterator[str]:
-    """A fresh database for this test (CREATE DATABASE cannot run in a transaction: autocommit)."""
-    name = f"curation_{uuid4().hex[:12]}"
-    admin = create_async_engine(POSTGRES_TEST_URL, isolation_level="AUTOCOMMIT")
-    async with admin.connect() as connection:
-        await connection.execute(text(f'CREATE DATABASE "{name}"'))
-    yield POSTGRES_TEST_URL.rsplit("/", 1)[0] + f"/{name}"
-    async with admin.connect() as connection:
-        await connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    await admin.dispose()
+    async with fresh_database("curation") as url:
+        yield url
 
 
 def _record(record_id: str, created_at: float) -> AnswerRecord:

@@ -4,37 +4,25 @@ Migrations, round trips, versions under concurrent writers, deletion, and the ad
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
-from uuid import uuid4
 
 import pytest
 from pydantic import SecretStr
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import create_async_engine
 
 from gateway.curation.store import CurationStore
 from gateway.profiles.model import AssistantProfile
 from gateway.profiles.store import ProfileStore
 from gateway.settings import Settings
 from tests.chat_support import chat_model
-
-POSTGRES_TEST_URL = os.environ.get("POSTGRES_TEST_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
+from tests.postgres_support import fresh_database
 
 
 @pytest.fixture
 async def postgres_url() -> AsyncIterator[str]:
-    """A fresh database for this test (CREATE DATABASE cannot run in a transaction: autocommit)."""
-    name = f"profiles_{uuid4().hex[:12]}"
-    admin = create_async_engine(POSTGRES_TEST_URL, isolation_level="AUTOCOMMIT")
-    async with admin.connect() as connection:
-        await connection.execute(text(f'CREATE DATABASE "{name}"'))
-    yield POSTGRES_TEST_URL.rsplit("/", 1)[0] + f"/{name}"
-    async with admin.connect() as connection:
-        await connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    await admin.dispose()
+    async with fresh_database("profiles") as url:
+        yield url
 
 
 async def test_profiles_round_trip_with_versions_on_sqlite(tmp_path: Path) -> None:
