@@ -89,20 +89,21 @@ def can_plan_hop(state: CorrectiveState, ctx: CorrectiveContext) -> bool:
     )
 
 
-def planned(state: CorrectiveState) -> bool:
-    """Whether the hop planner has read this request's evidence (and asked for more, or found it sufficient).
-
-    Its sub-questions are then the request's follow-up searches: a rewrite of the same evidence after a
-    round judged Ambiguous or Incorrect would only ask again, at a rewrite, a search and a grading round
-    more. Rewrites stay for an answer the critics reject.
+def planned(state: CorrectiveState, ctx: CorrectiveContext) -> bool:
+    """Whether the hop planner has read this request's evidence and, in the cheaper mode where its call judges
+    the rounds it reads (``grade_planned_rounds`` off), its sub-questions stand for the follow-up searches: a
+    rewrite after a round judged Ambiguous or Incorrect would only ask again, at a rewrite, a search and a
+    grading round more. In the default mode the rewrite stays: on the local model, dropping it turned the
+    Japanese manual's e2e answer into a cautious one (the storage page was judged Incorrect, never searched
+    again). Rewrites always stay for an answer the critics reject.
     """
-    return state.hops > 0 or state.hop_done
+    return not ctx.policy.grade_planned_rounds and (state.hops > 0 or state.hop_done)
 
 
 def after_evaluate(state: CorrectiveState, ctx: CorrectiveContext) -> Decision:
     if can_plan_hop(state, ctx):
         return Decision("plan_hop")
-    wants_more = state.verdict != "correct" and state.rewrites < ctx.policy.max_rewrites and not planned(state)
+    wants_more = state.verdict != "correct" and state.rewrites < ctx.policy.max_rewrites and not planned(state, ctx)
     if wants_more and budget_stop(state, ctx, needed=2) is None:
         return Decision("rewrite_query", loop=f"retrieval_{state.verdict}")
     if state.answer and len(state.evidence) == state.answered_with:

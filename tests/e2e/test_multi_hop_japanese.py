@@ -59,7 +59,7 @@ def test_multi_hop_finds_the_plan_then_its_api_limit(gateway_url: str, manual: N
     assert result["route"] == "multi_hop"
     assert "ja-api" in [e["id"] for e in result["evidence"]], result["steps"]
     assert "300" in result["answer"], (result["answer"], result["steps"])
-    assert result["abstained"] is False
+    assert result["abstained"] is False, (result["answer"], result["steps"])
 
 
 def test_failed_payment_question_is_answered_from_the_manual(gateway_url: str, manual: None) -> None:

@@ -134,9 +134,11 @@ async def test_after_planned_hops_a_round_judged_incorrect_is_answered_not_rewri
     # The second hop asks for something the store does not hold: its round keeps nothing (Incorrect). The
     # planner's hops were this request's follow-up searches, so the pipeline answers from the evidence the
     # first hop found instead of rewriting the question (a rewrite, a search and a grading round more).
+    # (The cheaper mode, where the planner's call judges the rounds it reads; the default rewrites.)
     second = {"found": BRIDGE_FACT, "next_query": "Who manufactures the K3's battery cells?"}
+    cheap = CorrectivePolicy(max_hops=2, trust_correct_grounded=True, grade_planned_rounds=False)
     state, _ = await run_graph(
-        aurora, aurora_script([NEXT, second]), query=AURORA_QUESTION, tenant=AURORA, top_k=1, policy=HOPS
+        aurora, aurora_script([NEXT, second]), query=AURORA_QUESTION, tenant=AURORA, top_k=1, policy=cheap
     )
     assert state.verdicts[-1] == "incorrect"
     assert not [e for e in state.events if isinstance(e, ev.Rewrite | ev.SearchMore)]
