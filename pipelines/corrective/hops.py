@@ -11,6 +11,7 @@ critics and a rewrite.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from langchain_core.messages import HumanMessage, SystemMessage
@@ -63,7 +64,17 @@ async def plan_next_hop(llm: ChatClient, question: str, evidence: list[Passage],
         hop, call = await llm.structured(messages, NextHop, node="plan_hop")
     except StructuredOutputError as exc:
         return Hop("", "", exc.call)
-    query, found = hop.next_query.strip().strip('"'), hop.found.strip()
+    query, found = clean_query(hop.next_query), hop.found.strip()
     if query.casefold() in {t.strip().casefold() for t in tried}:
         query = ""  # asking again for what was searched finds nothing new
     return Hop(query, found if found.casefold() not in {"", "none"} else "", call)
+
+
+# A small model sometimes runs its "found" field on into the query ("…? Found: 1 file per minute, …"): the
+# tail is evidence, not something to search for, and it drags the search toward what was already found.
+_LEAKED_FIELD = re.compile(r"\s*\b(?:found|evidence)\s*[:：?].*$", re.IGNORECASE | re.DOTALL)
+
+
+def clean_query(text: str) -> str:
+    """The planner's query without quotes and without a leaked field tail."""
+    return _LEAKED_FIELD.sub("", text.strip().strip('"')).strip()

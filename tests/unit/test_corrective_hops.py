@@ -6,8 +6,11 @@ Carrier K3), only the K3's sheet gives the payload. Scores are probed before the
 
 from __future__ import annotations
 
+import pytest
+
 from gateway.knowledge import KnowledgeBase
 from gateway.steps import render_steps
+from pipelines.corrective.hops import clean_query
 from pipelines.corrective.nodes import TRUSTED_NOTE
 from pipelines.corrective.policy import CorrectivePolicy
 from pipelines.shared import events as ev
@@ -196,3 +199,19 @@ async def test_a_round_no_planner_reads_is_still_graded(aurora: KnowledgeBase) -
     assert graded_titles(model) == ["Kumo Carrier K3 specification"]
     assert nodes(state) == ["plan_hop", "grade_document", "generate"]
     assert state.answer == AURORA_ANSWER
+
+
+@pytest.mark.parametrize(
+    ("planned", "query"),
+    [
+        (
+            "What is the API limit of the Business plan? Found: 50 GB storage is on the Business plan.",
+            "What is the API limit of the Business plan?",
+        ),
+        ("ビジネスプランのAPI上限は？ found? found?", "ビジネスプランのAPI上限は？"),
+        ('"Where was Christopher Nolan born?"', "Where was Christopher Nolan born?"),
+        ("What was found in the cave?", "What was found in the cave?"),
+    ],
+)
+def test_a_planned_query_loses_a_leaked_field_tail(planned: str, query: str) -> None:
+    assert clean_query(planned) == query
