@@ -30,9 +30,10 @@ from gateway.cache.versions import KnowledgeVersions
 from gateway.chunking import Chunker
 from gateway.errors import ProviderError
 from gateway.providers.vectorstores.base import ChunkRecord, VectorStore
-from gateway.providers.vectorstores.fusion import query_terms, reciprocal_rank_fusion
+from gateway.providers.vectorstores.fusion import query_terms
 from gateway.tenant_matrix import TenantMatrices
 from pipelines.shared.deps import Passage
+from pipelines.shared.fusion import reciprocal_rank_fusion
 
 T = TypeVar("T")
 HYBRID_DEPTH = 3

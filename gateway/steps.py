@@ -79,8 +79,9 @@ def step_text(event: StepEvent) -> str:
             return f"assess_retrieval: {verdict}"
         case Evaluate(verdict=verdict, kept=kept, total=total, graded=graded):
             return f"evaluate: {verdict} (kept {kept}/{total}, llm graded {graded})"
-        case PlanHop(hop=hop, query=query, done=done):
-            return f"plan_hop({hop}): " + ("evidence suffices" if done else query[:120])
+        case PlanHop(hop=hop, query=query, done=done, bridges=bridges):
+            plan = "evidence suffices" if done else query[:120]
+            return f"plan_hop({hop}): {plan}" + (f" (kept {bridges} bridge passage(s))" if bridges else "")
         case SearchHop(hop=hop, k=k, new=new):
             return f"search_hop({hop}, k={k}, new={new})"
         case Rewrite(round=round_, query=query):

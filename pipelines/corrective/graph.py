@@ -7,7 +7,8 @@
                  +-- search_hop <-- plan_hop <-- evaluate   (multi-hop: the next sub-question, up to max_hops)
 
 ``plan_hop`` (IRCoT / self-ask, :mod:`.hops`) runs after an evaluation with evidence and before any
-answer: the model names the next sub-question or finds the evidence sufficient (then ``refine``).
+answer: the model names the next sub-question or finds the evidence sufficient (then ``refine``, or
+``rewrite_query`` when the evaluator kept nothing to answer from).
 
 Every loop is bounded three ways: ``max_rewrites``, the per-request LLM-call and time budget, and
 LangGraph's recursion limit. The nodes are in :mod:`.nodes`, their routing decisions in
@@ -52,7 +53,7 @@ def build_graph() -> CompiledStateGraph[Any, Any, Any, Any]:
     builder.add_conditional_edges(
         "evaluate", follow, ["plan_hop", "rewrite_query", "refine", "cautious_answer", "finish"]
     )
-    builder.add_conditional_edges("plan_hop", follow, ["search_hop", "refine"])
+    builder.add_conditional_edges("plan_hop", follow, ["search_hop", "refine", "rewrite_query"])
     builder.add_edge("search_hop", "evaluate")
     builder.add_edge("rewrite_query", "search_more")
     builder.add_edge("search_more", "evaluate")

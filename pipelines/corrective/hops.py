@@ -19,9 +19,13 @@ from pydantic import BaseModel, Field
 
 from pipelines.corrective.prompts import FOUND_FACTS, HOP_SYSTEM, HOP_USER
 from pipelines.shared.deps import ChatClient, LLMCall, Passage, StructuredOutputError
+from pipelines.shared.support import lexical_support, terms
 
 EVIDENCE_CHARS = 600  # per passage: the planner needs the entity, not every detail
 MAX_PASSAGES = 4
+# How much of a fact's own terms (beyond the question's) a passage must hold to be the one it came from:
+# the grader's test of its "fact" field (:func:`pipelines.corrective.evaluator.grade`).
+FACT_SUPPORT = 0.6
 
 
 class NextHop(BaseModel):
@@ -57,7 +61,11 @@ async def plan_next_hop(llm: ChatClient, question: str, evidence: list[Passage],
     messages = [
         SystemMessage(HOP_SYSTEM),
         HumanMessage(
-            HOP_USER.format(question=question, evidence=evidence_text(evidence), tried="; ".join(tried[-3:]) or "-")
+            HOP_USER.format(
+                question=question,
+                evidence=evidence_text(evidence),
+                tried="; ".join(tried[-3:]) or "-",
+            )
         ),
     ]
     try:
@@ -65,16 +73,62 @@ async def plan_next_hop(llm: ChatClient, question: str, evidence: list[Passage],
     except StructuredOutputError as exc:
         return Hop("", "", exc.call)
     query, found = clean_query(hop.next_query), hop.found.strip()
-    if query.casefold() in {t.strip().casefold() for t in tried}:
+    if _comparable(query) in {_comparable(t) for t in tried}:
         query = ""  # asking again for what was searched finds nothing new
     return Hop(query, found if found.casefold() not in {"", "none"} else "", call)
 
 
-# A small model sometimes runs its "found" field on into the query ("…? Found: 1 file per minute, …"): the
-# tail is evidence, not something to search for, and it drags the search toward what was already found.
-_LEAKED_FIELD = re.compile(r"\s*\b(?:found|evidence)\s*[:：?].*$", re.IGNORECASE | re.DOTALL)
+def bridges(found: str, question: str, rejected: list[Passage], *, have_evidence: bool) -> list[Passage]:
+    """The passages the evaluator rejected that hold the fact the planner built its next query on.
+
+    A bridge page names the entity, not the answer, so the grader rightly finds it irrelevant to the
+    question; yet the answer rests on it ("the 50 GB plan is Business" before "Business allows 300
+    calls"), and without it the generator sees the second hop alone and picks the wrong row. The fact
+    must add terms beyond the question's and the passage must hold them, as the grader's fact must.
+    """
+    kept = []
+    for passage in rejected if found else []:
+        support = lexical_support(found, question, [passage.text])
+        if support.novel_terms > 0 and support.supported(FACT_SUPPORT):
+            kept.append(passage)
+    if not kept and not have_evidence and rejected:
+        kept.append(max(rejected, key=lambda p: p.score))
+    return kept
+
+
+# A clause ends at a sentence's end or at a comma: a bridge sentence often lists every row ("Free has 1 GB,
+# Standard 10 GB per user, Business 50 GB per user."), and only one of them is the row the question means.
+_CLAUSE_END = re.compile(r"(?<=[。．.!?！？、,;；])\s*")
+
+
+def bridge_fact(question: str, bridge: Passage) -> str:
+    """The bridge's clause sharing most terms with the question (the shorter on a tie), "" if none shares any.
+
+    The fact a next hop builds on, when the planner did not name it: the generator then reads which row of
+    the second hop's page the question is about (:func:`with_found_facts`).
+    """
+    asked = terms(question)
+    clauses = [c.strip(" 、,") for c in _CLAUSE_END.split(bridge.text) if c.strip(" 、,")]
+    scored = [(len(terms(c) & asked), -len(c), c) for c in clauses]
+    shared, _, clause = max(scored, default=(0, 0, ""))
+    return clause if shared else ""
+
+
+# A small model sometimes runs its "found" field on into the query ("…? Found: 1 file per minute, …", or a
+# bare "…? found"): the tail is evidence, not something to search for, and it drags the search toward what
+# was already found. Only after a sentence's end or before a colon: "Where was the ring found?" is a query.
+_LEAKED_FIELD = re.compile(
+    r"(?:(?<=[?？.。!！])\s*\b(?:found|evidence)\b.*$)|(?:\s*\b(?:found|evidence)\s*[:：].*$)",
+    re.IGNORECASE | re.DOTALL,
+)
+_EDGE_PUNCTUATION = " \t\n\"'?？.。!！、,"
 
 
 def clean_query(text: str) -> str:
     """The planner's query without quotes and without a leaked field tail."""
     return _LEAKED_FIELD.sub("", text.strip().strip('"')).strip()
+
+
+def _comparable(query: str) -> str:
+    """A query as compared with those already searched: case and edge punctuation do not make it new."""
+    return query.strip(_EDGE_PUNCTUATION).casefold()

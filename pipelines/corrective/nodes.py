@@ -10,7 +10,7 @@ from langgraph.runtime import Runtime
 
 from pipelines.corrective import critique
 from pipelines.corrective.evaluator import evaluate_passages
-from pipelines.corrective.hops import plan_next_hop, with_found_facts
+from pipelines.corrective.hops import bridge_fact, bridges, plan_next_hop, with_found_facts
 from pipelines.corrective.refine import refine_evidence
 from pipelines.corrective.rewrite import expanded_query
 from pipelines.corrective.rewrite import rewrite_query as llm_rewrite
@@ -41,11 +41,13 @@ from pipelines.shared.events import (
     SearchMore,
     Stop,
 )
+from pipelines.shared.fusion import reciprocal_rank_fusion
 from pipelines.shared.generation import draft_answer
 from pipelines.shared.state import Update
 
 Run = Runtime[CorrectiveContext]
 TRUSTED_NOTE = "first answer grounded on evidence judged correct"
+HOP_FUSION_DEPTH = 4  # each list of a hop's fused search holds at least this many chunks
 
 
 async def retrieve(state: CorrectiveState, runtime: Run) -> Update:
@@ -87,10 +89,17 @@ async def plan_hop(state: CorrectiveState, runtime: Run) -> Update:
     found = merge_passages(state.evidence, state.candidates)  # rejected candidates too: see can_plan_hop
     hop = await plan_next_hop(ctx.llm, state.query, found, [state.query, *state.queries])
     query = hop.query
+    # A next hop built on a page the evaluator rejected makes that page evidence: the answer rests on it too.
+    kept = {p.chunk_id for p in state.evidence}
+    rejected = [p for p in state.candidates if p.chunk_id not in kept]
+    bridge = bridges(hop.found, state.query, rejected, have_evidence=bool(kept)) if query else []
+    fact = hop.found or (bridge_fact(state.query, bridge[0]) if bridge else "")
+    event = PlanHop(hop=state.hops + 1, query=query, done=not query, found=fact, bridges=len(bridge))
     update: Update = {
-        "events": [PlanHop(hop=state.hops + 1, query=query, done=not query)],
+        "events": [event],
         "llm_calls": [hop.call] if hop.call else [],
-        "hop_facts": [hop.found] if hop.found and hop.found not in state.hop_facts else [],
+        "hop_facts": [fact] if fact and fact not in state.hop_facts else [],
+        "evidence": bridge,
     }
     if query:
         update |= {"search_query": query, "queries": [query], "hops": state.hops + 1}
@@ -100,9 +109,21 @@ async def plan_hop(state: CorrectiveState, runtime: Run) -> Update:
 
 
 async def search_hop(state: CorrectiveState, runtime: Run) -> Update:
-    """The tenant's store searched for the planned sub-question; CRAG's evaluator judges the round next."""
-    found = await runtime.context.retriever.search(state.tenant, state.search_query, state.top_k + len(_known(state)))
-    fresh = _unseen(state, found)[: state.top_k]
+    """The tenant's store searched for the planned sub-question; CRAG's evaluator judges the round next.
+
+    Fused (reciprocal rank) with two searches that do not depend on the planner: the question itself,
+    whose next results past those seen often hold the second hop (its own words, "API" and "per
+    minute", name it), and the question expanded by the best evidence so far (ITER-RETGEN's idea, as
+    in :func:`search_more`: the bridge's entity). A small model's sub-question can be poor; a chunk
+    the lists agree on wins, and the planner's list comes first, so it wins ties.
+    """
+    retriever = runtime.context.retriever
+    # Over-fetch by what is known, or known chunks crowd out the new ones; deep enough for ranks to agree.
+    k = max(state.top_k, HOP_FUSION_DEPTH) + len(_known(state))
+    expansion = expanded_query(state.query, state.evidence)
+    queries = list(dict.fromkeys(q for q in (state.search_query, state.query, expansion) if q))
+    rankings = [_unseen(state, await retriever.search(state.tenant, query, k)) for query in queries]
+    fresh = reciprocal_rank_fusion(rankings, state.top_k)
     return {"candidates": fresh, "events": [SearchHop(hop=state.hops, k=state.top_k, new=len(fresh))]}
 
 

@@ -116,6 +116,11 @@ def after_evaluate(state: CorrectiveState, ctx: CorrectiveContext) -> Decision:
 
 
 def after_plan(state: CorrectiveState, ctx: CorrectiveContext) -> Decision:
+    # The planner finds the evidence sufficient, the evaluator kept none of it: there is nothing to answer
+    # from, so CRAG's action for Incorrect applies (a small model calls a bridge page "sufficient").
+    nothing_kept = state.hop_done and not state.evidence and state.rewrites < ctx.policy.max_rewrites
+    if nothing_kept and budget_stop(state, ctx, needed=2) is None:
+        return Decision("rewrite_query", loop="retrieval_incorrect")
     if state.hop_done:
         return Decision("refine")
     return Decision("search_hop", loop="next_hop")

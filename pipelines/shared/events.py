@@ -62,11 +62,17 @@ class SearchMore(Event, tag="search_more", frozen=True):
 
 
 class PlanHop(Event, tag="plan_hop", frozen=True):
-    """Multi-hop planning after an evaluated retrieval: the next sub-question (``query``), or none (``done``)."""
+    """Multi-hop planning after an evaluated retrieval: the next sub-question (``query``), or none (``done``).
+
+    ``found`` is the fact of the evidence the planner built on; ``bridges`` counts the passages the evaluator
+    had rejected that hold that fact and so became evidence (a bridge page names the entity, not the answer).
+    """
 
     hop: int
     query: str = ""
     done: bool = False
+    found: str = ""
+    bridges: int = 0
 
 
 class SearchHop(Event, tag="search_hop", frozen=True):

@@ -10,10 +10,11 @@ import pytest
 
 from gateway.knowledge import KnowledgeBase
 from gateway.steps import render_steps
-from pipelines.corrective.hops import clean_query
+from pipelines.corrective.hops import bridge_fact, clean_query
 from pipelines.corrective.nodes import TRUSTED_NOTE
 from pipelines.corrective.policy import CorrectivePolicy
 from pipelines.shared import events as ev
+from pipelines.shared.deps import Passage
 from pipelines.shared.relevance import relevance
 from tests.unit.corrective_support import (
     AURORA,
@@ -57,7 +58,7 @@ async def test_bridge_question_is_answered_by_one_planned_hop_in_four_calls(auro
     assert state.events == [
         ev.Retrieve(k=1, found=1),
         ev.Evaluate(verdict="correct", kept=1, total=1, graded=1),
-        ev.PlanHop(hop=1, query=HOP_QUERY),
+        ev.PlanHop(hop=1, query=HOP_QUERY, found=BRIDGE_FACT),
         ev.SearchHop(hop=1, k=1, new=1),
         ev.Evaluate(verdict="correct", kept=1, total=1, graded=0),
         ev.PlanHop(hop=2, done=True),
@@ -115,22 +116,63 @@ async def test_without_trust_the_usefulness_critic_still_judges(aurora: Knowledg
     assert state.events[-2] == ev.Check(critic="useful", outcome="passed")
 
 
-async def test_a_bridge_page_judged_irrelevant_still_plans_the_hop(aurora: KnowledgeBase) -> None:
+async def test_a_bridge_page_judged_irrelevant_still_plans_the_hop_and_joins_the_evidence(
+    aurora: KnowledgeBase,
+) -> None:
     # The grader rejects the bridge (it names the robot, not the payload): the round keeps nothing, yet the
-    # planner reads the rejected page, names the K3, and the hop's search finds the sheet.
+    # planner reads the rejected page, names the K3, and the hop's search finds the sheet. The page holds the
+    # fact the planner built on, so it becomes evidence: the answer rests on it too.
     script = aurora_script([NEXT, ENOUGH])
     script.grades = {"Kumo Carrier K3 specification": relevant(K3_FACT)}
     state, model = await run_graph(aurora, script, query=AURORA_QUESTION, tenant=AURORA, top_k=1, policy=HOPS)
     assert state.events[:4] == [
         ev.Retrieve(k=1, found=1),
         ev.Evaluate(verdict="incorrect", kept=0, total=1, graded=1),
-        ev.PlanHop(hop=1, query=HOP_QUERY),
+        ev.PlanHop(hop=1, query=HOP_QUERY, found=BRIDGE_FACT, bridges=1),
         ev.SearchHop(hop=1, k=1, new=1),
     ]
+    assert render_steps(state.events)[2] == f"plan_hop(1): {HOP_QUERY} (kept 1 bridge passage(s))"
     assert "(Project Aurora)" in prompts(model, "NextHop")[0]
-    assert doc_ids(state.evidence) == ["k3-spec"]
+    assert doc_ids(state.evidence) == ["project-aurora", "k3-spec"]
+    assert set(doc_ids(state.context)) == {"project-aurora", "k3-spec"}
     assert state.answer == AURORA_ANSWER
     assert BRIDGE_FACT in prompts(model, "generate")[0]  # the bridge reaches the generator as a found fact
+
+
+async def test_a_planner_naming_no_fact_keeps_the_best_rejected_page_and_its_closest_clause(
+    aurora: KnowledgeBase,
+) -> None:
+    # A small model often leaves "found" empty. Nothing was kept, so the page it planned from (the round's best
+    # candidate) is the bridge, and its clause sharing most words with the question is the fact for the generator.
+    script = aurora_script([{"found": "", "next_query": HOP_QUERY}, ENOUGH])
+    script.grades = {"Kumo Carrier K3 specification": relevant(K3_FACT)}
+    state, model = await run_graph(aurora, script, query=AURORA_QUESTION, tenant=AURORA, top_k=1, policy=HOPS)
+    clause = "Project Aurora is the internal codename for the Kumo Carrier K3"
+    assert state.events[2] == ev.PlanHop(hop=1, query=HOP_QUERY, found=clause, bridges=1)
+    assert doc_ids(state.evidence) == ["project-aurora", "k3-spec"]
+    assert state.hop_facts == [clause]
+    assert clause in prompts(model, "generate")[0]
+
+
+async def test_a_planner_calling_a_rejected_round_sufficient_leads_to_a_rewrite(aurora: KnowledgeBase) -> None:
+    # The local model's failure: the grader rejects the bridge, the planner calls it sufficient. With nothing kept
+    # there is nothing to answer from, so CRAG's action for Incorrect follows: a rewrite and a search, with the
+    # question expanded by the rejected page as its second query, which finds the sheet, and the answer.
+    script = aurora_script([ENOUGH])
+    script.grades = {"Kumo Carrier K3 specification": relevant(K3_FACT)}
+    script.rewrites = [HOP_QUERY]
+    state, _ = await run_graph(aurora, script, query=AURORA_QUESTION, tenant=AURORA, top_k=1, policy=HOPS)
+    assert state.events[:6] == [
+        ev.Retrieve(k=1, found=1),
+        ev.Evaluate(verdict="incorrect", kept=0, total=1, graded=1),
+        ev.PlanHop(hop=1, done=True),
+        ev.Rewrite(round=1, query=HOP_QUERY),
+        ev.SearchMore(source="local", queries=2, new=1),
+        ev.Evaluate(verdict="correct", kept=1, total=1, graded=0),
+    ]
+    assert "k3-spec" in doc_ids(state.evidence)
+    assert state.answer == AURORA_ANSWER
+    assert state.stop_reason == "answered"
 
 
 async def test_after_planned_hops_a_round_judged_incorrect_is_answered_not_rewritten(aurora: KnowledgeBase) -> None:
@@ -215,3 +257,20 @@ async def test_a_round_no_planner_reads_is_still_graded(aurora: KnowledgeBase) -
 )
 def test_a_planned_query_loses_a_leaked_field_tail(planned: str, query: str) -> None:
     assert clean_query(planned) == query
+
+
+def test_a_planned_query_that_repeats_a_searched_one_but_for_its_tail_ends_the_hops() -> None:
+    # The local model's second plan: the first query again with a bare "found" run on.
+    assert clean_query(f"{HOP_QUERY} found") == HOP_QUERY
+
+
+def test_the_bridge_fact_is_the_row_the_question_means() -> None:
+    # The storage page lists every plan's allowance in one sentence; the question asks about 50 GB per user.
+    storage = (
+        "フリープランはチーム全体で1GB、スタンダードプランは1ユーザーあたり10GB、"
+        "ビジネスプランは1ユーザーあたり50GBである。"
+    )
+    page = Passage(chunk_id="s", doc_id="s", title="ストレージ容量", text=storage, score=0.5)
+    question = "1ユーザーあたり50GBのストレージが使えるプランでは、APIを1分間に何回まで呼び出せますか？"
+    assert bridge_fact(question, page) == "ビジネスプランは1ユーザーあたり50GBである。"
+    assert bridge_fact("Who painted the Sistine Chapel?", page) == ""

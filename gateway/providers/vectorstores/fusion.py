@@ -3,7 +3,8 @@
 Keyword and dense search fail differently: the embedding misses a rare name or number the question
 shares with the passage (the second hop of a bridge question is often found by its entity's name
 alone), BM25 misses a paraphrase. Reciprocal rank fusion (Cormack et al., 2009) merges the two
-ranked lists without calibrating their scores against each other. Terms are the project's one
+ranked lists without calibrating their scores against each other
+(:func:`pipelines.shared.fusion.reciprocal_rank_fusion`, shared with the multi-hop search). Terms are the project's one
 tokenizer's (:func:`pipelines.shared.text.tokens`), so Japanese is matched by character bigrams in
 every store: LanceDB indexes the same tokens, space-joined, with its whitespace tokenizer.
 """
@@ -14,10 +15,7 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 
-from pipelines.shared.deps import Passage
 from pipelines.shared.text import content_terms, tokens
-
-RRF_K = 60  # the constant of the original paper; ranks beyond a few dozen barely count
 
 
 def index_terms(title: str, text: str) -> str:
@@ -52,19 +50,3 @@ def bm25_scores(
                 score += idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len(doc) / average))
         scores.append(score)
     return scores
-
-
-def reciprocal_rank_fusion(rankings: Sequence[Sequence[Passage]], k: int) -> list[Passage]:
-    """The top ``k`` chunks by the sum of 1 / (RRF_K + rank) over the lists that hold them.
-
-    A chunk keeps the passage of the first list that has it: its ``score`` stays the cosine
-    similarity every store reports, which the relevance scorer reads as a feature.
-    """
-    fused: dict[str, float] = {}
-    first: dict[str, Passage] = {}
-    for ranking in rankings:
-        for rank, passage in enumerate(ranking, start=1):
-            fused[passage.chunk_id] = fused.get(passage.chunk_id, 0.0) + 1.0 / (RRF_K + rank)
-            first.setdefault(passage.chunk_id, passage)
-    order = sorted(fused, key=lambda chunk_id: -fused[chunk_id])
-    return [first[chunk_id] for chunk_id in order[:k]]

@@ -14,7 +14,7 @@ half (rare names and numbers, the second hop of a bridge question) creates such 
 the sparse side from :func:`gateway.providers.vectorstores.fusion.index_terms` (BM25 weights over the
 shared tokenizer's terms, so Japanese gets bigrams) and weighs dense against sparse with an alpha,
 or runs a separate sparse index and fuses the two rankings with
-:func:`~gateway.providers.vectorstores.fusion.reciprocal_rank_fusion` as the LanceDB store does.
+:func:`~pipelines.shared.fusion.reciprocal_rank_fusion` as the LanceDB store does.
 """
 
 from __future__ import annotations
