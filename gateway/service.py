@@ -70,6 +70,10 @@ class QueryService:
         """The user's texts as they may go upstream (the tenant's guardrails; unchanged without them)."""
         return texts if self._guard is None else self._guard.screen_prompt(tenant, texts, vault)
 
+    def mask_at_rest(self, tenant: str, texts: list[str | None]) -> list[str | None]:
+        """Texts a user writes to be kept (feedback), with personal data masked (unchanged without guardrails)."""
+        return texts if self._guard is None else self._guard.mask_at_rest(tenant, texts)
+
     async def profile(self, tenant: str) -> AssistantProfile:
         """The tenant's assistant profile (cached in-process): the chat edge decides on system messages with it."""
         return await self._profiles.get(tenant)

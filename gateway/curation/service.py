@@ -80,6 +80,8 @@ class Curation:
         comment: str | None,
         expected_answer: str | None,
     ) -> FeedbackResult:
+        if self._queries is not None:  # kept for curators: personal data masked like the questions on record
+            comment, expected_answer = self._queries.mask_at_rest(tenant, [comment, expected_answer])
         recent = self.recorder.recent(response_id=response_id, trace_id=trace_id)
         if recent is not None and assess(recent.response).reasons:
             await self.recorder.drain()  # it is on its way to the store: rate the record, not a copy

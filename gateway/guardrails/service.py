@@ -68,6 +68,22 @@ class Guardrails:
                 raise PromptInjectionError("prompt", kinds)
         return masked
 
+    def mask_at_rest(self, tenant: str, texts: Sequence[str | None]) -> list[str | None]:
+        """Texts a user writes to be kept, never sent upstream (a feedback comment, an expected answer): personal
+        data masked under ``mask`` and ``block`` alike (``block`` protects the upstream, which never sees
+        them; refusing a rating over a phone number in its comment would lose the rating), kept under ``off``.
+        The placeholders are not restored: these texts are read by curators, not returned to their writer."""
+        if self._settings.pii_for(tenant) == "off":
+            return list(texts)
+        vault = Vault()
+        findings = [self._pii.find(text) if text else [] for text in texts]
+        categories = sorted({finding.category for found in findings for finding in found})
+        if categories:
+            self._telemetry.pii_found(categories, "masked")
+        return [
+            vault.mask(text, found) if text and found else text for text, found in zip(texts, findings, strict=True)
+        ]
+
     def screen_passages(self, tenant: str, passages: list[Passage]) -> list[Passage]:
         started = time.perf_counter()
         verdicts = [self._injection.check(f"{p.title}\n{p.text}") for p in passages]

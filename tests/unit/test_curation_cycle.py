@@ -160,3 +160,24 @@ async def test_a_resolution_obeys_the_document_limits_of_every_knowledge_write(
             assert response.status_code == 400, response.text
             assert response.headers["content-type"].startswith("application/problem+json")
             assert document["id"] in response.json()["detail"]
+
+
+async def test_feedback_is_kept_with_personal_data_masked(make_client: Callable[..., Any]) -> None:
+    # Curators read feedback: a comment or an expected answer a user writes holds no raw personal data on record.
+    async with make_client(relocation_model) as (client, _):
+        await ingest(client, "pii", [OLD_DOC])
+        answer = await ask(client, "pii", "本社の受付時間は？")
+        rated = await client.post(
+            "/v1/feedback",
+            json={
+                "tenant": "pii",
+                "response_id": answer["response_id"],
+                "rating": "down",
+                "comment": "Wrong hours; ask taro.yamada@example.co.jp or call 090-1234-5678",
+                "expected_answer": "平日9時から18時（問い合わせ: 03-1234-5678）",
+            },
+        )
+        assert rated.status_code == 202, rated.text
+        (item,) = await client.app.state.curation.store.feedback_of("pii")
+    assert item.comment == "Wrong hours; ask <EMAIL_1> or call <PHONE_1>"
+    assert item.expected_answer == "平日9時から18時（問い合わせ: <PHONE_2>）"
