@@ -90,10 +90,13 @@ class RouteProbe(msgspec.Struct, kw_only=True):
 
 
 class RouteResponse(msgspec.Struct, kw_only=True):
-    route: str
+    route: Annotated[str, Meta(description="The route a query would run on: the router's, within the profile's.")]
     confidence: float
     reason: str
     classifier: str
+    classified_route: Annotated[
+        str, Meta(description="The router's own choice; differs from ``route`` when the profile does not allow it.")
+    ]
     probe: RouteProbe | None = None
 
 

@@ -78,11 +78,13 @@ class QueryService:
         """The tenant's assistant profile (cached in-process): the chat edge decides on system messages with it."""
         return await self._profiles.get(tenant)
 
-    async def route(self, query: str, tenant: str) -> RouteDecision:
+    async def route(self, query: str, tenant: str) -> RouteResponse:
+        """The router's decision and the route that would run on it (the tenant's profile may not allow it)."""
         query = self.screen(tenant, [query], Vault())[0]  # the LLM classifier is an upstream call too
         vector = await self._knowledge.embed_query(query)
         decision, _ = await self._router.decide(query, "auto", vector, tenant)
-        return decision
+        profile = await self._profiles.get(tenant)
+        return to_route_response(decision, profile.clamp(decision.route))
 
     async def answer(
         self,
@@ -271,13 +273,15 @@ def _served_from_cache(response: QueryResponse, started: float) -> QueryResponse
     )
 
 
-def to_route_response(decision: RouteDecision) -> RouteResponse:
+def to_route_response(decision: RouteDecision, route: str) -> RouteResponse:
+    """``route``: what would run on ``decision`` (the router's choice, clamped by the tenant's profile)."""
     probe = decision.probe
     return RouteResponse(
-        route=decision.route,
+        route=route,
         confidence=round(decision.confidence, 4),
         reason=decision.reason,
         classifier=decision.classifier,
+        classified_route=decision.route,
         probe=None if probe is None else _route_probe(probe),
     )
 

@@ -12,7 +12,7 @@ from gateway.access.keys import Principal
 from gateway.api.problems import problem_responses
 from gateway.api.validation import clean_query
 from gateway.schemas import QueryRequest, QueryResponse, RouteRequestBody, RouteResponse
-from gateway.service import QueryService, to_route_response
+from gateway.service import QueryService
 from gateway.settings import Settings
 
 
@@ -60,4 +60,4 @@ class QueryController(Controller):
         principal: NamedDependency[Principal],
     ) -> RouteResponse:
         tenant = principal.tenant_for(data.tenant)
-        return to_route_response(await query_service.route(clean_query(data.query, settings.limits), tenant))
+        return await query_service.route(clean_query(data.query, settings.limits), tenant)

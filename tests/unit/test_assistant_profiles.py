@@ -156,6 +156,16 @@ async def test_the_routers_choice_is_clamped_to_an_allowed_route(make_client: An
     assert result["escalated_from"] is None  # multi_hop is not allowed: no escalation either
 
 
+async def test_the_route_endpoint_shows_the_route_that_would_run(make_client: Any) -> None:
+    async with make_client(chat_model()) as (client, model):
+        before = await client.post("/v1/route", json={"query": "Hello there, how are you today?", "tenant": TENANT})
+        await put_profile(client, allowed_routes=["single_hop"])
+        after = await client.post("/v1/route", json={"query": "Hello there, how are you today?", "tenant": TENANT})
+    assert (before.json()["route"], before.json()["classified_route"]) == ("direct", "direct")
+    assert (after.json()["route"], after.json()["classified_route"]) == ("single_hop", "direct")
+    assert model.calls == []
+
+
 async def test_each_route_runs_on_the_profiles_model(make_client: Any) -> None:
     async with make_client(chat_model()) as (client, _):
         ingested = await client.post("/v1/documents", json={"tenant": TENANT, "documents": [DOC]})
