@@ -90,12 +90,11 @@ def can_plan_hop(state: CorrectiveState, ctx: CorrectiveContext) -> bool:
 
 
 def planned(state: CorrectiveState, ctx: CorrectiveContext) -> bool:
-    """Whether the hop planner has read this request's evidence and, in the cheaper mode where its call judges
-    the rounds it reads (``grade_planned_rounds`` off), its sub-questions stand for the follow-up searches: a
-    rewrite after a round judged Ambiguous or Incorrect would only ask again, at a rewrite, a search and a
-    grading round more. In the default mode the rewrite stays: on the local model, dropping it turned the
-    Japanese manual's e2e answer into a cautious one (the storage page was judged Incorrect, never searched
-    again). Rewrites always stay for an answer the critics reject.
+    """Whether the hop planner has read this request's evidence and, in the mode where its call judges the
+    rounds it reads (``grade_planned_rounds`` off, the service's default), its sub-questions stand for the
+    follow-up searches: a rewrite after a round judged Ambiguous or Incorrect would only ask again, at a
+    rewrite, a search and a grading round more. With planned rounds graded the rewrite stays. Rewrites always
+    stay for an answer the critics reject.
     """
     return not ctx.policy.grade_planned_rounds and (state.hops > 0 or state.hop_done)
 
