@@ -157,6 +157,7 @@ def build_route_table(
         max_rewrites=corrective.max_rewrites,
         max_hops=corrective.max_hops,
         trust_correct_grounded=corrective.trust_correct_grounded,
+        trust_planner_sufficient=corrective.trust_planner_sufficient,
         grade_planned_rounds=corrective.grade_planned_rounds,
         max_llm_calls=corrective.budget_max_llm_calls,
         max_seconds=corrective.budget_max_seconds,

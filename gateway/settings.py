@@ -154,6 +154,9 @@ class CorrectiveSettings(SettingsGroup):
     max_hops: int = Field(2, ge=0)
     # Skip the usefulness critic for a first answer grounded on evidence judged Correct.
     trust_correct_grounded: bool = True
+    # Also skip it when the hop planner found the evidence sufficient and no rewrite followed (its "sufficient"
+    # is the judgement of the rounds it read when planned rounds are not graded).
+    trust_planner_sufficient: bool = False
     # Whether the LLM grades a round the hop planner reads next (false: the planner's call judges it, and the
     # fast scorer alone keeps or drops the round's documents; a rejected page the planner builds on is kept as
     # the bridge). Off by default: on 30 HotpotQA questions it answered as well or better (0.400 vs 0.367 answer

@@ -24,7 +24,7 @@ from pipelines.corrective.routing import (
     calls_left,
     can_plan_hop,
     decide,
-    trusted,
+    trust_note,
 )
 from pipelines.corrective.state import AnswerSnapshot, CorrectiveContext, CorrectiveState, merge_passages
 from pipelines.shared.deps import Passage
@@ -46,7 +46,6 @@ from pipelines.shared.generation import draft_answer
 from pipelines.shared.state import Update
 
 Run = Runtime[CorrectiveContext]
-TRUSTED_NOTE = "first answer grounded on evidence judged correct"
 HOP_FUSION_DEPTH = 4  # each list of a hop's fused search holds at least this many chunks
 
 
@@ -237,8 +236,9 @@ async def check_grounded(state: CorrectiveState, runtime: Run) -> Update:
     }
     if result.ok and state.best is None:
         update["best"] = _snapshot(state)
-    if result.ok and trusted(state, ctx):
-        skipped = Check(critic="useful", outcome="skipped", note=TRUSTED_NOTE)
+    note = trust_note(state, ctx)
+    if result.ok and note is not None:
+        skipped = Check(critic="useful", outcome="skipped", note=note)
         update |= {"useful": True, "best": _snapshot(state), "events": [*update["events"], skipped]}
     return decide(state, update, ctx, after_grounded)
 

@@ -30,6 +30,9 @@ class CorrectivePolicy:
     # Self-RAG's usefulness critic is skipped for a first answer that passed the groundedness check
     # on evidence the evaluator judged Correct (on by the service's settings, like ``max_hops``).
     trust_correct_grounded: bool = False
+    # ... and for one on evidence the hop planner found sufficient, no rewrite having followed: where the
+    # planner's call judges the rounds it reads, its "sufficient" stands for the grader's Correct.
+    trust_planner_sufficient: bool = False
     # Whether the LLM grader judges a round the hop planner reads next. Off, the planner's call is that
     # round's judgement (it names the fact the evidence gives, or the query for what it lacks) and the
     # fast scorer alone keeps or drops documents: one to two grading calls fewer per hop (the service

@@ -148,11 +148,27 @@ def after_grounded(state: CorrectiveState, ctx: CorrectiveContext) -> Decision:
     return Decision("cautious_answer", cautious_reason(state, ctx))
 
 
+TRUSTED_NOTE = "first answer grounded on evidence judged correct"
+PLANNER_TRUSTED_NOTE = "first answer grounded on evidence the hop planner found sufficient"
+
+
+def trust_note(state: CorrectiveState, ctx: CorrectiveContext) -> str | None:
+    """Why the usefulness critic is not asked about this answer (None: it is). A first answer, grounded, on
+    evidence judged Correct, or (``trust_planner_sufficient``) on evidence the hop planner found sufficient
+    with no rewrite since: one call fewer, and no new round started on the small model's "no" (on HotpotQA,
+    where retrieval was already complete, further rounds lost ground)."""
+    policy = ctx.policy
+    if state.regenerated:
+        return None
+    if policy.trust_correct_grounded and state.verdict == "correct":
+        return TRUSTED_NOTE
+    if policy.trust_planner_sufficient and state.hop_done and state.rewrites == 0:
+        return PLANNER_TRUSTED_NOTE
+    return None
+
+
 def trusted(state: CorrectiveState, ctx: CorrectiveContext) -> bool:
-    """A first answer, grounded, on evidence judged Correct: the usefulness critic is not asked. One call
-    fewer, and no new round started on the small model's "no" (on HotpotQA, where retrieval was
-    already complete, further rounds lost ground)."""
-    return ctx.policy.trust_correct_grounded and state.verdict == "correct" and not state.regenerated
+    return trust_note(state, ctx) is not None
 
 
 def after_useful(state: CorrectiveState, ctx: CorrectiveContext) -> Decision:

@@ -11,8 +11,8 @@ import pytest
 from gateway.knowledge import KnowledgeBase
 from gateway.steps import render_steps
 from pipelines.corrective.hops import bridge_fact, clean_query
-from pipelines.corrective.nodes import TRUSTED_NOTE
 from pipelines.corrective.policy import CorrectivePolicy
+from pipelines.corrective.routing import PLANNER_TRUSTED_NOTE, TRUSTED_NOTE
 from pipelines.shared import events as ev
 from pipelines.shared.deps import Passage
 from pipelines.shared.relevance import relevance
@@ -241,6 +241,28 @@ async def test_a_round_no_planner_reads_is_still_graded(aurora: KnowledgeBase) -
     assert graded_titles(model) == ["Kumo Carrier K3 specification"]
     assert nodes(state) == ["plan_hop", "grade_document", "generate"]
     assert state.answer == AURORA_ANSWER
+
+
+async def test_an_answer_on_evidence_the_planner_found_sufficient_can_skip_the_usefulness_critic(
+    aurora: KnowledgeBase,
+) -> None:
+    # The planner judges the rounds it reads: the vague hop's round is kept undecided (Ambiguous, no grading
+    # call), the planner then finds the evidence sufficient. Trusting that verdict as the grader's Correct
+    # spares the usefulness critic; without the setting the critic judges the answer.
+    vague = {"found": BRIDGE_FACT, "next_query": "K3 robot"}
+    runs = {}
+    for trust in (True, False):
+        policy = CorrectivePolicy(
+            max_hops=2, trust_correct_grounded=True, grade_planned_rounds=False, trust_planner_sufficient=trust
+        )
+        runs[trust], _ = await run_graph(
+            aurora, aurora_script([vague, ENOUGH]), query=AURORA_QUESTION, tenant=AURORA, top_k=1, policy=policy
+        )
+    assert [e.verdict for e in runs[True].events if isinstance(e, ev.Evaluate)] == ["ambiguous", "ambiguous"]
+    assert runs[True].events[-2] == ev.Check(critic="useful", outcome="skipped", note=PLANNER_TRUSTED_NOTE)
+    assert nodes(runs[True]) == ["plan_hop", "plan_hop", "generate"]
+    assert nodes(runs[False]) == ["plan_hop", "plan_hop", "generate", "check_useful"]
+    assert runs[True].answer == runs[False].answer == AURORA_ANSWER
 
 
 @pytest.mark.parametrize(
