@@ -155,8 +155,9 @@ class CorrectiveSettings(SettingsGroup):
     # Skip the usefulness critic for a first answer grounded on evidence judged Correct.
     trust_correct_grounded: bool = True
     # Also skip it when the hop planner found the evidence sufficient and no rewrite followed (its "sufficient"
-    # is the judgement of the rounds it read when planned rounds are not graded).
-    trust_planner_sufficient: bool = False
+    # is the judgement of the rounds it read when planned rounds are not graded). On 30 HotpotQA questions:
+    # the same answer-in-reply (0.400) and F1 at 3 median calls instead of 5 (python -m gateway.eval, seed 13).
+    trust_planner_sufficient: bool = True
     # Whether the LLM grades a round the hop planner reads next (false: the planner's call judges it, and the
     # fast scorer alone keeps or drops the round's documents; a rejected page the planner builds on is kept as
     # the bridge). Off by default: on 30 HotpotQA questions it answered as well or better (0.400 vs 0.367 answer
