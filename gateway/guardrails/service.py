@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from gateway.errors import PersonalDataBlockedError, PromptInjectionError
 from gateway.guardrails.injection import InjectionClassifier, InjectionDetector, train_classifier
-from gateway.guardrails.pii import NameFinder, PiiDetector, SpacyNames
+from gateway.guardrails.pii import Finding, NameFinder, PiiDetector, SpacyNames
 from gateway.guardrails.vault import Vault
 from gateway.observability.recorder import Telemetry
 from gateway.settings import GuardrailSettings
@@ -48,10 +48,7 @@ class Guardrails:
         masked = list(texts)
         policy = self._settings.pii_for(tenant)
         if policy != "off":
-            started = time.perf_counter()
-            findings = [self._pii.find(text) for text in texts]
-            self._telemetry.guard_checked("pii", time.perf_counter() - started)
-            categories: list[str] = sorted({finding.category for found in findings for finding in found})
+            findings, categories = self._personal_data(texts)
             if categories and policy == "block":
                 self._telemetry.pii_found(categories, "blocked")
                 raise PersonalDataBlockedError(categories)
@@ -76,13 +73,19 @@ class Guardrails:
         if self._settings.pii_for(tenant) == "off":
             return list(texts)
         vault = Vault()
-        findings = [self._pii.find(text) if text else [] for text in texts]
-        categories = sorted({finding.category for found in findings for finding in found})
+        findings, categories = self._personal_data(texts)
         if categories:
             self._telemetry.pii_found(categories, "masked")
         return [
             vault.mask(text, found) if text and found else text for text, found in zip(texts, findings, strict=True)
         ]
+
+    def _personal_data(self, texts: Sequence[str | None]) -> tuple[list[list[Finding]], list[str]]:
+        """Each text's personal data and the categories found in any of them; the check is timed."""
+        started = time.perf_counter()
+        findings = [self._pii.find(text) if text else [] for text in texts]
+        self._telemetry.guard_checked("pii", time.perf_counter() - started)
+        return findings, sorted({finding.category for found in findings for finding in found})
 
     def screen_passages(self, tenant: str, passages: list[Passage]) -> list[Passage]:
         started = time.perf_counter()

@@ -61,11 +61,7 @@ async def plan_next_hop(llm: ChatClient, question: str, evidence: list[Passage],
     messages = [
         SystemMessage(HOP_SYSTEM),
         HumanMessage(
-            HOP_USER.format(
-                question=question,
-                evidence=evidence_text(evidence),
-                tried="; ".join(tried[-3:]) or "-",
-            )
+            HOP_USER.format(question=question, evidence=evidence_text(evidence), tried="; ".join(tried[-3:]) or "-")
         ),
     ]
     try:

@@ -6,6 +6,8 @@ Each returns only what it changes; the four nodes followed by a choice of route 
 
 from __future__ import annotations
 
+import asyncio
+
 from langgraph.runtime import Runtime
 
 from pipelines.corrective import critique
@@ -121,8 +123,14 @@ async def search_hop(state: CorrectiveState, runtime: Run) -> Update:
     k = max(state.top_k, HOP_FUSION_DEPTH) + len(_known(state))
     expansion = expanded_query(state.query, state.evidence)
     queries = list(dict.fromkeys(q for q in (state.search_query, state.query, expansion) if q))
-    rankings = [_unseen(state, await retriever.search(state.tenant, query, k)) for query in queries]
-    fresh = reciprocal_rank_fusion(rankings, state.top_k)
+    # Searched concurrently; the question's own vector, computed for the first retrieval, is not computed again.
+    found = await asyncio.gather(
+        *(
+            retriever.search(state.tenant, query, k, vector=state.query_vector if query == state.query else None)
+            for query in queries
+        )
+    )
+    fresh = reciprocal_rank_fusion([_unseen(state, ranking) for ranking in found], state.top_k)
     return {"candidates": fresh, "events": [SearchHop(hop=state.hops, k=state.top_k, new=len(fresh))]}
 
 
