@@ -30,17 +30,13 @@ from routes.logistic_router import LogisticModel, cached_model, fit_matrix
 from routes.probe import PROBE_DEPTH, Probe, ProbeSignals, read_signals
 from routes.types import Route, RouteDecision
 
-SIGNAL_VERSION = 2
+SIGNAL_VERSION = 3
 # Stage 1, retrieve or not: is anything in the store about this question, and is it a request that
-# needs no documents at all (conversation, transforms, code, arithmetic)?
-RETRIEVE_SIGNALS = (
-    "top_score",
-    "margin",
-    "best_coverage",
-    "union_coverage",
-    "entity_coverage",
-    "entity_union_coverage",
-)
+# needs no documents at all (conversation, transforms, code, arithmetic)? What the top documents hold
+# *together* answers that; whether one document holds it all is stage 2's question (with the best
+# document's coverage here too, leave-one-dataset-out sent more paraphrased SQuAD and written-KB
+# questions to ``direct``).
+RETRIEVE_SIGNALS = ("top_score", "margin", "union_coverage", "entity_union_coverage")
 DIRECT_CUES = ("greeting", "transform", "about_assistant", "code", "arithmetic")
 # Stage 2, one document or several: does a second document hold a part of the question the best one
 # lacks? Leave-one-dataset-out kept this one signal: adding the spread's other measures (coverage
@@ -143,7 +139,7 @@ class KnowledgeRouter:
         cue_text = f"; cues: {', '.join(cues)}" if cues else ""
         p_retrieve = _probabilities(self._model.retrieve, retrieve_row(query, s)).get(RETRIEVE, 0.0)
         found = (
-            f"top score {s.top_score:.2f}, question terms covered by the best document {s.best_coverage:.2f}, "
+            f"top score {s.top_score:.2f}, question words covered by the best document {s.best_coverage:.2f}, "
             f"by the top {s.documents} documents {s.union_coverage:.2f}"
         )
         if p_retrieve < 0.5:
@@ -153,7 +149,7 @@ class KnowledgeRouter:
         route: Route = "multi_hop" if spread.get("multi_hop", 0.0) >= 0.5 else "single_hop"
         reason = (
             f"p(retrieve)={p_retrieve:.2f}: {found}; p(multi_hop)={spread.get('multi_hop', 0.0):.2f}: a second "
-            f"document holds {s.second_document_share:.2f} of the terms the best one lacks, "
+            f"document holds {s.second_document_share:.2f} of the words the best one lacks, "
             f"{s.covering_documents} documents cover the question's parts{cue_text}"
         )
         return RouteDecision(route, p_retrieve * spread.get(route, 0.0), reason, self.name, probe)

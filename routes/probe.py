@@ -7,11 +7,17 @@ looks at the passages one search returns, with the query vector the request alre
 
 - ``top_score`` / ``margin``: is anything in the store about this at all, and does one passage stand
   out from the rest (a single answering passage) or do several score alike;
-- ``best_coverage`` vs ``union_coverage``: the share of the question's content terms (one tokenizer,
-  :mod:`pipelines.shared.text`, so Japanese is compared by character bigrams, not by spaces) that the
-  best single *document* holds versus all the top documents together. A single-hop question is
-  covered by one document; a bridge or comparison question's parts live in different documents, so
-  the union covers much more than any one of them;
+- ``best_coverage`` vs ``union_coverage``: the share of the question's content words (one tokenizer,
+  :mod:`pipelines.shared.text`: :func:`~pipelines.shared.text.content_words`, so a Japanese word is a
+  kanji or katakana run, matched inside the passage's text, not a space-separated token) that the best
+  single *document* holds versus all the top documents together. A single-hop question is covered by
+  one document; a bridge or comparison question's parts live in different documents, so the union
+  covers much more than any one of them. Words that only say what kind of answer is wanted ("what
+  year", "how many", 何年, 誰) are not parts of the question: no document is expected to hold them;
+- a *document* is a source: the passages of one title (an article cut into paragraphs or chunks, a
+  manual page in sections) count as one, the document id only where a passage has no title. Counted
+  by document id, the paragraphs of one article "held different parts" of every question about it,
+  and leave-one-dataset-out sent 30% of SQuAD's single-hop questions to the multi-hop route;
 - ``second_document_share``: the share of the question's terms the best document lacks and another
   single document holds: the second part of a bridge or comparison question;
 - ``entity_coverage``: the same for name-like terms (capitalised words, katakana runs, numbers),
@@ -34,11 +40,11 @@ from dataclasses import astuple, dataclass, fields
 from typing import Protocol, runtime_checkable
 
 from pipelines.shared.deps import Passage, Retriever
-from pipelines.shared.text import EN_STOPWORDS, content_terms, has_cjk, normalise, tokens
+from pipelines.shared.text import EN_STOPWORDS, content_terms, content_words, has_cjk, normalise, tokens
 
 # How many of the probe's passages the signals read (what the router was trained on). The probe itself
 # may search deeper (``FrontRouter.depth``) so retrieval can reuse its ranking.
-PROBE_DEPTH = 8
+PROBE_DEPTH = 12
 # Passages whose words are kept between requests (a tenant's hot chunks; each entry a few KB).
 PASSAGE_VIEWS = 2048
 # A document joins the cover only if it adds at least this share of the question's terms: one stray
@@ -47,6 +53,14 @@ MIN_PART_SHARE = 0.1
 
 # Capitalised Latin words, katakana runs (names and loanwords in Japanese), numbers.
 _NAME_LIKE = re.compile(r"\b[A-Z][^\W_]+|[\u30a0-\u30ff]{2,}|\d+")
+# Words that name the kind of answer asked for ("in what year", "how many", "what is it called"): the
+# answer's document holds the answer, not these words, and a distractor that happens to hold "year" is
+# not the second part of the question.
+_ANSWER_KIND = frozenset(
+    {"year", "years", "date", "day", "many", "much", "number", "name", "named", "called", "kind", "type", "long", "old"}
+)
+# Japanese interrogatives open a kanji word (何年, 何人, 何日目, 誰): the rest (年, 人, 日目) stays a part.
+_INTERROGATIVE = "何誰幾"
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +139,24 @@ def _terms(text: str) -> set[str]:
     return {_stem(t) for t in content_terms(text)}
 
 
+def question_words(question: str) -> set[str]:
+    """The parts of a question a document may hold: its content words, stemmed, less the answer-kind words."""
+    words: set[str] = set()
+    for word in content_words(question):
+        if has_cjk(word):
+            word = word.lstrip(_INTERROGATIVE)
+        elif word in _ANSWER_KIND:
+            continue
+        if word:
+            words.add(_stem(word))
+    return words
+
+
+def _source(passage: Passage) -> str:
+    """Which document a passage belongs to, for the signals: its title, else its document id."""
+    return normalise(passage.title).strip() or passage.doc_id
+
+
 def _name_terms(text: str) -> set[str]:
     found = {normalise(m.group()) for m in _NAME_LIKE.finditer(text)}
     return {name for name in found if name not in EN_STOPWORDS}
@@ -136,6 +168,12 @@ def _passage_view(body: str) -> tuple[str, frozenset[str], frozenset[str]]:
     kept for the passages probes keep finding. Reading them again for every request was ~14 % of an ``auto``
     miss's CPU (normalising and tokenizing 8 chunks of ~700 characters), for the same answer each time."""
     return normalise(body), frozenset(tokens(body)), frozenset(_terms(body))
+
+
+def _holds_word(body: str, body_terms: Set[str], word: str) -> bool:
+    """A CJK word is found inside the text (Japanese has no spaces to cut the passage at); a Latin word by
+    its stem among the passage's."""
+    return word in body if has_cjk(word) else word in body_terms
 
 
 def _holds(body: str, body_words: Set[str], name: str) -> bool:
@@ -165,16 +203,19 @@ def read_signals(question: str, passages: Sequence[Passage]) -> tuple[ProbeSigna
     """Signals of one question against the passages a search returned (best first)."""
     if not passages:
         return EMPTY_SIGNALS, ()
-    wanted = _terms(question)
+    wanted = question_words(question)
     names = _name_terms(question)
     doc_terms: dict[str, set[str]] = {}
     doc_names: dict[str, set[str]] = {}
     doc_score: dict[str, float] = {}
+    doc_id: dict[str, str] = {}  # a source's best passage's document id, for the cover
     for passage in passages:
+        source = _source(passage)
         body_norm, body_words, terms = _passage_view(f"{passage.title}\n{passage.text}")
-        doc_terms.setdefault(passage.doc_id, set()).update(terms)
-        doc_names.setdefault(passage.doc_id, set()).update(n for n in names if _holds(body_norm, body_words, n))
-        doc_score[passage.doc_id] = max(doc_score.get(passage.doc_id, -1.0), passage.score)
+        doc_terms.setdefault(source, set()).update(w for w in wanted if _holds_word(body_norm, terms, w))
+        doc_names.setdefault(source, set()).update(n for n in names if _holds(body_norm, body_words, n))
+        doc_score[source] = max(doc_score.get(source, -1.0), passage.score)
+        doc_id.setdefault(source, passage.doc_id)
     scores = [p.score for p in passages]
     rest = scores[1:]
     union_terms = set().union(*doc_terms.values())
@@ -201,7 +242,7 @@ def read_signals(question: str, passages: Sequence[Passage]) -> tuple[ProbeSigna
         covering_documents=len(cover),
         question_terms=len(wanted),
     )
-    return signals, tuple(cover)
+    return signals, tuple(doc_id[source] for source in cover)
 
 
 def probe_of(tenant: str, question: str, passages: Sequence[Passage], depth: int) -> Probe:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import pytest
 
 from pipelines.shared.deps import Passage
-from routes.probe import EMPTY_SIGNALS, SIGNAL_NAMES, ProbeFirstRetriever, probe_of, read_signals
+from routes.probe import EMPTY_SIGNALS, SIGNAL_NAMES, ProbeFirstRetriever, probe_of, question_words, read_signals
 
 
 def passage(doc_id: str, text: str, score: float, title: str = "", index: int = 0) -> Passage:
@@ -40,7 +40,7 @@ def test_a_bridge_question_is_covered_by_two_documents_together() -> None:
     assert signals.documents == 3
 
 
-def test_japanese_is_compared_by_character_bigrams_not_spaces() -> None:
+def test_japanese_is_compared_by_words_not_spaces() -> None:
     plans = passage("plans", "プロプランの月額料金は1ユーザーあたり1,200円です。", 0.5, "料金プラン")
     failure = passage("failure", "決済に失敗すると7日後にタスクの編集ができなくなります。", 0.45, "決済失敗")
     single, _ = read_signals("プロプランの月額料金はいくらですか", [plans, failure])
@@ -66,6 +66,47 @@ def test_chunks_of_one_document_are_one_document() -> None:
     assert signals.documents == 1
     assert signals.second_document_share == 0.0
     assert signals.second_document_score == 0.0
+
+
+def test_paragraphs_of_one_titled_article_are_one_document() -> None:
+    # An article ingested paragraph by paragraph (SQuAD's shape): each paragraph has its own document id,
+    # and one paragraph holds a word of the question the best one lacks. That is one source, not two parts.
+    founding = passage("normans-p0", "The Normans gave their name to Normandy, a region in France.", 0.6, "Normans")
+    rollo = passage("normans-p1", "Rollo, their first ruler, was a Viking leader.", 0.5, "Normans")
+    signals, cover = read_signals("Which region of France did the Normans name, under their ruler?", [founding, rollo])
+    assert signals.documents == 1
+    assert signals.second_document_share == 0.0
+    assert cover == ("normans-p0",)
+    # The same two paragraphs under two titles are two sources, and the second holds a part.
+    signals, cover = read_signals(
+        "Which region of France did the Normans name, under their ruler?",
+        [founding, passage("rollo", rollo.text, 0.5, "Rollo")],
+    )
+    assert signals.documents == 2
+    assert signals.second_document_share > 0.0
+    assert cover == ("normans-p0", "rollo")
+
+
+def test_a_question_is_counted_by_words_not_by_bigrams_or_answer_kinds() -> None:
+    assert question_words("In which year did the Lisbon office open?") == {"lisbon", "office", "open"}
+    assert question_words("How many people work there?") == {"people", "work"}
+    # Kanji and katakana runs, hiragana dropped, interrogatives off the front of a word (何人 -> 人).
+    assert question_words("タスクノートを提供している会社の代表取締役は何人ですか？") == {
+        "タスクノート",
+        "提供",
+        "会社",
+        "代表取締役",
+        "人",
+    }
+    # A document holding the long name but not the birthplace holds one part of two, not 5 bigrams of 6.
+    company = passage(
+        "minato", "タスクノートを提供する会社はミナトソフトで、代表取締役は佐伯遥です。", 0.5, "ミナトソフト"
+    )
+    ceo = passage("saeki", "佐伯遥は札幌出身で、ミナトソフトを創業した。", 0.4, "佐伯遥")
+    signals, cover = read_signals("タスクノートを提供している会社の代表取締役の出身は？", [company, ceo])
+    assert signals.best_coverage == pytest.approx(4 / 5)
+    assert signals.second_document_share == pytest.approx(1 / 5)
+    assert cover == ("minato", "saeki")
 
 
 def test_nothing_found_reads_as_empty() -> None:

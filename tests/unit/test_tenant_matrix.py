@@ -16,7 +16,7 @@ from gateway.knowledge import HYBRID_DEPTH, KnowledgeBase, NewDocument
 from gateway.providers.vectorstores.base import StoredChunks
 from gateway.providers.vectorstores.memory import InMemoryVectorStore
 from pipelines.shared.deps import Passage
-from routes.probe import ProbeFirstRetriever, probe_of
+from routes.probe import PROBE_DEPTH, ProbeFirstRetriever, probe_of
 
 DIMENSIONS = 32
 DOCS = [
@@ -181,7 +181,7 @@ async def test_hybrid_retrieval_is_computed_from_the_probes_dense_ranking_with_o
     depth = kb.ranking_depth(8)
     assert depth == 8 * HYBRID_DEPTH
     probe = probe_of("acme", question, await kb.dense_search("acme", question, depth, vector=vector), depth)
-    assert len(probe.evidence) == 8
+    assert len(probe.evidence) == PROBE_DEPTH  # what the signals read; the ranking itself is deeper
     assert len(probe.passages) == depth
     expected = await kb.search("acme", question, k, vector=vector)
     searches, keyword = store.searches, store.keyword_searches

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipelines.shared.text import content_terms, has_cjk, normalise, tokens
+from pipelines.shared.text import content_terms, content_words, has_cjk, normalise, tokens
 from routes.written_kb import load_written_kb
 
 
@@ -79,3 +79,16 @@ def test_question_terms_cover_their_gold_document_best_despite_shared_words() ->
         scores = {d.id: cover(f"{d.title} {d.text}") for d in kb.documents}
         best = max(scores, key=lambda doc_id: scores[doc_id])
         assert best == gold, (question, best, scores[best], scores[gold])
+
+
+def test_content_words_cut_japanese_where_the_script_changes() -> None:
+    # Kanji and katakana runs are the words; hiragana (particles, inflections) goes; the middle dot stays in a name.
+    assert content_words("タスクノートを提供している会社の代表取締役は、どこの出身ですか？") == [
+        "タスクノート",
+        "提供",
+        "会社",
+        "代表取締役",
+        "出身",
+    ]
+    assert content_words("グスタフ・マーラーはＡＰＩを1,800回呼んだ") == ["グスタフ・マーラー", "api", "1800", "回呼"]
+    assert content_words("When was the University of Caddon founded?") == ["university", "caddon", "founded"]
