@@ -57,7 +57,23 @@ _NAME_LIKE = re.compile(r"\b[A-Z][^\W_]+|[\u30a0-\u30ff]{2,}|\d+")
 # answer's document holds the answer, not these words, and a distractor that happens to hold "year" is
 # not the second part of the question.
 _ANSWER_KIND = frozenset(
-    {"year", "years", "date", "day", "many", "much", "number", "name", "named", "called", "kind", "type", "long", "old"}
+    {
+        "year",
+        "years",
+        "month",
+        "date",
+        "day",
+        "many",
+        "much",
+        "number",
+        "name",
+        "named",
+        "called",
+        "kind",
+        "type",
+        "long",
+        "old",
+    }
 )
 # Japanese interrogatives open a kanji word (何年, 何人, 何日目, 誰): the rest (年, 人, 日目) stays a part.
 _INTERROGATIVE = "何誰幾"
