@@ -193,3 +193,26 @@ def test_the_classifier_scores_prompts_as_scikit_learn_does() -> None:
         assert classifier.probability(prompt) == pytest.approx(classifier.sklearn_probability(prompt), abs=1e-9)
     assert classifier.flags(INJECTED)
     assert not classifier.flags(CLEAN)
+
+
+def test_a_repeated_prompt_is_screened_once() -> None:
+    """A repeat (a cached answer's question) gets the verdict from memory: same verdict, no second scoring."""
+    classifier = train_classifier()
+    scored: list[str] = []
+    score = classifier.flags
+
+    def counting(text: str) -> bool:
+        scored.append(text)
+        return score(text)
+
+    classifier.flags = counting  # type: ignore[method-assign]
+    detector = InjectionDetector(classifier)
+    first = [detector.check(text, prompt=True) for text in (INJECTED, CLEAN)]
+    again = [detector.check(text, prompt=True) for text in (INJECTED, CLEAN)]
+    assert first == again
+    assert first[0].flagged
+    assert "override" in first[0].kinds
+    assert not first[1].flagged
+    assert scored == [INJECTED, CLEAN]
+    assert detector.check(INJECTED).kinds == ("override",)  # a passage: patterns only, never the classifier
+    assert scored == [INJECTED, CLEAN]
