@@ -49,11 +49,6 @@ CHAT_EXAMPLES = [
 ]
 
 
-def provide_chat_service(state: State) -> ChatService:
-    services: Services = state.services
-    return ChatService(services.query_service, services.llm)
-
-
 def _sse_event_schema() -> Schema:
     """One server-sent event (OpenAPI 3.1 reads a stream's schema per event): its ``data`` is a
     ``chat.completion.chunk``, an OpenAI error object (a failure mid-stream, then the stream ends),
