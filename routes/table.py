@@ -1,6 +1,6 @@
 """The route table: what each route runs, and the policies between routes.
 
-``direct`` runs the direct graph; ``single_hop`` runs plain RAG and, when its LLM-free retrieval
+``direct`` runs the direct node; ``single_hop`` runs plain RAG and, when its LLM-free retrieval
 check says *Incorrect*, escalates to the corrective graph instead of answering "I don't know";
 ``multi_hop`` runs the corrective graph. The route reported is the one that answered.
 
@@ -19,8 +19,8 @@ from langgraph.errors import GraphRecursionError
 
 from pipelines.corrective.graph import build_graph as build_corrective
 from pipelines.corrective.state import CorrectiveContext, CorrectiveState
-from pipelines.direct.graph import build_graph as build_direct
-from pipelines.direct.state import DirectContext, DirectState
+from pipelines.direct.graph import run as run_direct
+from pipelines.direct.state import DirectContext
 from pipelines.shared.deps import ChatClient, LLMCall, Passage
 from pipelines.shared.events import Escalate, PipelineEvent, Stop, StopReason
 from pipelines.shared.persona import DEFAULT_ASSISTANT, Assistant
@@ -93,7 +93,6 @@ class RouteTable:
         makes the pipeline's time budget a deadline there, which every LLM call (and retry) inside respects."""
         self._contexts = contexts
         self._corrective_scope = corrective_scope
-        self._direct = build_direct()
         self._single_hop = build_single_hop()
         self._corrective = build_corrective()
         self._policy = policy
@@ -121,8 +120,9 @@ class RouteTable:
             direct = self._contexts.direct
             direct = replace(direct, llm=profile.llms.get("direct", direct.llm), assistant=profile.assistant)
             with self._telemetry.route("direct"):
-                state = await self._direct.ainvoke({"query": query, "tenant": tenant}, context=direct)
-            return _result(route, DirectState(**state))
+                # One node, no branch: run without LangGraph's loop (pipelines/direct/graph.py says why).
+                state = await run_direct(query, tenant, direct)
+            return _result(route, state)
         multi_hop_k = self._k(top_k, self._policy.multi_hop_top_k)
         if route == "multi_hop":
             return await self._run_corrective(query, tenant, multi_hop_k, query_vector, probe, profile)

@@ -87,6 +87,25 @@ class CacheBackend(ABC):
     async def ping(self) -> None:
         """Raise ``CacheUnavailableError`` when the backend cannot serve requests."""
 
+    async def get_or_lock(self, key: str, lock: str, token: str, ttl_s: float) -> tuple[bytes | None, bool]:
+        """``key``'s value; on a miss, whether ``lock`` was taken for ``token`` (a stampede guard's first step).
+
+        A lock is never taken over a value. Redis does both in one script (one round trip); this default is the
+        two calls in turn, which the in-process backend runs without yielding in between.
+        """
+        value = await self.get(key)
+        if value is not None:
+            return value, False
+        return None, await self.acquire_lock(lock, token, ttl_s)
+
+    async def set_and_release(self, key: str, value: bytes, ttl_s: float, lock: str, token: str) -> None:
+        """Store a computed value, then drop ``lock`` if ``token`` still owns it (a stampede guard's last step):
+        one round trip on Redis. The lock is released even when the store fails."""
+        try:
+            await self.set(key, value, ttl_s)
+        finally:
+            await self.release_lock(lock, token)
+
 
 class MemoryBackend(CacheBackend):
     """In-process LRU with per-entry TTLs: the embedded default for a single replica.
@@ -220,6 +239,19 @@ _RELEASE_LUA = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
+# KEYS: the entry, its lock. A hit returns {1, value}; a miss {0, 1} when it took the lock, {0, 0} when not.
+_GET_OR_LOCK_LUA = """
+local value = redis.call('GET', KEYS[1])
+if value then return {1, value} end
+if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return {0, 1} end
+return {0, 0}
+"""
+# KEYS: the entry, its lock; ARGV: value, PX, lock token.
+_SET_AND_RELEASE_LUA = """
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+if redis.call('GET', KEYS[2]) == ARGV[3] then redis.call('DEL', KEYS[2]) end
+return 1
+"""
 
 
 class RedisBackend(CacheBackend):
@@ -238,6 +270,8 @@ class RedisBackend(CacheBackend):
         self._version_script = redis.client.register_script(_VERSION_LUA)
         self._refresh_script = redis.client.register_script(_REFRESH_LUA)
         self._release_script = redis.client.register_script(_RELEASE_LUA)
+        self._get_or_lock_script = redis.client.register_script(_GET_OR_LOCK_LUA)
+        self._set_and_release_script = redis.client.register_script(_SET_AND_RELEASE_LUA)
 
     @property
     def redis(self) -> ResilientRedis:
@@ -282,6 +316,21 @@ class RedisBackend(CacheBackend):
 
     async def release_lock(self, key: str, token: str) -> bool:
         return bool(await self.run("unlock", lambda _: self._release_script(keys=[key], args=[token])))
+
+    async def get_or_lock(self, key: str, lock: str, token: str, ttl_s: float) -> tuple[bytes | None, bool]:
+        px = _ttl_ms(ttl_s)
+        found, second = await self.run(
+            "get_or_lock", lambda _: self._get_or_lock_script(keys=[key, lock], args=[token, px])
+        )
+        if int(found):
+            return (second.encode() if isinstance(second, str) else second), False
+        return None, bool(int(second))
+
+    async def set_and_release(self, key: str, value: bytes, ttl_s: float, lock: str, token: str) -> None:
+        px = _ttl_ms(ttl_s)
+        await self.run(
+            "set_and_release", lambda _: self._set_and_release_script(keys=[key, lock], args=[value, px, token])
+        )
 
     async def ping(self) -> None:
         await self.run("ping", lambda client: client.ping(), probe=True)

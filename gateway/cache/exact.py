@@ -163,20 +163,25 @@ class ExactCache(Generic[R]):
         if key is None:
             self.stats.bypassed += 1
             return CacheOutcome(await compute(), "bypass", None)
-        if not self._guard.in_flight(key):  # joining a flight needs no round trip
+        reported = False
+
+        async def first(lock: str, token: str) -> tuple[R | None, bool]:
+            """The hit check and, on a miss, the stampede lock: one backend call."""
+            nonlocal reported
             with self._events.cache_lookup("exact"):
-                found = await self._fetch(key)
+                raw, held = await self._backend.get_or_lock(key, lock, token, self._guard.lock_ttl_s)
+                found = None if raw is None else self._decode(key, raw)
                 if found is not None:
-                    self.stats.hits += 1
-                    self._events.cache_result("exact", "hit")
-                    return CacheOutcome(found, "hit", key)
+                    self._events.cache_result("exact", "hit")  # on the lookup's span, as a hit is traced
+                    reported = True
+            if raw is not None and found is None:  # an entry that no longer decodes: recomputed under the lock
+                held = await self._backend.acquire_lock(lock, token, self._guard.lock_ttl_s)
+            return found, held
 
-        async def compute_and_store() -> R:
-            value = await compute()
-            await self.set(key, value)
-            return value
+        async def finish(value: R, lock: str | None, token: str) -> None:
+            await self._store(key, value, lock, token)
 
-        loaded = await self._guard.load(key, lambda: self._fetch(key), compute_and_store)
+        loaded = await self._guard.load_entry(key, lambda: self._fetch(key), first, compute, finish)
         if loaded.source == "hit":
             self.stats.hits += 1
         elif loaded.source == "coalesced":
@@ -184,8 +189,25 @@ class ExactCache(Generic[R]):
         else:
             self.stats.misses += 1
         # A request that shared another's computation did not pay for it: a hit, as in ``CacheOutcome.cached``.
-        self._events.cache_result("exact", "miss" if loaded.source == "computed" else "hit")
+        if not reported or loaded.source != "hit":
+            self._events.cache_result("exact", "miss" if loaded.source == "computed" else "hit")
         return CacheOutcome(loaded.value, loaded.source, key)
+
+    async def _store(self, key: str, value: R, lock: str | None, token: str) -> None:
+        """``set`` for a computed value, releasing the stampede lock in the same call when one is held."""
+        if lock is None:
+            await self.set(key, value)
+            return
+        ttl = self.ttl_for(self._route_of(value))
+        try:
+            if ttl <= 0 or not self._cacheable(value):
+                await self._backend.release_lock(lock, token)
+                return
+            await self._backend.set_and_release(key, self._encoder.encode(value), ttl, lock, token)
+        except CacheUnavailableError as exc:
+            self._record_error(exc)  # a lock left behind expires within its TTL
+            return
+        self.stats.stores += 1
 
     async def _fetch(self, key: str) -> R | None:
         try:
@@ -193,8 +215,9 @@ class ExactCache(Generic[R]):
         except CacheUnavailableError as exc:
             self._record_error(exc)
             return None
-        if raw is None:
-            return None
+        return None if raw is None else self._decode(key, raw)
+
+    def _decode(self, key: str, raw: bytes) -> R | None:
         try:
             return self._decoder.decode(raw)
         except (msgspec.DecodeError, msgspec.ValidationError):

@@ -25,6 +25,10 @@ from gateway.cache.keys import lock_key
 
 T = TypeVar("T")
 Source = Literal["hit", "computed", "coalesced"]
+# A cache entry's first look and lock: (the value, or None on a miss; whether the lock was taken for the token).
+First = Callable[[str, str], Awaitable[tuple[T | None, bool]]]
+# Stores a computed value and releases the lock (None: no lock held) for the token; never raises for the cache.
+Finish = Callable[[T, str | None, str], Awaitable[None]]
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +98,10 @@ class StampedeGuard(Generic[T]):
     def in_flight(self, key: str) -> bool:
         return self._flight.in_flight(key)
 
+    @property
+    def lock_ttl_s(self) -> float:
+        return self._lock_ttl_s
+
     async def load(
         self, key: str, lookup: Callable[[], Awaitable[T | None]], compute: Callable[[], Awaitable[T]]
     ) -> Loaded[T]:
@@ -102,6 +110,60 @@ class StampedeGuard(Generic[T]):
 
         (value, source), shared = await self._flight.run(key, leader)
         return Loaded(value, "coalesced" if shared and source == "computed" else source)
+
+    async def load_entry(
+        self,
+        key: str,
+        lookup: Callable[[], Awaitable[T | None]],
+        first: First[T],
+        compute: Callable[[], Awaitable[T]],
+        finish: Finish[T],
+    ) -> Loaded[T]:
+        """``load`` for a value kept in the backend under ``key`` itself (the response cache), in fewer round trips:
+        ``first`` looks it up and, on a miss, takes the lock in one backend call; ``finish`` stores the computed
+        value and releases the lock in one. ``compute`` only computes; ``lookup`` is the plain read of a wait for
+        another replica. A hit costs one call, a miss two (``load`` with a look before it: two and four).
+        ``first`` raises ``CacheUnavailableError`` when the cache failed: then this computes."""
+
+        async def leader() -> tuple[T, Source]:
+            return await self._load_entry(key, lookup, first, compute, finish)
+
+        (value, source), shared = await self._flight.run(key, leader)
+        return Loaded(value, "coalesced" if shared and source == "computed" else source)
+
+    async def _load_entry(
+        self,
+        key: str,
+        lookup: Callable[[], Awaitable[T | None]],
+        first: First[T],
+        compute: Callable[[], Awaitable[T]],
+        finish: Finish[T],
+    ) -> tuple[T, Source]:
+        lock, token = lock_key(key), uuid4().hex
+        try:
+            found, held = await first(lock, token)
+        except CacheUnavailableError as exc:
+            self._error(exc)
+            value = await compute()
+            await finish(value, None, token)
+            return value, "computed"
+        if found is not None:
+            return found, "hit"
+        if not held:  # another replica computes it (or the entry no longer decodes: computed again here)
+            found = await self._wait_for_holder(lock, lookup)
+            if found is not None:
+                return found, "hit"
+            value = await compute()
+            await finish(value, None, token)
+            return value, "computed"
+        try:
+            async with self._renewing(lock, token):
+                value = await compute()
+        except BaseException:
+            await self._release(lock, token)
+            raise
+        await finish(value, lock, token)
+        return value, "computed"
 
     async def _load_across_replicas(
         self, key: str, lookup: Callable[[], Awaitable[T | None]], compute: Callable[[], Awaitable[T]]
@@ -149,22 +211,36 @@ class StampedeGuard(Generic[T]):
 
     @asynccontextmanager
     async def _renewing(self, lock: str, token: str) -> AsyncIterator[None]:
-        """Keep the lock short yet held for as long as the holder is alive and computing."""
-        renewer = asyncio.create_task(self._renew(lock, token), name=f"lock-renew:{lock}")
+        """Keep the lock short yet held for as long as the holder is alive and computing.
+
+        The renewing task starts only once a renewal is due (a third of the TTL): most computations end
+        before that, and a timer costs far less than a task started and cancelled around each of them.
+        """
+        loop = asyncio.get_running_loop()
+        renewer: asyncio.Task[None] | None = None
+
+        def start() -> None:
+            nonlocal renewer
+            renewer = asyncio.create_task(self._renew(lock, token), name=f"lock-renew:{lock}")
+
+        due = loop.call_later(self._lock_ttl_s / 3, start)
         try:
             yield
         finally:
-            renewer.cancel()
-            await asyncio.wait({renewer})
+            due.cancel()
+            if renewer is not None:
+                renewer.cancel()
+                await asyncio.wait({renewer})
 
     async def _renew(self, lock: str, token: str) -> None:
+        """From the first renewal on: refresh, then wait a third of the TTL, until cancelled."""
         while True:
-            await asyncio.sleep(self._lock_ttl_s / 3)
             try:
                 if not await self._backend.refresh_lock(lock, token, self._lock_ttl_s):
                     return  # expired and maybe taken over: at worst another replica computes too
             except CacheUnavailableError as exc:
                 self._error(exc)
+            await asyncio.sleep(self._lock_ttl_s / 3)
 
     async def _release(self, lock: str, token: str) -> None:
         try:

@@ -1,7 +1,7 @@
 """Instructions smuggled into a prompt or a passage: patterns everywhere, and a small classifier on prompts.
 
 No model call: patterns take microseconds, the classifier (character n-grams and a logistic regression,
-trained at start-up on the train split of deepset/prompt-injections, half a second) about a millisecond.
+trained at start-up on the train split of deepset/prompt-injections, half a second) about 0.1 ms a prompt.
 The classifier reads prompts only: trained on what users type, it takes encyclopedic passages for
 injections (most of the dev passages, measured), so passages are screened by the patterns alone.
 
@@ -15,8 +15,11 @@ is the held-back measure (``tests/benchmarks/guardrails.py``).
 
 from __future__ import annotations
 
+import functools
 import json
+import math
 import re
+from collections import Counter
 from dataclasses import dataclass
 from importlib import resources
 
@@ -121,15 +124,47 @@ class InjectionVerdict:
 
 class InjectionClassifier:
     """P(injection) of a prompt: TF-IDF of character 2-4-grams (any language, no tokenizer) and a logistic
-    regression."""
+    regression.
+
+    scikit-learn fits the model; a prompt is then scored here, with the same arithmetic in plain Python: the
+    fitted vectoriser's own analyser makes the n-grams, and each vocabulary n-gram carries its idf and its
+    idf times the model's coefficient. ``transform`` and ``predict_proba`` build sparse matrices and
+    validate their input on every call (about a millisecond, most of a cache hit's CPU); the dictionary
+    walk over one prompt's few hundred n-grams takes about a tenth of that and gives the same
+    probability (to rounding: ``tests/unit/test_guardrails_injection.py`` compares the two).
+    """
 
     def __init__(self, texts: list[str], labels: list[int], *, threshold: float = CLASSIFIER_THRESHOLD) -> None:
-        self._vectorizer = TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 4), sublinear_tf=True, min_df=2)
-        features = self._vectorizer.fit_transform(texts)
-        self._model = LogisticRegression(C=16.0, max_iter=2000, class_weight="balanced").fit(features, labels)
+        vectorizer = TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 4), sublinear_tf=True, min_df=2)
+        features = vectorizer.fit_transform(texts)
+        model = LogisticRegression(C=16.0, max_iter=2000, class_weight="balanced").fit(features, labels)
+        self._vectorizer, self._model = vectorizer, model
+        self._analyse = vectorizer.build_analyzer()
+        coefficients, idf = model.coef_[0], vectorizer.idf_
+        # n-gram -> (idf, idf x coefficient): what one occurrence-weighted n-gram adds to the norm and the logit.
+        self._weights: dict[str, tuple[float, float]] = {
+            gram: (float(idf[column]), float(idf[column] * coefficients[column]))
+            for gram, column in vectorizer.vocabulary_.items()
+        }
+        self._intercept = float(model.intercept_[0])
         self.threshold = threshold
 
     def probability(self, text: str) -> float:
+        """The logistic regression's P(injection) of the l2-normalised, sublinear-tf TF-IDF vector of ``text``."""
+        squares = logit = 0.0
+        weights = self._weights
+        for gram, count in Counter(self._analyse(text)).items():
+            weight = weights.get(gram)
+            if weight is None:
+                continue  # not in the fitted vocabulary: no feature, as in ``transform``
+            tf = 1.0 + math.log(count)
+            squares += (tf * weight[0]) ** 2
+            logit += tf * weight[1]
+        score = self._intercept + (logit / math.sqrt(squares) if squares > 0.0 else 0.0)
+        return 1.0 / (1.0 + math.exp(-score)) if score >= 0 else math.exp(score) / (1.0 + math.exp(score))
+
+    def sklearn_probability(self, text: str) -> float:
+        """The same probability through scikit-learn's ``transform`` and ``predict_proba`` (the reference)."""
         return float(self._model.predict_proba(self._vectorizer.transform([text]))[0, 1])
 
     def flags(self, text: str) -> bool:
@@ -143,12 +178,22 @@ def train_classifier() -> InjectionClassifier:
     return InjectionClassifier([str(r["text"]) for r in rows], [int(r["label"]) for r in rows])
 
 
+# Prompts whose verdict is remembered: a repeated question (what a cache hit is) is screened from memory.
+PROMPT_VERDICTS = 4096
+
+
 class InjectionDetector:
-    """Which kinds of injected instruction a text carries (none: not flagged)."""
+    """Which kinds of injected instruction a text carries (none: not flagged).
+
+    A prompt's verdict is a pure function of its text, and the same prompt comes back whenever an answer is
+    served from the cache: the last ``PROMPT_VERDICTS`` prompts' verdicts are kept (an LRU per detector), so
+    a repeat costs a dictionary look-up instead of some thirty patterns and the classifier (~0.2 ms).
+    """
 
     def __init__(self, classifier: InjectionClassifier | None = None) -> None:
         self._patterns = [(kind, re.compile(pattern, re.IGNORECASE | re.MULTILINE)) for kind, pattern in _PATTERNS]
         self._classifier = classifier
+        self._prompt_verdict = functools.lru_cache(maxsize=PROMPT_VERDICTS)(self._screen_prompt)
 
     def redact(self, text: str) -> str:
         """``text`` without the sentences (or lines) that carry an instruction: the passage's facts still reach
@@ -170,7 +215,15 @@ class InjectionDetector:
 
     def check(self, text: str, *, prompt: bool = False) -> InjectionVerdict:
         """``prompt``: the text is the user's, so the classifier reads it too (passages: patterns only)."""
+        if prompt:
+            return self._prompt_verdict(text)
+        return self._verdict(text, classify=False)
+
+    def _screen_prompt(self, text: str) -> InjectionVerdict:
+        return self._verdict(text, classify=True)
+
+    def _verdict(self, text: str, *, classify: bool) -> InjectionVerdict:
         kinds = {kind for kind, pattern in self._patterns if pattern.search(text)}
-        if prompt and self._classifier is not None and self._classifier.flags(text):
+        if classify and self._classifier is not None and self._classifier.flags(text):
             kinds.add("classifier")
         return InjectionVerdict(bool(kinds), tuple(sorted(kinds)))

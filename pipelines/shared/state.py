@@ -8,6 +8,7 @@ list that grows over a run has a reducer, so a node returns only its new items.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import operator
 import typing
 from collections.abc import Callable
@@ -39,13 +40,15 @@ def advanced(state: StateT, update: Update) -> StateT:
     A node that decides where its graph goes next decides on this view, so the decision sees the
     node's own update exactly as the next node will.
     """
-    reducers = _reducers(type(state))
+    schema: type = type(state)  # a class is hashable, whatever its instances are
+    reducers = _reducers(schema)
     merged = {
         key: reducers[key](getattr(state, key), value) if key in reducers else value for key, value in update.items()
     }
     return dataclasses.replace(state, **merged)
 
 
+@functools.cache  # per state class: type hints are resolved once, not per merged update
 def _reducers(schema: type) -> dict[str, Callable[[Any, Any], Any]]:
     hints = typing.get_type_hints(schema, include_extras=True)
     return {

@@ -6,6 +6,7 @@ Every test writes under its own key prefix in DB 15 and deletes only that prefix
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import numpy as np
 import pytest
@@ -176,3 +177,46 @@ async def test_query_vectors_are_cached_as_float32(backend: RedisBackend, prefix
 async def test_ping(backend: RedisBackend) -> None:
     await backend.ping()
     assert backend.redis.available
+
+
+async def test_the_first_look_and_the_lock_are_one_script_and_so_are_the_store_and_release(
+    backend: RedisBackend, prefix: str, redis: Redis
+) -> None:
+    """A miss takes the lock (never over a value, never someone else's); the store drops only its own lock."""
+    key, lock = f"{prefix}:entry", lock_key(f"{prefix}:entry")
+    assert await backend.get_or_lock(key, lock, "me", 5) == (None, True)
+    assert await backend.get_or_lock(key, lock, "you", 5) == (None, False)  # mine: not taken over
+    await backend.set_and_release(key, b"answer", 60, lock, "you")  # not the owner: stores, keeps my lock
+    assert await redis.get(lock) == b"me"
+    await backend.set_and_release(key, b"answer", 60, lock, "me")
+    assert await redis.get(lock) is None
+    assert 0 < await redis.pttl(key) <= 60_000
+    assert await backend.get_or_lock(key, lock, "you", 5) == (b"answer", False)
+    assert await redis.get(lock) is None  # a hit takes no lock
+
+
+class CountingRedis(ResilientRedis):
+    """The shared client, counting its calls: each ``run`` is one round trip (a command or a script)."""
+
+    calls: list[str]
+
+    async def run(self, op: str, call: Any, *, timeout_s: float | None = None, probe: bool = False) -> Any:
+        self.calls.append(op)
+        return await super().run(op, call, timeout_s=timeout_s, probe=probe)
+
+
+async def test_a_miss_costs_two_round_trips_after_the_version_and_a_hit_one(prefix: str) -> None:
+    counting = CountingRedis(Redis.from_url(REDIS_TEST_URL), timeout_s=0.5)
+    counting.calls = []
+    try:
+        cache = make_cache(RedisBackend(counting), prefix)
+        compute = CountedCompute()
+        await cache.get_or_compute(tenant="acme", route="auto", query="Where is Kyoto?", compute=compute)
+        miss, counting.calls = counting.calls, []
+        await cache.get_or_compute(tenant="acme", route="auto", query="Where is Kyoto?", compute=compute)
+        hit = counting.calls
+    finally:
+        await counting.aclose()
+    assert miss == ["cache get_version", "cache get_or_lock", "cache set_and_release"]
+    assert hit == ["cache get_version", "cache get_or_lock"]
+    assert compute.calls == 1

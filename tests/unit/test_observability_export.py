@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from gateway.observability.tracing import UnsupportedProtocolError, build_tracer_provider, otlp_protocol, otlp_requested
 from tests.otlp_receiver import PROTOBUF, TRACES_PATH, OTLPReceiver, otlp_receiver
@@ -39,6 +40,24 @@ def test_no_endpoint_means_no_exporter() -> None:
     processors = provider._active_span_processor._span_processors  # the SDK keeps no public list
     assert not any(isinstance(p, BatchSpanProcessor) for p in processors)
     provider.shutdown()
+
+
+def test_spans_nobody_exports_are_not_recorded_yet_carry_ids() -> None:
+    """No exporter: spans are sampled out (no attributes kept for nobody), but still give a trace id for the
+    response and the logs, and children share it; with an exporter they are recorded and exported."""
+    provider = build_tracer_provider(environ={})
+    tracer = provider.get_tracer("test")
+    with tracer.start_as_current_span("gateway.answer") as parent, tracer.start_as_current_span("child") as child:
+        assert not parent.is_recording()
+        assert parent.get_span_context().is_valid
+        assert child.get_span_context().trace_id == parent.get_span_context().trace_id
+    provider.shutdown()
+    exporter = InMemorySpanExporter()
+    provider = build_tracer_provider(environ={}, extra_exporter=exporter)
+    with provider.get_tracer("test").start_as_current_span("gateway.answer") as span:
+        assert span.is_recording()
+    provider.shutdown()
+    assert [s.name for s in exporter.get_finished_spans()] == ["gateway.answer"]
 
 
 def test_the_protocol_is_http_protobuf_unless_set() -> None:
