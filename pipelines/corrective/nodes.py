@@ -106,7 +106,7 @@ async def plan_hop(state: CorrectiveState, runtime: Run) -> Update:
         "llm_calls": [hop.call] if hop.call else [],
         "hop_facts": [fact] if fact and fact not in state.hop_facts else [],
         "evidence": bridge,
-        "confirmed": [p.chunk_id for p in bridge],  # the planner found its fact there
+        "bridges": [p.chunk_id for p in bridge],
     }
     if query:
         update |= {"search_query": query, "queries": [query], "hops": state.hops + 1}
@@ -203,7 +203,8 @@ async def refine(state: CorrectiveState, runtime: Run) -> Update:
         confirmed=set(state.confirmed),
     )
     if ctx.policy.answer_passages:
-        strips = bounded_context(strips, state.first_round, state.rounds, set(state.confirmed), ctx.policy.hop_passages)
+        judged = {*state.confirmed, *state.bridges}  # relevant, or the page a hop was planned from
+        strips = bounded_context(strips, state.first_round, state.rounds, judged, ctx.policy.hop_passages)
     update: Update = {"strips": strips, "events": [Refine(strips=len(strips), passages=len(state.evidence))]}
     return decide(state, update, ctx, after_refine)
 

@@ -53,6 +53,7 @@ class CorrectiveState(PipelineState):
     first_round: list[Passage] = field(default_factory=list)  # plain RAG's context on the first retrieval
     evidence: Annotated[list[Passage], merge_passages] = field(default_factory=list)
     confirmed: Annotated[list[str], operator.add] = field(default_factory=list)  # judged relevant, not undecided
+    bridges: Annotated[list[str], operator.add] = field(default_factory=list)  # rejected pages a hop built on
     strips: list[Passage] = field(default_factory=list)
     verdict: Verdict | None = None
     verdicts: Annotated[list[Verdict], operator.add] = field(default_factory=list)
