@@ -159,6 +159,8 @@ def build_route_table(
         trust_correct_grounded=corrective.trust_correct_grounded,
         trust_planner_sufficient=corrective.trust_planner_sufficient,
         grade_planned_rounds=corrective.grade_planned_rounds,
+        answer_passages=corrective.answer_passages,
+        hop_passages=corrective.hop_passages,
         max_llm_calls=corrective.budget_max_llm_calls,
         max_seconds=corrective.budget_max_seconds,
         recursion_limit=corrective.recursion_limit,

@@ -163,6 +163,12 @@ class CorrectiveSettings(SettingsGroup):
     # the bridge). Off by default: on 30 HotpotQA questions it answered as well or better (0.400 vs 0.367 answer
     # in reply) at 5 median calls instead of 7 (python -m gateway.eval, seed 13).
     grade_planned_rounds: bool = False
+    # The generator's context, bounded: plain RAG's top `answer_passages` of the first retrieval in search order
+    # (whatever the fast scorer kept), then each hop's (or rewrite's) best `hop_passages` new ones. 0: unbounded,
+    # every refined passage; off until measured on the local model (unit-tested; python -m gateway.eval with
+    # GATEWAY_ANSWER_PASSAGES=4 measures it).
+    answer_passages: int = Field(0, ge=0)
+    hop_passages: int = Field(2, ge=0)
     budget_max_llm_calls: int = Field(10, ge=1)
     budget_max_seconds: float = Field(90.0, gt=0)
     recursion_limit: int = Field(40, ge=10)

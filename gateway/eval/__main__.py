@@ -48,7 +48,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             report["ingest"] = {"documents": len(dataset.documents), "chunks": chunks, "seconds": round(seconds, 1)}
             if args.store:
                 marker.write_text(json.dumps(report["ingest"]))
-        asked = [q for q in dataset.questions if q.answerable or not args.answerable]
+        kinds = set(args.kind.split(",")) if args.kind else None
+        asked = [
+            q
+            for q in dataset.questions
+            if (q.answerable or not args.answerable) and (kinds is None or {q.kind, q.kind.split("-")[0]} & kinds)
+        ]
         pool = [(q, await first_retrieval(services, tenant, q)) for q in asked]
         picked = pick(pool, args.where, args.limit, args.seed if args.sample else None)
         questions = [question for question, _ in picked]
@@ -110,7 +115,12 @@ def pick(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dataset", type=Path, required=True, help="HotpotQA (with *_corpus.json) or SQuAD v2 JSON")
+    parser.add_argument(
+        "--dataset",
+        type=Path,
+        required=True,
+        help="HotpotQA (with *_corpus.json), SQuAD v2 JSON or the written KB (routes/data/written_kb.json)",
+    )
     parser.add_argument(
         "--mode", default="plain,corrective,adaptive", help="comma-separated: plain,corrective,adaptive"
     )
@@ -124,6 +134,11 @@ def main() -> None:
         help="only questions whose first top-k missed a gold passage (missed) or held them all (complete)",
     )
     parser.add_argument("--answerable", action="store_true", help="only questions with a gold answer (SQuAD v2)")
+    parser.add_argument(
+        "--kind",
+        default="",
+        help="only questions of these comma-separated kinds (bridge,comparison; written KB: also bridge-ja)",
+    )
     parser.add_argument(
         "--route-only", action="store_true", help="only ask POST /v1/route for each question: the routes, no answers"
     )

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pipelines.shared.text import has_cjk
 
-DatasetName = Literal["hotpotqa", "squad", "jsquad"]
+DatasetName = Literal["hotpotqa", "squad", "jsquad", "written"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,8 +82,31 @@ def load_squad_v2(path: Path) -> Dataset:
     return dataset
 
 
+def load_written(path: Path) -> Dataset:
+    """The written knowledge base (routes/data/written_kb.json): fictional EN and JA documents with bridge,
+    comparison and single-hop questions over them. A second multi-hop set beside HotpotQA, so a change
+    measured on one is checked on questions of another style; ``kind`` is the question's kind and language
+    ("bridge-ja"), for ``--kind``."""
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    dataset = Dataset(name="written")
+    dataset.documents = [{"id": d["id"], "title": d["title"], "text": d["text"]} for d in raw["documents"]]
+    dataset.questions = [
+        Question(
+            id=q["id"],
+            text=q["question"],
+            answers=[q["answer"]],
+            gold_doc_ids=frozenset(q["supporting"]),
+            kind=f"{q['kind']}-{q['lang']}",
+        )
+        for q in raw["questions"]
+    ]
+    return dataset
+
+
 def load(path: Path) -> Dataset:
     head = json.loads(path.read_text(encoding="utf-8"))
     if isinstance(head, dict) and "data" in head:
         return load_squad_v2(path)
+    if isinstance(head, dict) and "documents" in head and "questions" in head:
+        return load_written(path)
     return load_hotpotqa(path)

@@ -13,7 +13,7 @@ from langgraph.runtime import Runtime
 from pipelines.corrective import critique
 from pipelines.corrective.evaluator import evaluate_passages
 from pipelines.corrective.hops import bridge_fact, bridges, plan_next_hop, with_found_facts
-from pipelines.corrective.refine import refine_evidence
+from pipelines.corrective.refine import bounded_context, refine_evidence
 from pipelines.corrective.rewrite import expanded_query
 from pipelines.corrective.rewrite import rewrite_query as llm_rewrite
 from pipelines.corrective.routing import (
@@ -44,7 +44,7 @@ from pipelines.shared.events import (
     Stop,
 )
 from pipelines.shared.fusion import reciprocal_rank_fusion
-from pipelines.shared.generation import draft_answer
+from pipelines.shared.generation import draft_answer, relevant
 from pipelines.shared.state import Update
 
 Run = Runtime[CorrectiveContext]
@@ -76,11 +76,16 @@ async def evaluate(state: CorrectiveState, runtime: Run) -> Update:
         "evidence": result.kept,
         "confirmed": [p.chunk_id for p in result.confirmed],
         "seen": [p.chunk_id for p in candidates],
+        "rounds": [[p.chunk_id for p in candidates]],
         "events": [
             Evaluate(verdict=result.verdict, kept=len(result.kept), total=len(candidates), graded=result.graded)
         ],
         "llm_calls": result.calls,
     }
+    if not state.rounds and ctx.policy.answer_passages:
+        # What plain RAG answers from on this retrieval: a bounded context starts with it, whatever the
+        # fast scorer kept (it drops second-hop passages, which score low against the question).
+        update["first_round"] = relevant(candidates[: ctx.policy.answer_passages], ctx.policy.grounding)
     return decide(state, update, ctx, after_evaluate)
 
 
@@ -101,6 +106,7 @@ async def plan_hop(state: CorrectiveState, runtime: Run) -> Update:
         "llm_calls": [hop.call] if hop.call else [],
         "hop_facts": [fact] if fact and fact not in state.hop_facts else [],
         "evidence": bridge,
+        "bridges": [p.chunk_id for p in bridge],
     }
     if query:
         update |= {"search_query": query, "queries": [query], "hops": state.hops + 1}
@@ -196,6 +202,9 @@ async def refine(state: CorrectiveState, runtime: Run) -> Update:
         follow_ups=state.queries,
         confirmed=set(state.confirmed),
     )
+    if ctx.policy.answer_passages:
+        judged = {*state.confirmed, *state.bridges}  # relevant, or the page a hop was planned from
+        strips = bounded_context(strips, state.first_round, state.rounds, judged, ctx.policy.hop_passages)
     update: Update = {"strips": strips, "events": [Refine(strips=len(strips), passages=len(state.evidence))]}
     return decide(state, update, ctx, after_refine)
 

@@ -38,6 +38,11 @@ class CorrectivePolicy:
     # fast scorer alone keeps or drops documents: one to two grading calls fewer per hop (the service
     # turns it off from settings, GATEWAY_GRADE_PLANNED_ROUNDS; the bare policy grades, like CRAG).
     grade_planned_rounds: bool = True
+    # The generator's context, bounded (:func:`.refine.bounded_context`): plain RAG's on the first retrieval
+    # (its best ``answer_passages`` in search order, above the grounding floor), then each round's best
+    # ``hop_passages`` new ones. 0: unbounded, every refined passage (the bare policy; the service bounds it).
+    answer_passages: int = 0
+    hop_passages: int = 0
     # Loops and budget: every loop ends at whichever comes first.
     max_rewrites: int = 2
     max_llm_calls: int = 10

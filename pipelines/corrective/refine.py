@@ -67,3 +67,34 @@ async def refine_evidence(
         if kept:
             refined.append(replace(passage, score=max(kept)))
     return sorted(refined, key=lambda p: -p.score)
+
+
+def bounded_context(
+    refined: list[Passage], first: list[Passage], rounds: list[list[str]], confirmed: set[str], later: int
+) -> list[Passage]:
+    """What reaches the generator when the context is bounded: ``first``, plain RAG's context on the first
+    retrieval (its top-k, in search order), then up to ``later`` refined passages of each round, ranked as
+    that round's search ranked them (``rounds``: each evaluated round's candidates, in search order).
+
+    Of the first round's passages beyond plain RAG's top-k, only ``confirmed`` ones count (judged relevant,
+    or the bridge a hop was planned from): the rest are what plain RAG did not need. Measured on the local
+    1.5B model, the union of every round's evidence handed the generator distractors it answered from, and
+    the fast scorer dropped second-hop passages plain RAG had in its top-k: questions plain RAG answered
+    were lost.
+    """
+    chosen = list(first)
+    known = {p.chunk_id for p in chosen}
+    rank: dict[str, tuple[int, int]] = {}
+    for number, ids in enumerate(rounds):
+        for position, chunk_id in enumerate(ids):
+            rank.setdefault(chunk_id, (number, position))
+    unranked = (len(rounds), 0)  # evidence no evaluated round searched (none in the graph): after the rest
+    taken: dict[int, int] = {}
+    for passage in sorted(refined, key=lambda p: rank.get(p.chunk_id, unranked)):
+        number = rank.get(passage.chunk_id, unranked)[0]
+        if passage.chunk_id in known or (number == 0 and passage.chunk_id not in confirmed):
+            continue
+        if taken.get(number, 0) < later:
+            taken[number] = taken.get(number, 0) + 1
+            chosen.append(passage)
+    return chosen

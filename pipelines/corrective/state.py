@@ -48,9 +48,12 @@ class CorrectiveState(PipelineState):
     search_query: str = ""  # the query of the current follow-up round ("" in the first)
     queries: Annotated[list[str], operator.add] = field(default_factory=list)
     seen: Annotated[list[str], operator.add] = field(default_factory=list)  # chunk ids of every candidate
+    rounds: Annotated[list[list[str]], operator.add] = field(default_factory=list)  # each round's, search order
     candidates: list[Passage] = field(default_factory=list)  # the current round's search results
+    first_round: list[Passage] = field(default_factory=list)  # plain RAG's context on the first retrieval
     evidence: Annotated[list[Passage], merge_passages] = field(default_factory=list)
     confirmed: Annotated[list[str], operator.add] = field(default_factory=list)  # judged relevant, not undecided
+    bridges: Annotated[list[str], operator.add] = field(default_factory=list)  # rejected pages a hop built on
     strips: list[Passage] = field(default_factory=list)
     verdict: Verdict | None = None
     verdicts: Annotated[list[Verdict], operator.add] = field(default_factory=list)

@@ -296,3 +296,36 @@ def test_the_bridge_fact_is_the_row_the_question_means() -> None:
     question = "1ユーザーあたり50GBのストレージが使えるプランでは、APIを1分間に何回まで呼び出せますか？"
     assert bridge_fact(question, page) == "ビジネスプランは1ユーザーあたり50GBである。"
     assert bridge_fact("Who painted the Sistine Chapel?", page) == ""
+
+
+@pytest.mark.parametrize(
+    ("answer_passages", "context"),
+    [
+        # Unbounded: what refinement kept of the evidence (the sheet is the bridge the hop was planned from).
+        (0, ["k3-spec", "project-aurora"]),
+        # Plain RAG's top one first, then the first round's confirmed bridge; the hop's round found nothing kept.
+        (1, ["project-aurora", "k3-spec"]),
+        # Plain RAG's top three, in search order, the sheet as a first-round passage the fast scorer dropped; the
+        # parking page is under the grounding floor, for plain RAG too.
+        (3, ["project-aurora", "k3-spec"]),
+    ],
+)
+async def test_a_bounded_context_starts_with_plain_rags_top_k_whatever_the_fast_scorer_kept(
+    aurora: KnowledgeBase, answer_passages: int, context: list[str]
+) -> None:
+    policy = CorrectivePolicy(
+        max_hops=2,
+        trust_correct_grounded=True,
+        grade_planned_rounds=False,
+        answer_passages=answer_passages,
+        hop_passages=1,
+    )
+    state, _ = await run_graph(
+        aurora, aurora_script([NEXT, ENOUGH]), query=AURORA_QUESTION, tenant=AURORA, top_k=3, policy=policy
+    )
+    assert state.rounds == [["project-aurora#0", "k3-spec#0", "parking#0"], ["canteen#0", "vpn#0"]]
+    assert next(e for e in state.events if isinstance(e, ev.Evaluate)) == ev.Evaluate(
+        verdict="ambiguous", kept=1, total=3, graded=0
+    )
+    assert doc_ids(state.context) == context
+    assert state.answer == AURORA_ANSWER

@@ -7,7 +7,7 @@ import pytest
 
 from gateway.providers.embeddings import USEEmbeddings
 from pipelines.corrective.policy import CorrectivePolicy
-from pipelines.corrective.refine import MIN_KEPT, EmbedTexts, refine_evidence
+from pipelines.corrective.refine import MIN_KEPT, EmbedTexts, bounded_context, refine_evidence
 from pipelines.shared.deps import Passage
 
 BIO = Passage(
@@ -91,3 +91,34 @@ async def test_a_confirmed_second_hop_keeps_its_best_strip_and_follow_ups_score_
         embed, CorrectivePolicy(strip_threshold=0.0), BRIDGE_QUESTION, [BIRTH], follow_ups=[follow_up]
     )
     assert helped[0].score > alone[0].score
+
+
+def _passage(chunk_id: str, score: float = 0.5) -> Passage:
+    return Passage(chunk_id=chunk_id, doc_id=chunk_id.split("#")[0], title=chunk_id, text=chunk_id, score=score)
+
+
+def _ids(passages: list[Passage]) -> list[str]:
+    return [p.chunk_id for p in passages]
+
+
+def test_bounded_context_is_plain_rags_then_each_hops_best_new_ones_in_search_order() -> None:
+    plain = [_passage("a#0"), _passage("b#0")]
+    # Refinement's order (best strip first) is not the bound's: a hop's passages rank as its search ranked them.
+    refined = [_passage(c, s) for c, s in [("h1#0", 0.9), ("a#0", 0.8), ("h2#0", 0.6), ("h3#0", 0.5)]]
+    rounds = [["a#0", "b#0", "c#0"], ["h2#0", "h1#0", "h3#0"]]
+    chosen = bounded_context(refined, plain, rounds, confirmed=set(), later=2)
+    assert _ids(chosen) == ["a#0", "b#0", "h2#0", "h1#0"]
+
+
+def test_bounded_context_keeps_first_round_passages_past_plain_rags_only_when_confirmed() -> None:
+    plain = [_passage("a#0")]
+    refined = [_passage("c#0"), _passage("d#0"), _passage("e#0")]
+    rounds = [["a#0", "b#0", "c#0", "d#0", "e#0"]]
+    chosen = bounded_context(refined, plain, rounds, confirmed={"e#0", "d#0"}, later=1)
+    assert _ids(chosen) == ["a#0", "d#0"]
+
+
+def test_bounded_context_without_plain_rags_passages_keeps_the_hops() -> None:
+    # Every first-round passage under the grounding floor: plain RAG would abstain, the hop still answers.
+    chosen = bounded_context([_passage("h#0")], [], [["a#0"], ["h#0"]], confirmed=set(), later=2)
+    assert _ids(chosen) == ["h#0"]

@@ -15,6 +15,7 @@ from gateway.eval.runner import FirstRetrieval, Outcome, ask, calls_by_step, fai
 from gateway.eval.tables import merged, render
 from gateway.steps import RouteQuery
 from pipelines.shared.events import Assess, Check, Escalate, Evaluate, Generate, PlanHop, Retrieve, SearchHop
+from routes.written_kb import load_written_kb
 
 
 def test_squad_normalisation_drops_case_punctuation_articles_and_citations() -> None:
@@ -236,6 +237,20 @@ def test_jsquad_is_loaded_as_squad_under_its_own_name(tmp_path: Path) -> None:
     dataset = load(tmp_path / "jsquad.json")
     assert dataset.name == "jsquad"
     assert dataset.questions[0].answers == ["6月から7月"]
+
+
+def test_the_written_kb_is_a_dataset_whose_kinds_carry_the_language() -> None:
+    dataset = load(Path(__file__).parents[2] / "routes" / "data" / "written_kb.json")
+    kb = load_written_kb()
+    assert dataset.name == "written"
+    assert len(dataset.documents) == len(kb.documents)
+    assert {d["id"] for d in dataset.documents} == {d.id for d in kb.documents}
+    by_id = {q.id: q for q in dataset.questions}
+    for question in kb.questions:
+        loaded = by_id[question.id]
+        assert (loaded.text, loaded.answers) == (question.question, [question.answer])
+        assert loaded.gold_doc_ids == frozenset(question.supporting)
+        assert loaded.kind == f"{question.kind}-{question.lang}"
 
 
 def test_cost_has_the_median_and_latency_in_every_slice_and_per_chosen_route() -> None:
