@@ -10,9 +10,11 @@ policy (a cache miss, per-process limits, a 503) and repeat no timeout or backof
 
 redis-py supplies the parts it has: the pool, the client name every connection announces
 (``CLIENT SETNAME``, so ``CLIENT LIST`` shows which connections are the gateway's), socket
-timeouts as a backstop, no retries inside a call (``Retry(NoBackoff(), 0)``: a retry would blow a
-50 ms budget) and its backoff policies (``redis.backoff``) for how long to fail fast after a
-failure. The call deadline (``asyncio.timeout``) and the fail-fast window are ours: redis-py's
+timeouts as a backstop, one immediate retry inside a call on a connection error only (a pooled
+connection that a restarted Redis closed fails at once and a fresh one answers, so recovery does not
+cost one failed call per stale connection; a timeout is never retried: it would blow a 50 ms budget,
+and the call's deadline bounds the retry too) and its backoff policies (``redis.backoff``) for how
+long to fail fast after a failure. The call deadline (``asyncio.timeout``) and the fail-fast window are ours: redis-py's
 circuit breaker belongs to its multi-database failover client (and needs pybreaker), and its
 ``health_check_interval`` pings idle connections before use, a round trip a 50 ms budget cannot
 spare, so it stays off.
@@ -29,6 +31,7 @@ from typing import Any, Protocol, TypeVar
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import AbstractBackoff, ConstantBackoff, NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from gateway.errors import ProviderUnavailableError
@@ -122,7 +125,7 @@ class ResilientRedis:
             url,
             socket_timeout=socket_timeout,
             socket_connect_timeout=socket_timeout,
-            retry=Retry(NoBackoff(), 0),
+            retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
             max_connections=max_connections,
             client_name=client_name,
         )

@@ -178,14 +178,17 @@ async def test_a_cancelled_caller_is_not_a_redis_failure(redis: ResilientRedis) 
     assert (redis.failures, redis.up, redis.available) == (0, True, True)
 
 
-async def test_from_url_names_every_connection_and_never_retries_inside_a_call() -> None:
+async def test_from_url_names_every_connection_and_retries_only_a_closed_connection() -> None:
     redis = ResilientRedis.from_url("redis://127.0.0.1:1/0", timeout_s=0.05, socket_timeout_s=0.1)
     named = ResilientRedis.from_url("redis://127.0.0.1:1/0?client_name=replica-7")
     try:
         options = redis.client.connection_pool.connection_kwargs
         assert options["client_name"] == DEFAULT_CLIENT_NAME
         assert (options["socket_timeout"], options["socket_connect_timeout"]) == (0.1, 0.1)
-        assert options["retry"].get_retries() == 0
+        # One immediate retry, on a connection error only (a pooled connection a restarted Redis closed);
+        # a timeout is never retried inside the call's 50 ms budget.
+        assert options["retry"].get_retries() == 1
+        assert options["retry"]._supported_errors == (RedisConnectionError,)
         assert named.client.connection_pool.connection_kwargs["client_name"] == "replica-7"
         with pytest.raises(RedisUnavailableError, match="Redis ping failed"):
             await redis.ping()  # nothing listens on port 1: refused at once, translated
