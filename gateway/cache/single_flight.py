@@ -105,11 +105,7 @@ class StampedeGuard(Generic[T]):
     async def load(
         self, key: str, lookup: Callable[[], Awaitable[T | None]], compute: Callable[[], Awaitable[T]]
     ) -> Loaded[T]:
-        async def leader() -> tuple[T, Source]:
-            return await self._load_across_replicas(key, lookup, compute)
-
-        (value, source), shared = await self._flight.run(key, leader)
-        return Loaded(value, "coalesced" if shared and source == "computed" else source)
+        return await self._coalesced(key, lambda: self._load_across_replicas(key, lookup, compute))
 
     async def load_entry(
         self,
@@ -125,9 +121,10 @@ class StampedeGuard(Generic[T]):
         another replica. A hit costs one call, a miss two (``load`` with a look before it: two and four).
         ``first`` raises ``CacheUnavailableError`` when the cache failed: then this computes."""
 
-        async def leader() -> tuple[T, Source]:
-            return await self._load_entry(key, lookup, first, compute, finish)
+        return await self._coalesced(key, lambda: self._load_entry(key, lookup, first, compute, finish))
 
+    async def _coalesced(self, key: str, leader: Callable[[], Coroutine[Any, Any, tuple[T, Source]]]) -> Loaded[T]:
+        """One leader per key in this process; a follower's computed value is reported as coalesced."""
         (value, source), shared = await self._flight.run(key, leader)
         return Loaded(value, "coalesced" if shared and source == "computed" else source)
 
