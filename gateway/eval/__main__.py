@@ -67,6 +67,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             routed = [{"question_id": q.id, "route": r} for q, r in zip(questions, decisions, strict=True)]
             report["outcomes"] = {"route_only": routed}
             return report
+        await require_model(client)
         per_mode: dict[str, list[Outcome]] = {}
         for mode in modes:
             outcomes = per_mode.setdefault(mode, [])
@@ -83,6 +84,18 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     )
         summarised(report, per_mode)
     return report
+
+
+async def require_model(client: AsyncTestClient[Any]) -> None:
+    """Stop before the first question when the model endpoint is down: otherwise every question "fails" in
+    milliseconds (the breaker opens after five) and the run writes a report of zeros that looks like a result."""
+    ready = (await client.get("/readyz")).json()
+    llm = ready.get("checks", {}).get("llm", "missing")
+    if llm != "ok":
+        raise SystemExit(
+            f"the LLM endpoint is not ready ({llm}); start it (python -m gateway.local_llm serve) "
+            "or set GATEWAY_LLM_BASE_URL"
+        )
 
 
 def summarised(report: dict[str, Any], per_mode: dict[str, list[Outcome]]) -> None:
