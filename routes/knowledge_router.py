@@ -29,6 +29,7 @@ from routes.features import FEATURE_VERSION, active_cues
 from routes.logistic_router import LogisticModel, cached_model, fit_matrix
 from routes.probe import PROBE_DEPTH, Probe, ProbeSignals, read_signals
 from routes.types import Route, RouteDecision
+from routes.written_kb import KB_FILE
 
 SIGNAL_VERSION = 3
 # Stage 1, retrieve or not: is anything in the store about this question, and is it a request that
@@ -87,11 +88,18 @@ def fit_knowledge(cases: Sequence[Case], signals: Sequence[ProbeSignals]) -> Kno
     return KnowledgeModel(retrieve, spread)
 
 
+def training_files() -> list[bytes]:
+    """Every file the training tenants' passages come from: a changed document retrains the router instead of
+    reusing an artefact trained on the old text."""
+    return [(resources.files("routes") / "data" / name).read_bytes() for name in (PASSAGES_FILE, KB_FILE)]
+
+
 def artefact_path(cache_dir: Path, cases: Sequence[Case], embedding_model: str, chunking: str, stage: str) -> Path:
     digest = hashlib.sha256()
     for case in cases:
         digest.update(f"{case.route}\t{case.tenant}\t{case.text}\n".encode())
-    digest.update((resources.files("routes") / "data" / PASSAGES_FILE).read_bytes())
+    for data in training_files():
+        digest.update(data)
     safe = "".join(ch if ch.isalnum() else "-" for ch in f"{embedding_model}-{chunking}")
     versions = f"f{FEATURE_VERSION}-s{SIGNAL_VERSION}-d{PROBE_DEPTH}"
     return cache_dir / f"knowledge-router-{stage}-{digest.hexdigest()[:16]}-{versions}-{safe}.npz"

@@ -9,6 +9,7 @@ from langchain_core.embeddings import DeterministicFakeEmbedding
 
 from gateway.router_artefact import build_artefact
 from gateway.settings import Settings
+from routes import knowledge_router
 from routes.corpus import all_cases
 from routes.knowledge_router import artefact_path
 from routes.logistic_router import LogisticModel
@@ -45,3 +46,12 @@ def test_build_artefact_fails_loudly_when_it_cannot_write(tmp_path: Path) -> Non
     settings = Settings().replace(router_artefact={"cache_dir": blocker / "router"}, embeddings={"model": "fake-64"})
     with pytest.raises(RuntimeError, match="not written"):
         build_artefact(settings, DeterministicFakeEmbedding(size=64))
+
+
+def test_a_changed_knowledge_base_document_is_another_artefact(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The written KB's documents are training tenants: editing one must retrain, not reuse the old artefact."""
+    cases = all_cases()
+    before = artefact_path(tmp_path, cases, "fake-64", "c700o100", "spread")
+    passages, kb = knowledge_router.training_files()
+    monkeypatch.setattr(knowledge_router, "training_files", lambda: [passages, kb.replace("開発".encode(), b"dev")])
+    assert artefact_path(tmp_path, cases, "fake-64", "c700o100", "spread") != before
