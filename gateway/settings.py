@@ -165,9 +165,10 @@ class CorrectiveSettings(SettingsGroup):
     grade_planned_rounds: bool = False
     # The generator's context, bounded: plain RAG's top `answer_passages` of the first retrieval in search order
     # (whatever the fast scorer kept), then each hop's (or rewrite's) best `hop_passages` new ones. 0: unbounded,
-    # every refined passage; off until measured on the local model (unit-tested; python -m gateway.eval with
-    # GATEWAY_ANSWER_PASSAGES=4 measures it).
-    answer_passages: int = Field(0, ge=0)
+    # every refined passage. On 30 HotpotQA questions, one sitting (python -m gateway.eval, seed 13, local model):
+    # multi_hop answered 0.533 in reply bounded against 0.400 unbounded (plain RAG 0.400), and on the questions
+    # plain RAG's retrieval already held 0.750 against 0.562 (plain 0.625), at the same median 3 LLM calls.
+    answer_passages: int = Field(4, ge=0)
     hop_passages: int = Field(2, ge=0)
     budget_max_llm_calls: int = Field(10, ge=1)
     budget_max_seconds: float = Field(90.0, gt=0)
