@@ -186,16 +186,23 @@ def _passage_view(body: str) -> tuple[str, frozenset[str], frozenset[str]]:
     return normalise(body), frozenset(tokens(body)), frozenset(_terms(body))
 
 
-def _holds_word(body: str, body_terms: Set[str], word: str) -> bool:
-    """A CJK word is found inside the text (Japanese has no spaces to cut the passage at); a Latin word by
-    its stem among the passage's."""
-    return word in body if has_cjk(word) else word in body_terms
+@dataclass(frozen=True, slots=True)
+class _Wanted:
+    """Question words split once by how a passage is searched for them: a CJK word inside the normalised text
+    (Japanese has no spaces to cut the passage at; "タスクノート" is found in "タスクノートモバイル"), any other
+    word whole among the passage's own (a stem among its terms, a name among its words: "art" is not in
+    "start")."""
 
+    cjk: frozenset[str]
+    latin: frozenset[str]
 
-def _holds(body: str, body_words: Set[str], name: str) -> bool:
-    """A katakana run is found inside a longer one ("タスクノート" in "タスクノートモバイル"); a Latin
-    word or a number must match whole ("art" is not in "start")."""
-    return name in body if has_cjk(name) else name in body_words
+    @classmethod
+    def of(cls, words: Set[str]) -> _Wanted:
+        cjk = frozenset(w for w in words if has_cjk(w))
+        return cls(cjk, frozenset(words) - cjk)
+
+    def held(self, body: str, body_latin: Set[str]) -> set[str]:
+        return {w for w in self.cjk if w in body} | (self.latin & body_latin)
 
 
 def _share(covered: set[str], wanted: set[str]) -> float:
@@ -221,6 +228,7 @@ def read_signals(question: str, passages: Sequence[Passage]) -> tuple[ProbeSigna
         return EMPTY_SIGNALS, ()
     wanted = question_words(question)
     names = _name_terms(question)
+    wanted_parts, name_parts = _Wanted.of(wanted), _Wanted.of(names)
     doc_terms: dict[str, set[str]] = {}
     doc_names: dict[str, set[str]] = {}
     doc_score: dict[str, float] = {}
@@ -228,8 +236,8 @@ def read_signals(question: str, passages: Sequence[Passage]) -> tuple[ProbeSigna
     for passage in passages:
         source = _source(passage)
         body_norm, body_words, terms = _passage_view(f"{passage.title}\n{passage.text}")
-        doc_terms.setdefault(source, set()).update(w for w in wanted if _holds_word(body_norm, terms, w))
-        doc_names.setdefault(source, set()).update(n for n in names if _holds(body_norm, body_words, n))
+        doc_terms.setdefault(source, set()).update(wanted_parts.held(body_norm, terms))
+        doc_names.setdefault(source, set()).update(name_parts.held(body_norm, body_words))
         doc_score[source] = max(doc_score.get(source, -1.0), passage.score)
         doc_id.setdefault(source, passage.doc_id)
     scores = [p.score for p in passages]
