@@ -15,22 +15,26 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from pydantic import BaseModel, Field
 
 from pipelines.corrective.prompts import (
+    ANSWER_IN,
     CAUTIOUS_EN,
     CAUTIOUS_JA,
     CAUTIOUS_MISSING_EN,
     CAUTIOUS_MISSING_JA,
     EMPTY_ANSWER_NOTE,
+    EMPTY_ANSWER_NOTE_JA,
     GROUNDED_SYSTEM,
     GROUNDED_USER,
     REGENERATE_NOTE,
+    REGENERATE_NOTE_JA,
     USEFUL_SYSTEM,
     USEFUL_USER,
 )
 from pipelines.shared.deps import ChatClient, LLMCall, Passage, StructuredOutputError
 from pipelines.shared.generation import CITATION_MARKER, format_context, states_nothing
+from pipelines.shared.persona import LANGUAGES
 from pipelines.shared.prompts import ABSTAIN_EN, ABSTAIN_JA, NOT_IN_CONTEXT
-from pipelines.shared.support import lexical_support, mostly_cjk
-from pipelines.shared.text import has_cjk
+from pipelines.shared.support import lexical_support
+from pipelines.shared.text import has_cjk, same_script
 
 _CLAIM_SPLIT = re.compile(r"(?<=[.!?。！？])\s*")
 # The "claim" an answer that states nothing (citation numbers alone, or a sentence broken off before its
@@ -72,8 +76,9 @@ async def check_grounded(
         return Critique(ok=False, detail=[CITATIONS_ONLY])
     texts = [p.text for p in evidence]
     # Across scripts (an English answer over Japanese passages) words cannot be compared, so every
-    # claim goes to the critic; within a script only the claims the lexical check doubts do.
-    cross_script = mostly_cjk(answer) != mostly_cjk(" ".join(texts))
+    # claim goes to the critic; within a script only the claims the lexical check doubts do. The script is
+    # read from letters: "1,800円 [2]" is a Japanese answer, not an English one.
+    cross_script = not same_script(CITATION_MARKER.sub(" ", answer), " ".join(texts))
     doubtful = [
         c for c in claims_of(answer) if cross_script or not lexical_support(c, question, texts).supported(min_support)
     ]
@@ -93,11 +98,20 @@ async def check_grounded(
     return Critique(ok=not unsupported, detail=unsupported, calls=[call])
 
 
-def regeneration_note(unsupported: list[str]) -> str:
-    """What a regenerated answer is told about the doubted one ("" for a first answer)."""
-    if unsupported == [CITATIONS_ONLY]:
-        return EMPTY_ANSWER_NOTE
-    return REGENERATE_NOTE.format(claims="; ".join(unsupported)) if unsupported else ""
+def regeneration_note(unsupported: list[str], language: str | None = None) -> str:
+    """What a regenerated answer is told about the doubted one ("" for a first answer), in the answer's
+    ``language`` (a code of :data:`LANGUAGES`; None: not known): the note is the last thing the model reads, and
+    it answers in the note's language rather than the system prompt's."""
+    if not unsupported:
+        return ""
+    empty = unsupported == [CITATIONS_ONLY]
+    claims = "; ".join(unsupported)
+    if language == "ja":
+        return EMPTY_ANSWER_NOTE_JA if empty else REGENERATE_NOTE_JA.format(claims=claims)
+    note = EMPTY_ANSWER_NOTE if empty else REGENERATE_NOTE.format(claims=claims)
+    if language is None or language == "en":
+        return note
+    return f"{note}\n{ANSWER_IN.format(language=LANGUAGES.get(language, language))}"
 
 
 def is_abstention(answer: str) -> bool:

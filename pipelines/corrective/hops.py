@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from langchain_core.messages import HumanMessage, SystemMessage
 from pydantic import BaseModel, Field
 
-from pipelines.corrective.prompts import FOUND_FACTS, HOP_SYSTEM, HOP_USER
+from pipelines.corrective.prompts import FOUND_FACTS, FOUND_FACTS_JA, HOP_SYSTEM, HOP_USER, written_in
 from pipelines.shared.deps import ChatClient, LLMCall, Passage, StructuredOutputError
+from pipelines.shared.persona import compose
 from pipelines.shared.support import lexical_support, terms
 
 EVIDENCE_CHARS = 600  # per passage: the planner needs the entity, not every detail
@@ -47,19 +48,24 @@ class Hop:
     call: LLMCall | None
 
 
-def with_found_facts(question: str, facts: list[str]) -> str:
-    """The question as the generator sees it after hops: with the chain of facts the planner found.
+def with_found_facts(question: str, facts: list[str], language: str | None = None) -> str:
+    """The question as the generator sees it after hops: with the chain of facts the planner found, framed in the
+    answer's ``language`` (Japanese, else English: an English frame around a Japanese question draws an English
+    answer).
 
     A small model given the bridge page and the second-hop page often answers from the wrong row of
     the second (the Standard plan's API limit instead of the Business plan's); the chain names the row.
     """
-    return f"{question}\n{FOUND_FACTS.format(facts='; '.join(facts))}" if facts else question
+    if not facts:
+        return question
+    frame = FOUND_FACTS_JA if language == "ja" else FOUND_FACTS
+    return f"{question}\n{frame.format(facts='; '.join(facts))}"
 
 
 async def plan_next_hop(llm: ChatClient, question: str, evidence: list[Passage], tried: list[str]) -> Hop:
     """The next search query, or "" when the evidence suffices (or the planner's output was unusable)."""
     messages = [
-        SystemMessage(HOP_SYSTEM),
+        SystemMessage(compose(HOP_SYSTEM, written_in(question, '"found" and "next_query"'))),
         HumanMessage(
             HOP_USER.format(question=question, evidence=evidence_text(evidence), tried="; ".join(tried[-3:]) or "-")
         ),
@@ -99,13 +105,15 @@ _CLAUSE_END = re.compile(r"(?<=[。．.!?！？、,;；])\s*")
 
 def bridge_fact(question: str, bridge: Passage) -> str:
     """The bridge's clause sharing most terms with the question (the shorter on a tie), "" if none shares any.
+    A clause that adds nothing to the question is no fact: "「朝霧の渡し」は" (the painting's name, cut at the
+    Japanese comma) shares most with a question naming the painting and says nothing the question does not.
 
     The fact a next hop builds on, when the planner did not name it: the generator then reads which row of
     the second hop's page the question is about (:func:`with_found_facts`).
     """
     asked = terms(question)
     clauses = [c.strip(" 、,") for c in _CLAUSE_END.split(bridge.text) if c.strip(" 、,")]
-    scored = [(len(terms(c) & asked), -len(c), c) for c in clauses]
+    scored = [(len(found & asked), -len(c), c) for c in clauses if (found := terms(c)) - asked]
     shared, _, clause = max(scored, default=(0, 0, ""))
     return clause if shared else ""
 

@@ -211,10 +211,11 @@ async def refine(state: CorrectiveState, runtime: Run) -> Update:
 
 async def generate(state: CorrectiveState, runtime: Run) -> Update:
     ctx = runtime.context
-    feedback = critique.regeneration_note(state.unsupported_claims)
+    language = ctx.assistant.answer_language(state.query)
+    feedback = critique.regeneration_note(state.unsupported_claims, language)
     draft = await draft_answer(
         ctx.llm,
-        with_found_facts(state.query, state.hop_facts),
+        with_found_facts(state.query, state.hop_facts, language),
         state.strips,
         node="generate",
         feedback=feedback,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pipelines.shared.persona import LANGUAGES, question_language
 from pipelines.shared.prompts import QUOTED_DATA_RULE
 
 GRADE_SYSTEM = (
@@ -75,6 +76,17 @@ Answer again using only what the passages state."""
 EMPTY_ANSWER_NOTE = """Your previous answer gave only citation numbers and stated nothing.
 Answer the question in one or two full sentences, citing the passages like [1]."""
 
+# The notes in Japanese for a Japanese answer: told in English to answer again, the small model answers again in
+# English, and an English answer over Japanese passages can only be checked by the critic, which rejects it.
+REGENERATE_NOTE_JA = """前の回答には、資料に書かれていない内容が含まれていました: {claims}。
+資料に書かれていることだけを使って、日本語で答え直してください。"""
+
+EMPTY_ANSWER_NOTE_JA = """前の回答は出典番号だけで、何も述べていませんでした。
+質問に日本語の1〜2文で答え、[1] のように出典番号を付けてください。"""
+
+# Any other fixed answer language: the English note, then this.
+ANSWER_IN = "Answer in {language}."
+
 CAUTIOUS_EN = "I could not confirm a complete answer from the knowledge base. What the documents do say: {said}"
 CAUTIOUS_JA = "ナレッジベースから完全な回答を確認できませんでした。文書に書かれていること: {said}"
 CAUTIOUS_MISSING_EN = " They do not state: {missing}."
@@ -101,3 +113,12 @@ Evidence so far:
 Already searched: {tried}"""
 
 FOUND_FACTS = "(Facts found so far, step by step: {facts})"
+FOUND_FACTS_JA = "（これまでに分かった事実: {facts}）"
+
+
+def written_in(question: str, what: str) -> str:
+    """The rule naming the language the model writes ``what`` in, for a question whose script tells it ("" when it
+    does not): a 1.5B model ignores "in the language of the question" and plans Japanese questions in English,
+    whose queries the Japanese keyword index cannot match (as :meth:`Assistant.language_rule` does for answers)."""
+    code = question_language(question)
+    return f"Write {what} in {LANGUAGES[code]}, the language of the question." if code else ""

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-from pipelines.corrective.prompts import REWRITE_EXAMPLES, REWRITE_SYSTEM, REWRITE_USER
+from pipelines.corrective.prompts import REWRITE_EXAMPLES, REWRITE_SYSTEM, REWRITE_USER, written_in
 from pipelines.shared.deps import ChatClient, LLMCall, Passage
+from pipelines.shared.persona import compose
 
 MAX_QUERY_TOKENS = 48
 FOUND_CHARS = 700
@@ -18,7 +19,7 @@ async def rewrite_query(
     prompt = REWRITE_USER.format(
         question=question, found=summary, missing=missing or "unknown", tried="; ".join(tried[-3:])
     )
-    messages: list[BaseMessage] = [SystemMessage(REWRITE_SYSTEM)]
+    messages: list[BaseMessage] = [SystemMessage(compose(REWRITE_SYSTEM, written_in(question, "the search query")))]
     for example, answer in REWRITE_EXAMPLES:
         messages += [HumanMessage(example), AIMessage(answer)]
     messages.append(HumanMessage(prompt))

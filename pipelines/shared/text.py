@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from typing import Literal
 
 BACKEND = "cjk-bigrams"
 
@@ -125,3 +126,27 @@ def has_cjk(text: str) -> bool:
 def cjk_share(text: str) -> float:
     """Share of the characters that are kana or kanji (0 for an empty text)."""
     return len(_CJK.findall(text)) / len(text) if text else 0.0
+
+
+_LATIN_LETTER = re.compile(r"[^\W\d_\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3005\u3006]")
+
+
+def writing_script(text: str) -> Literal["cjk", "latin"] | None:
+    """The script a text is written in, read from its letters alone: "cjk" when kana and kanji are at least a third
+    of them, "latin" otherwise, None when it has no letters.
+
+    Digits, punctuation and citation markers belong to no language. Counted by characters, the Japanese answer
+    "1,800円 [2]" is one-tenth CJK and looked like an English answer over Japanese passages, so its words were
+    not compared and a critic was asked instead; by letters it is Japanese, and "12 [1]" is in no script at all.
+    """
+    cjk = len(_CJK.findall(text))
+    latin = len(_LATIN_LETTER.findall(text))
+    if not cjk and not latin:
+        return None
+    return "cjk" if cjk * 3 >= cjk + latin else "latin"
+
+
+def same_script(a: str, b: str) -> bool:
+    """Whether two texts' words can be compared: written in one script, or one of them in none."""
+    script_a, script_b = writing_script(a), writing_script(b)
+    return script_a is None or script_b is None or script_a == script_b

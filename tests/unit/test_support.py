@@ -132,6 +132,45 @@ def test_full_width_digits_are_normalised() -> None:
     assert support.missing_numbers == ()
 
 
+TOWN_EVIDENCE_JA = ["霧里町は、美浜県北部の山あいにある町である。人口は約1万2千人。"]
+TOWN_QUESTION_JA = "霧里町の人口はどのくらいですか？"
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "霧里町の人口は約1万2千人です。[1]",
+        "The town has a population of about 12,000 people. [1]",  # the value in digits, in another script
+    ],
+)
+def test_a_number_in_myriad_units_supports_the_same_value_in_digits(answer: str) -> None:
+    support = lexical_support(answer, TOWN_QUESTION_JA, TOWN_EVIDENCE_JA)
+    assert support.missing_numbers == ()
+    assert support.supported(MIN_SUPPORT)
+
+
+def test_a_different_value_in_myriad_units_is_unsupported() -> None:
+    support = lexical_support("人口は約1万3千人です。[1]", TOWN_QUESTION_JA, TOWN_EVIDENCE_JA)
+    assert support.missing_numbers == ("13000",)
+    assert not support.supported(MIN_SUPPORT)
+    # Units multiply and add: 3億5000万 is 350,000,000, not 3 and 5000.
+    assert lexical_support("3億5000万円", "売上は？", ["売上は350,000,000円。"]).missing_numbers == ()
+
+
+PLANS_EVIDENCE_JA = ["スタンダードプランは1ユーザーあたり月額900円、ビジネスプランは1ユーザーあたり月額1,800円である。"]
+PLANS_QUESTION_JA = "電話サポートを受けられるプランの料金は？"
+
+
+def test_a_japanese_answer_of_digits_and_one_kanji_has_its_words_compared() -> None:
+    # By characters "1,800円 [2]" is one-tenth CJK and looked like a translation; by letters it is Japanese.
+    copied = lexical_support("1,800円 [2]", PLANS_QUESTION_JA, PLANS_EVIDENCE_JA)
+    assert copied.novel_terms > 0
+    assert copied.supported(MIN_SUPPORT)
+    invented = lexical_support("2,400ドル [2]", PLANS_QUESTION_JA, PLANS_EVIDENCE_JA)
+    assert "ドル" in invented.missing
+    assert not invented.supported(MIN_SUPPORT)
+
+
 # --- grounded generation --------------------------------------------------------------------------
 
 PASSAGES = [

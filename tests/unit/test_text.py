@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from pipelines.shared.text import content_terms, content_words, has_cjk, normalise, tokens
+import pytest
+
+from pipelines.shared.text import (
+    content_terms,
+    content_words,
+    has_cjk,
+    normalise,
+    same_script,
+    tokens,
+    writing_script,
+)
 from routes.written_kb import load_written_kb
 
 
@@ -92,3 +102,26 @@ def test_content_words_cut_japanese_where_the_script_changes() -> None:
     ]
     assert content_words("グスタフ・マーラーはＡＰＩを1,800回呼んだ") == ["グスタフ・マーラー", "api", "1800", "回呼"]
     assert content_words("When was the University of Caddon founded?") == ["university", "caddon", "founded"]
+
+
+@pytest.mark.parametrize(
+    ("text", "script"),
+    [
+        ("1,800円 [2]", "cjk"),  # one kanji among digits and a citation: a Japanese answer
+        ("約1万2千人です。[2]", "cjk"),
+        ("API上限は1分あたり300回", "cjk"),  # a Latin loanword inside Japanese
+        ("The business plan is 1,800円 per user per month.", "latin"),
+        ("Kumo K2 は 150 kg", "latin"),
+        ("12 [1]", None),  # digits and a citation belong to no language
+        ("", None),
+    ],
+)
+def test_the_script_of_a_text_is_read_from_its_letters(text: str, script: str | None) -> None:
+    assert writing_script(text) == script
+
+
+def test_texts_share_a_script_when_either_has_no_letters() -> None:
+    assert same_script("1,800円 [2]", "ビジネスプランは1ユーザーあたり月額1,800円である。")
+    assert same_script("300 [1]", "The Business plan allows 300 calls.")
+    assert same_script("300 [1]", "ビジネスプランのAPI上限は300回。")
+    assert not same_script("The limit is 300 calls.", "ビジネスプランのAPI上限は300回。")
