@@ -14,7 +14,15 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
 from pipelines.shared.deps import ChatClient, LLMCall, Passage
 from pipelines.shared.persona import DEFAULT_ASSISTANT, Assistant
-from pipelines.shared.prompts import ABSTAIN_EN, ABSTAIN_JA, GROUNDED_SYSTEM, GROUNDED_USER, NOT_IN_CONTEXT
+from pipelines.shared.prompts import (
+    ABSTAIN_EN,
+    ABSTAIN_JA,
+    ANSWER_CUE,
+    ANSWER_CUE_JA,
+    GROUNDED_SYSTEM,
+    GROUNDED_USER,
+    NOT_IN_CONTEXT,
+)
 from pipelines.shared.support import lexical_support
 from pipelines.shared.text import has_cjk, tokens
 
@@ -125,9 +133,10 @@ async def draft_answer(
 ) -> Draft:
     """One generation over numbered passages, written by the tenant's ``assistant``; ``feedback`` asks for a
     corrected second attempt."""
+    cue = ANSWER_CUE_JA if assistant.answer_language(question) == "ja" else ANSWER_CUE
     messages: list[BaseMessage] = [
         SystemMessage(assistant.system_prompt(GROUNDED_SYSTEM, question)),
-        HumanMessage(GROUNDED_USER.format(context=format_context(passages), question=question)),
+        HumanMessage(GROUNDED_USER.format(context=format_context(passages), question=question, cue=cue)),
     ]
     if feedback:
         messages.append(HumanMessage(feedback))

@@ -28,7 +28,12 @@ GROUNDED_USER = """Context passages (quoted between <documents> and </documents>
 </documents>
 
 Question: {question}
-Answer (with [n] citations):"""
+{cue}"""
+
+# The prompt's last line, in the answer's language. After the English cue the 1.5B model answers most Japanese
+# questions with citation numbers alone ("[1] [2]"): no answer, and a regeneration and a check more.
+ANSWER_CUE = "Answer (with [n] citations):"
+ANSWER_CUE_JA = "回答（文末に [n] で出典を示す）:"
 
 ABSTAIN_EN = "I could not find the answer to this question in the knowledge base."
 ABSTAIN_JA = "ナレッジベースには、この質問への答えが見つかりませんでした。"

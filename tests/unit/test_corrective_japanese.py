@@ -20,6 +20,7 @@ from pipelines.corrective.policy import CorrectivePolicy
 from pipelines.corrective.prompts import EMPTY_ANSWER_NOTE, EMPTY_ANSWER_NOTE_JA, REGENERATE_NOTE_JA
 from pipelines.shared import events as ev
 from pipelines.shared.deps import Passage
+from pipelines.shared.prompts import ANSWER_CUE_JA
 from tests.unit.corrective_support import (
     SUPPORTED_CHECK,
     Script,
@@ -83,6 +84,7 @@ async def test_an_answer_of_citations_alone_is_asked_again_in_japanese(tasknote:
 
     generations = [messages for messages, kwargs in model.calls if kind((messages, kwargs)) == "generate"]
     assert len(generations) == 2
+    assert str(generations[0][-1].content).endswith(f"\n{ANSWER_CUE_JA}")  # asked for an answer in Japanese
     assert str(generations[1][-1].content) == EMPTY_ANSWER_NOTE_JA
     assert state.answer == "ビジネスプランは月額1,800円です [1]。"
     assert nodes(state).count("generate") == 2

@@ -12,7 +12,8 @@ from gateway.providers.scripted_chat import ScriptedChatModel
 from gateway.settings import ModelPrice
 from pipelines.shared.deps import Passage
 from pipelines.shared.generation import GroundingPolicy, drop_phantom_citations, generate_grounded, states_nothing
-from pipelines.shared.prompts import ABSTAIN_EN, ABSTAIN_JA, NOT_IN_CONTEXT
+from pipelines.shared.persona import Assistant
+from pipelines.shared.prompts import ABSTAIN_EN, ABSTAIN_JA, ANSWER_CUE, ANSWER_CUE_JA, NOT_IN_CONTEXT
 from pipelines.shared.support import lexical_support, terms
 
 MIN_SUPPORT = GroundingPolicy().min_support
@@ -277,6 +278,21 @@ async def test_japanese_question_gets_the_japanese_abstention(reply: str) -> Non
     )
     assert result.abstained
     assert result.answer == ABSTAIN_JA
+
+
+async def test_the_prompt_ends_in_the_answers_language() -> None:
+    # After the English cue the local model answered most Japanese questions with citation numbers alone.
+    llm, model = scripted("VPNポリシーは2024年3月12日に更新されました [2]。")
+    await generate_grounded(llm, "VPNポリシーはいつ更新されましたか？", PASSAGES, GroundingPolicy(), node="generate")
+    await generate_grounded(llm, VPN_QUESTION, PASSAGES, GroundingPolicy(), node="generate")
+    japanese, english = (str(messages[-1].content) for messages, _ in model.calls)
+    assert japanese.endswith(f"\n{ANSWER_CUE_JA}")
+    assert english.endswith(f"\n{ANSWER_CUE}")
+    # A profile that fixes English keeps the English cue for a Japanese question.
+    await generate_grounded(
+        llm, "VPNポリシーはいつ?", PASSAGES, GroundingPolicy(), node="generate", assistant=Assistant(language="en")
+    )
+    assert str(model.calls[-1][0][-1].content).endswith(f"\n{ANSWER_CUE}")
 
 
 async def test_japanese_question_without_relevant_passages_gets_the_japanese_abstention() -> None:
