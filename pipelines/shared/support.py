@@ -22,6 +22,7 @@ _META_WORDS = """
     question based provided information given per during while less one two yes either neither
 """
 STOPWORDS = EN_STOPWORDS | frozenset(_META_WORDS.split())
+_HIRAGANA = re.compile(r"[\u3040-\u309f]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,14 +95,41 @@ def mostly_cjk(text: str) -> bool:
     return cjk_share(text) * 3 > 1
 
 
+def claim_terms(text: str) -> set[str]:
+    """The terms an answer's claim is checked by: :func:`terms` without the Japanese ones that hold hiragana.
+
+    Japanese writes what a sentence is about in kanji and katakana, and particles, inflections and yes/no in
+    hiragana, so a bigram with hiragana in it is the seam between a word and its ending ("も使", "異な", "答し")
+    or a reply word ("はい"). Counted as content, any paraphrase of the passage "invented" them: on the written
+    Japanese questions most of plain RAG's abstentions were such seams. Kanji and katakana bigrams still catch an
+    invented name, place or figure.
+    """
+    return {t for t in terms(text) if not _HIRAGANA.search(t)}
+
+
+def _found(term: str, evidence_terms: set[str], evidence_text: str, evidence_numbers: set[str]) -> bool:
+    """A term is in the evidence as a term, as a Japanese substring of its text, or as a number of the same value
+    ("12000" where the passage says 1万2千)."""
+    if term in evidence_terms:
+        return True
+    if has_cjk(term):
+        return term in evidence_text
+    return term.isdigit() and (term.lstrip("0") or "0") in evidence_numbers
+
+
 def lexical_support(answer: str, question: str, evidence: list[str]) -> Support:
     """Numbers are compared whatever the languages; words only when answer and evidence share a script, read
     from their letters (a Japanese answer over English passages is a translation, not an invention; "1,800円" is
-    Japanese, and a bare number is in every script)."""
+    Japanese, and a bare number is in every script). A Japanese term is found anywhere in the passages' text, as
+    :func:`pipelines.shared.text.content_words` finds words: "約" between digits is a term of its own in "約1万"
+    and part of the bigram "は約" in "人口は約1万"."""
     evidence_text = " ".join(evidence)
     evidence_terms = terms(evidence_text)
-    novel = terms(answer) - terms(question) if same_script(_CITATION.sub(" ", answer), evidence_text) else set()
-    missing = tuple(sorted(t for t in novel if t not in evidence_terms))
-    numbers = _numbers(answer) - _numbers(question) - _numbers(evidence_text)
+    evidence_norm = _normalise(evidence_text)
+    compared = same_script(_CITATION.sub(" ", answer), evidence_text)
+    novel = claim_terms(answer) - terms(question) if compared else set()
+    evidence_numbers = _numbers(evidence_text)
+    missing = tuple(sorted(t for t in novel if not _found(t, evidence_terms, evidence_norm, evidence_numbers)))
+    numbers = _numbers(answer) - _numbers(question) - evidence_numbers
     ratio = 1.0 if not novel else 1.0 - len(missing) / len(novel)
     return Support(ratio=ratio, novel_terms=len(novel), missing=missing, missing_numbers=tuple(sorted(numbers)))

@@ -14,7 +14,7 @@ from pipelines.shared.deps import Passage
 from pipelines.shared.generation import GroundingPolicy, drop_phantom_citations, generate_grounded, states_nothing
 from pipelines.shared.persona import Assistant
 from pipelines.shared.prompts import ABSTAIN_EN, ABSTAIN_JA, ANSWER_CUE, ANSWER_CUE_JA, NOT_IN_CONTEXT
-from pipelines.shared.support import lexical_support, terms
+from pipelines.shared.support import claim_terms, lexical_support, terms
 
 MIN_SUPPORT = GroundingPolicy().min_support
 
@@ -156,6 +156,29 @@ def test_a_different_value_in_myriad_units_is_unsupported() -> None:
     assert not support.supported(MIN_SUPPORT)
     # Units multiply and add: 3億5000万 is 350,000,000, not 3 and 5000.
     assert lexical_support("3億5000万円", "売上は？", ["売上は350,000,000円。"]).missing_numbers == ()
+
+
+@pytest.mark.parametrize(
+    ("answer", "evidence"),
+    [
+        # Paraphrases of the passage whose only "new" bigrams were seams between a word and its ending, or yes.
+        ("はい、どちらも使えます [1]。", "フリープランでも、モバイルアプリとAPIを使える。"),
+        (
+            "解約の場合とダウングレードの場合では扱いが異なります [1]。",
+            "解約の場合とダウングレードの場合は扱いが異なる。",
+        ),
+        ("約12,000人です。[1]", "霧里町の人口は約1万2千人。"),  # "約" stands between digits: found in "は約"
+    ],
+)
+def test_japanese_seams_and_reply_words_are_not_invented_content(answer: str, evidence: str) -> None:
+    support = lexical_support(answer, "どうですか？", [evidence])
+    assert support.missing == ()
+    assert support.supported(MIN_SUPPORT)
+
+
+def test_claim_terms_keep_kanji_and_katakana_and_drop_what_holds_hiragana() -> None:
+    assert claim_terms("経理部の山田さんがはい") == {"経理", "理部", "山田"}
+    assert claim_terms("タスクノートを使う") == {"タス", "スク", "クノ", "ノー", "ート"}
 
 
 PLANS_EVIDENCE_JA = ["スタンダードプランは1ユーザーあたり月額900円、ビジネスプランは1ユーザーあたり月額1,800円である。"]
