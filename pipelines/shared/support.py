@@ -4,7 +4,8 @@ Small local models answer from memory even when told not to ("The capital of Per
 over passages about something else). Words and numbers an answer adds beyond the question must
 appear in the passages; when too many do not, the answer is treated as unsupported. Words are the
 project's one tokenizer's (:mod:`pipelines.shared.text`): Latin words, and CJK character bigrams
-for Japanese, which has no spaces.
+for Japanese, which has no spaces (of an answer's, those of kanji and katakana: :func:`claim_terms`).
+Numbers are compared by value, in digits or in Japanese myriad units.
 """
 
 from __future__ import annotations
