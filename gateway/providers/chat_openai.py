@@ -13,9 +13,11 @@ langchain_openai's own) removes them:
 - **The SDK's request transform over the messages.** ``AsyncCompletions.create`` walks its whole body
   against the parameters' type annotations on every call (to rename aliased keys and format dates),
   and tries each member of the message union for each message: ~0.3 ms of CPU for a two-message
-  call. Chat Completions messages have no aliased or formatted fields (the transform returns them
-  as they are), so the messages travel in ``extra_body``, which the SDK merges into the JSON body
-  as it is; every other parameter is still transformed. The body on the wire is the same
+  call. Chat Completions messages and the plain sampling parameters (:data:`PLAIN_JSON`) have no
+  aliased or formatted fields (the transform returns them as they are), so they travel in
+  ``extra_body``, which the SDK merges into the JSON body as it is. What the SDK reads itself
+  (``model``, ``stream``, ``response_format``, ``tools``, request options) and any parameter not
+  listed is still passed as before and transformed. The body on the wire is the same
   (``tests/unit/test_chat_openai.py`` compares it with ``ChatOpenAI``'s).
 """
 
@@ -37,6 +39,27 @@ from langchain_openai.chat_models.base import (
 
 # The key the SDK merges, as it is, into the request's JSON body.
 EXTRA_BODY = "extra_body"
+# Chat Completions parameters that are plain JSON (no alias, no format, not read by the SDK itself): sent as they
+# are through ``extra_body``. A parameter not listed here goes through the SDK's transform as before.
+PLAIN_JSON = frozenset(
+    {
+        "messages",
+        "temperature",
+        "top_p",
+        "max_tokens",
+        "max_completion_tokens",
+        "stop",
+        "seed",
+        "n",
+        "presence_penalty",
+        "frequency_penalty",
+        "logit_bias",
+        "logprobs",
+        "top_logprobs",
+        "user",
+        "stream_options",
+    }
+)
 
 
 class GatewayChatOpenAI(ChatOpenAI):
@@ -49,18 +72,19 @@ class GatewayChatOpenAI(ChatOpenAI):
         stop: list[str] | None = None,
         **kwargs: Any,
     ) -> dict[str, Any]:
-        """``ChatOpenAI``'s payload, with a Chat Completions call's messages moved into ``extra_body``.
+        """``ChatOpenAI``'s payload, with a Chat Completions call's :data:`PLAIN_JSON` parameters in ``extra_body``.
 
         ``messages`` stays as an empty list (the SDK requires the argument); the merge puts the real
-        list in its place. A caller's own ``extra_body`` is kept beside it. Responses API payloads
-        (``input``, no ``messages``) are unchanged.
+        list in its place. A caller's own ``extra_body`` is kept beside them and, as with ``ChatOpenAI``
+        (the SDK merges it over the parameters), wins where both name a key. Responses API payloads (``input``, no
+        ``messages``) are unchanged.
         """
         payload: dict[str, Any] = super()._get_request_payload(input_, stop=stop, **kwargs)
-        if "messages" in payload:
-            extra = dict(payload.get(EXTRA_BODY) or {})
-            extra["messages"] = payload["messages"]
-            payload[EXTRA_BODY] = extra
-            payload["messages"] = []
+        if "messages" not in payload:
+            return payload
+        plain = {key: payload.pop(key) for key in PLAIN_JSON.intersection(payload)}
+        payload[EXTRA_BODY] = {**plain, **(payload.get(EXTRA_BODY) or {})}
+        payload["messages"] = []
         return payload
 
     async def _agenerate(

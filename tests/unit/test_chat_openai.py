@@ -131,12 +131,35 @@ async def test_the_request_body_is_the_same_as_chat_openai_sends() -> None:
     assert sent_ours["max_completion_tokens"] == 64
 
 
-async def test_a_callers_own_extra_body_is_kept_beside_the_messages() -> None:
-    upstream, plain, ours = both(answering("Paris."), extra_body={"cache_prompt": True, "top_k": 20})
+async def test_sampling_parameters_reach_the_wire_as_chat_openai_sends_them() -> None:
+    upstream, plain, ours = both(answering("Paris."), top_p=0.5, seed=7, n=1, frequency_penalty=0.1, logprobs=True)
+    await plain.bind(stop=["\n"], max_tokens=12).ainvoke(MESSAGES[:2])
+    await ours.bind(stop=["\n"], max_tokens=12).ainvoke(MESSAGES[:2])
+    sent_plain, sent_ours = upstream.bodies
+    assert sent_ours == sent_plain
+    assert sent_ours["stop"] == ["\n"]
+    assert sent_ours["max_completion_tokens"] == 12
+    assert (sent_ours["top_p"], sent_ours["seed"], sent_ours["logprobs"]) == (0.5, 7, True)
+
+
+async def test_the_sdk_still_reads_what_it_reads_itself() -> None:
+    ours = Upstream(answering("Paris.")).model(GatewayChatOpenAI, max_tokens=8)
+    payload = ours._get_request_payload(MESSAGES[:2])
+    assert payload["model"] == "fake-gpt"
+    assert payload["stream"] is False
+    assert payload["messages"] == []
+    assert payload["extra_body"]["max_completion_tokens"] == 8
+    assert len(payload["extra_body"]["messages"]) == 2
+
+
+async def test_a_callers_own_extra_body_is_kept_and_wins_as_with_chat_openai() -> None:
+    extra = {"cache_prompt": True, "top_k": 20, "temperature": 0.9}
+    upstream, plain, ours = both(answering("Paris."), extra_body=extra)
     await plain.ainvoke(MESSAGES[:2])
     await ours.ainvoke(MESSAGES[:2])
     assert upstream.bodies[1] == upstream.bodies[0]
     assert upstream.bodies[1]["cache_prompt"] is True
+    assert upstream.bodies[1]["temperature"] == 0.9
     assert len(upstream.bodies[1]["messages"]) == 2
 
 
