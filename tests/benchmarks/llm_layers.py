@@ -10,6 +10,9 @@ started and stopped here), so each row's difference from the one above it is wha
 - ``AsyncOpenAI create``: the OpenAI SDK (request transform, httpx, response models);
 - ``ChatOpenAI ainvoke``: LangChain around the SDK (callback manager, message conversion, a worker
   thread hop for every result, raw-response parsing);
+- ``GatewayChatOpenAI ainvoke``: the ``ChatOpenAI`` subclass the gateway builds
+  (:mod:`gateway.providers.chat_openai`: no thread hop, no SDK transform of the messages), so its row
+  less the one above is what that saves; the rows below are built on it, as the gateway is;
 - ``LLMClient.chat``: this gateway's adapter (breaker, retries, deadline, usage accounting, metrics);
 - ``direct node`` and ``direct graph``: the ``answer_directly`` node as the route table runs it, and
   the same node run by LangGraph's loop (what one graph step costs).
@@ -37,6 +40,7 @@ from langgraph.runtime import Runtime
 from openai.types.chat import ChatCompletionMessageParam
 from pydantic import SecretStr
 
+from gateway.providers.chat_openai import GatewayChatOpenAI
 from gateway.providers.llm import LLMClient
 from gateway.settings import ModelPrice
 from pipelines.direct.graph import ANSWER_DIRECTLY, build_graph
@@ -69,8 +73,9 @@ def variants(base_url: str) -> dict[str, Call]:
     http = httpx.AsyncClient(timeout=30)
     sdk = openai.AsyncOpenAI(base_url=base_url, api_key="fake-key", max_retries=0, timeout=30)
     chat = ChatOpenAI(model=MODEL, base_url=base_url, api_key=SecretStr("fake-key"), max_retries=0, timeout=30)
+    ours = GatewayChatOpenAI(model=MODEL, base_url=base_url, api_key=SecretStr("fake-key"), max_retries=0, timeout=30)
     messages = [SystemMessage(SYSTEM), HumanMessage(QUESTION)]
-    client = LLMClient(chat, model_name=MODEL, price=ModelPrice())
+    client = LLMClient(ours, model_name=MODEL, price=ModelPrice())
     context = DirectContext(llm=client)
     graph = build_graph()
 
@@ -91,6 +96,7 @@ def variants(base_url: str) -> dict[str, Call]:
         "httpx POST": post,
         "AsyncOpenAI create": create,
         "ChatOpenAI ainvoke": lambda: chat.ainvoke(messages),
+        "GatewayChatOpenAI ainvoke": lambda: ours.ainvoke(messages),
         "LLMClient.chat": lambda: client.chat(messages, node="answer_directly"),
         "direct node": node,
         "direct graph (LangGraph loop)": step,

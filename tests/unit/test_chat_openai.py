@@ -1,0 +1,292 @@
+"""``GatewayChatOpenAI`` against ``ChatOpenAI``: the same request on the wire, the same result, the same errors.
+
+Both models talk to one scripted ``httpx.MockTransport``; every request body is recorded, so the
+subclass's two shortcuts (no thread hop for the result, messages sent through ``extra_body``) are
+checked for what they must not change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_openai import ChatOpenAI
+from pydantic import BaseModel, SecretStr
+
+from gateway.providers.chat_openai import GatewayChatOpenAI
+from gateway.providers.llm import build_chat_model
+from gateway.settings import LLMEndpointSettings, LLMSettings
+
+MESSAGES: list[BaseMessage] = [
+    SystemMessage("Answer briefly."),
+    HumanMessage("What is the capital of France?"),
+    AIMessage("", tool_calls=[{"name": "lookup", "args": {"q": "France"}, "id": "call_1"}]),
+    ToolMessage("Paris is the capital.", tool_call_id="call_1"),
+    HumanMessage(
+        content=[
+            {"type": "text", "text": "And this picture? 東京"},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
+        ]
+    ),
+]
+
+
+def completion(content: str, prompt_tokens: int = 11, completion_tokens: int = 3) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1_700_000_000,
+        "model": "fake-gpt",
+        "system_fingerprint": "fp_1",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content},
+                "finish_reason": "stop",
+                "logprobs": None,
+            }
+        ],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
+
+
+def sse(chunks: list[dict[str, Any]]) -> bytes:
+    return b"".join(f"data: {json.dumps(c)}\n\n".encode() for c in chunks) + b"data: [DONE]\n\n"
+
+
+def chunk(delta: dict[str, Any], finish: str | None = None, usage: dict[str, int] | None = None) -> dict[str, Any]:
+    choices = [] if usage else [{"index": 0, "delta": delta, "finish_reason": finish}]
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "created": 1_700_000_000,
+        "model": "fake-gpt",
+        "choices": choices,
+        "usage": usage,
+    }
+
+
+Reply = Callable[[dict[str, Any]], httpx.Response]
+
+
+class Upstream:
+    """Records each request's JSON body and answers with ``reply``."""
+
+    def __init__(self, reply: Reply) -> None:
+        self.bodies: list[dict[str, Any]] = []
+        self._reply = reply
+
+    def handler(self, request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        self.bodies.append(body)
+        return self._reply(body)
+
+    def model(self, cls: type[ChatOpenAI], **fields: Any) -> ChatOpenAI:
+        return cls(
+            model="fake-gpt",
+            base_url="http://upstream.test/v1",
+            api_key=SecretStr("key"),
+            max_retries=0,
+            temperature=0.0,
+            stream_usage=True,
+            http_async_client=httpx.AsyncClient(transport=httpx.MockTransport(self.handler)),
+            **fields,
+        )
+
+
+def answering(content: str) -> Reply:
+    return lambda body: httpx.Response(200, json=completion(content))
+
+
+def both(reply: Reply, **fields: Any) -> tuple[Upstream, ChatOpenAI, ChatOpenAI]:
+    upstream = Upstream(reply)
+    return upstream, upstream.model(ChatOpenAI, **fields), upstream.model(GatewayChatOpenAI, **fields)
+
+
+def test_it_is_a_chat_openai_and_the_gateway_builds_it() -> None:
+    model = build_chat_model(LLMSettings(), LLMEndpointSettings())
+    assert isinstance(model, GatewayChatOpenAI)
+    assert isinstance(model, ChatOpenAI)
+
+
+async def test_the_request_body_is_the_same_as_chat_openai_sends() -> None:
+    upstream, plain, ours = both(answering("Paris."), max_tokens=64)
+    await plain.ainvoke(MESSAGES)
+    await ours.ainvoke(MESSAGES)
+    sent_plain, sent_ours = upstream.bodies
+    assert sent_ours == sent_plain
+    assert [m["role"] for m in sent_ours["messages"]] == ["system", "user", "assistant", "tool", "user"]
+    assert sent_ours["messages"][4]["content"][1]["image_url"]["url"].startswith("data:image/png")
+    assert sent_ours["max_completion_tokens"] == 64
+
+
+async def test_sampling_parameters_reach_the_wire_as_chat_openai_sends_them() -> None:
+    upstream, plain, ours = both(answering("Paris."), top_p=0.5, seed=7, n=1, frequency_penalty=0.1, logprobs=True)
+    await plain.bind(stop=["\n"], max_tokens=12).ainvoke(MESSAGES[:2])
+    await ours.bind(stop=["\n"], max_tokens=12).ainvoke(MESSAGES[:2])
+    sent_plain, sent_ours = upstream.bodies
+    assert sent_ours == sent_plain
+    assert sent_ours["stop"] == ["\n"]
+    assert sent_ours["max_completion_tokens"] == 12
+    assert (sent_ours["top_p"], sent_ours["seed"], sent_ours["logprobs"]) == (0.5, 7, True)
+
+
+async def test_the_sdk_still_reads_what_it_reads_itself() -> None:
+    ours = Upstream(answering("Paris.")).model(GatewayChatOpenAI, max_tokens=8)
+    payload = ours._get_request_payload(MESSAGES[:2])
+    assert payload["model"] == "fake-gpt"
+    assert payload["stream"] is False
+    assert payload["messages"] == []
+    assert payload["extra_body"]["max_completion_tokens"] == 8
+    assert len(payload["extra_body"]["messages"]) == 2
+
+
+async def test_a_callers_own_extra_body_is_kept_and_wins_as_with_chat_openai() -> None:
+    extra = {"cache_prompt": True, "top_k": 20, "temperature": 0.9}
+    upstream, plain, ours = both(answering("Paris."), extra_body=extra)
+    await plain.ainvoke(MESSAGES[:2])
+    await ours.ainvoke(MESSAGES[:2])
+    assert upstream.bodies[1] == upstream.bodies[0]
+    assert upstream.bodies[1]["cache_prompt"] is True
+    assert upstream.bodies[1]["temperature"] == 0.9
+    assert len(upstream.bodies[1]["messages"]) == 2
+
+
+async def test_the_result_is_the_same_and_built_on_the_event_loop_thread() -> None:
+    _upstream, plain, ours = both(answering("Paris."))
+    threads: list[threading.Thread] = []
+    build = GatewayChatOpenAI._create_chat_result
+
+    def recording(self: GatewayChatOpenAI, *args: Any, **kwargs: Any) -> Any:
+        threads.append(threading.current_thread())
+        return build(self, *args, **kwargs)
+
+    expected = await plain.ainvoke(MESSAGES[:2])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(GatewayChatOpenAI, "_create_chat_result", recording)
+        got = await ours.ainvoke(MESSAGES[:2])
+    assert threads == [threading.current_thread()]  # ChatOpenAI builds it on a worker thread
+    assert got.content == expected.content == "Paris."
+    assert got.usage_metadata == expected.usage_metadata
+    assert got.usage_metadata is not None
+    assert got.usage_metadata["input_tokens"] == 11
+    assert got.response_metadata == expected.response_metadata
+    assert got.response_metadata["finish_reason"] == "stop"
+
+
+class Capital(BaseModel):
+    city: str
+    country: str
+
+
+async def test_structured_output_by_response_format_parses_and_sends_the_same_body() -> None:
+    upstream, plain, ours = both(answering('{"city": "Paris", "country": "France"}'))
+    response_format = {
+        "type": "json_schema",
+        "json_schema": {"name": "Capital", "schema": Capital.model_json_schema(), "strict": True},
+    }
+    expected = await plain.bind(response_format=response_format).ainvoke(MESSAGES[:2])
+    got = await ours.bind(response_format=response_format).ainvoke(MESSAGES[:2])
+    assert upstream.bodies[1] == upstream.bodies[0]
+    assert upstream.bodies[1]["response_format"]["json_schema"]["name"] == "Capital"
+    assert Capital.model_validate_json(str(got.content)) == Capital(city="Paris", country="France")
+    assert got.usage_metadata == expected.usage_metadata
+
+
+async def test_with_structured_output_parses_a_pydantic_schema() -> None:
+    upstream, _, ours = both(answering('{"city": "Tokyo", "country": "Japan"}'))
+    result = await ours.with_structured_output(Capital, method="json_schema").ainvoke(MESSAGES[:2])
+    assert result == Capital(city="Tokyo", country="Japan")
+    assert upstream.bodies[0]["messages"][1]["content"] == "What is the capital of France?"
+
+
+async def test_streaming_sends_the_same_body_and_reports_usage() -> None:
+    chunks = [
+        chunk({"role": "assistant", "content": ""}),
+        chunk({"content": "Par"}),
+        chunk({"content": "is."}, finish="stop"),
+        chunk({}, usage={"prompt_tokens": 9, "completion_tokens": 2, "total_tokens": 11}),
+    ]
+    upstream, plain, ours = both(
+        lambda body: httpx.Response(200, content=sse(chunks), headers={"content-type": "text/event-stream"})
+    )
+    expected = [c async for c in plain.astream(MESSAGES[:2])]
+    got = [c async for c in ours.astream(MESSAGES[:2])]
+    assert upstream.bodies[1] == upstream.bodies[0]
+    assert upstream.bodies[1]["stream"] is True
+    assert upstream.bodies[1]["stream_options"] == {"include_usage": True}
+    assert "".join(str(c.content) for c in got) == "Paris."
+    merged = got[0]
+    for part in got[1:]:
+        merged = merged + part
+    assert merged.usage_metadata is not None
+    assert merged.usage_metadata["output_tokens"] == 2
+    assert [c.content for c in got] == [c.content for c in expected]
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "error"),
+    [
+        (
+            400,
+            {"error": {"message": "context_length_exceeded", "type": "invalid_request_error"}},
+            openai.BadRequestError,
+        ),
+        (429, {"error": {"message": "slow down", "type": "rate_limit"}}, openai.RateLimitError),
+        (500, {"error": {"message": "boom", "type": "server_error"}}, openai.InternalServerError),
+        (404, {"error": {"message": "no such model", "type": "not_found"}}, openai.NotFoundError),
+    ],
+)
+async def test_errors_are_translated_as_chat_openai_translates_them(
+    status: int, body: dict[str, Any], error: type[openai.APIStatusError]
+) -> None:
+    _, plain, ours = both(lambda _: httpx.Response(status, json=body, headers={"retry-after": "3"}))
+    with pytest.raises(error) as expected:
+        await plain.ainvoke(MESSAGES[:2])
+    with pytest.raises(error) as got:
+        await ours.ainvoke(MESSAGES[:2])
+    assert type(got.value) is type(expected.value)
+    assert isinstance(got.value, openai.APIStatusError)
+    assert got.value.status_code == status
+    assert got.value.response.headers["retry-after"] == "3"
+
+
+async def test_a_timeout_is_translated_as_chat_openai_translates_it() -> None:
+    def hang(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("timed out", request=request)
+
+    models = [
+        cls(
+            model="fake-gpt",
+            base_url="http://upstream.test/v1",
+            api_key=SecretStr("key"),
+            max_retries=0,
+            http_async_client=httpx.AsyncClient(transport=httpx.MockTransport(hang)),
+        )
+        for cls in (ChatOpenAI, GatewayChatOpenAI)
+    ]
+    raised = []
+    for model in models:
+        with pytest.raises(openai.APITimeoutError) as caught:
+            await model.ainvoke(MESSAGES[:2])
+        raised.append(type(caught.value))
+    assert raised[0] is raised[1]
+
+
+async def test_concurrent_calls_each_get_their_own_answer() -> None:
+    upstream = Upstream(lambda body: httpx.Response(200, json=completion(body["messages"][-1]["content"][::-1])))
+    model = upstream.model(GatewayChatOpenAI)
+    questions = [f"question {i}" for i in range(20)]
+    answers = await asyncio.gather(*(model.ainvoke([HumanMessage(q)]) for q in questions))
+    assert [a.content for a in answers] == [q[::-1] for q in questions]
