@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from langchain_core.messages import HumanMessage, SystemMessage
 from pydantic import BaseModel, Field
 
-from pipelines.corrective.prompts import FOUND_FACTS, FOUND_FACTS_JA, HOP_SYSTEM, HOP_USER, written_in
+from pipelines.corrective.prompts import FOUND_FACTS, HOP_EXAMPLE, HOP_SYSTEM, HOP_USER, written_in
 from pipelines.shared.deps import ChatClient, LLMCall, Passage, StructuredOutputError
-from pipelines.shared.persona import compose
+from pipelines.shared.persona import compose, question_language
 from pipelines.shared.support import lexical_support, terms
 
 EVIDENCE_CHARS = 600  # per passage: the planner needs the entity, not every detail
@@ -48,24 +48,28 @@ class Hop:
     call: LLMCall | None
 
 
-def with_found_facts(question: str, facts: list[str], language: str | None = None) -> str:
-    """The question as the generator sees it after hops: with the chain of facts the planner found, framed in the
-    answer's ``language`` (Japanese, else English: an English frame around a Japanese question draws an English
-    answer).
+def with_found_facts(question: str, facts: list[str]) -> str:
+    """The question as the generator sees it after hops: with the chain of facts the planner found.
 
     A small model given the bridge page and the second-hop page often answers from the wrong row of
     the second (the Standard plan's API limit instead of the Business plan's); the chain names the row.
+    The frame stays English for a Japanese question: framed in Japanese ("これまでに分かった事実"), the local
+    model given both pages and the fact "ビジネスプランは1ユーザーあたり50GBである" answered the Enterprise row.
     """
-    if not facts:
-        return question
-    frame = FOUND_FACTS_JA if language == "ja" else FOUND_FACTS
-    return f"{question}\n{frame.format(facts='; '.join(facts))}"
+    return f"{question}\n{FOUND_FACTS.format(facts='; '.join(facts))}" if facts else question
+
+
+def planner_language(question: str) -> str:
+    """The planner's language rule, with its example in that language where one is written (:data:`HOP_EXAMPLE`)."""
+    rule = written_in(question, '"found" and "next_query"')
+    example = HOP_EXAMPLE.get(question_language(question) or "", "")
+    return f"{rule} {example}".strip()
 
 
 async def plan_next_hop(llm: ChatClient, question: str, evidence: list[Passage], tried: list[str]) -> Hop:
     """The next search query, or "" when the evidence suffices (or the planner's output was unusable)."""
     messages = [
-        SystemMessage(compose(HOP_SYSTEM, written_in(question, '"found" and "next_query"'))),
+        SystemMessage(compose(HOP_SYSTEM, planner_language(question))),
         HumanMessage(
             HOP_USER.format(question=question, evidence=evidence_text(evidence), tried="; ".join(tried[-3:]) or "-")
         ),
@@ -80,6 +84,14 @@ async def plan_next_hop(llm: ChatClient, question: str, evidence: list[Passage],
     return Hop(query, found if found.casefold() not in {"", "none"} else "", call)
 
 
+def holds_fact(found: str, question: str, passage: Passage) -> bool:
+    """Whether ``passage`` holds the planner's fact: terms beyond the question's, and enough of them in it."""
+    if not found:
+        return False
+    support = lexical_support(found, question, [passage.text])
+    return support.novel_terms > 0 and support.supported(FACT_SUPPORT)
+
+
 def bridges(found: str, question: str, rejected: list[Passage], *, have_evidence: bool) -> list[Passage]:
     """The passages the evaluator rejected that hold the fact the planner built its next query on.
 
@@ -88,11 +100,7 @@ def bridges(found: str, question: str, rejected: list[Passage], *, have_evidence
     calls"), and without it the generator sees the second hop alone and picks the wrong row. The fact
     must add terms beyond the question's and the passage must hold them, as the grader's fact must.
     """
-    kept = []
-    for passage in rejected if found else []:
-        support = lexical_support(found, question, [passage.text])
-        if support.novel_terms > 0 and support.supported(FACT_SUPPORT):
-            kept.append(passage)
+    kept = [passage for passage in rejected if holds_fact(found, question, passage)]
     if not kept and not have_evidence and rejected:
         kept.append(max(rejected, key=lambda p: p.score))
     return kept

@@ -12,7 +12,7 @@ from langgraph.runtime import Runtime
 
 from pipelines.corrective import critique
 from pipelines.corrective.evaluator import evaluate_passages
-from pipelines.corrective.hops import bridge_fact, bridges, plan_next_hop, with_found_facts
+from pipelines.corrective.hops import bridge_fact, bridges, holds_fact, plan_next_hop, with_found_facts
 from pipelines.corrective.refine import bounded_context, refine_evidence
 from pipelines.corrective.rewrite import expanded_query
 from pipelines.corrective.rewrite import rewrite_query as llm_rewrite
@@ -95,11 +95,22 @@ async def plan_hop(state: CorrectiveState, runtime: Run) -> Update:
     found = merge_passages(state.evidence, state.candidates)  # rejected candidates too: see can_plan_hop
     hop = await plan_next_hop(ctx.llm, state.query, found, [state.query, *state.queries])
     query = hop.query
-    # A next hop built on a page the evaluator rejected makes that page evidence: the answer rests on it too.
+    # A next hop built on a page the evaluator rejected makes that page evidence: the answer rests on it too. So
+    # does a hop's page the planner read before finding the evidence sufficient (the one holding its fact, else the
+    # best): the fast scorer judges a second-hop page against words it lacks ("50GB", "ストレージ") and rejects
+    # the very page the planner then answers from.
     kept = {p.chunk_id for p in state.evidence}
     rejected = [p for p in state.candidates if p.chunk_id not in kept]
-    bridge = bridges(hop.found, state.query, rejected, have_evidence=bool(kept)) if query else []
-    fact = hop.found or (bridge_fact(state.query, bridge[0]) if bridge else "")
+    if query:
+        bridge = bridges(hop.found, state.query, rejected, have_evidence=bool(kept))
+    else:
+        bridge = bridges(hop.found, state.query, rejected, have_evidence=False) if state.hops else []
+    # The fact the next hop builds on: the planner's, if the page it is kept from holds it; else that page's clause
+    # closest to the question (a small model's "found" can name another row of the page than the one asked about).
+    if hop.found and (not bridge or holds_fact(hop.found, state.query, bridge[0])):
+        fact = hop.found
+    else:
+        fact = bridge_fact(state.query, bridge[0]) if bridge and query else ""
     event = PlanHop(hop=state.hops + 1, query=query, done=not query, found=fact, bridges=len(bridge))
     update: Update = {
         "events": [event],
@@ -215,7 +226,7 @@ async def generate(state: CorrectiveState, runtime: Run) -> Update:
     feedback = critique.regeneration_note(state.unsupported_claims, language)
     draft = await draft_answer(
         ctx.llm,
-        with_found_facts(state.query, state.hop_facts, language),
+        with_found_facts(state.query, state.hop_facts),
         state.strips,
         node="generate",
         feedback=feedback,

@@ -113,7 +113,11 @@ Evidence so far:
 Already searched: {tried}"""
 
 FOUND_FACTS = "(Facts found so far, step by step: {facts})"
-FOUND_FACTS_JA = "（これまでに分かった事実: {facts}）"
+
+
+# The planner's example of a second step that names the entity found, in the question's language: told to write
+# Japanese beside an English example, the local model wrote a Japanese query that named no entity ("どのプランで…").
+HOP_EXAMPLE = {"ja": 'In Japanese the example reads "クリストファー・ノーランはどこで生まれましたか？".'}
 
 
 def written_in(question: str, what: str) -> str:

@@ -54,15 +54,6 @@ def test_plain_rag_cannot_give_the_api_limit_from_the_storage_page(gateway_url: 
     assert "300" not in plain["answer"], plain
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "known regression (issue 14, stop 24): with the planner told to write Japanese, its sub-question names no plan "
-        "and the hop's page (the API limits), judged irrelevant by the fast scorer, is dropped when the planner calls "
-        "the evidence sufficient; keeping that page (tried) puts both pages and the fact 'Business = 50 GB' before the "
-        "generator, and the 1.5B model still answers the Enterprise row (1,000)"
-    ),
-)
 def test_multi_hop_finds_the_plan_then_its_api_limit(gateway_url: str, manual: None) -> None:
     result = ask(gateway_url, API_LIMIT, route="multi_hop", top_k=1)
     assert result["route"] == "multi_hop"

@@ -154,6 +154,24 @@ async def test_a_planner_naming_no_fact_keeps_the_best_rejected_page_and_its_clo
     assert clause in prompts(model, "generate")[0]
 
 
+async def test_a_hop_page_the_planner_read_before_calling_the_evidence_sufficient_joins_the_evidence(
+    aurora: KnowledgeBase,
+) -> None:
+    # The grader rejects both pages (the fast scorer did so with the Japanese manual's API page: it lacks the
+    # question's storage words). The planner reads the hop's sheet and finds the evidence sufficient: the answer
+    # rests on that sheet, so it is kept (before, only the bridge reached the generator, which could not answer).
+    vague = "K3 robot"  # leaves the sheet in the fast scorer's uncertain band, where the grader rejects it
+    script = aurora_script([{"found": BRIDGE_FACT, "next_query": vague}, {"found": K3_FACT, "next_query": ""}])
+    script.grades = {}
+    state, model = await run_graph(aurora, script, query=AURORA_QUESTION, tenant=AURORA, top_k=1, policy=HOPS)
+    evaluations = [e for e in state.events if isinstance(e, ev.Evaluate)]
+    assert [e.kept for e in evaluations] == [0, 0]
+    assert ev.PlanHop(hop=2, query="", done=True, found=K3_FACT, bridges=1) in state.events
+    assert doc_ids(state.evidence) == ["project-aurora", "k3-spec"]
+    assert set(doc_ids(state.context)) == {"project-aurora", "k3-spec"}
+    assert "(Kumo Carrier K3 specification)" in prompts(model, "generate")[0]
+
+
 async def test_a_planner_calling_a_rejected_round_sufficient_leads_to_a_rewrite(aurora: KnowledgeBase) -> None:
     # The local model's failure: the grader rejects the bridge, the planner calls it sufficient. With nothing kept
     # there is nothing to answer from, so CRAG's action for Incorrect follows: a rewrite and a search, with the

@@ -15,7 +15,7 @@ import pytest
 from gateway.knowledge import KnowledgeBase, NewDocument
 from gateway.providers.embeddings import USEEmbeddings
 from pipelines.corrective.critique import CITATIONS_ONLY, regeneration_note
-from pipelines.corrective.hops import bridge_fact, with_found_facts
+from pipelines.corrective.hops import bridge_fact
 from pipelines.corrective.policy import CorrectivePolicy
 from pipelines.corrective.prompts import EMPTY_ANSWER_NOTE, EMPTY_ANSWER_NOTE_JA, REGENERATE_NOTE_JA
 from pipelines.shared import events as ev
@@ -110,14 +110,6 @@ def test_regeneration_notes_are_in_the_answers_language() -> None:
     assert regeneration_note([CITATIONS_ONLY], None) == EMPTY_ANSWER_NOTE
     assert regeneration_note([CITATIONS_ONLY], "fr") == f"{EMPTY_ANSWER_NOTE}\nAnswer in French."
     assert regeneration_note([], "ja") == ""
-
-
-def test_found_facts_are_framed_in_the_answers_language() -> None:
-    assert with_found_facts(QUESTION, ["電話サポートはビジネスプラン"], "ja").endswith(
-        "（これまでに分かった事実: 電話サポートはビジネスプラン）"
-    )
-    assert "Facts found so far" in with_found_facts("Which plan?", ["Business"], None)
-    assert with_found_facts(QUESTION, [], "ja") == QUESTION
 
 
 def test_a_bridge_clause_that_only_repeats_the_question_is_no_fact() -> None:
