@@ -78,7 +78,7 @@ async def check_grounded(
     # Across scripts (an English answer over Japanese passages) words cannot be compared, so every
     # claim goes to the critic; within a script only the claims the lexical check doubts do. The script is
     # read from letters: "1,800円 [2]" is a Japanese answer, not an English one.
-    cross_script = not same_script(CITATION_MARKER.sub(" ", answer), " ".join(texts))
+    cross_script = not same_script(answer, " ".join(texts))
     doubtful = [
         c for c in claims_of(answer) if cross_script or not lexical_support(c, question, texts).supported(min_support)
     ]
