@@ -47,6 +47,7 @@ from gateway.providers.deadline import within
 from gateway.providers.embeddings import build_embeddings, embedding_dimensions
 from gateway.providers.llm import FALLBACK, PRIMARY, LLMClient, open_llm_client, ping_llm
 from gateway.providers.redis import ResilientRedis, open_redis
+from gateway.providers.upstream_http import open_upstream_http
 from gateway.providers.vectorstores.base import VectorStore
 from gateway.providers.vectorstores.lance import LanceVectorStore
 from gateway.providers.websearch import LocalStoreSearch, TavilySearch
@@ -282,8 +283,10 @@ def _lifespan(
             dimensions = embedding_dimensions(embeddings)
             store = overrides.vector_store or await open_vector_store(settings.vector_store, dimensions)
             stack.push_async_callback(store.close)
+            endpoint = settings.llm_endpoint
+            upstream_http = await stack.enter_async_context(open_upstream_http(endpoint.transport, endpoint.timeout_s))
             llm = open_llm_client(
-                settings.llm, settings.llm_endpoint, telemetry=telemetry, chat_model=overrides.chat_model
+                settings.llm, endpoint, telemetry=telemetry, chat_model=overrides.chat_model, http_client=upstream_http
             )
             cache = open_cache_layer(settings, redis, telemetry)
             curation_store = await open_curation_store(settings, stack)
@@ -313,7 +316,9 @@ def _lifespan(
             router = await build_router(settings, embeddings, llm, knowledge)
             guard = await asyncio.to_thread(Guardrails.from_settings, settings.guard, telemetry)  # a name model loads
             table = build_route_table(settings, llm, knowledge, http, embeddings, telemetry, guard)
-            profiles = await open_profiles(settings, curation_store, llm, stack, chat_model=overrides.chat_model)
+            profiles = await open_profiles(
+                settings, curation_store, llm, stack, chat_model=overrides.chat_model, http_client=upstream_http
+            )
 
             query_service = QueryService(
                 knowledge,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from contextlib import AsyncExitStack
 
+import httpx
 from langchain_core.language_models import BaseChatModel
 
 from gateway.curation.lifecycle import open_curation_store
@@ -21,6 +22,7 @@ async def open_profiles(
     stack: AsyncExitStack,
     *,
     chat_model: BaseChatModel | None = None,
+    http_client: httpx.AsyncClient | None = None,
 ) -> Profiles:
     """Profiles share the curation store's engine (and migrations); with curation off they open the same
     database for themselves. ``chat_model``: a test's injected model, which then answers for every model name."""
@@ -31,7 +33,7 @@ async def open_profiles(
     assert store is not None
 
     def build(model: str) -> BaseChatModel:
-        return chat_model or build_chat_model(settings.llm, settings.llm_endpoint, model=model)
+        return chat_model or build_chat_model(settings.llm, settings.llm_endpoint, model=model, http_client=http_client)
 
     models = ModelPool(llm, build, settings.llm_endpoint)
     return Profiles(ProfileStore(store.engine), settings.assistant, settings.profiles, models=models)

@@ -70,11 +70,13 @@ def build_chat_model(
     base_url: str | None = None,
     model: str | None = None,
     api_key: SecretStr | None = None,
+    http_client: httpx.AsyncClient | None = None,
 ) -> GatewayChatOpenAI:
     """One ``ChatOpenAI`` per upstream; only ``base_url``/model/key differ between local, prod and fallback.
 
     No SDK retries: :class:`ResilientUpstream` retries, so each retry is counted once and seen by the breaker.
     :class:`GatewayChatOpenAI` is a ``ChatOpenAI`` without two per-call costs of the Chat Completions path.
+    ``http_client``: the app's upstream client (:mod:`gateway.providers.upstream_http`); without it the SDK's own.
     """
     return GatewayChatOpenAI(
         model=model or llm.model,
@@ -86,6 +88,7 @@ def build_chat_model(
         max_tokens=llm.max_tokens,
         # Streamed answers (the chat endpoint) report token usage too, so budgets count them.
         stream_usage=True,
+        http_async_client=http_client,
     )
 
 
@@ -122,6 +125,7 @@ def open_llm_client(
     *,
     telemetry: Telemetry | None = None,
     chat_model: BaseChatModel | None = None,
+    http_client: httpx.AsyncClient | None = None,
 ) -> LLMClient:
     """The app's LLM client: the primary upstream (``chat_model`` when a test injects one) and the fallback
     the settings name, each with its own breaker, sharing the endpoint's retry policy and call budget."""
@@ -136,13 +140,14 @@ def open_llm_client(
                 base_url=endpoint.fallback_base_url,
                 model=model_name,
                 api_key=endpoint.fallback_api_key,
+                http_client=http_client,
             ),
             model_name,
             endpoint.price_for(model_name),
             resilient(FALLBACK, endpoint, events),
         )
     return LLMClient(
-        chat_model or build_chat_model(llm, endpoint),
+        chat_model or build_chat_model(llm, endpoint, http_client=http_client),
         model_name=llm.model,
         price=endpoint.price_for(llm.model),
         telemetry=telemetry,

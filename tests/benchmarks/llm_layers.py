@@ -12,7 +12,9 @@ started and stopped here), so each row's difference from the one above it is wha
   thread hop for every result, raw-response parsing);
 - ``GatewayChatOpenAI ainvoke``: the ``ChatOpenAI`` subclass the gateway builds
   (:mod:`gateway.providers.chat_openai`: no thread hop, no SDK transform of the messages), so its row
-  less the one above is what that saves; the rows below are built on it, as the gateway is;
+  less the one above is what that saves;
+- ``… over aiohttp``: the same model on the app's upstream client (:mod:`gateway.providers.upstream_http`:
+  httpx's interface over aiohttp's pool); the rows below are built on it, as the gateway is;
 - ``LLMClient.chat``: this gateway's adapter (breaker, retries, deadline, usage accounting, metrics);
 - ``direct node`` and ``direct graph``: the ``answer_directly`` node as the route table runs it, and
   the same node run by LangGraph's loop (what one graph step costs).
@@ -42,6 +44,7 @@ from pydantic import SecretStr
 
 from gateway.providers.chat_openai import GatewayChatOpenAI
 from gateway.providers.llm import LLMClient
+from gateway.providers.upstream_http import upstream_client
 from gateway.settings import ModelPrice
 from pipelines.direct.graph import ANSWER_DIRECTLY, build_graph
 from pipelines.direct.state import DirectContext, DirectState
@@ -74,8 +77,16 @@ def variants(base_url: str) -> dict[str, Call]:
     sdk = openai.AsyncOpenAI(base_url=base_url, api_key="fake-key", max_retries=0, timeout=30)
     chat = ChatOpenAI(model=MODEL, base_url=base_url, api_key=SecretStr("fake-key"), max_retries=0, timeout=30)
     ours = GatewayChatOpenAI(model=MODEL, base_url=base_url, api_key=SecretStr("fake-key"), max_retries=0, timeout=30)
+    over_aiohttp = GatewayChatOpenAI(
+        model=MODEL,
+        base_url=base_url,
+        api_key=SecretStr("fake-key"),
+        max_retries=0,
+        timeout=30,
+        http_async_client=upstream_client("aiohttp", 30),
+    )
     messages = [SystemMessage(SYSTEM), HumanMessage(QUESTION)]
-    client = LLMClient(ours, model_name=MODEL, price=ModelPrice())
+    client = LLMClient(over_aiohttp, model_name=MODEL, price=ModelPrice())
     context = DirectContext(llm=client)
     graph = build_graph()
 
@@ -97,6 +108,7 @@ def variants(base_url: str) -> dict[str, Call]:
         "AsyncOpenAI create": create,
         "ChatOpenAI ainvoke": lambda: chat.ainvoke(messages),
         "GatewayChatOpenAI ainvoke": lambda: ours.ainvoke(messages),
+        "GatewayChatOpenAI ainvoke over aiohttp": lambda: over_aiohttp.ainvoke(messages),
         "LLMClient.chat": lambda: client.chat(messages, node="answer_directly"),
         "direct node": node,
         "direct graph (LangGraph loop)": step,

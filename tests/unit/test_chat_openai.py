@@ -1,8 +1,8 @@
 """``GatewayChatOpenAI`` against ``ChatOpenAI``: the same request on the wire, the same result, the same errors.
 
 Both models talk to one scripted ``httpx.MockTransport``; every request body is recorded, so the
-subclass's two shortcuts (no thread hop for the result, messages sent through ``extra_body``) are
-checked for what they must not change.
+subclass's shortcuts (no thread hop for the result, messages sent through ``extra_body``, a JSON
+completion read without the SDK's response models) are checked for what they must not change.
 """
 
 from __future__ import annotations
@@ -181,8 +181,40 @@ async def test_the_result_is_the_same_and_built_on_the_event_loop_thread() -> No
     assert got.usage_metadata == expected.usage_metadata
     assert got.usage_metadata is not None
     assert got.usage_metadata["input_tokens"] == 11
-    assert got.response_metadata == expected.response_metadata
+    # The SDK's model fills the usage fields the upstream did not send with None; the JSON body has none of them.
+    assert got.response_metadata["token_usage"] == without_none(expected.response_metadata["token_usage"])
+    assert {k: v for k, v in got.response_metadata.items() if k != "token_usage"} == {
+        k: v for k, v in expected.response_metadata.items() if k != "token_usage"
+    }
     assert got.response_metadata["finish_reason"] == "stop"
+
+
+def without_none(fields: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in fields.items() if value is not None}
+
+
+async def test_a_json_completion_is_read_without_the_sdks_response_models() -> None:
+    _upstream, _plain, ours = both(answering("Paris."))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(openai._legacy_response.LegacyAPIResponse, "parse", refuse)
+        got = await ours.ainvoke(MESSAGES[:2])
+    assert got.content == "Paris."
+    assert got.usage_metadata is not None
+    assert got.usage_metadata["output_tokens"] == 3
+
+
+async def test_a_body_that_is_not_json_is_left_to_the_sdk_as_chat_openai_does() -> None:
+    html = "<html>maintenance</html>"
+    _upstream, plain, ours = both(lambda _: httpx.Response(200, text=html, headers={"content-type": "text/html"}))
+    with pytest.raises(ValueError, match="Unexpected response type") as expected:
+        await plain.ainvoke(MESSAGES[:2])
+    with pytest.raises(ValueError, match="Unexpected response type") as got:
+        await ours.ainvoke(MESSAGES[:2])
+    assert str(got.value) == str(expected.value)
+
+
+def refuse(*_: Any, **__: Any) -> Any:
+    raise AssertionError("the SDK's response models were built")
 
 
 class Capital(BaseModel):

@@ -1,0 +1,138 @@
+"""The HTTP client every model call goes out on: httpx's interface over aiohttp's connection pool (issue 17).
+
+``ChatOpenAI`` and the OpenAI SDK under it speak httpx. httpx's own transport (httpcore and h11, in
+Python) parses each response and writes each request's headers and body in two socket sends; aiohttp
+parses in C and sends once. Under the SDK's httpx client, the ``httpx-aiohttp`` transport (the one the
+OpenAI SDK itself offers as ``DefaultAioHttpClient``) saves ~0.35-0.55 ms of CPU per model call, about
+a fifth of a ``ChatOpenAI`` call against a zero-latency upstream (``python -m tests.benchmarks.llm_layers``).
+
+Two things it gets wrong for this gateway, fixed here:
+
+- **Errors.** Its exception map turns a refused or dropped connection into ``httpx.ConnectTimeout``
+  (``ClientConnectorError`` is also a ``ClientConnectionError``, and that entry wins), so the SDK would
+  report a timeout, and the gateway a 504, for an upstream that is down (a 503 with ``httpx``). Here
+  aiohttp's errors are translated as httpcore translates the same failures (:func:`translate`), for
+  the request and for the response body as it streams.
+- **Proxies from the environment.** Its ``ClientSession`` ignores ``HTTPS_PROXY``/``NO_PROXY``; the SDK's
+  default httpx client honours them, and so does this one (``trust_env``).
+
+The client is opened once in the app's lifespan (:func:`open_upstream_http`) and closed with it; its
+aiohttp session is made on the first request, inside the serving event loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Literal
+
+import aiohttp
+import httpx
+from httpx_aiohttp import AiohttpTransport
+
+# As the OpenAI SDK's own default client: many concurrent calls to one host, redirects followed.
+CONNECTIONS = httpx.Limits(max_connections=1000, max_keepalive_connections=100, keepalive_expiry=5.0)
+
+Transport = Literal["aiohttp", "httpx"]
+
+
+def translate(exc: BaseException) -> httpx.TransportError | None:
+    """The httpx error httpcore raises for the failure aiohttp reported as ``exc``; None if ``exc`` is not one.
+
+    Only a timeout becomes an ``httpx.TimeoutException`` (which the SDK reports as ``APITimeoutError``);
+    a refused, reset or dropped connection is a network error (the SDK's ``APIConnectionError``).
+    Order matters: aiohttp's timeouts are also ``asyncio.TimeoutError`` and some also connection errors.
+    """
+    message = str(exc) or type(exc).__name__
+    match exc:
+        case aiohttp.ConnectionTimeoutError():
+            return httpx.ConnectTimeout(message)
+        case aiohttp.ServerTimeoutError() | TimeoutError():
+            return httpx.ReadTimeout(message)
+        case aiohttp.ClientProxyConnectionError() | aiohttp.ClientHttpProxyError():
+            return httpx.ProxyError(message)
+        case aiohttp.ClientConnectorError():  # refused, unreachable, name not resolved
+            return httpx.ConnectError(message)
+        case aiohttp.ServerDisconnectedError():  # closed before or while answering
+            return httpx.RemoteProtocolError(message)
+        case aiohttp.ClientPayloadError() | aiohttp.ClientOSError():  # cut body, connection reset
+            return httpx.ReadError(message)
+        case aiohttp.InvalidURL() | aiohttp.NonHttpUrlClientError():
+            return httpx.UnsupportedProtocol(message)
+        case aiohttp.ClientResponseError():  # an unparseable status line or headers
+            return httpx.RemoteProtocolError(message)
+        case aiohttp.ClientError():
+            return httpx.NetworkError(message)
+    return None
+
+
+def _aiohttp_cause(exc: BaseException) -> BaseException:
+    """The aiohttp error behind ``exc``: httpx-aiohttp raises its own mapping ``from`` the original."""
+    cause = exc.__cause__
+    return cause if isinstance(cause, aiohttp.ClientError | TimeoutError) else exc
+
+
+class _TranslatedStream(httpx.AsyncByteStream):
+    """A response body whose read errors are translated as the request's are."""
+
+    def __init__(self, inner: httpx.AsyncByteStream) -> None:
+        self._inner = inner
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._inner:
+                yield chunk
+        except (TimeoutError, httpx.TransportError, aiohttp.ClientError) as exc:
+            raise _translated(exc) from _aiohttp_cause(exc)
+
+    async def aclose(self) -> None:
+        try:
+            await self._inner.aclose()
+        except (TimeoutError, httpx.TransportError, aiohttp.ClientError) as exc:
+            raise _translated(exc) from _aiohttp_cause(exc)
+
+
+def _translated(exc: BaseException) -> BaseException:
+    return translate(_aiohttp_cause(exc)) or exc
+
+
+class UpstreamTransport(AiohttpTransport):
+    """httpx-aiohttp's transport with httpcore's error translation and the environment's proxies."""
+
+    def get_client(self) -> aiohttp.ClientSession:
+        connector = aiohttp.TCPConnector(
+            limit=self.limits.max_connections or 0,
+            keepalive_timeout=self.limits.keepalive_expiry,
+            ssl=self.ssl_context,
+        )
+        return aiohttp.ClientSession(connector=connector, trust_env=True)
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        try:
+            response = await super().handle_async_request(request)
+        except (TimeoutError, httpx.TransportError, aiohttp.ClientError) as exc:
+            translated = _translated(exc)
+            if isinstance(translated, httpx.RequestError):
+                translated.request = request
+            raise translated from _aiohttp_cause(exc)
+        if isinstance(response.stream, httpx.AsyncByteStream):
+            response.stream = _TranslatedStream(response.stream)
+        return response
+
+
+def upstream_client(transport: Transport, timeout_s: float) -> httpx.AsyncClient:
+    """The httpx client for model calls: over aiohttp, or httpx's own transport (``GATEWAY_LLM_TRANSPORT=httpx``)."""
+    timeout = httpx.Timeout(timeout_s, connect=5.0)
+    if transport == "httpx":
+        return httpx.AsyncClient(timeout=timeout, limits=CONNECTIONS, follow_redirects=True)
+    return httpx.AsyncClient(transport=UpstreamTransport(limits=CONNECTIONS), timeout=timeout, follow_redirects=True)
+
+
+@asynccontextmanager
+async def open_upstream_http(transport: Transport, timeout_s: float) -> AsyncIterator[httpx.AsyncClient]:
+    """One client for every upstream of the app (primary, fallback, profiles' models), closed with the app."""
+    client = upstream_client(transport, timeout_s)
+    try:
+        yield client
+    finally:
+        await client.aclose()
