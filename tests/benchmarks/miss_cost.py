@@ -109,12 +109,21 @@ class Kit:
         rows = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
         if not rows:
             raise SystemExit(f"load.py printed no result: {result.stderr[-500:]}")
-        return rows[-1]
+        last: dict[str, Any] = rows[-1]
+        return last
 
 
 @contextmanager
-def gateway(root: Path, upstream: str, redis_url: str, key: str, workdir: Path, log: Path) -> Iterator[tuple[int, str]]:
-    """One gateway process on a free port; yields (pid, base URL)."""
+def gateway(
+    root: Path,
+    upstream: str,
+    redis_url: str,
+    key: str,
+    workdir: Path,
+    log: Path,
+    extra_env: dict[str, str] | None = None,
+) -> Iterator[tuple[int, str]]:
+    """One gateway process on a free port; yields (pid, base URL). ``extra_env``: settings over the defaults."""
     port = free_port()
     entry = {"name": "bench", "key_sha256": hashlib.sha256(key.encode()).hexdigest(), "tenant": "default"}
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "GATEWAY_", "OPENAI_", "PINECONE_"))}
@@ -134,6 +143,7 @@ def gateway(root: Path, upstream: str, redis_url: str, key: str, workdir: Path, 
             "GATEWAY_CURATION_DATABASE_URL": f"sqlite+aiosqlite:///{workdir / 'curation.db'}",
             "GATEWAY_LOAD_SAMPLE_KB": "true",
             "GATEWAY_LOG_LEVEL": "WARNING",
+            **(extra_env or {}),
         }
     )
     with log.open("wb") as sink:

@@ -1,0 +1,125 @@
+"""Two gateway variants' CPU per sequential miss, measured in alternating rounds (issue 17).
+
+    python -m tests.benchmarks.miss_ab --b-env GATEWAY_LLM_TRANSPORT=httpx [--a-root DIR] [--b-root DIR]
+                                       [--models gateway-direct gateway-auto] [--rounds 6] [--seq-n 300]
+
+:mod:`tests.benchmarks.miss_cost` prints the issue's table for one gateway, but its sequential CPU figure
+moves by ±30 % between runs of the same code on this 2-core machine (4.1-8.7 ms per ``direct`` miss over
+six runs), more than most single changes save. This script keeps both variants up at once, against
+one fake upstream and one Redis, and runs the kit's ``load.py overhead --unique`` on each in turn,
+alternating which goes first, so drift hits both alike. A variant is a checkout (``--a-root``/``--b-root``,
+e.g. a ``git worktree`` of the commit before a change; default this one) plus settings
+(``--a-env``/``--b-env`` NAME=VALUE). It prints, per model, each round's CPU ms per miss and added p50
+latency for A and B, their medians, and in how many rounds B cost less CPU than A.
+
+Run it on a quiet machine, nothing else running; compare the two columns, not absolute figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import statistics
+import tempfile
+from contextlib import ExitStack
+from pathlib import Path
+
+from tests.benchmarks.miss_cost import DEFAULT_KIT, MODELS, ROOT, Kit, free_port, gateway, probe_route
+
+
+def settings_pairs(pairs: list[str]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise SystemExit(f"settings are NAME=VALUE, got {pair!r}")
+        env[name] = value
+    return env
+
+
+def overhead(
+    kit: Kit, url: str, upstream: str, key: str, model: str, pid: int, n: int, out: Path
+) -> tuple[float, float]:
+    """One ``load.py overhead --unique`` run: (server CPU ms per miss, added p50 ms)."""
+    row = kit.load(
+        [
+            "overhead",
+            "--gateway",
+            f"{url}/v1/chat/completions",
+            "--direct",
+            f"{upstream}/chat/completions",
+            "-H",
+            f"Authorization: Bearer {key}",
+            "--model",
+            model,
+            "--unique",
+            "-n",
+            str(n),
+            "--pid",
+            str(pid),
+        ],
+        out,
+    )
+    return float(row["server_cpu_ms_per_req"]), float(row["added_p50_ms"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--kit", type=Path, default=DEFAULT_KIT)
+    parser.add_argument(
+        "--perfkit", type=Path, default=Path(os.environ.get("PERFKIT") or tempfile.gettempdir() + "/perfkit")
+    )
+    parser.add_argument("--a-root", type=Path, default=ROOT)
+    parser.add_argument("--b-root", type=Path, default=ROOT)
+    parser.add_argument("--a-env", nargs="*", default=[], metavar="NAME=VALUE")
+    parser.add_argument("--b-env", nargs="*", default=[], metavar="NAME=VALUE")
+    parser.add_argument("--models", nargs="+", default=list(MODELS))
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--seq-n", type=int, default=300)
+    parser.add_argument("--redis-url", default=os.environ.get("REDIS_TEST_URL", "redis://127.0.0.1:6379/13"))
+    parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "miss_ab")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    kit = Kit(args.kit.resolve(), args.perfkit)
+    if not kit.python.exists():
+        raise SystemExit(f"no tools venv at {kit.python}: run {kit.directory / 'setup.sh'} tools")
+    key = "bench-" + secrets.token_urlsafe(24)
+    variants = {"A": (args.a_root, settings_pairs(args.a_env)), "B": (args.b_root, settings_pairs(args.b_env))}
+    with ExitStack() as stack:
+        upstream = stack.enter_context(kit.upstream(free_port()))
+        served: dict[str, tuple[int, str]] = {}
+        for name, (root, env) in variants.items():
+            work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"miss-ab-{name}-")))
+            log = args.out / f"gateway-{name}.log"
+            served[name] = stack.enter_context(
+                gateway(root.resolve(), upstream, args.redis_url, key, work, log, extra_env=env)
+            )
+        for model in args.models:
+            routes = {name: probe_route(base, key, model) for name, (_pid, base) in served.items()}
+            figures: dict[str, list[tuple[float, float]]] = {"A": [], "B": []}
+            for round_ in range(args.rounds):
+                order = ["A", "B"] if round_ % 2 == 0 else ["B", "A"]
+                for name in order:
+                    pid, base = served[name]
+                    figures[name].append(
+                        overhead(kit, base, upstream, key, model, pid, args.seq_n, args.out / "load.jsonl")
+                    )
+            print(f"\n{model} (routes: A {routes['A']}, B {routes['B']}); A: {variants['A']}, B: {variants['B']}")
+            print("| round | A CPU ms/miss | B CPU ms/miss | A added p50 ms | B added p50 ms |")
+            print("|---|---:|---:|---:|---:|")
+            for i, ((a_cpu, a_lat), (b_cpu, b_lat)) in enumerate(zip(figures["A"], figures["B"], strict=True)):
+                print(f"| {i + 1} | {a_cpu:.2f} | {b_cpu:.2f} | {a_lat:.2f} | {b_lat:.2f} |")
+            med = {
+                n: (statistics.median(c for c, _ in f), statistics.median(lat for _, lat in f))
+                for n, f in figures.items()
+            }
+            lower = sum(b[0] < a[0] for a, b in zip(figures["A"], figures["B"], strict=True))
+            print(
+                f"| median | {med['A'][0]:.2f} | {med['B'][0]:.2f} | {med['A'][1]:.2f} | {med['B'][1]:.2f} |\n"
+                f"B cost less CPU than A in {lower} of {args.rounds} rounds"
+            )
+
+
+if __name__ == "__main__":
+    main()
