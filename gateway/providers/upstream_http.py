@@ -13,8 +13,11 @@ Two things it gets wrong for this gateway, fixed here:
   report a timeout, and the gateway a 504, for an upstream that is down (a 503 with ``httpx``). Here
   aiohttp's errors are translated as httpcore translates the same failures (:func:`translate`), for
   the request and for the response body as it streams.
-- **Proxies from the environment.** Its ``ClientSession`` ignores ``HTTPS_PROXY``/``NO_PROXY``; the SDK's
-  default httpx client honours them, and so does this one (``trust_env``).
+- **Proxies from the environment.** httpx reads ``HTTPS_PROXY``/``NO_PROXY`` only for its own transport,
+  and aiohttp reads them (and ``~/.netrc``) per request on a worker thread when ``trust_env`` is on: two
+  thread hand-offs per call, most of what the transport saves. So when the environment names a proxy,
+  the client is httpx's own (which routes by those variables, as the SDK's default client does), and
+  otherwise aiohttp's, with nothing read from the environment per request.
 
 The client is opened once in the app's lifespan (:func:`open_upstream_http`) and closed with it; its
 aiohttp session is made on the first request, inside the serving event loop.
@@ -22,6 +25,7 @@ aiohttp session is made on the first request, inside the serving event loop.
 
 from __future__ import annotations
 
+import urllib.request
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Literal
@@ -97,15 +101,7 @@ def _translated(exc: BaseException) -> BaseException:
 
 
 class UpstreamTransport(AiohttpTransport):
-    """httpx-aiohttp's transport with httpcore's error translation and the environment's proxies."""
-
-    def get_client(self) -> aiohttp.ClientSession:
-        connector = aiohttp.TCPConnector(
-            limit=self.limits.max_connections or 0,
-            keepalive_timeout=self.limits.keepalive_expiry,
-            ssl=self.ssl_context,
-        )
-        return aiohttp.ClientSession(connector=connector, trust_env=True)
+    """httpx-aiohttp's transport with httpcore's error translation."""
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         try:
@@ -121,9 +117,10 @@ class UpstreamTransport(AiohttpTransport):
 
 
 def upstream_client(transport: Transport, timeout_s: float) -> httpx.AsyncClient:
-    """The httpx client for model calls: over aiohttp, or httpx's own transport (``GATEWAY_LLM_TRANSPORT=httpx``)."""
+    """The httpx client for model calls: over aiohttp, or httpx's own transport (``GATEWAY_LLM_TRANSPORT=httpx``,
+    or a proxy named by the environment)."""
     timeout = httpx.Timeout(timeout_s, connect=5.0)
-    if transport == "httpx":
+    if transport == "httpx" or urllib.request.getproxies():
         return httpx.AsyncClient(timeout=timeout, limits=CONNECTIONS, follow_redirects=True)
     return httpx.AsyncClient(transport=UpstreamTransport(limits=CONNECTIONS), timeout=timeout, follow_redirects=True)
 

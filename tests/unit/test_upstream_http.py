@@ -154,12 +154,31 @@ def test_what_is_not_an_aiohttp_failure_is_left_alone() -> None:
     assert isinstance(translate(TimeoutError()), httpx.ReadTimeout)
 
 
-async def test_proxies_are_read_from_the_environment_and_httpx_stays_selectable() -> None:
-    session = UpstreamTransport().get_client()
+async def test_a_proxy_in_the_environment_gets_httpx_which_routes_by_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.internal:3128")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    proxied = upstream_client("aiohttp", 5.0)
     try:
-        assert session.trust_env is True
+        assert not isinstance(proxied._transport, UpstreamTransport)
+        assert proxied._transport_for_url(httpx.URL("https://api.openai.com/v1")) is not proxied._transport
+        assert proxied._transport_for_url(httpx.URL("http://127.0.0.1:8081/v1")) is proxied._transport
     finally:
+        await proxied.aclose()
+
+
+async def test_without_a_proxy_aiohttp_reads_nothing_from_the_environment_per_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    direct = upstream_client("aiohttp", 5.0)
+    try:
+        assert isinstance(direct._transport, UpstreamTransport)
+        session = direct._transport.get_client()
+        assert session.trust_env is False  # True would read the proxy variables and ~/.netrc on a thread per call
         await session.close()
+    finally:
+        await direct.aclose()
     plain = upstream_client("httpx", 5.0)
     try:
         assert not isinstance(plain._transport, UpstreamTransport)
