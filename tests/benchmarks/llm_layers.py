@@ -67,7 +67,7 @@ async def cpu_per_call(call: Call, calls: int) -> float:
     return 1000 * (time.process_time() - started) / calls
 
 
-def variants(base_url: str) -> dict[str, Call]:
+def variants(base_url: str, aiohttp_client: httpx.AsyncClient) -> dict[str, Call]:
     wire: list[ChatCompletionMessageParam] = [
         {"role": "system", "content": SYSTEM},
         {"role": "user", "content": QUESTION},
@@ -83,7 +83,7 @@ def variants(base_url: str) -> dict[str, Call]:
         api_key=SecretStr("fake-key"),
         max_retries=0,
         timeout=30,
-        http_async_client=upstream_client("aiohttp", 30),
+        http_async_client=aiohttp_client,
     )
     messages = [SystemMessage(SYSTEM), HumanMessage(QUESTION)]
     client = LLMClient(over_aiohttp, model_name=MODEL, price=ModelPrice())
@@ -116,7 +116,11 @@ def variants(base_url: str) -> dict[str, Call]:
 
 
 async def measure(base_url: str, calls: int, rounds: int) -> dict[str, list[float]]:
-    calls_of = variants(base_url)
+    async with upstream_client("aiohttp", 30) as aiohttp_client:
+        return await _measure(variants(base_url, aiohttp_client), calls, rounds)
+
+
+async def _measure(calls_of: dict[str, Call], calls: int, rounds: int) -> dict[str, list[float]]:
     figures: dict[str, list[float]] = {name: [] for name in calls_of}
     for _ in range(rounds):
         for name, call in calls_of.items():
