@@ -1,13 +1,15 @@
 """Two gateway variants' CPU per sequential miss, measured in alternating rounds (issue 17).
 
     python -m tests.benchmarks.miss_ab --b-env GATEWAY_LLM_TRANSPORT=httpx [--a-root DIR] [--b-root DIR]
-                                       [--models gateway-direct gateway-auto] [--rounds 6] [--seq-n 300]
+                                       [--models gateway-direct gateway-auto] [--blocks 2] [--rounds 4]
 
 :mod:`tests.benchmarks.miss_cost` prints the issue's table for one gateway, but its sequential CPU figure
 moves by ±30 % between runs of the same code on this 2-core machine (4.1-8.7 ms per ``direct`` miss over
 six runs), more than most single changes save. This script keeps both variants up at once, against
 one fake upstream and one Redis, and runs the kit's ``load.py overhead --unique`` on each in turn,
-alternating which goes first, so drift hits both alike. A variant is a checkout (``--a-root``/``--b-root``,
+alternating which goes first, so drift hits both alike. Which of two identical gateways was started
+second also matters (an A/A run: 12 % less CPU for the second, in 5 of 6 rounds), so the rounds come
+in blocks, and each block restarts both in the other order. A variant is a checkout (``--a-root``/``--b-root``,
 e.g. a ``git worktree`` of the commit before a change; default this one) plus settings
 (``--a-env``/``--b-env`` NAME=VALUE). It prints, per model, each round's CPU ms per miss and added p50
 latency for A and B, their medians, and in how many rounds B cost less CPU than A.
@@ -75,7 +77,8 @@ def main() -> None:
     parser.add_argument("--a-env", nargs="*", default=[], metavar="NAME=VALUE")
     parser.add_argument("--b-env", nargs="*", default=[], metavar="NAME=VALUE")
     parser.add_argument("--models", nargs="+", default=list(MODELS))
-    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--rounds", type=int, default=4, help="rounds per block")
+    parser.add_argument("--blocks", type=int, default=2, help="restarts of both gateways, in alternating order")
     parser.add_argument("--seq-n", type=int, default=300)
     parser.add_argument("--redis-url", default=os.environ.get("REDIS_TEST_URL", "redis://127.0.0.1:6379/13"))
     parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "miss_ab")
@@ -86,39 +89,53 @@ def main() -> None:
         raise SystemExit(f"no tools venv at {kit.python}: run {kit.directory / 'setup.sh'} tools")
     key = "bench-" + secrets.token_urlsafe(24)
     variants = {"A": (args.a_root, settings_pairs(args.a_env)), "B": (args.b_root, settings_pairs(args.b_env))}
-    with ExitStack() as stack:
-        upstream = stack.enter_context(kit.upstream(free_port()))
-        served: dict[str, tuple[int, str]] = {}
-        for name, (root, env) in variants.items():
-            work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"miss-ab-{name}-")))
-            log = args.out / f"gateway-{name}.log"
-            served[name] = stack.enter_context(
-                gateway(root.resolve(), upstream, args.redis_url, key, work, log, extra_env=env)
-            )
-        for model in args.models:
-            routes = {name: probe_route(base, key, model) for name, (_pid, base) in served.items()}
-            figures: dict[str, list[tuple[float, float]]] = {"A": [], "B": []}
-            for round_ in range(args.rounds):
-                order = ["A", "B"] if round_ % 2 == 0 else ["B", "A"]
+    figures: dict[str, dict[str, list[tuple[float, float]]]] = {m: {"A": [], "B": []} for m in args.models}
+    routes: dict[str, dict[str, str]] = {}
+    with kit.upstream(free_port()) as upstream:
+        for block in range(args.blocks):
+            # Which process starts second matters by itself (an A/A run gave the second one 12 % less CPU in 5 of
+            # 6 rounds), so each block starts both anew, in the other order from the block before.
+            order = ["A", "B"] if block % 2 == 0 else ["B", "A"]
+            with ExitStack() as stack:
+                served: dict[str, tuple[int, str]] = {}
                 for name in order:
-                    pid, base = served[name]
-                    figures[name].append(
-                        overhead(kit, base, upstream, key, model, pid, args.seq_n, args.out / "load.jsonl")
+                    root, env = variants[name]
+                    work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"miss-ab-{name}-")))
+                    log = args.out / f"gateway-{name}-{block}.log"
+                    served[name] = stack.enter_context(
+                        gateway(root.resolve(), upstream, args.redis_url, key, work, log, extra_env=env)
                     )
-            print(f"\n{model} (routes: A {routes['A']}, B {routes['B']}); A: {variants['A']}, B: {variants['B']}")
-            print("| round | A CPU ms/miss | B CPU ms/miss | A added p50 ms | B added p50 ms |")
-            print("|---|---:|---:|---:|---:|")
-            for i, ((a_cpu, a_lat), (b_cpu, b_lat)) in enumerate(zip(figures["A"], figures["B"], strict=True)):
-                print(f"| {i + 1} | {a_cpu:.2f} | {b_cpu:.2f} | {a_lat:.2f} | {b_lat:.2f} |")
-            med = {
-                n: (statistics.median(c for c, _ in f), statistics.median(lat for _, lat in f))
-                for n, f in figures.items()
-            }
-            lower = sum(b[0] < a[0] for a, b in zip(figures["A"], figures["B"], strict=True))
-            print(
-                f"| median | {med['A'][0]:.2f} | {med['B'][0]:.2f} | {med['A'][1]:.2f} | {med['B'][1]:.2f} |\n"
-                f"B cost less CPU than A in {lower} of {args.rounds} rounds"
-            )
+                for model in args.models:
+                    routes[model] = {name: probe_route(base, key, model) for name, (_pid, base) in served.items()}
+                    for round_ in range(args.rounds):
+                        for name in order if round_ % 2 == 0 else order[::-1]:
+                            pid, base = served[name]
+                            figures[model][name].append(
+                                overhead(kit, base, upstream, key, model, pid, args.seq_n, args.out / "load.jsonl")
+                            )
+    for model in args.models:
+        report(model, routes[model], variants, figures[model], args.rounds)
+
+
+def report(
+    model: str,
+    routes: dict[str, str],
+    variants: dict[str, tuple[Path, dict[str, str]]],
+    figures: dict[str, list[tuple[float, float]]],
+    rounds: int,
+) -> None:
+    print(f"\n{model} (routes: A {routes['A']}, B {routes['B']}); A: {variants['A']}, B: {variants['B']}")
+    print("| block.round | A CPU ms/miss | B CPU ms/miss | A added p50 ms | B added p50 ms |")
+    print("|---|---:|---:|---:|---:|")
+    pairs = list(zip(figures["A"], figures["B"], strict=True))
+    for i, ((a_cpu, a_lat), (b_cpu, b_lat)) in enumerate(pairs):
+        print(f"| {i // rounds + 1}.{i % rounds + 1} | {a_cpu:.2f} | {b_cpu:.2f} | {a_lat:.2f} | {b_lat:.2f} |")
+    med = {n: (statistics.median(c for c, _ in f), statistics.median(lat for _, lat in f)) for n, f in figures.items()}
+    lower = sum(b[0] < a[0] for a, b in pairs)
+    print(
+        f"| median | {med['A'][0]:.2f} | {med['B'][0]:.2f} | {med['A'][1]:.2f} | {med['B'][1]:.2f} |\n"
+        f"B cost less CPU than A in {lower} of {len(pairs)} rounds"
+    )
 
 
 if __name__ == "__main__":
