@@ -106,7 +106,7 @@ class QueryService:
         """
         screened = vault is not None
         vault = vault if vault is not None else Vault()
-        with self._telemetry.request(request.route) as scope:
+        with self._telemetry.request(request.route) as scope, KnowledgeVersions.snapshot():
             if admit is not None:
                 request = admit(request)
             if not screened:

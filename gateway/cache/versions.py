@@ -41,6 +41,9 @@ render several replicas with a cache and no Redis.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 from gateway.cache.backend import CacheBackend, CacheUnavailableError
 from gateway.cache.keys import DEFAULT_PREFIX, version_key
@@ -49,6 +52,11 @@ from gateway.errors import ProviderUnavailableError
 logger = logging.getLogger(__name__)
 
 RETRY_AFTER_S = 5
+
+# The versions one request has read (``KnowledgeVersions.snapshot``): a context variable because the readers (the
+# exact cache's key, the semantic cache, the router's in-memory probe) sit at different depths of one request and
+# the tasks the request starts (its single-flight computation) inherit it; None outside a request.
+_REQUEST_VERSIONS: ContextVar[dict[str, int] | None] = ContextVar("request_knowledge_versions", default=None)
 
 
 class ChangeNotAcknowledgedError(ProviderUnavailableError):
@@ -117,6 +125,9 @@ class KnowledgeVersions:
             raise ChangeNotAcknowledgedError(tenant, exc.detail) from exc
 
     async def _bump(self, tenant: str, *, insist: bool = False) -> int:
+        seen = _REQUEST_VERSIONS.get()
+        if seen is not None:
+            seen.pop(tenant, None)  # this scope changed the tenant: its next read is the new version
         try:
             version = await self._backend.incr_version(version_key(self._prefix, tenant), insist=insist)
         except CacheUnavailableError:
@@ -126,17 +137,41 @@ class KnowledgeVersions:
         self._pending.discard(tenant)
         return version
 
+    @staticmethod
+    @contextmanager
+    def snapshot() -> Iterator[None]:
+        """Within it, each tenant's version is read from the backend once and reused (one request's scope).
+
+        A request read its tenant's version for the response cache's key and again for the router's in-memory
+        probe (``gateway.tenant_matrix``) and the semantic cache: a Redis round trip each. The first read is the
+        one the guarantee above needs (before the answer is computed); the later ones now reuse it, so the key,
+        the probe and the semantic lookup agree on one version. A change acknowledged in between is seen by the
+        next request, as it would be if it had landed a moment later; what this request computes is stored under
+        the old version's key, which nobody reads any more.
+        """
+        token = _REQUEST_VERSIONS.set({})
+        try:
+            yield
+        finally:
+            _REQUEST_VERSIONS.reset(token)
+
     async def current(self, tenant: str) -> int:
-        """The version to put in ``tenant``'s keys.
+        """The version to put in ``tenant``'s keys (inside a :meth:`snapshot`, the one it read first).
 
         Raises ``CacheUnavailableError`` when the backend fails or the tenant still has an
         invalidation that could not be applied: the caller must then bypass the cache.
         """
+        seen = _REQUEST_VERSIONS.get()
+        if seen is not None and tenant in seen:
+            return seen[tenant]
         if self._pending:
             await self._retry_pending()
         if tenant in self._pending:
             raise CacheUnavailableError(f"tenant {tenant!r} has an invalidation the cache has not applied yet")
-        return await self._backend.get_version(version_key(self._prefix, tenant))
+        version = await self._backend.get_version(version_key(self._prefix, tenant))
+        if seen is not None:
+            seen[tenant] = version
+        return version
 
     async def _retry_pending(self) -> None:
         """One attempt per pending tenant; a failure keeps it pending and blocks only that tenant."""

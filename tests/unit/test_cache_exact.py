@@ -303,3 +303,66 @@ async def test_the_holder_keeps_a_short_lock_alive_while_it_computes() -> None:
     assert (await guard.load("k", nothing, slow)).value == "done"
     assert lock_seen == [True] * 4  # 0.2 s of work under a 0.06 s lock
     assert await shared.get(lock_key("k")) is None
+
+
+class CountingVersions(MemoryBackend):
+    """Counts the version reads that reach the backend."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.version_reads = 0
+
+    async def get_version(self, key: str) -> int:
+        self.version_reads += 1
+        return await super().get_version(key)
+
+
+async def test_one_request_reads_each_tenants_version_once_and_the_next_request_reads_it_again() -> None:
+    backend = CountingVersions()
+    versions = KnowledgeVersions(backend, prefix="t")
+    cache = ExactCache(backend, versions, QueryResponse, prefix="t")
+
+    async def compute_reading_the_version_again() -> QueryResponse:
+        # What the router's in-memory probe does inside the computation (gateway.tenant_matrix).
+        assert await versions.current("acme") == first
+        return query_response("computed")
+
+    with KnowledgeVersions.snapshot():
+        first = await versions.current("acme")
+        await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute_reading_the_version_again)
+        await versions.current("globex")
+        await versions.current("globex")
+    assert backend.version_reads == 2  # acme once (key, probe), globex once
+
+    await versions.bump("acme")  # another request's change, after this one ended
+    with KnowledgeVersions.snapshot():
+        assert await versions.current("acme") == first + 1
+    assert backend.version_reads == 3
+    await versions.current("acme")
+    await versions.current("acme")
+    assert backend.version_reads == 5  # outside a request every read reaches the backend
+
+
+async def test_a_change_made_inside_the_scope_is_read_back_new() -> None:
+    backend = CountingVersions()
+    versions = KnowledgeVersions(backend, prefix="t")
+    with KnowledgeVersions.snapshot():
+        before = await versions.current("acme")
+        bumped = await versions.acknowledge("acme")
+        assert await versions.current("acme") == bumped
+    assert bumped > before
+
+
+async def test_tasks_started_in_the_scope_share_its_versions_and_other_scopes_do_not() -> None:
+    backend = CountingVersions()
+    versions = KnowledgeVersions(backend, prefix="t")
+
+    async def request() -> list[int]:
+        with KnowledgeVersions.snapshot():
+            first = await versions.current("acme")
+            inner = await asyncio.create_task(versions.current("acme"))
+            return [first, inner]
+
+    results = await asyncio.gather(request(), request())
+    assert results[0] == results[1]
+    assert backend.version_reads == 2  # one per request, none for the tasks they started
