@@ -26,8 +26,8 @@ aiohttp session is made on the first request, inside the serving event loop.
 from __future__ import annotations
 
 import urllib.request
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Literal
 
 import aiohttp
@@ -76,6 +76,21 @@ def _aiohttp_cause(exc: BaseException) -> BaseException:
     return cause if isinstance(cause, aiohttp.ClientError | TimeoutError) else exc
 
 
+@contextmanager
+def _translating(request: httpx.Request | None = None) -> Iterator[None]:
+    """aiohttp's failures (raw, or as httpx-aiohttp mapped them) raised as :func:`translate` maps them."""
+    try:
+        yield
+    except (TimeoutError, httpx.TransportError, aiohttp.ClientError) as exc:
+        cause = _aiohttp_cause(exc)
+        translated = translate(cause)
+        if translated is None:  # not a transport failure: as it was raised
+            raise
+        if request is not None:
+            translated.request = request
+        raise translated from cause
+
+
 class _TranslatedStream(httpx.AsyncByteStream):
     """A response body whose read errors are translated as the request's are."""
 
@@ -83,34 +98,21 @@ class _TranslatedStream(httpx.AsyncByteStream):
         self._inner = inner
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        try:
+        with _translating():
             async for chunk in self._inner:
                 yield chunk
-        except (TimeoutError, httpx.TransportError, aiohttp.ClientError) as exc:
-            raise _translated(exc) from _aiohttp_cause(exc)
 
     async def aclose(self) -> None:
-        try:
+        with _translating():
             await self._inner.aclose()
-        except (TimeoutError, httpx.TransportError, aiohttp.ClientError) as exc:
-            raise _translated(exc) from _aiohttp_cause(exc)
-
-
-def _translated(exc: BaseException) -> BaseException:
-    return translate(_aiohttp_cause(exc)) or exc
 
 
 class UpstreamTransport(AiohttpTransport):
     """httpx-aiohttp's transport with httpcore's error translation."""
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        try:
+        with _translating(request):
             response = await super().handle_async_request(request)
-        except (TimeoutError, httpx.TransportError, aiohttp.ClientError) as exc:
-            translated = _translated(exc)
-            if isinstance(translated, httpx.RequestError):
-                translated.request = request
-            raise translated from _aiohttp_cause(exc)
         if isinstance(response.stream, httpx.AsyncByteStream):
             response.stream = _TranslatedStream(response.stream)
         return response
