@@ -47,7 +47,7 @@ from gateway.providers.deadline import within
 from gateway.providers.embeddings import build_embeddings, embedding_dimensions
 from gateway.providers.llm import FALLBACK, PRIMARY, LLMClient, open_llm_client, ping_llm
 from gateway.providers.redis import ResilientRedis, open_redis
-from gateway.providers.upstream_http import open_upstream_http
+from gateway.providers.upstream_http import upstream_client
 from gateway.providers.vectorstores.base import VectorStore
 from gateway.providers.vectorstores.lance import LanceVectorStore
 from gateway.providers.websearch import LocalStoreSearch, TavilySearch
@@ -284,7 +284,7 @@ def _lifespan(
             store = overrides.vector_store or await open_vector_store(settings.vector_store, dimensions)
             stack.push_async_callback(store.close)
             endpoint = settings.llm_endpoint
-            upstream_http = await stack.enter_async_context(open_upstream_http(endpoint.transport, endpoint.timeout_s))
+            upstream_http = await stack.enter_async_context(upstream_client(endpoint.transport, endpoint.timeout_s))
             llm = open_llm_client(
                 settings.llm, endpoint, telemetry=telemetry, chat_model=overrides.chat_model, http_client=upstream_http
             )

@@ -75,7 +75,7 @@ def build_chat_model(
     """One ``ChatOpenAI`` per upstream; only ``base_url``/model/key differ between local, prod and fallback.
 
     No SDK retries: :class:`ResilientUpstream` retries, so each retry is counted once and seen by the breaker.
-    :class:`GatewayChatOpenAI` is a ``ChatOpenAI`` without two per-call costs of the Chat Completions path.
+    :class:`GatewayChatOpenAI` is a ``ChatOpenAI`` without some per-call costs of the Chat Completions path.
     ``http_client``: the app's upstream client (:mod:`gateway.providers.upstream_http`); without it the SDK's own.
     """
     return GatewayChatOpenAI(

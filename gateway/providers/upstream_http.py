@@ -19,15 +19,16 @@ Two things it gets wrong for this gateway, fixed here:
   the client is httpx's own (which routes by those variables, as the SDK's default client does), and
   otherwise aiohttp's, with nothing read from the environment per request.
 
-The client is opened once in the app's lifespan (:func:`open_upstream_http`) and closed with it; its
-aiohttp session is made on the first request, inside the serving event loop.
+The app's lifespan opens one client (:func:`upstream_client`, an ``httpx.AsyncClient`` and so its own async
+context manager) for every upstream and closes it at shutdown; its aiohttp session is made on the first request,
+inside the serving event loop.
 """
 
 from __future__ import annotations
 
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import contextmanager
 from typing import Literal
 
 import aiohttp
@@ -125,13 +126,3 @@ def upstream_client(transport: Transport, timeout_s: float) -> httpx.AsyncClient
     if transport == "httpx" or urllib.request.getproxies():
         return httpx.AsyncClient(timeout=timeout, limits=CONNECTIONS, follow_redirects=True)
     return httpx.AsyncClient(transport=UpstreamTransport(limits=CONNECTIONS), timeout=timeout, follow_redirects=True)
-
-
-@asynccontextmanager
-async def open_upstream_http(transport: Transport, timeout_s: float) -> AsyncIterator[httpx.AsyncClient]:
-    """One client for every upstream of the app (primary, fallback, profiles' models), closed with the app."""
-    client = upstream_client(transport, timeout_s)
-    try:
-        yield client
-    finally:
-        await client.aclose()

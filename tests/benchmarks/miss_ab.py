@@ -27,7 +27,7 @@ import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 
-from tests.benchmarks.miss_cost import DEFAULT_KIT, MODELS, ROOT, Kit, free_port, gateway, probe_route
+from tests.benchmarks.miss_cost import DEFAULT_KIT, MODELS, ROOT, Kit, free_port, gateway, overhead_args, probe_route
 
 
 def settings_pairs(pairs: list[str]) -> dict[str, str]:
@@ -41,28 +41,10 @@ def settings_pairs(pairs: list[str]) -> dict[str, str]:
 
 
 def overhead(
-    kit: Kit, url: str, upstream: str, key: str, model: str, pid: int, n: int, out: Path
+    kit: Kit, base: str, upstream: str, key: str, model: str, pid: int, n: int, out: Path
 ) -> tuple[float, float]:
     """One ``load.py overhead --unique`` run: (server CPU ms per miss, added p50 ms)."""
-    row = kit.load(
-        [
-            "overhead",
-            "--gateway",
-            f"{url}/v1/chat/completions",
-            "--direct",
-            f"{upstream}/chat/completions",
-            "-H",
-            f"Authorization: Bearer {key}",
-            "--model",
-            model,
-            "--unique",
-            "-n",
-            str(n),
-            "--pid",
-            str(pid),
-        ],
-        out,
-    )
+    row = kit.load([*overhead_args(base, upstream, key, model, n), "--pid", str(pid)], out)
     return float(row["server_cpu_ms_per_req"]), float(row["added_p50_ms"])
 
 

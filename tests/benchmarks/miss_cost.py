@@ -176,6 +176,24 @@ def probe_route(base: str, key: str, model: str) -> str:
         return str(json.load(response)["gateway"]["route"])
 
 
+def overhead_args(base: str, upstream: str, key: str, model: str, n: int) -> list[str]:
+    """``load.py overhead``: ``n`` sequential pairs of unique prompts, the gateway at ``base`` then the upstream."""
+    return [
+        "overhead",
+        "--gateway",
+        f"{base}/v1/chat/completions",
+        "--direct",
+        f"{upstream}/chat/completions",
+        "-H",
+        f"Authorization: Bearer {key}",
+        "--model",
+        model,
+        "--unique",
+        "-n",
+        str(n),
+    ]
+
+
 def measure(kit: Kit, args: argparse.Namespace, pid: int, base: str, upstream: str, key: str) -> dict[str, Any]:
     url = f"{base}/v1/chat/completions"
     auth = ["-H", f"Authorization: Bearer {key}"]
@@ -185,21 +203,7 @@ def measure(kit: Kit, args: argparse.Namespace, pid: int, base: str, upstream: s
         results[f"{model} route"] = probe_route(base, key, model)
         body = ["--model", model]
         results[f"{model} overhead"] = kit.load(
-            [
-                "overhead",
-                "--gateway",
-                url,
-                "--direct",
-                f"{upstream}/chat/completions",
-                *auth,
-                *body,
-                "--unique",
-                "-n",
-                str(args.seq_n),
-                *common,
-                "--label",
-                f"{model} overhead",
-            ],
+            [*overhead_args(base, upstream, key, model, args.seq_n), *common, "--label", f"{model} overhead"],
             args.out / "gateway.jsonl",
         )
         results[f"{model} miss"] = kit.load(

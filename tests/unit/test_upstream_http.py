@@ -1,17 +1,14 @@
 """The model calls' HTTP client over aiohttp: real sockets on loopback, failures as httpcore reports them.
 
 The OpenAI SDK decides timeout (``APITimeoutError``, a 504 here) against unreachable (``APIConnectionError``,
-a 503) by the httpx error class, so each failure below is produced for real (a closed port, a server that
-hangs up, a body cut short, a server that never answers) and the class is what is checked.
+a 503) by the httpx error class, so each failure below is produced for real by the fake upstream the fault
+tests use (:class:`tests.fakes.openai_server.FakeOpenAI`: a closed port, a server that hangs up, a body cut
+short, a server that never answers) and the class is what is checked.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
-import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 
 import httpx
 import openai
@@ -20,89 +17,48 @@ from langchain_core.messages import HumanMessage
 from pydantic import SecretStr
 
 from gateway.providers.chat_openai import GatewayChatOpenAI
-from gateway.providers.upstream_http import UpstreamTransport, open_upstream_http, translate, upstream_client
-
-Serve = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
-
-COMPLETION = {
-    "id": "chatcmpl-1",
-    "object": "chat.completion",
-    "created": 1_700_000_000,
-    "model": "fake-gpt",
-    "choices": [{"index": 0, "message": {"role": "assistant", "content": "Paris."}, "finish_reason": "stop"}],
-    "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7},
-}
+from gateway.providers.upstream_http import UpstreamTransport, translate, upstream_client
+from tests.fakes.openai_server import Answer, Cut, FakeOpenAI, Hang
+from tests.ports import free_port
 
 
-async def read_request(reader: asyncio.StreamReader) -> bytes:
-    head = await reader.readuntil(b"\r\n\r\n")
-    length = next(
-        (int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")), 0
-    )
-    return await reader.readexactly(length)
+@pytest.fixture
+def upstream() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI(Answer("Paris.")) as server:
+        yield server
 
 
-def http_response(body: bytes, *, declared: int | None = None) -> bytes:
-    length = len(body) if declared is None else declared
-    head = f"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {length}\r\n\r\n"
-    return head.encode() + body
-
-
-@asynccontextmanager
-async def server(serve: Serve) -> AsyncIterator[str]:
-    listening = await asyncio.start_server(serve, "127.0.0.1", 0)
-    port = listening.sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        listening.close()
-
-
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-async def test_a_completion_round_trips_and_the_body_is_sent_whole() -> None:
-    received: list[dict[str, object]] = []
-
-    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        for _ in range(2):  # one kept-alive connection serves both calls
-            received.append(json.loads(await read_request(reader)))
-            writer.write(http_response(json.dumps(COMPLETION).encode()))
-            await writer.drain()
-        writer.close()
-
-    async with server(answer) as base, open_upstream_http("aiohttp", 5.0) as client:
+async def test_a_completion_round_trips_and_the_body_is_sent_whole(upstream: FakeOpenAI) -> None:
+    async with upstream_client("aiohttp", 5.0) as client:
         model = GatewayChatOpenAI(
-            model="fake-gpt", base_url=f"{base}/v1", api_key=SecretStr("k"), max_retries=0, http_async_client=client
+            model="fake-gpt",
+            base_url=upstream.base_url,
+            api_key=SecretStr("k"),
+            max_retries=0,
+            http_async_client=client,
         )
         first = await model.ainvoke([HumanMessage("What is the capital of France?")])
         second = await model.ainvoke([HumanMessage("And of Japan?")])
     assert isinstance(client._transport, UpstreamTransport)
     assert (first.content, second.content) == ("Paris.", "Paris.")
     assert first.usage_metadata is not None
-    assert first.usage_metadata["total_tokens"] == 7
-    assert [body["messages"] for body in received] == [
-        [{"role": "user", "content": "What is the capital of France?"}],
-        [{"role": "user", "content": "And of Japan?"}],
-    ]
+    assert first.usage_metadata["total_tokens"] == 13
+    assert [seen.messages for seen in upstream.seen] == [("What is the capital of France?",), ("And of Japan?",)]
 
 
 async def test_a_refused_connection_is_a_connect_error_not_a_timeout() -> None:
-    async with open_upstream_http("aiohttp", 5.0) as client:
+    async with upstream_client("aiohttp", 5.0) as client:
         with pytest.raises(httpx.ConnectError) as caught:
-            await client.post(f"http://127.0.0.1:{closed_port()}/v1/chat/completions", json={})
+            await client.post(f"http://127.0.0.1:{free_port()}/v1/chat/completions", json={})
     assert not isinstance(caught.value, httpx.TimeoutException)
     assert caught.value.request.url.port is not None
 
 
 async def test_the_sdk_reports_a_refused_connection_as_unreachable() -> None:
-    async with open_upstream_http("aiohttp", 5.0) as client:
+    async with upstream_client("aiohttp", 5.0) as client:
         model = GatewayChatOpenAI(
             model="fake-gpt",
-            base_url=f"http://127.0.0.1:{closed_port()}/v1",
+            base_url=f"http://127.0.0.1:{free_port()}/v1",
             api_key=SecretStr("k"),
             max_retries=0,
             http_async_client=client,
@@ -112,41 +68,29 @@ async def test_the_sdk_reports_a_refused_connection_as_unreachable() -> None:
     assert not isinstance(caught.value, openai.APITimeoutError)
 
 
-async def test_a_server_that_hangs_up_without_answering_is_a_protocol_error() -> None:
-    async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.close()
-
-    async with server(hang_up) as base, open_upstream_http("aiohttp", 5.0) as client:
+async def test_a_server_that_hangs_up_without_answering_is_a_protocol_error(upstream: FakeOpenAI) -> None:
+    upstream.script(Hang(0.0))
+    async with upstream_client("aiohttp", 5.0) as client:
         with pytest.raises(httpx.RemoteProtocolError):
-            await client.post(f"{base}/v1/chat/completions", json={})
+            await client.post(f"{upstream.base_url}/chat/completions", json={})
 
 
-async def test_a_body_cut_short_is_a_read_error_while_it_streams() -> None:
-    async def cut(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(http_response(b'{"choices": [', declared=400))
-        await writer.drain()
-        writer.close()
-
+async def test_a_body_cut_short_is_a_read_error_while_it_streams(upstream: FakeOpenAI) -> None:
+    upstream.script(Cut())
     async with (
-        server(cut) as base,
-        open_upstream_http("aiohttp", 5.0) as client,
-        client.stream("POST", f"{base}/v1/chat/completions", json={}) as response,
+        upstream_client("aiohttp", 5.0) as client,
+        client.stream("POST", f"{upstream.base_url}/chat/completions", json={}) as response,
     ):
         assert response.status_code == 200
         with pytest.raises(httpx.ReadError):
             await response.aread()
 
 
-async def test_an_upstream_that_never_answers_is_a_read_timeout() -> None:
-    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        await asyncio.sleep(5)
-
-    async with server(silent) as base, open_upstream_http("aiohttp", 5.0) as client:
+async def test_an_upstream_that_never_answers_is_a_read_timeout(upstream: FakeOpenAI) -> None:
+    upstream.script(Hang(5.0))
+    async with upstream_client("aiohttp", 5.0) as client:
         with pytest.raises(httpx.ReadTimeout):
-            await client.post(f"{base}/v1/chat/completions", json={}, timeout=httpx.Timeout(0.2))
+            await client.post(f"{upstream.base_url}/chat/completions", json={}, timeout=httpx.Timeout(0.2))
 
 
 def test_what_is_not_an_aiohttp_failure_is_left_alone() -> None:
