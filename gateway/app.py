@@ -28,7 +28,7 @@ from gateway.api.health import HealthController
 from gateway.api.metrics import MetricsController
 from gateway.api.query import QueryController
 from gateway.cache.backend import RedisBackend
-from gateway.cache.layer import CacheLayer, open_cache, open_semantic_cache
+from gateway.cache.layer import CacheLayer, open_cache, open_semantic_cache, shares_embeddings
 from gateway.cache.versions import ChangeNotAcknowledgedError
 from gateway.chunking import Chunker
 from gateway.curation.api import CurationController, EvalSuiteController, FeedbackController, provide_curation
@@ -294,7 +294,13 @@ def _lifespan(
             query_embeddings = embeddings
             if cache is not None and settings.cache.embedding_ttl_s > 0:
                 model = f"{settings.embeddings.provider}:{settings.embeddings.model}"
-                query_embeddings = cache.wrap_embeddings(embeddings, model=model, ttl_s=settings.cache.embedding_ttl_s)
+                query_embeddings = cache.wrap_embeddings(
+                    embeddings,
+                    model=model,
+                    ttl_s=settings.cache.embedding_ttl_s,
+                    shared=shares_embeddings(settings.cache, settings.embeddings.provider),
+                    max_entries=settings.cache.embedding_max_entries,
+                )
             versions = cache.versions if cache is not None else None
             matrices = None
             if versions is not None and settings.vector_store.probe_index_max_mb > 0:

@@ -319,6 +319,15 @@ class CacheSettings(SettingsGroup):
     embedding_ttl_s: float = Field(
         7 * 24 * 3600.0, ge=0, validation_alias=AliasChoices("GATEWAY_EMBEDDING_CACHE_TTL_S")
     )
+    # Where query vectors are kept (``gateway.cache.layer.shares_embeddings``): ``shared`` is the response cache's
+    # backend (Redis: one replica's vector serves all), ``process`` an LRU of ``embedding_max_entries`` here;
+    # ``auto`` shares a remote provider's vectors (a network call and a bill each) and keeps a local model's here.
+    embedding_store: Literal["auto", "shared", "process"] = Field(
+        "auto", validation_alias=AliasChoices("GATEWAY_EMBEDDING_CACHE_STORE")
+    )
+    embedding_max_entries: int = Field(
+        4096, ge=1, validation_alias=AliasChoices("GATEWAY_EMBEDDING_CACHE_MAX_ENTRIES")
+    )
 
 
 class SemanticCacheSettings(SettingsGroup):

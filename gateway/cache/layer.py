@@ -20,6 +20,10 @@ from gateway.providers.redis import ResilientRedis
 from gateway.schemas import QueryResponse
 from gateway.settings import CacheSettings, SemanticCacheSettings
 
+DEFAULT_PROCESS_EMBEDDINGS = 4096
+# The byte bound of a process-local vector LRU, per entry: float32 vectors of up to 2,048 dimensions.
+_MAX_VECTOR_BYTES = 2048 * 4
+
 
 @dataclass(frozen=True, slots=True)
 class CacheLayer:
@@ -30,9 +34,33 @@ class CacheLayer:
     events: CacheEvents = NO_CACHE_EVENTS
 
     def wrap_embeddings(
-        self, inner: Embeddings, *, model: str, ttl_s: float = DEFAULT_EMBEDDING_TTL_S
+        self,
+        inner: Embeddings,
+        *,
+        model: str,
+        ttl_s: float = DEFAULT_EMBEDDING_TTL_S,
+        shared: bool = True,
+        max_entries: int = DEFAULT_PROCESS_EMBEDDINGS,
     ) -> CachedEmbeddings:
-        return CachedEmbeddings(inner, self.backend, model=model, ttl_s=ttl_s, prefix=self.prefix, events=self.events)
+        """``shared``: in the layer's backend, where every replica finds what one computed; else in an LRU of
+        ``max_entries`` vectors of this process's own (``shares_embeddings`` decides)."""
+        backend = self.backend if shared else MemoryBackend(max_entries, max_entries * _MAX_VECTOR_BYTES)
+        return CachedEmbeddings(inner, backend, model=model, ttl_s=ttl_s, prefix=self.prefix, events=self.events)
+
+
+def shares_embeddings(settings: CacheSettings, provider: str) -> bool:
+    """Whether query vectors go to the shared backend (Redis) or stay in the process that computed them.
+
+    A shared entry costs every query a round trip to look for it and, on a miss, one to store it. That pays for
+    itself when the embedding is a network call to a provider (tens of milliseconds, and billed), not for the
+    local model: a query takes it ~2-3 ms of CPU, and two Redis round trips cost a third of that on every unique
+    question (issue 17: an ``auto`` miss went from five round trips to three), while vectors repeat mostly where
+    the response cache already answers. So ``auto`` keeps local vectors in the process (a repeat on the same
+    replica still skips the model) and shares remote ones.
+    """
+    if settings.embedding_store == "auto":
+        return provider != "use"
+    return settings.embedding_store == "shared"
 
 
 def open_cache(

@@ -17,8 +17,8 @@ knowledge base in the key's tenant, then runs the kit's load generator (``shared
 It prints the issue's table for this gateway; with ``--litellm`` (the JSON lines
 ``shared/perf/bench_litellm.sh`` wrote in the same sitting) LiteLLM's column and the ratios too. Run the
 two one after the other, never together, on a quiet machine. ``--profile S`` instead samples the
-gateway with py-spy for S seconds per model under unique prompts at concurrency 8 and prints where the
-samples go by package (:mod:`tests.benchmarks.profile_summary`).
+gateway with py-spy for S seconds per model under unique prompts (concurrency 8, or
+``--profile-concurrency``) and prints where the samples go by package (:mod:`tests.benchmarks.profile_summary`).
 
 The kit's tools venv (``shared/perf/setup.sh tools``, under ``$PERFKIT``) runs the fake upstream and
 the load generator; the gateway runs on this interpreter. Everything listens on loopback, on free
@@ -285,7 +285,7 @@ def profile(kit: Kit, args: argparse.Namespace, pid: int, base: str, key: str) -
                 model,
                 "--unique",
                 "-c",
-                "8",
+                str(args.profile_concurrency),
                 "-d",
                 str(round(args.profile)),
                 "--warmup",
@@ -296,7 +296,7 @@ def profile(kit: Kit, args: argparse.Namespace, pid: int, base: str, key: str) -
             args.out / "profile-load.jsonl",
         )
         spy.wait(60)
-        print(f"\n### {model}: unique prompts, concurrency 8, {args.profile:.0f} s\n")
+        print(f"\n### {model}: unique prompts, concurrency {args.profile_concurrency}, {args.profile:.0f} s\n")
         print(summarise(raw.read_text(encoding="utf-8").splitlines()).table())
 
 
@@ -395,6 +395,9 @@ def main() -> None:
     parser.add_argument("--litellm", type=Path, help="bench_litellm.sh's JSON lines, same sitting")
     parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "miss_cost")
     parser.add_argument("--profile", type=float, default=0.0, help="seconds of py-spy per model instead of the table")
+    parser.add_argument(
+        "--profile-concurrency", type=int, default=8, help="1: where a sequential miss's CPU goes (every wait idles)"
+    )
     parser.add_argument("--py-spy", help="py-spy executable (default: on PATH)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)

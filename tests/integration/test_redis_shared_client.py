@@ -18,6 +18,7 @@ from tests.chat_support import ACME_ADMIN_KEY, ACME_KEY, bearer, keyed
 from tests.integration.conftest import REDIS_TEST_URL
 from tests.redis_proxy import ThreadedProxy
 from tests.scripted import answer_with_first_passage
+from tests.unit.observability_support import scrape, value
 
 pytestmark = pytest.mark.redis
 
@@ -37,7 +38,7 @@ def shared_settings(settings: Settings, redis_url: str, prefix: str) -> Settings
     return keyed(settings, requests_per_minute=100, daily_tokens=100_000).replace(
         # outages here are refused connections; no stall of a loaded machine counts
         redis={"url": redis_url, "backoff_s": 0.2, "timeout_s": 0.5},
-        cache={"prefix": f"{prefix}:cache"},
+        cache={"prefix": f"{prefix}:cache", "embedding_store": "shared"},
         semantic_cache={"enabled": True},
         access={"rate_limit_prefix": f"{prefix}:rl", "rate_limit_timeout_s": 0.5},
     )
@@ -90,6 +91,31 @@ async def test_cache_semantic_cache_and_rate_limiter_share_one_pool(
     # ...and Redis saw exactly the connections of that one pool: sequential requests reuse one connection.
     assert during == pool_size == 1
     assert after == 0  # the lifespan closed the pool
+
+
+async def test_the_local_models_query_vectors_stay_in_the_process(
+    make_client: Any, settings: Settings, redis: Redis, prefix: str
+) -> None:
+    """The default (``GATEWAY_EMBEDDING_CACHE_STORE=auto``) with the local model: answers and versions in Redis,
+    query vectors not (two round trips per unique question would cost more than the model saves)."""
+    config = keyed(settings, requests_per_minute=100, daily_tokens=100_000).replace(
+        redis={"url": REDIS_TEST_URL, "timeout_s": 0.5}, cache={"prefix": f"{prefix}:cache"}
+    )
+    assert config.embeddings.provider == "use"
+    async with make_client(answer_with_first_passage, settings_override=config) as (client, _):
+        assert (await client.post("/v1/documents", json=LEAVE, headers=bearer(ACME_ADMIN_KEY))).status_code == 200
+        # The same question with another top_k: another response key, so a response-cache miss that embeds again.
+        bodies = (QUESTION, QUESTION, {**QUESTION, "top_k": 2})
+        asked = [(await client.post("/v1/query", json=b, headers=bearer(ACME_KEY))).json() for b in bodies]
+        samples, _ = await scrape(client)
+        stored = {key.decode().removeprefix(prefix) async for key in redis.scan_iter(match=f"{prefix}:*")}
+    assert [answer["cached"] for answer in asked] == [False, True, False]
+    assert any(":q:acme:" in key for key in stored)
+    assert ":cache:ver:acme" in stored
+    assert not any(key.startswith(":cache:emb:") for key in stored)
+    # The question's vector was computed once and found in the process the second time it was needed.
+    assert value(samples, "gateway_cache_requests_total", layer="embedding", result="miss") == 1
+    assert value(samples, "gateway_cache_requests_total", layer="embedding", result="hit") == 1
 
 
 async def test_an_outage_is_one_transition_for_every_redis_user_and_each_keeps_its_policy(

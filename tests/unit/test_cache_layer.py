@@ -5,6 +5,7 @@ from __future__ import annotations
 from langchain_core.embeddings import Embeddings
 
 from gateway.cache import CacheLayer, MemoryBackend, RedisBackend, open_cache
+from gateway.cache.layer import shares_embeddings
 from gateway.providers.redis import ResilientRedis
 from gateway.schemas import QueryResponse
 from gateway.settings import CacheSettings
@@ -68,6 +69,24 @@ async def test_wrapped_embeddings_use_the_same_backend() -> None:
     assert embeddings.hits == 1
     assert isinstance(layer.backend, MemoryBackend)
     assert len(layer.backend) == 1
+
+
+async def test_process_local_vectors_stay_out_of_the_shared_backend() -> None:
+    layer = open_cache(None, CacheSettings(prefix="p"))
+    embeddings = layer.wrap_embeddings(Constant(), model="constant", shared=False, max_entries=2)
+    for text in ("a", "b", "c", "c"):
+        await embeddings.aembed_query(text)
+    assert (embeddings.hits, embeddings.misses) == (1, 3)
+    assert len(layer.backend) == 0  # the response cache's backend never saw a vector
+    await embeddings.aembed_query("a")  # evicted by the bound of two entries: computed again
+    assert embeddings.misses == 4
+
+
+def test_auto_shares_a_remote_providers_vectors_and_keeps_the_local_models() -> None:
+    auto = CacheSettings()
+    assert (shares_embeddings(auto, "use"), shares_embeddings(auto, "openai")) == (False, True)
+    shared, local = CacheSettings(embedding_store="shared"), CacheSettings(embedding_store="process")
+    assert (shares_embeddings(shared, "use"), shares_embeddings(local, "openai")) == (True, False)
 
 
 async def test_a_namespace_separates_answers_but_not_versions() -> None:
