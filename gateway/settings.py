@@ -325,9 +325,7 @@ class CacheSettings(SettingsGroup):
     embedding_store: Literal["auto", "shared", "process"] = Field(
         "auto", validation_alias=AliasChoices("GATEWAY_EMBEDDING_CACHE_STORE")
     )
-    embedding_max_entries: int = Field(
-        4096, ge=1, validation_alias=AliasChoices("GATEWAY_EMBEDDING_CACHE_MAX_ENTRIES")
-    )
+    embedding_max_entries: int = Field(4096, ge=1, validation_alias=AliasChoices("GATEWAY_EMBEDDING_CACHE_MAX_ENTRIES"))
 
 
 class SemanticCacheSettings(SettingsGroup):

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from redis.asyncio import Redis
 
+from gateway.cache.keys import LOCK_SUFFIX, lock_key
 from gateway.errors import ProviderError
 from gateway.providers.redis import RedisUnavailableError, ResilientRedis
 
@@ -97,6 +98,21 @@ class CacheBackend(ABC):
         if value is not None:
             return value, False
         return None, await self.acquire_lock(lock, token, ttl_s)
+
+    async def lookup_versioned(
+        self, version: str, key: tuple[str, str], token: str, ttl_s: float
+    ) -> tuple[int, bytes | None, bool]:
+        """``get_version(version)``, then ``get_or_lock`` of the entry ``head + str(version) + tail`` (``key``) and of
+        its lock (``lock_key`` of it) for ``token``: the version read, the value, whether the lock was taken.
+
+        A response key embeds its tenant's knowledge version, so a lookup used to read the version first, a round trip
+        of its own: Redis builds the key in the same script. This default is the calls in turn, which the in-process
+        backend runs without yielding in between.
+        """
+        current = await self.get_version(version)
+        entry = f"{key[0]}{current}{key[1]}"
+        value, held = await self.get_or_lock(entry, lock_key(entry), token, ttl_s)
+        return current, value, held
 
     async def set_and_release(self, key: str, value: bytes, ttl_s: float, lock: str, token: str) -> None:
         """Store a computed value, then drop ``lock`` if ``token`` still owns it (a stampede guard's last step):
@@ -246,6 +262,24 @@ if value then return {1, value} end
 if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return {0, 1} end
 return {0, 0}
 """
+# KEYS: the tenant's version; ARGV: the entry key's head and tail (the version goes between), the lock's suffix,
+# the lock token, PX. The version is read (and seeded, as above) and the entry's key built here, so a lookup is one
+# round trip: {version, 1, value} on a hit, {version, 0, 1} on a miss that took the lock, {version, 0, 0} on one
+# that did not.
+# The entry's keys are not declared in KEYS: one Redis (or a primary with replicas) serves the cache, never a Cluster,
+# whose slots would refuse the version and the entry in one script anyway.
+_LOOKUP_VERSIONED_LUA = """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  local now = redis.call('TIME')
+  redis.call('INCRBY', KEYS[1], tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000))
+end
+local version = redis.call('GET', KEYS[1])
+local key = ARGV[1] .. version .. ARGV[2]
+local value = redis.call('GET', key)
+if value then return {version, 1, value} end
+if redis.call('SET', key .. ARGV[3], ARGV[4], 'NX', 'PX', ARGV[5]) then return {version, 0, 1} end
+return {version, 0, 0}
+"""
 # KEYS: the entry, its lock; ARGV: value, PX, lock token.
 _SET_AND_RELEASE_LUA = """
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
@@ -272,6 +306,7 @@ class RedisBackend(CacheBackend):
         self._release_script = redis.client.register_script(_RELEASE_LUA)
         self._get_or_lock_script = redis.client.register_script(_GET_OR_LOCK_LUA)
         self._set_and_release_script = redis.client.register_script(_SET_AND_RELEASE_LUA)
+        self._lookup_versioned_script = redis.client.register_script(_LOOKUP_VERSIONED_LUA)
 
     @property
     def redis(self) -> ResilientRedis:
@@ -325,6 +360,18 @@ class RedisBackend(CacheBackend):
         if int(found):
             return (second.encode() if isinstance(second, str) else second), False
         return None, bool(int(second))
+
+    async def lookup_versioned(
+        self, version: str, key: tuple[str, str], token: str, ttl_s: float
+    ) -> tuple[int, bytes | None, bool]:
+        px = _ttl_ms(ttl_s)
+        args: list[str | int] = [key[0], key[1], LOCK_SUFFIX, token, px]
+        current, found, second = await self.run(
+            "lookup", lambda _: self._lookup_versioned_script(keys=[version], args=args)
+        )
+        if int(found):
+            return int(current), (second.encode() if isinstance(second, str) else second), False
+        return int(current), None, bool(int(second))
 
     async def set_and_release(self, key: str, value: bytes, ttl_s: float, lock: str, token: str) -> None:
         px = _ttl_ms(ttl_s)

@@ -12,12 +12,13 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Generic, Literal, TypeVar
+from uuid import uuid4
 
 import msgspec
 
 from gateway.cache.backend import CacheBackend, CacheUnavailableError
 from gateway.cache.events import NO_CACHE_EVENTS, CacheEvents
-from gateway.cache.keys import DEFAULT_PREFIX, KeyParams, exact_key
+from gateway.cache.keys import DEFAULT_PREFIX, KeyParams, exact_key, exact_key_parts, lock_key
 from gateway.cache.single_flight import StampedeGuard
 from gateway.cache.versions import KnowledgeVersions
 
@@ -157,31 +158,37 @@ class ExactCache(Generic[R]):
     ) -> CacheOutcome[R]:
         """Serve from the cache, or compute once for every concurrent identical miss and store.
 
-        Errors from ``compute`` propagate to every caller sharing it and are not cached.
+        The lookup reads the tenant's knowledge version, the entry keyed by it and, on a miss, takes the entry's
+        stampede lock, all in one backend call (a hit is one round trip, a miss two with the store). A lookup that
+        fails is served as a bypass: computed, not stored. Errors from ``compute`` propagate to every caller sharing
+        it and are not cached.
         """
-        key = await self.key_for(tenant, route, query, params)
-        if key is None:
-            self.stats.bypassed += 1
-            return CacheOutcome(await compute(), "bypass", None)
-        reported = False
-
-        async def first(lock: str, token: str) -> tuple[R | None, bool]:
-            """The hit check and, on a miss, the stampede lock: one backend call."""
-            nonlocal reported
-            with self._events.cache_lookup("exact"):
-                raw, held = await self._backend.get_or_lock(key, lock, token, self._guard.lock_ttl_s)
+        head, tail = exact_key_parts(self._prefix, tenant, route, query, params)
+        token = uuid4().hex
+        with self._events.cache_lookup("exact"):
+            try:
+                version, raw, held = await self._lookup(tenant, (head, tail), token)
+            except CacheUnavailableError as exc:
+                self._record_error(exc)
+                version = None
+            if version is not None:
+                key = f"{head}{version}{tail}"
                 found = None if raw is None else self._decode(key, raw)
                 if found is not None:
                     self._events.cache_result("exact", "hit")  # on the lookup's span, as a hit is traced
-                    reported = True
-            if raw is not None and found is None:  # an entry that no longer decodes: recomputed under the lock
-                held = await self._backend.acquire_lock(lock, token, self._guard.lock_ttl_s)
-            return found, held
+        if version is None:
+            self.stats.bypassed += 1
+            return CacheOutcome(await compute(), "bypass", None)
+        if raw is not None and found is None:  # an entry that no longer decodes: recomputed under the lock
+            try:
+                held = await self._backend.acquire_lock(lock_key(key), token, self._guard.lock_ttl_s)
+            except CacheUnavailableError as exc:
+                self._record_error(exc)
 
         async def finish(value: R, lock: str | None, token: str) -> None:
             await self._store(key, value, lock, token)
 
-        loaded = await self._guard.load_entry(key, lambda: self._fetch(key), first, compute, finish)
+        loaded = await self._guard.settle(key, (found, held), token, lambda: self._fetch(key), compute, finish)
         if loaded.source == "hit":
             self.stats.hits += 1
         elif loaded.source == "coalesced":
@@ -189,9 +196,23 @@ class ExactCache(Generic[R]):
         else:
             self.stats.misses += 1
         # A request that shared another's computation did not pay for it: a hit, as in ``CacheOutcome.cached``.
-        if not reported or loaded.source != "hit":
+        if found is None:
             self._events.cache_result("exact", "miss" if loaded.source == "computed" else "hit")
         return CacheOutcome(loaded.value, loaded.source, key)
+
+    async def _lookup(self, tenant: str, key: tuple[str, str], token: str) -> tuple[int | None, bytes | None, bool]:
+        """The version (None: the tenant has an invalidation not applied yet, bypass), the entry, whether the lock was
+        taken: one round trip, or, when this request has read the version already, the entry's look alone."""
+        known = await self._versions.known(tenant)
+        if known is None:
+            version, raw, held = await self._backend.lookup_versioned(
+                self._versions.key(tenant), key, token, self._guard.lock_ttl_s
+            )
+            self._versions.read(tenant, version)
+            return version, raw, held
+        entry = f"{key[0]}{known}{key[1]}"
+        raw, held = await self._backend.get_or_lock(entry, lock_key(entry), token, self._guard.lock_ttl_s)
+        return known, raw, held
 
     async def _store(self, key: str, value: R, lock: str | None, token: str) -> None:
         """``set`` for a computed value, releasing the stampede lock in the same call when one is held."""

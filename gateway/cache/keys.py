@@ -56,10 +56,18 @@ def exact_key(
     ``route`` is the route the caller asked for ("auto" included), not the one that answered:
     the key must be computable before any work is done.
     """
-    key = f"{prefix}:q:{check_tenant(tenant)}:v{version}:{_check_route(route)}:{sha256_hex(normalize_query(query))}"
+    head, tail = exact_key_parts(prefix, tenant, route, query, params)
+    return f"{head}{version}{tail}"
+
+
+def exact_key_parts(
+    prefix: str, tenant: str, route: str, query: str, params: KeyParams | None = None
+) -> tuple[str, str]:
+    """``exact_key`` before and after its version: a lookup sends both, and Redis reads the version between them."""
+    tail = f":{_check_route(route)}:{sha256_hex(normalize_query(query))}"
     if params:
-        key += f":{_params_digest(params)}"
-    return key
+        tail += f":{_params_digest(params)}"
+    return f"{prefix}:q:{check_tenant(tenant)}:v", tail
 
 
 def version_key(prefix: str, tenant: str) -> str:
@@ -71,9 +79,12 @@ def embedding_key(prefix: str, model: str, text: str) -> str:
     return f"{prefix}:emb:{model}:{sha256_hex(text)}"
 
 
+LOCK_SUFFIX = ":lock"
+
+
 def lock_key(key: str) -> str:
     """The stampede lock of a cache key lives beside it, so prefix-scoped cleanup removes both."""
-    return f"{key}:lock"
+    return f"{key}{LOCK_SUFFIX}"
 
 
 def _check_route(route: str) -> str:

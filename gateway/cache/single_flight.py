@@ -25,8 +25,6 @@ from gateway.cache.keys import lock_key
 
 T = TypeVar("T")
 Source = Literal["hit", "computed", "coalesced"]
-# A cache entry's first look and lock: (the value, or None on a miss; whether the lock was taken for the token).
-First = Callable[[str, str], Awaitable[tuple[T | None, bool]]]
 # Stores a computed value and releases the lock (None: no lock held) for the token; never raises for the cache.
 Finish = Callable[[T, str | None, str], Awaitable[None]]
 
@@ -107,52 +105,51 @@ class StampedeGuard(Generic[T]):
     ) -> Loaded[T]:
         return await self._coalesced(key, lambda: self._load_across_replicas(key, lookup, compute))
 
-    async def load_entry(
+    async def settle(
         self,
         key: str,
+        first: tuple[T | None, bool],
+        token: str,
         lookup: Callable[[], Awaitable[T | None]],
-        first: First[T],
         compute: Callable[[], Awaitable[T]],
         finish: Finish[T],
     ) -> Loaded[T]:
-        """``load`` for a value kept in the backend under ``key`` itself (the response cache), in fewer round trips:
-        ``first`` looks it up and, on a miss, takes the lock in one backend call; ``finish`` stores the computed
-        value and releases the lock in one. ``compute`` only computes; ``lookup`` is the plain read of a wait for
-        another replica. A hit costs one call, a miss two (``load`` with a look before it: two and four).
-        ``first`` raises ``CacheUnavailableError`` when the cache failed: then this computes."""
+        """``load`` for a value kept in the backend under ``key`` itself (the response cache), after the caller's first
+        look: ``first`` is the value (None on a miss) and whether the look took ``key``'s lock for ``token``, in one
+        backend call. The caller makes that call because the key is built from what it reads (the knowledge version
+        comes back in the same round trip). A hit is served; the lock's taker computes, in this process's one flight
+        of ``key``, and ``finish`` stores the value and releases the lock in one call; a miss that found the lock
+        taken joins that flight when the taker is this process, else waits for the replica that holds it (one
+        waiting flight per key here), then computes itself if the holder stored nothing. ``lookup`` is the plain
+        read of such a wait. A hit costs the caller's one call, a miss two.
 
-        return await self._coalesced(key, lambda: self._load_entry(key, lookup, first, compute, finish))
+        Joining only after a look of one's own is what keeps the knowledge versions' guarantee: a request never
+        shares a computation that began before a change it can see.
+        """
+        found, held = first
+        if found is not None:
+            return Loaded(found, "hit")
+        lock = lock_key(key)
+        if held or self._flight.in_flight(key):  # the lock's taker computes; a lock of this process's: share that
+            (value, source), shared = await self._flight.run(
+                key, lambda: self._compute_held(lock, token, compute, finish)
+            )
+            if shared and held:  # its lock lapsed and was ours to take: the computation here already covers it
+                await self._release(lock, token)
+        else:
+            (value, source), shared = await self._flight.run(
+                f"{key}#wait", lambda: self._wait_or_compute(lock, token, lookup, compute, finish)
+            )
+        return Loaded(value, "coalesced" if shared and source == "computed" else source)
 
     async def _coalesced(self, key: str, leader: Callable[[], Coroutine[Any, Any, tuple[T, Source]]]) -> Loaded[T]:
         """One leader per key in this process; a follower's computed value is reported as coalesced."""
         (value, source), shared = await self._flight.run(key, leader)
         return Loaded(value, "coalesced" if shared and source == "computed" else source)
 
-    async def _load_entry(
-        self,
-        key: str,
-        lookup: Callable[[], Awaitable[T | None]],
-        first: First[T],
-        compute: Callable[[], Awaitable[T]],
-        finish: Finish[T],
+    async def _compute_held(
+        self, lock: str, token: str, compute: Callable[[], Awaitable[T]], finish: Finish[T]
     ) -> tuple[T, Source]:
-        lock, token = lock_key(key), uuid4().hex
-        try:
-            found, held = await first(lock, token)
-        except CacheUnavailableError as exc:
-            self._error(exc)
-            value = await compute()
-            await finish(value, None, token)
-            return value, "computed"
-        if found is not None:
-            return found, "hit"
-        if not held:  # another replica computes it (or the entry no longer decodes: computed again here)
-            found = await self._wait_for_holder(lock, lookup)
-            if found is not None:
-                return found, "hit"
-            value = await compute()
-            await finish(value, None, token)
-            return value, "computed"
         try:
             async with self._renewing(lock, token):
                 value = await compute()
@@ -160,6 +157,22 @@ class StampedeGuard(Generic[T]):
             await self._release(lock, token)
             raise
         await finish(value, lock, token)
+        return value, "computed"
+
+    async def _wait_or_compute(
+        self,
+        lock: str,
+        token: str,
+        lookup: Callable[[], Awaitable[T | None]],
+        compute: Callable[[], Awaitable[T]],
+        finish: Finish[T],
+    ) -> tuple[T, Source]:
+        """Another replica computes it (or the entry no longer decodes and is being computed again)."""
+        found = await self._wait_for_holder(lock, lookup)
+        if found is not None:
+            return found, "hit"
+        value = await compute()
+        await finish(value, None, token)
         return value, "computed"
 
     async def _load_across_replicas(

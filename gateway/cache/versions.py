@@ -6,7 +6,7 @@ makes every earlier answer unreachable (they expire on their own TTL).
 The guarantee: no answer computed before an *acknowledged* knowledge change is served after it, on
 any replica. Three rules give it:
 
-* **The version is read before the answer is computed** (``ExactCache.key_for``, and the semantic
+* **The version is read before the answer is computed** (the response cache's lookup, and the semantic
   cache's ``version`` in ``QueryService``): a computation that started under version v, read the
   store before a change and finishes after the change's bump to v+1 stores under v, a key nobody
   reads any more. Storing it is harmless; no check-after-compute is needed.
@@ -129,7 +129,7 @@ class KnowledgeVersions:
         if seen is not None:
             seen.pop(tenant, None)  # this scope changed the tenant: its next read is the new version
         try:
-            version = await self._backend.incr_version(version_key(self._prefix, tenant), insist=insist)
+            version = await self._backend.incr_version(self.key(tenant), insist=insist)
         except CacheUnavailableError:
             self.errors += 1
             self._pending.add(tenant)
@@ -161,6 +161,19 @@ class KnowledgeVersions:
         Raises ``CacheUnavailableError`` when the backend fails or the tenant still has an
         invalidation that could not be applied: the caller must then bypass the cache.
         """
+        known = await self.known(tenant)
+        if known is not None:
+            return known
+        version = await self._backend.get_version(self.key(tenant))
+        self.read(tenant, version)
+        return version
+
+    async def known(self, tenant: str) -> int | None:
+        """The version this request has read already (None: not yet), for a reader that reads it along with something
+        else (the response cache's lookup: ``CacheBackend.lookup_versioned`` of :meth:`key`, then :meth:`read`).
+
+        Raises ``CacheUnavailableError``, as ``current`` does, while the tenant has an invalidation not applied yet.
+        """
         seen = _REQUEST_VERSIONS.get()
         if seen is not None and tenant in seen:
             return seen[tenant]
@@ -168,10 +181,17 @@ class KnowledgeVersions:
             await self._retry_pending()
         if tenant in self._pending:
             raise CacheUnavailableError(f"tenant {tenant!r} has an invalidation the cache has not applied yet")
-        version = await self._backend.get_version(version_key(self._prefix, tenant))
+        return None
+
+    def key(self, tenant: str) -> str:
+        """Where ``tenant``'s version lives in the backend."""
+        return version_key(self._prefix, tenant)
+
+    def read(self, tenant: str, version: int) -> None:
+        """``version`` was read from the backend for this request: the request's later readers reuse it."""
+        seen = _REQUEST_VERSIONS.get()
         if seen is not None:
             seen[tenant] = version
-        return version
 
     async def _retry_pending(self) -> None:
         """One attempt per pending tenant; a failure keeps it pending and blocks only that tenant."""

@@ -16,7 +16,7 @@ from redis.asyncio import Redis
 from gateway.cache.backend import RedisBackend
 from gateway.cache.embeddings import CachedEmbeddings
 from gateway.cache.exact import ExactCache
-from gateway.cache.keys import embedding_key, lock_key, version_key
+from gateway.cache.keys import embedding_key, exact_key, exact_key_parts, lock_key, version_key
 from gateway.cache.versions import KnowledgeVersions
 from gateway.providers.redis import ResilientRedis
 from gateway.schemas import QueryResponse
@@ -205,7 +205,8 @@ class CountingRedis(ResilientRedis):
         return await super().run(op, call, timeout_s=timeout_s, probe=probe)
 
 
-async def test_a_miss_costs_two_round_trips_after_the_version_and_a_hit_one(prefix: str) -> None:
+async def test_a_miss_costs_two_round_trips_and_a_hit_one(prefix: str) -> None:
+    """The knowledge version is read in the lookup's script; a request that has read it already looks up alone."""
     counting = CountingRedis(Redis.from_url(REDIS_TEST_URL), timeout_s=0.5)
     counting.calls = []
     try:
@@ -217,6 +218,47 @@ async def test_a_miss_costs_two_round_trips_after_the_version_and_a_hit_one(pref
         hit = counting.calls
     finally:
         await counting.aclose()
-    assert miss == ["cache get_version", "cache get_or_lock", "cache set_and_release"]
-    assert hit == ["cache get_version", "cache get_or_lock"]
+    assert miss == ["cache lookup", "cache set_and_release"]
+    assert hit == ["cache lookup"]
     assert compute.calls == 1
+
+
+async def test_a_request_that_read_the_version_looks_up_the_entry_alone(prefix: str) -> None:
+    counting = CountingRedis(Redis.from_url(REDIS_TEST_URL), timeout_s=0.5)
+    counting.calls = []
+    try:
+        backend = RedisBackend(counting)
+        versions = KnowledgeVersions(backend, prefix=prefix)
+        cache = make_cache(backend, prefix)
+        compute = CountedCompute()
+        with KnowledgeVersions.snapshot():
+            await versions.current("acme")  # e.g. the router's probe, had it run first
+            await cache.get_or_compute(tenant="acme", route="auto", query="Where is Nara?", compute=compute)
+    finally:
+        await counting.aclose()
+    assert counting.calls == ["cache get_version", "cache get_or_lock", "cache set_and_release"]
+
+
+async def test_the_lookup_script_builds_the_key_exact_key_builds(
+    backend: RedisBackend, prefix: str, redis: Redis
+) -> None:
+    """Redis seeds a missing version from its clock and puts it between the key's head and tail, as ``exact_key``."""
+    head, tail = exact_key_parts(prefix, "acme", "auto", "Where is Kyoto?", {"top_k": 3})
+    seconds, _ = await redis.time()
+    version, value, held = await backend.lookup_versioned(version_key(prefix, "acme"), (head, tail), "me", 5)
+    assert (value, held) == (None, True)
+    assert abs(version - seconds * 1000) < 5_000
+    key = exact_key(prefix, "acme", version, "auto", "Where is Kyoto?", {"top_k": 3})
+    assert await redis.get(lock_key(key)) == b"me"
+    await backend.set_and_release(key, b"answer", 60, lock_key(key), "me")
+    assert await backend.lookup_versioned(version_key(prefix, "acme"), (head, tail), "you", 5) == (
+        version,
+        b"answer",
+        False,
+    )
+    await redis.incr(version_key(prefix, "acme"))  # a knowledge change: the same question is a miss again
+    assert await backend.lookup_versioned(version_key(prefix, "acme"), (head, tail), "you", 5) == (
+        version + 1,
+        None,
+        True,
+    )

@@ -165,6 +165,25 @@ async def test_twenty_concurrent_identical_misses_compute_once() -> None:
     assert late.source == "hit"
 
 
+async def test_a_question_asked_after_a_change_never_joins_a_computation_begun_before_it() -> None:
+    """Joining an in-process computation comes after the request's own lookup, which reads the version."""
+    backend = MemoryBackend()
+    versions = KnowledgeVersions(backend, prefix="t")
+    cache = ExactCache(backend, versions, QueryResponse, prefix="t")
+    compute = CountedCompute(delay_s=0.1)
+    before = asyncio.create_task(cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute))
+    joined = asyncio.create_task(cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute))
+    await asyncio.sleep(0.02)  # both have looked up; the first is computing
+    await versions.bump("acme")
+    after = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)
+    first, second = await before, await joined
+    assert (first.source, second.source, after.source) == ("computed", "coalesced", "computed")
+    assert compute.calls == 2
+    assert first.value is second.value
+    assert after.value is not first.value
+    assert after.key != first.key
+
+
 async def test_a_failed_computation_reaches_every_waiter_and_is_not_cached() -> None:
     cache = make_cache(MemoryBackend())
     calls = 0

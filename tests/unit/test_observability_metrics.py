@@ -167,7 +167,7 @@ async def test_cache_outage_is_reported_as_errors_and_misses() -> None:
     await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)
     assert events.results == [("exact", "miss"), ("exact", "hit"), ("exact", "error")]
     assert compute.calls == 2  # the outage is served by computing, never by failing
-    assert events.lookups == ["exact", "exact"]  # no lookup at all without the tenant's version
+    assert events.lookups == ["exact", "exact", "exact"]  # the version is read in the lookup: it failed, traced
 
 
 def test_abandoned_request_is_not_a_server_error() -> None:
