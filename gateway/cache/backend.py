@@ -100,16 +100,16 @@ class CacheBackend(ABC):
         return None, await self.acquire_lock(lock, token, ttl_s)
 
     async def lookup_versioned(
-        self, version: str, key: tuple[str, str], token: str, ttl_s: float
+        self, version_key: str, key: tuple[str, str], token: str, ttl_s: float
     ) -> tuple[int, bytes | None, bool]:
-        """``get_version(version)``, then ``get_or_lock`` of the entry ``head + str(version) + tail`` (``key``) and of
-        its lock (``lock_key`` of it) for ``token``: the version read, the value, whether the lock was taken.
+        """``get_version(version_key)``, then ``get_or_lock`` of the entry ``head + str(version) + tail`` (``key``)
+        and of its lock (``lock_key`` of it) for ``token``: the version read, the value, whether the lock was taken.
 
         A response key embeds its tenant's knowledge version, so a lookup used to read the version first, a round trip
         of its own: Redis builds the key in the same script. This default is the calls in turn, which the in-process
         backend runs without yielding in between.
         """
-        current = await self.get_version(version)
+        current = await self.get_version(version_key)
         entry = f"{key[0]}{current}{key[1]}"
         value, held = await self.get_or_lock(entry, lock_key(entry), token, ttl_s)
         return current, value, held
@@ -362,12 +362,12 @@ class RedisBackend(CacheBackend):
         return None, bool(int(second))
 
     async def lookup_versioned(
-        self, version: str, key: tuple[str, str], token: str, ttl_s: float
+        self, version_key: str, key: tuple[str, str], token: str, ttl_s: float
     ) -> tuple[int, bytes | None, bool]:
         px = _ttl_ms(ttl_s)
         args: list[str | int] = [key[0], key[1], LOCK_SUFFIX, token, px]
         current, found, second = await self.run(
-            "lookup", lambda _: self._lookup_versioned_script(keys=[version], args=args)
+            "lookup", lambda _: self._lookup_versioned_script(keys=[version_key], args=args)
         )
         if int(found):
             return int(current), (second.encode() if isinstance(second, str) else second), False

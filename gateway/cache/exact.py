@@ -2,12 +2,15 @@
 
 Stores the whole serialised response (msgspec JSON) under a key that embeds the tenant's knowledge
 version, with a TTL per answering route (a multi-hop answer is worth keeping longer than a chat
-reply). It never fails a request: a cache that is down or slow is a miss, counted in ``stats``;
-the shared Redis client logs the outage once and its short backoff means recovery needs no restart.
+reply). It never fails a request: a cache that is down or slow is computed past (a bypass, counted in
+``stats``); the shared Redis client logs the outage once and its short backoff means recovery needs no restart.
+A lookup that timed out after Redis ran it may leave its stampede lock behind: identical requests then wait for
+it at most ``lock_ttl_s`` before computing.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -37,7 +40,7 @@ class CacheStats:
     hits: int = 0
     misses: int = 0  # computed here after a miss
     coalesced: int = 0  # shared an in-process computation
-    bypassed: int = 0  # computed without the cache (version unavailable)
+    bypassed: int = 0  # computed without the cache (the lookup failed, or the tenant has an invalidation pending)
     stores: int = 0
     errors: int = 0  # cache operations that failed and degraded to a miss / no store
     decode_errors: int = 0  # entries that no longer decode (response schema changed): misses
@@ -101,6 +104,7 @@ class ExactCache(Generic[R]):
             backend, lock_ttl_s=lock_ttl_s, max_wait_s=max_wait_s, poll_s=poll_s, on_error=self._record_error
         )
         self._events = events
+        self._running: set[asyncio.Future[CacheOutcome[R]]] = set()
         self.stats = CacheStats()
 
     @property
@@ -163,6 +167,26 @@ class ExactCache(Generic[R]):
         fails is served as a bypass: computed, not stored. Errors from ``compute`` propagate to every caller sharing
         it and are not cached.
         """
+        # In a task of its own, which a caller that goes away (client disconnect) does not cancel: a lookup that took
+        # the lock is followed by the computation and the store others wait for, not by a lock left to expire.
+        work = asyncio.ensure_future(self._get_or_compute(tenant, route, query, compute, params))
+        self._running.add(work)
+        work.add_done_callback(self._settled)
+        return await asyncio.shield(work)
+
+    def _settled(self, work: asyncio.Future[CacheOutcome[R]]) -> None:
+        self._running.discard(work)
+        if not work.cancelled():
+            work.exception()  # retrieved: no "never retrieved" warning when the caller left
+
+    async def _get_or_compute(
+        self,
+        tenant: str,
+        route: str,
+        query: str,
+        compute: Callable[[], Awaitable[R]],
+        params: KeyParams | None,
+    ) -> CacheOutcome[R]:
         head, tail = exact_key_parts(self._prefix, tenant, route, query, params)
         token = uuid4().hex
         with self._events.cache_lookup("exact"):
@@ -184,6 +208,10 @@ class ExactCache(Generic[R]):
                 held = await self._backend.acquire_lock(lock_key(key), token, self._guard.lock_ttl_s)
             except CacheUnavailableError as exc:
                 self._record_error(exc)
+                self.stats.misses += 1
+                value = await compute()
+                await self._store(key, value, None, token)
+                return CacheOutcome(value, "computed", key)
 
         async def finish(value: R, lock: str | None, token: str) -> None:
             await self._store(key, value, lock, token)

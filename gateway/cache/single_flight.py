@@ -93,9 +93,6 @@ class StampedeGuard(Generic[T]):
         self._on_error = on_error
         self._flight: SingleFlight[tuple[T, Source]] = SingleFlight()
 
-    def in_flight(self, key: str) -> bool:
-        return self._flight.in_flight(key)
-
     @property
     def lock_ttl_s(self) -> float:
         return self._lock_ttl_s
@@ -129,18 +126,28 @@ class StampedeGuard(Generic[T]):
         found, held = first
         if found is not None:
             return Loaded(found, "hit")
-        lock = lock_key(key)
-        if held or self._flight.in_flight(key):  # the lock's taker computes; a lock of this process's: share that
-            (value, source), shared = await self._flight.run(
-                key, lambda: self._compute_held(lock, token, compute, finish)
-            )
-            if shared and held:  # its lock lapsed and was ours to take: the computation here already covers it
-                await self._release(lock, token)
+        if held or self._flight.in_flight(key):
+            value, source = await self._compute_or_join(key, token, held, compute, finish)
         else:
             (value, source), shared = await self._flight.run(
-                f"{key}#wait", lambda: self._wait_or_compute(lock, token, lookup, compute, finish)
+                f"{key}#wait", lambda: self._wait_or_compute(key, token, lookup, compute, finish)
             )
-        return Loaded(value, "coalesced" if shared and source == "computed" else source)
+            source = "coalesced" if shared and source == "computed" else source
+        return Loaded(value, source)
+
+    async def _compute_or_join(
+        self, key: str, token: str, held: bool, compute: Callable[[], Awaitable[T]], finish: Finish[T]
+    ) -> tuple[T, Source]:
+        """Compute holding ``key``'s lock in this process's flight of ``key``, or join the one already running (whose
+        lock is this process's; a lock of ours that a lapse let us take besides is released whatever happens)."""
+        lock = lock_key(key)
+        joining = self._flight.in_flight(key)
+        try:
+            (value, source), _ = await self._flight.run(key, lambda: self._compute_held(lock, token, compute, finish))
+        finally:
+            if held and joining:  # not ours to finish: the running computation covers it
+                await self._release(lock, token)
+        return value, "coalesced" if joining and source == "computed" else source
 
     async def _coalesced(self, key: str, leader: Callable[[], Coroutine[Any, Any, tuple[T, Source]]]) -> Loaded[T]:
         """One leader per key in this process; a follower's computed value is reported as coalesced."""
@@ -161,17 +168,30 @@ class StampedeGuard(Generic[T]):
 
     async def _wait_or_compute(
         self,
-        lock: str,
+        key: str,
         token: str,
         lookup: Callable[[], Awaitable[T | None]],
         compute: Callable[[], Awaitable[T]],
         finish: Finish[T],
     ) -> tuple[T, Source]:
-        """Another replica computes it (or the entry no longer decodes and is being computed again)."""
-        found = await self._wait_for_holder(lock, lookup)
+        """Another replica holds the lock (or the entry no longer decodes and is computed again): wait for its value.
+
+        A computation of ``key`` that starts in this process meanwhile (its lookup's reply was read after ours) is
+        joined rather than repeated; when the holder goes without storing, this takes the lock and computes, in the
+        flight of ``key``, so that identical requests arriving then share it.
+        """
+        found = await self._wait_for_holder(lock_key(key), lookup, until=lambda: self._flight.in_flight(key))
         if found is not None:
             return found, "hit"
-        value = await compute()
+        held = False
+        if not self._flight.in_flight(key):
+            try:
+                held = await self._backend.acquire_lock(lock_key(key), token, self._lock_ttl_s)
+            except CacheUnavailableError as exc:
+                self._error(exc)
+        if held or self._flight.in_flight(key):
+            return await self._compute_or_join(key, token, held, compute, finish)
+        value = await compute()  # another replica took the lock again, or the cache failed: compute, as before
         await finish(value, None, token)
         return value, "computed"
 
@@ -198,12 +218,16 @@ class StampedeGuard(Generic[T]):
         finally:
             await self._release(lock, token)
 
-    async def _wait_for_holder(self, lock: str, lookup: Callable[[], Awaitable[T | None]]) -> T | None:
-        """Poll until the holder's value appears; None means "compute it yourself"."""
+    async def _wait_for_holder(
+        self, lock: str, lookup: Callable[[], Awaitable[T | None]], *, until: Callable[[], bool] = lambda: False
+    ) -> T | None:
+        """Poll until the holder's value appears; None means "compute it yourself" (or ``until`` became true)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._max_wait_s
         while loop.time() < deadline:
             await asyncio.sleep(self._poll_s)
+            if until():
+                return None
             found = await lookup()
             if found is not None:
                 return found

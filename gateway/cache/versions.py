@@ -80,7 +80,8 @@ class ChangeNotAcknowledgedError(ProviderUnavailableError):
 
 
 class KnowledgeVersions:
-    """``acknowledge`` around every upsert/delete, ``current`` when building a key.
+    """``acknowledge`` around every upsert/delete; ``current`` (or ``known``, ``key`` and ``read`` for a lookup that
+    reads the version itself) when building a key.
 
     A bump that cannot reach the backend is not lost: the tenant is remembered as *pending*,
     ``current`` refuses to give it a version (so this process serves it no cached answer) and

@@ -184,6 +184,53 @@ async def test_a_question_asked_after_a_change_never_joins_a_computation_begun_b
     assert after.key != first.key
 
 
+class SlowReplies(MemoryBackend):
+    """A lookup runs at once (the lock is taken then), its reply reaches the caller after the next of ``delays`` (then at once)."""
+
+    def __init__(self, *delays: float) -> None:
+        super().__init__()
+        self.delays = list(delays)
+
+    async def lookup_versioned(
+        self, version_key: str, key: tuple[str, str], token: str, ttl_s: float
+    ) -> tuple[int, bytes | None, bool]:
+        result = await super().lookup_versioned(version_key, key, token, ttl_s)
+        await asyncio.sleep(self.delays.pop(0) if self.delays else 0.0)
+        return result
+
+
+async def test_a_caller_gone_while_its_lookup_took_the_lock_still_computes_stores_and_unlocks() -> None:
+    backend = SlowReplies(0.05)
+    cache = make_cache(backend)
+    compute = CountedCompute()
+    asked = asyncio.create_task(cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute))
+    await asyncio.sleep(0.01)  # the lock is taken; the reply is on its way
+    asked.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asked
+    await asyncio.sleep(0.1)
+    assert compute.calls == 1
+    again = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)
+    assert (again.source, compute.calls) == ("hit", 1)
+    assert again.key is not None
+    assert await backend.get(lock_key(again.key)) is None
+
+
+async def test_a_request_whose_lookup_reply_came_first_joins_the_lock_takers_computation() -> None:
+    """The lock taker's reply is read after the second request's: that one waits, then joins, and an answer that is
+    not cached (nothing for the wait to find) is still computed once in this process."""
+    backend = SlowReplies(0.03, 0.0)
+    cache = make_cache(backend, poll_s=0.01, cacheable=lambda _: False)
+    compute = CountedCompute(delay_s=0.1)
+    taker = asyncio.create_task(cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute))
+    await asyncio.sleep(0)
+    waiter = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)
+    first = await taker
+    assert compute.calls == 1
+    assert (first.source, waiter.source) == ("computed", "coalesced")
+    assert waiter.value is first.value
+
+
 async def test_a_failed_computation_reaches_every_waiter_and_is_not_cached() -> None:
     cache = make_cache(MemoryBackend())
     calls = 0

@@ -156,7 +156,7 @@ class RecordingEvents:
         yield None
 
 
-async def test_cache_outage_is_reported_as_errors_and_misses() -> None:
+async def test_cache_outage_is_reported_as_errors_and_served_by_computing() -> None:
     backend = FlakyMemory()
     events = RecordingEvents()
     cache = ExactCache(backend, KnowledgeVersions(backend), QueryResponse, events=events)
