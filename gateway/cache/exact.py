@@ -104,7 +104,7 @@ class ExactCache(Generic[R]):
             backend, lock_ttl_s=lock_ttl_s, max_wait_s=max_wait_s, poll_s=poll_s, on_error=self._record_error
         )
         self._events = events
-        self._running: set[asyncio.Future[CacheOutcome[R]]] = set()
+        self._running: set[asyncio.Future[CacheOutcome[R] | None]] = set()
         self.stats = CacheStats()
 
     @property
@@ -172,9 +172,13 @@ class ExactCache(Generic[R]):
         work = asyncio.ensure_future(self._get_or_compute(tenant, route, query, compute, params))
         self._running.add(work)
         work.add_done_callback(self._settled)
-        return await asyncio.shield(work)
+        outcome = await asyncio.shield(work)
+        if outcome is None:  # no cache to share the work with: computed here, so a caller that goes away cancels it
+            self.stats.bypassed += 1
+            return CacheOutcome(await compute(), "bypass", None)
+        return outcome
 
-    def _settled(self, work: asyncio.Future[CacheOutcome[R]]) -> None:
+    def _settled(self, work: asyncio.Future[CacheOutcome[R] | None]) -> None:
         self._running.discard(work)
         if not work.cancelled():
             work.exception()  # retrieved: no "never retrieved" warning when the caller left
@@ -186,7 +190,8 @@ class ExactCache(Generic[R]):
         query: str,
         compute: Callable[[], Awaitable[R]],
         params: KeyParams | None,
-    ) -> CacheOutcome[R]:
+    ) -> CacheOutcome[R] | None:
+        """The outcome, or None when the lookup failed (a bypass, which the caller computes)."""
         head, tail = exact_key_parts(self._prefix, tenant, route, query, params)
         token = uuid4().hex
         with self._events.cache_lookup("exact"):
@@ -201,8 +206,7 @@ class ExactCache(Generic[R]):
                 if found is not None:
                     self._events.cache_result("exact", "hit")  # on the lookup's span, as a hit is traced
         if version is None:
-            self.stats.bypassed += 1
-            return CacheOutcome(await compute(), "bypass", None)
+            return None
         if raw is not None and found is None:  # an entry that no longer decodes: recomputed under the lock
             try:
                 held = await self._backend.acquire_lock(lock_key(key), token, self._guard.lock_ttl_s)

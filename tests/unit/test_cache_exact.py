@@ -185,7 +185,8 @@ async def test_a_question_asked_after_a_change_never_joins_a_computation_begun_b
 
 
 class SlowReplies(MemoryBackend):
-    """A lookup runs at once (the lock is taken then), its reply reaches the caller after the next of ``delays`` (then at once)."""
+    """A lookup runs at once (the lock is taken then); its reply reaches the caller after the next of ``delays``
+    (after the last, at once)."""
 
     def __init__(self, *delays: float) -> None:
         super().__init__()
@@ -214,6 +215,30 @@ async def test_a_caller_gone_while_its_lookup_took_the_lock_still_computes_store
     assert (again.source, compute.calls) == ("hit", 1)
     assert again.key is not None
     assert await backend.get(lock_key(again.key)) is None
+
+
+async def test_a_bypass_is_computed_in_the_callers_task_so_a_caller_gone_cancels_it() -> None:
+    """With the cache down there is nobody to share the work with: it is not kept running for a client that left."""
+    backend = FlakyMemory()
+    backend.down = True
+    cache = make_cache(backend)
+    cancelled = asyncio.Event()
+
+    async def slow() -> QueryResponse:
+        try:
+            await asyncio.sleep(5)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return query_response("late", "direct")
+
+    asked = asyncio.create_task(cache.get_or_compute(tenant="acme", route="auto", query="q", compute=slow))
+    await asyncio.sleep(0.02)
+    asked.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asked
+    await asyncio.wait_for(cancelled.wait(), 1)
+    assert cache.stats.bypassed == 1
 
 
 async def test_a_request_whose_lookup_reply_came_first_joins_the_lock_takers_computation() -> None:
