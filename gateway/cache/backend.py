@@ -255,17 +255,19 @@ _RELEASE_LUA = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
-# KEYS: the entry, its lock. A hit returns {1, value}; a miss {0, 1} when it took the lock, {0, 0} when not.
+# KEYS: the entry, its lock. A hit returns {1, value}; a miss {0, 1} when it took the lock, {0, 0} when not. A lock
+# that already holds this token counts as taken: a call retried after its reply was lost must not wait on itself.
 _GET_OR_LOCK_LUA = """
 local value = redis.call('GET', KEYS[1])
 if value then return {1, value} end
 if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return {0, 1} end
+if redis.call('GET', KEYS[2]) == ARGV[1] then return {0, 1} end
 return {0, 0}
 """
 # KEYS: the tenant's version; ARGV: the entry key's head and tail (the version goes between), the lock's suffix,
 # the lock token, PX. The version is read (and seeded, as above) and the entry's key built here, so a lookup is one
-# round trip: {version, 1, value} on a hit, {version, 0, 1} on a miss that took the lock, {version, 0, 0} on one
-# that did not.
+# round trip: {version, 1, value} on a hit, {version, 0, 1} on a miss that took the lock (or holds it already, as
+# above), {version, 0, 0} on one that did not.
 # The entry's keys are not declared in KEYS: one Redis (or a primary with replicas) serves the cache, never a Cluster,
 # whose slots would refuse the version and the entry in one script anyway.
 _LOOKUP_VERSIONED_LUA = """
@@ -277,7 +279,9 @@ local version = redis.call('GET', KEYS[1])
 local key = ARGV[1] .. version .. ARGV[2]
 local value = redis.call('GET', key)
 if value then return {version, 1, value} end
-if redis.call('SET', key .. ARGV[3], ARGV[4], 'NX', 'PX', ARGV[5]) then return {version, 0, 1} end
+local lock = key .. ARGV[3]
+if redis.call('SET', lock, ARGV[4], 'NX', 'PX', ARGV[5]) then return {version, 0, 1} end
+if redis.call('GET', lock) == ARGV[4] then return {version, 0, 1} end
 return {version, 0, 0}
 """
 # KEYS: the entry, its lock; ARGV: value, PX, lock token.

@@ -212,10 +212,7 @@ class ExactCache(Generic[R]):
                 held = await self._backend.acquire_lock(lock_key(key), token, self._guard.lock_ttl_s)
             except CacheUnavailableError as exc:
                 self._record_error(exc)
-                self.stats.misses += 1
-                value = await compute()
-                await self._store(key, value, None, token)
-                return CacheOutcome(value, "computed", key)
+                return None  # the cache went down: a bypass, computed in the caller's task
 
         async def finish(value: R, lock: str | None, token: str) -> None:
             await self._store(key, value, lock, token)

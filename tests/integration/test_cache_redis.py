@@ -239,6 +239,18 @@ async def test_a_request_that_read_the_version_looks_up_the_entry_alone(prefix: 
     assert counting.calls == ["cache get_version", "cache get_or_lock", "cache set_and_release"]
 
 
+async def test_a_lookup_retried_after_its_reply_was_lost_holds_its_own_lock(backend: RedisBackend, prefix: str) -> None:
+    """A retry runs the script again over the lock the first run took: still ours, not someone else's to wait for."""
+    head_tail = exact_key_parts(prefix, "acme", "auto", "Where is Osaka?")
+    first = await backend.lookup_versioned(version_key(prefix, "acme"), head_tail, "me", 5)
+    again = await backend.lookup_versioned(version_key(prefix, "acme"), head_tail, "me", 5)
+    other = await backend.lookup_versioned(version_key(prefix, "acme"), head_tail, "you", 5)
+    assert (first[1:], again[1:], other[1:]) == ((None, True), (None, True), (None, False))
+    key, lock = f"{prefix}:entry", lock_key(f"{prefix}:entry")
+    assert await backend.get_or_lock(key, lock, "me", 5) == (None, True)
+    assert await backend.get_or_lock(key, lock, "me", 5) == (None, True)
+
+
 async def test_the_lookup_script_builds_the_key_exact_key_builds(
     backend: RedisBackend, prefix: str, redis: Redis
 ) -> None:

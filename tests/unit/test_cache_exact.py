@@ -151,6 +151,22 @@ async def test_entries_that_no_longer_decode_are_misses(caplog: pytest.LogCaptur
     assert "no longer decodes" in caplog.text
 
 
+async def test_an_entry_that_no_longer_decodes_is_recomputed_under_the_lock_or_bypassed_when_that_fails() -> None:
+    class NoLocks(MemoryBackend):
+        async def acquire_lock(self, key: str, token: str, ttl_s: float) -> bool:
+            raise CacheUnavailableError("cache lock failed: connection refused")
+
+    for backend, source in ((MemoryBackend(), "computed"), (NoLocks(), "bypass")):
+        cache = make_cache(backend)
+        key = await cache.key_for("acme", "auto", "q")
+        assert key is not None
+        await backend.set(key, msgspec.json.encode({"answer": "old schema"}), 60)
+        outcome = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=CountedCompute())
+        assert outcome.source == source
+        stored = await cache.get(key)
+        assert (stored is not None) == (source == "computed")  # a bypass leaves the old entry as it was
+
+
 async def test_twenty_concurrent_identical_misses_compute_once() -> None:
     cache = make_cache(MemoryBackend())
     compute = CountedCompute(delay_s=0.1)
