@@ -298,8 +298,9 @@ def _lifespan(
                     embeddings,
                     model=model,
                     ttl_s=settings.cache.embedding_ttl_s,
-                    shared=shares_embeddings(settings.cache, settings.embeddings.provider),
-                    max_entries=settings.cache.embedding_max_entries,
+                    process_entries=None
+                    if shares_embeddings(settings.cache, settings.embeddings.provider)
+                    else settings.cache.embedding_max_entries,
                 )
             versions = cache.versions if cache is not None else None
             matrices = None

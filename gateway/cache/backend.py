@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from redis.asyncio import Redis
 
-from gateway.cache.keys import LOCK_SUFFIX, lock_key
+from gateway.cache.keys import LOCK_SUFFIX, lock_key, versioned
 from gateway.errors import ProviderError
 from gateway.providers.redis import RedisUnavailableError, ResilientRedis
 
@@ -110,7 +110,7 @@ class CacheBackend(ABC):
         backend runs without yielding in between.
         """
         current = await self.get_version(version_key)
-        entry = f"{key[0]}{current}{key[1]}"
+        entry = versioned(key, current)
         value, held = await self.get_or_lock(entry, lock_key(entry), token, ttl_s)
         return current, value, held
 

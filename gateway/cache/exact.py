@@ -21,7 +21,7 @@ import msgspec
 
 from gateway.cache.backend import CacheBackend, CacheUnavailableError
 from gateway.cache.events import NO_CACHE_EVENTS, CacheEvents
-from gateway.cache.keys import DEFAULT_PREFIX, KeyParams, exact_key, exact_key_parts, lock_key
+from gateway.cache.keys import DEFAULT_PREFIX, KeyParams, exact_key, exact_key_parts, lock_key, versioned
 from gateway.cache.single_flight import StampedeGuard
 from gateway.cache.versions import KnowledgeVersions
 
@@ -192,21 +192,17 @@ class ExactCache(Generic[R]):
         params: KeyParams | None,
     ) -> CacheOutcome[R] | None:
         """The outcome, or None when the lookup failed (a bypass, which the caller computes)."""
-        head, tail = exact_key_parts(self._prefix, tenant, route, query, params)
+        parts = exact_key_parts(self._prefix, tenant, route, query, params)
         token = uuid4().hex
         with self._events.cache_lookup("exact"):
             try:
-                version, raw, held = await self._lookup(tenant, (head, tail), token)
+                key, raw, held = await self._lookup(tenant, parts, token)
             except CacheUnavailableError as exc:
                 self._record_error(exc)
-                version = None
-            if version is not None:
-                key = f"{head}{version}{tail}"
-                found = None if raw is None else self._decode(key, raw)
-                if found is not None:
-                    self._events.cache_result("exact", "hit")  # on the lookup's span, as a hit is traced
-        if version is None:
-            return None
+                return None
+            found = None if raw is None else self._decode(key, raw)
+            if found is not None:
+                self._events.cache_result("exact", "hit")  # on the lookup's span, as a hit is traced
         if raw is not None and found is None:  # an entry that no longer decodes: recomputed under the lock
             try:
                 held = await self._backend.acquire_lock(lock_key(key), token, self._guard.lock_ttl_s)
@@ -229,19 +225,20 @@ class ExactCache(Generic[R]):
             self._events.cache_result("exact", "miss" if loaded.source == "computed" else "hit")
         return CacheOutcome(loaded.value, loaded.source, key)
 
-    async def _lookup(self, tenant: str, key: tuple[str, str], token: str) -> tuple[int | None, bytes | None, bool]:
-        """The version (None: the tenant has an invalidation not applied yet, bypass), the entry, whether the lock was
-        taken: one round trip, or, when this request has read the version already, the entry's look alone."""
-        known = await self._versions.known(tenant)
-        if known is None:
+    async def _lookup(self, tenant: str, parts: tuple[str, str], token: str) -> tuple[str, bytes | None, bool]:
+        """The entry's key, its value, whether its lock was taken: one round trip that reads the version too, or,
+        when this request has read the version already, the entry's look alone. Raises ``CacheUnavailableError``
+        when the backend fails or the tenant has an invalidation not applied yet (a bypass)."""
+        version = await self._versions.known(tenant)
+        if version is None:
             version, raw, held = await self._backend.lookup_versioned(
-                self._versions.key(tenant), key, token, self._guard.lock_ttl_s
+                self._versions.key(tenant), parts, token, self._guard.lock_ttl_s
             )
             self._versions.read(tenant, version)
-            return version, raw, held
-        entry = f"{key[0]}{known}{key[1]}"
-        raw, held = await self._backend.get_or_lock(entry, lock_key(entry), token, self._guard.lock_ttl_s)
-        return known, raw, held
+            return versioned(parts, version), raw, held
+        key = versioned(parts, version)
+        raw, held = await self._backend.get_or_lock(key, lock_key(key), token, self._guard.lock_ttl_s)
+        return key, raw, held
 
     async def _store(self, key: str, value: R, lock: str | None, token: str) -> None:
         """``set`` for a computed value, releasing the stampede lock in the same call when one is held."""

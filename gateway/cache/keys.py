@@ -56,8 +56,7 @@ def exact_key(
     ``route`` is the route the caller asked for ("auto" included), not the one that answered:
     the key must be computable before any work is done.
     """
-    head, tail = exact_key_parts(prefix, tenant, route, query, params)
-    return f"{head}{version}{tail}"
+    return versioned(exact_key_parts(prefix, tenant, route, query, params), version)
 
 
 def exact_key_parts(
@@ -68,6 +67,12 @@ def exact_key_parts(
     if params:
         tail += f":{_params_digest(params)}"
     return f"{prefix}:q:{check_tenant(tenant)}:v", tail
+
+
+def versioned(parts: tuple[str, str], version: int) -> str:
+    """The key ``exact_key_parts`` splits around its version, with ``version`` put back between (as Redis does in
+    the lookup script)."""
+    return f"{parts[0]}{version}{parts[1]}"
 
 
 def version_key(prefix: str, tenant: str) -> str:

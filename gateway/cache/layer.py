@@ -20,7 +20,6 @@ from gateway.providers.redis import ResilientRedis
 from gateway.schemas import QueryResponse
 from gateway.settings import CacheSettings, SemanticCacheSettings
 
-DEFAULT_PROCESS_EMBEDDINGS = 4096
 # The byte bound of a process-local vector LRU, per entry: float32 vectors of up to 2,048 dimensions.
 _MAX_VECTOR_BYTES = 2048 * 4
 
@@ -39,12 +38,15 @@ class CacheLayer:
         *,
         model: str,
         ttl_s: float = DEFAULT_EMBEDDING_TTL_S,
-        shared: bool = True,
-        max_entries: int = DEFAULT_PROCESS_EMBEDDINGS,
+        process_entries: int | None = None,
     ) -> CachedEmbeddings:
-        """``shared``: in the layer's backend, where every replica finds what one computed; else in an LRU of
-        ``max_entries`` vectors of this process's own (``shares_embeddings`` decides)."""
-        backend = self.backend if shared else MemoryBackend(max_entries, max_entries * _MAX_VECTOR_BYTES)
+        """Vectors in the layer's backend, where every replica finds what one computed, or with ``process_entries``
+        in an LRU of that many of this process's own (``shares_embeddings`` decides which)."""
+        backend = (
+            self.backend
+            if process_entries is None
+            else MemoryBackend(process_entries, process_entries * _MAX_VECTOR_BYTES)
+        )
         return CachedEmbeddings(inner, backend, model=model, ttl_s=ttl_s, prefix=self.prefix, events=self.events)
 
 

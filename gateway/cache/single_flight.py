@@ -18,7 +18,6 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Generic, Literal, TypeVar
-from uuid import uuid4
 
 from gateway.cache.backend import CacheBackend, CacheUnavailableError
 from gateway.cache.keys import lock_key
@@ -62,6 +61,11 @@ class SingleFlight(Generic[T]):
             task.exception()  # retrieved: no "never retrieved" warning when every caller left
 
 
+def _as_follower(source: Source, shared: bool) -> Source:
+    """A value another caller's computation produced is reported as coalesced: this one did not pay for it."""
+    return "coalesced" if shared and source == "computed" else source
+
+
 @dataclass(frozen=True, slots=True)
 class Loaded(Generic[T]):
     value: T
@@ -69,10 +73,10 @@ class Loaded(Generic[T]):
 
 
 class StampedeGuard(Generic[T]):
-    """Loads a cache key so that concurrent misses, here and on other replicas, compute once.
+    """Settles a cache key's miss so that concurrent misses, here and on other replicas, compute once.
 
-    ``lookup`` reads the cache (None on a miss *or* a cache failure); ``compute`` computes and
-    stores, and must store before it returns so that waiters find the value once the lock goes.
+    ``lookup`` reads the cache (None on a miss *or* a cache failure); ``compute`` computes and ``finish``
+    stores, so that waiters find the value once the lock goes.
     """
 
     def __init__(
@@ -97,11 +101,6 @@ class StampedeGuard(Generic[T]):
     def lock_ttl_s(self) -> float:
         return self._lock_ttl_s
 
-    async def load(
-        self, key: str, lookup: Callable[[], Awaitable[T | None]], compute: Callable[[], Awaitable[T]]
-    ) -> Loaded[T]:
-        return await self._coalesced(key, lambda: self._load_across_replicas(key, lookup, compute))
-
     async def settle(
         self,
         key: str,
@@ -111,7 +110,7 @@ class StampedeGuard(Generic[T]):
         compute: Callable[[], Awaitable[T]],
         finish: Finish[T],
     ) -> Loaded[T]:
-        """``load`` for a value kept in the backend under ``key`` itself (the response cache), after the caller's first
+        """Load a value kept in the backend under ``key`` itself (the response cache), after the caller's first
         look: ``first`` is the value (None on a miss) and whether the look took ``key``'s lock for ``token``, in one
         backend call. The caller makes that call because the key is built from what it reads (the knowledge version
         comes back in the same round trip). A hit is served; the lock's taker computes, in this process's one flight
@@ -127,13 +126,11 @@ class StampedeGuard(Generic[T]):
         if found is not None:
             return Loaded(found, "hit")
         if held or self._flight.in_flight(key):
-            value, source = await self._compute_or_join(key, token, held, compute, finish)
-        else:
-            (value, source), shared = await self._flight.run(
-                f"{key}#wait", lambda: self._wait_or_compute(key, token, lookup, compute, finish)
-            )
-            source = "coalesced" if shared and source == "computed" else source
-        return Loaded(value, source)
+            return Loaded(*await self._compute_or_join(key, token, held, compute, finish))
+        (value, source), shared = await self._flight.run(
+            f"{key}#wait", lambda: self._wait_or_compute(key, token, lookup, compute, finish)
+        )
+        return Loaded(value, _as_follower(source, shared))
 
     async def _compute_or_join(
         self, key: str, token: str, held: bool, compute: Callable[[], Awaitable[T]], finish: Finish[T]
@@ -147,12 +144,7 @@ class StampedeGuard(Generic[T]):
         finally:
             if held and joining:  # not ours to finish: the running computation covers it
                 await self._release(lock, token)
-        return value, "coalesced" if joining and source == "computed" else source
-
-    async def _coalesced(self, key: str, leader: Callable[[], Coroutine[Any, Any, tuple[T, Source]]]) -> Loaded[T]:
-        """One leader per key in this process; a follower's computed value is reported as coalesced."""
-        (value, source), shared = await self._flight.run(key, leader)
-        return Loaded(value, "coalesced" if shared and source == "computed" else source)
+        return value, _as_follower(source, joining)
 
     async def _compute_held(
         self, lock: str, token: str, compute: Callable[[], Awaitable[T]], finish: Finish[T]
@@ -194,29 +186,6 @@ class StampedeGuard(Generic[T]):
         value = await compute()  # another replica took the lock again, or the cache failed: compute, as before
         await finish(value, None, token)
         return value, "computed"
-
-    async def _load_across_replicas(
-        self, key: str, lookup: Callable[[], Awaitable[T | None]], compute: Callable[[], Awaitable[T]]
-    ) -> tuple[T, Source]:
-        lock, token = lock_key(key), uuid4().hex
-        try:
-            held = await self._backend.acquire_lock(lock, token, self._lock_ttl_s)
-        except CacheUnavailableError as exc:
-            self._error(exc)
-            return await compute(), "computed"
-        if not held:
-            found = await self._wait_for_holder(lock, lookup)
-            if found is not None:
-                return found, "hit"
-            return await compute(), "computed"
-        try:
-            found = await lookup()  # the previous holder may have stored it just before we locked
-            if found is not None:
-                return found, "hit"
-            async with self._renewing(lock, token):
-                return await compute(), "computed"
-        finally:
-            await self._release(lock, token)
 
     async def _wait_for_holder(
         self, lock: str, lookup: Callable[[], Awaitable[T | None]], *, until: Callable[[], bool] = lambda: False

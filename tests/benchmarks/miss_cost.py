@@ -194,55 +194,39 @@ def overhead_args(base: str, upstream: str, key: str, model: str, n: int) -> lis
     ]
 
 
+def run_args(base: str, key: str, model: str, concurrency: int, seconds: float, *, unique: bool) -> list[str]:
+    """``load.py run``: ``concurrency`` clients for ``seconds``, unique prompts (misses) or one prompt (hits)."""
+    unique_flag = ["--unique"] if unique else []
+    return [
+        "run",
+        "--url",
+        f"{base}/v1/chat/completions",
+        "-H",
+        f"Authorization: Bearer {key}",
+        "--model",
+        model,
+        *unique_flag,
+        "-c",
+        str(concurrency),
+        "-d",
+        str(seconds),
+    ]
+
+
 def measure(kit: Kit, args: argparse.Namespace, pid: int, base: str, upstream: str, key: str) -> dict[str, Any]:
-    url = f"{base}/v1/chat/completions"
-    auth = ["-H", f"Authorization: Bearer {key}"]
     common = ["--repeat", str(args.repeat), "--pid", str(pid)]
+    out = args.out / "gateway.jsonl"
     results: dict[str, Any] = {}
     for model in args.models:
         results[f"{model} route"] = probe_route(base, key, model)
-        body = ["--model", model]
         results[f"{model} overhead"] = kit.load(
-            [*overhead_args(base, upstream, key, model, args.seq_n), *common, "--label", f"{model} overhead"],
-            args.out / "gateway.jsonl",
+            [*overhead_args(base, upstream, key, model, args.seq_n), *common, "--label", f"{model} overhead"], out
         )
-        results[f"{model} miss"] = kit.load(
-            [
-                "run",
-                "--url",
-                url,
-                *auth,
-                *body,
-                "--unique",
-                "-c",
-                str(args.concurrency),
-                "-d",
-                str(args.duration),
-                *common,
-                "--label",
-                f"{model} miss",
-            ],
-            args.out / "gateway.jsonl",
-        )
+        load = run_args(base, key, model, args.concurrency, args.duration, unique=True)
+        results[f"{model} miss"] = kit.load([*load, *common, "--label", f"{model} miss"], out)
     for model in args.hit_models:
-        results[f"{model} hit"] = kit.load(
-            [
-                "run",
-                "--url",
-                url,
-                *auth,
-                "--model",
-                model,
-                "-c",
-                str(args.concurrency),
-                "-d",
-                str(args.duration),
-                *common,
-                "--label",
-                f"{model} hit",
-            ],
-            args.out / "gateway.jsonl",
-        )
+        load = run_args(base, key, model, args.concurrency, args.duration, unique=False)
+        results[f"{model} hit"] = kit.load([*load, *common, "--label", f"{model} hit"], out)
     return results
 
 
@@ -250,7 +234,6 @@ def profile(kit: Kit, args: argparse.Namespace, pid: int, base: str, key: str) -
     py_spy = args.py_spy or shutil.which("py-spy")
     if py_spy is None:
         raise SystemExit("--profile needs py-spy (pip install py-spy; --py-spy PATH)")
-    url = f"{base}/v1/chat/completions"
     for model in args.models:
         raw = args.out / f"profile-{model}.txt"
         spy = subprocess.Popen(
@@ -274,27 +257,8 @@ def profile(kit: Kit, args: argparse.Namespace, pid: int, base: str, key: str) -
             stderr=subprocess.DEVNULL,
         )
         time.sleep(1.0)  # py-spy attaches before the load starts
-        kit.load(
-            [
-                "run",
-                "--url",
-                url,
-                "-H",
-                f"Authorization: Bearer {key}",
-                "--model",
-                model,
-                "--unique",
-                "-c",
-                str(args.profile_concurrency),
-                "-d",
-                str(round(args.profile)),
-                "--warmup",
-                "0",
-                "--label",
-                f"{model} profile",
-            ],
-            args.out / "profile-load.jsonl",
-        )
+        load = run_args(base, key, model, args.profile_concurrency, round(args.profile), unique=True)
+        kit.load([*load, "--warmup", "0", "--label", f"{model} profile"], args.out / "profile-load.jsonl")
         spy.wait(60)
         print(f"\n### {model}: unique prompts, concurrency {args.profile_concurrency}, {args.profile:.0f} s\n")
         print(summarise(raw.read_text(encoding="utf-8").splitlines()).table())

@@ -6,6 +6,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
+from uuid import uuid4
 
 import msgspec
 import pytest
@@ -13,7 +14,7 @@ import pytest
 from gateway.cache.backend import CacheUnavailableError, MemoryBackend
 from gateway.cache.exact import ExactCache
 from gateway.cache.keys import lock_key
-from gateway.cache.single_flight import SingleFlight, StampedeGuard
+from gateway.cache.single_flight import Loaded, SingleFlight, StampedeGuard
 from gateway.cache.versions import KnowledgeVersions
 from gateway.schemas import QueryResponse
 from tests.scripted import CountedCompute, query_response
@@ -56,7 +57,10 @@ async def nothing() -> str | None:
     return None
 
 
-def returning(value: str) -> Callable[[], Awaitable[str]]:
+Compute = Callable[[], Awaitable[str]]
+
+
+def returning(value: str) -> Compute:
     async def compute() -> str:
         return value
 
@@ -348,6 +352,22 @@ async def test_single_flight_shares_only_concurrent_work() -> None:
     assert (await flight.run("k", work))[0] == 3
 
 
+async def load(
+    guard: StampedeGuard[str], backend: MemoryBackend, lookup: Callable[[], Awaitable[str | None]], compute: Compute
+) -> Loaded[str]:
+    """Key ``k`` as the response cache loads it: one look that takes the lock on a miss, then ``settle``, whose
+    ``finish`` releases the lock (``compute`` stores the value itself)."""
+    token = uuid4().hex
+    found = await lookup()
+    held = found is None and await backend.acquire_lock(lock_key("k"), token, guard.lock_ttl_s)
+
+    async def finish(_: str, lock: str | None, owner: str) -> None:
+        if lock is not None:
+            await backend.release_lock(lock, owner)
+
+    return await guard.settle("k", (found, held), token, lookup, compute, finish)
+
+
 async def test_a_second_replica_waits_for_the_lock_holder_instead_of_computing() -> None:
     shared = MemoryBackend()  # both "replicas" see the same backend, as two processes see one Redis
     store: dict[str, str] = {}
@@ -367,9 +387,9 @@ async def test_a_second_replica_waits_for_the_lock_holder_instead_of_computing()
 
     one: StampedeGuard[str] = StampedeGuard(shared, poll_s=0.01)
     two: StampedeGuard[str] = StampedeGuard(shared, poll_s=0.01)
-    first = asyncio.create_task(one.load("k", lookup, compute_as("one", 0.1)))
+    first = asyncio.create_task(load(one, shared, lookup, compute_as("one", 0.1)))
     await asyncio.sleep(0.02)
-    second = await two.load("k", lookup, compute_as("two", 0))
+    second = await load(two, shared, lookup, compute_as("two", 0))
     assert (second.value, second.source) == ("from one", "hit")
     assert (await first).source == "computed"
     assert computed == ["one"]
@@ -383,7 +403,7 @@ async def test_a_dead_lock_holder_delays_others_only_until_its_lock_expires() ->
 
     loop = asyncio.get_running_loop()
     started = loop.time()
-    loaded = await guard.load("k", nothing, returning("computed here"))
+    loaded = await load(guard, shared, nothing, returning("computed here"))
     assert (loaded.value, loaded.source) == ("computed here", "computed")
     assert 0.08 <= loop.time() - started < 1.0
 
@@ -393,7 +413,7 @@ async def test_the_wait_for_another_replica_is_bounded() -> None:
     await shared.acquire_lock(lock_key("k"), "a very slow replica", 60)
     guard: StampedeGuard[str] = StampedeGuard(shared, poll_s=0.01, max_wait_s=0.1)
 
-    assert (await guard.load("k", nothing, returning("computed anyway"))).value == "computed anyway"
+    assert (await load(guard, shared, nothing, returning("computed anyway"))).value == "computed anyway"
 
 
 async def test_the_holder_keeps_a_short_lock_alive_while_it_computes() -> None:
@@ -407,7 +427,7 @@ async def test_the_holder_keeps_a_short_lock_alive_while_it_computes() -> None:
             lock_seen.append(await shared.get(lock_key("k")) is not None)
         return "done"
 
-    assert (await guard.load("k", nothing, slow)).value == "done"
+    assert (await load(guard, shared, nothing, slow)).value == "done"
     assert lock_seen == [True] * 4  # 0.2 s of work under a 0.06 s lock
     assert await shared.get(lock_key("k")) is None
 

@@ -73,7 +73,7 @@ async def test_wrapped_embeddings_use_the_same_backend() -> None:
 
 async def test_process_local_vectors_stay_out_of_the_shared_backend() -> None:
     layer = open_cache(None, CacheSettings(prefix="p"))
-    embeddings = layer.wrap_embeddings(Constant(), model="constant", shared=False, max_entries=2)
+    embeddings = layer.wrap_embeddings(Constant(), model="constant", process_entries=2)
     for text in ("a", "b", "c", "c"):
         await embeddings.aembed_query(text)
     assert (embeddings.hits, embeddings.misses) == (1, 3)
