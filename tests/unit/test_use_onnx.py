@@ -11,7 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from gateway.providers.embeddings import USEEmbeddings, build_embeddings
-from gateway.providers.use_onnx import USEOnnx
+from gateway.providers.use_onnx import USEOnnx, _int8_columns
 from gateway.settings import EmbeddingSettings, LLMEndpointSettings
 
 TEXTS = [
@@ -54,8 +54,8 @@ def test_the_int8_graph_stays_close_and_keeps_neighbours(int8: USEOnnx, numpy_ve
     vectors = int8.encode(TEXTS)
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
     cosines = (vectors * numpy_vectors).sum(axis=1)
-    assert cosines.min() >= 0.98, cosines
-    assert cosines.mean() >= 0.99, cosines
+    assert cosines.min() >= 0.997, cosines
+    assert np.median(cosines) >= 0.9995, cosines
     # every text's nearest other text is the same under both
     ours, theirs = vectors @ vectors.T, numpy_vectors @ numpy_vectors.T
     np.fill_diagonal(ours, -2.0)
@@ -81,3 +81,15 @@ def test_the_models_name_chooses_the_form() -> None:
     with pytest.raises(ValidationError, match="must be one of"):
         EmbeddingSettings(model="use-multilingual-v4")
     assert EmbeddingSettings(provider="openai", model="text-embedding-3-small").model == "text-embedding-3-small"
+
+
+def test_int8_weights_keep_to_seven_bits_so_no_cpu_saturates_their_products() -> None:
+    """x86 without VNNI adds uint8 x int8 products pairwise in a saturating int16: 255 * 63 * 2 fits, 127 would not."""
+    rng = np.random.default_rng(7)
+    weight = rng.normal(size=(512, 64)).astype(np.float32)
+    weight[:, 3] = 0.0  # an all-zero column keeps a usable scale
+    quantized, scale = _int8_columns(weight)
+    assert quantized.dtype == np.int8
+    assert np.abs(quantized).max() == 63
+    np.testing.assert_allclose(quantized * scale, weight, atol=float(scale.max()) / 2 + 1e-7)
+    assert np.all(quantized[:, 3] == 0)
