@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from pydantic import SecretStr
 
 from gateway.access.guard import SECURITY_SCHEMES, open_access, provide_access, provide_principal
-from gateway.api.chat import ChatController, provide_chat_service
+from gateway.api.chat import ChatController, provide_chat_scope
 from gateway.api.documents import DocumentController
 from gateway.api.health import HealthController
 from gateway.api.metrics import MetricsController
@@ -425,7 +425,7 @@ def create_app(settings: Settings | None = None, overrides: ProviderOverrides | 
             "knowledge": Provide(provide_knowledge, sync_to_thread=False),
             "principal": Provide(provide_principal, sync_to_thread=False),
             "access": Provide(provide_access, sync_to_thread=False),
-            "chat_service": Provide(provide_chat_service, sync_to_thread=False),
+            "chat_scope": Provide(provide_chat_scope, sync_to_thread=False),
             "curation": Provide(provide_curation, sync_to_thread=False),
             "profiles": Provide(provide_profiles, sync_to_thread=False),
         },

@@ -5,17 +5,17 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
 from litestar import Controller, Response, get, post
-from litestar.datastructures import State
+from litestar.connection import ASGIConnection
 from litestar.di import NamedDependency
 from litestar.openapi import ResponseSpec
 from litestar.openapi.spec import Example, OpenAPIMediaType, OpenAPIResponse, OpenAPIType, Operation, Schema
 from litestar.params import Body, PathParameter
 from litestar.response import Stream
 
-from gateway.access.guard import BEARER, Access, require
+from gateway.access.guard import BEARER, Access, provide_access, provide_principal, require
 from gateway.access.keys import Principal
 from gateway.api.validation import prepare_chat
 from gateway.chat.completions import ChatAnswer, ChatService
@@ -53,9 +53,31 @@ CHAT_EXAMPLES = [
 ]
 
 
-def provide_chat_service(state: State) -> ChatService:
-    services: Services = state.services
-    return ChatService(services.query_service, services.llm)
+@dataclass(frozen=True, slots=True)
+class ChatScope:
+    """What one chat completion needs, as one dependency.
+
+    Litestar resolves a handler's independent dependencies as one task each in an anyio task group: five of them
+    cost every chat request five tasks and a group (~3 % of a miss's CPU, issue 17). One provider reading the
+    app's services and the request's principal is a plain call.
+    """
+
+    chat: ChatService
+    queries: QueryService
+    settings: Settings
+    principal: Principal
+    access: Access
+
+
+def provide_chat_scope(request: ASGIConnection[Any, Any, Any, Any]) -> ChatScope:
+    services: Services = request.app.state.services
+    return ChatScope(
+        chat=ChatService(services.query_service, services.llm),
+        queries=services.query_service,
+        settings=services.settings,
+        principal=provide_principal(request),
+        access=provide_access(request),
+    )
 
 
 def _sse_event_schema() -> Schema:
@@ -134,15 +156,13 @@ class ChatController(Controller):
     async def chat_completions(
         self,
         data: Annotated[ChatCompletionRequest, Body(examples=CHAT_EXAMPLES)],
-        chat_service: NamedDependency[ChatService],
-        settings: NamedDependency[Settings],
-        principal: NamedDependency[Principal],
-        access: NamedDependency[Access],
-        query_service: NamedDependency[QueryService],
+        chat_scope: NamedDependency[ChatScope],
     ) -> Response[ChatCompletion]:
+        scope = chat_scope
+        chat_service, settings, principal = scope.chat, scope.settings, scope.principal
         prepared = prepare_chat(data, principal, settings.chat, settings.limits)
         # System messages: the tenant's assistant profile takes them as instructions, or they are ignored aloud.
-        profile = await query_service.profile(prepared.query.tenant)
+        profile = await scope.queries.profile(prepared.query.tenant)
         instructions, warning = client_instructions(
             profile, prepared.instructions, settings.profiles.max_instructions_chars
         )
@@ -152,7 +172,7 @@ class ChatController(Controller):
         async def answer_and_charge() -> ChatAnswer:
             """Charged here, as /v1/query is: once the answer is final, before it is sent."""
             answer = await chat_service.answer(prepared)
-            await access.limiter.charge(principal, answer.total_tokens)
+            await scope.access.limiter.charge(principal, answer.total_tokens)
             return answer
 
         if data.stream:
