@@ -13,7 +13,7 @@ import pytest
 from pydantic import AliasChoices, SecretStr
 from pydantic.fields import FieldInfo
 
-from gateway.settings import ApiKeyConfig, ModelPrice, Settings, SettingsGroup
+from gateway.settings import LOCAL_EMBEDDING_MODELS, ApiKeyConfig, ModelPrice, Settings, SettingsGroup
 
 ROOT = Path(__file__).resolve().parents[2]
 # Read by the OpenTelemetry and Prometheus libraries themselves, not by Settings.
@@ -79,6 +79,9 @@ def sample(group_name: str, name: str) -> tuple[str, Any]:
         return repr(value), value
     if get_origin(annotation) is Literal:
         other = next(choice for choice in get_args(annotation) if choice != default)
+        return other, other
+    if (group_name, name) == ("embeddings", "model"):  # the local provider knows its models by name
+        other = next(model for model in LOCAL_EMBEDDING_MODELS if model != default)
         return other, other
     if annotation is str:
         return f"sample-{name}", f"sample-{name}"
