@@ -92,6 +92,11 @@ def build_tracer_provider(
     return provider
 
 
+def records_nothing(provider: trace.TracerProvider | None) -> bool:
+    """Whether ``provider`` is the sampled-out one ``build_tracer_provider`` makes when nothing exports."""
+    return isinstance(provider, TracerProvider) and provider.sampler is ALWAYS_OFF
+
+
 def tracer_of(provider: trace.TracerProvider | None) -> trace.Tracer:
     """A no-op tracer when tracing is off: spans cost a function call and carry no trace id."""
     if provider is None:

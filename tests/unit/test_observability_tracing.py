@@ -7,10 +7,13 @@ import io
 import json
 import logging
 
+from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
 from gateway.observability.logs import JsonFormatter
+from gateway.observability.recorder import Telemetry
 from gateway.observability.tracing import build_tracer_provider
 from gateway.providers.embeddings import USEEmbeddings
 from gateway.settings import Settings
@@ -270,3 +273,31 @@ async def test_route_decision_span_carries_the_probe_signals_without_text(
         spans = exporter.get_finished_spans()
     ids = one(spans, "route_query").attributes or {}
     assert list(ids["gateway.route.probe.covering_documents_ids"])  # type: ignore[arg-type]
+
+
+def test_without_an_exporter_a_request_opens_no_span_below_the_server_span() -> None:
+    """Nothing exported: the pipeline's spans would record nothing, so they are the span they run in (issue 17);
+    with an exporter each is its own span under it."""
+    silent = Telemetry(None, build_tracer_provider(environ={}))
+    exporter = InMemorySpanExporter()
+    recorded = Telemetry(None, build_tracer_provider(environ={}, extra_exporter=exporter))
+    for telemetry, nested_is_server in ((silent, True), (recorded, False)):
+        with (
+            telemetry.tracer.start_as_current_span("POST /v1/chat/completions") as server,
+            telemetry.request("auto") as scope,
+            telemetry.routing() as routing,
+            telemetry.node("direct", "answer"),
+        ):
+            inner = trace.get_current_span()
+        ids = {span.get_span_context().span_id for span in (scope.span, routing, inner)}
+        assert (ids == {server.get_span_context().span_id}) is nested_is_server
+        assert scope.trace_id == format(server.get_span_context().trace_id, "032x")
+    assert [span.name for span in exporter.get_finished_spans()] == [
+        "direct.answer",
+        "route_query",
+        "gateway.answer",
+        "POST /v1/chat/completions",
+    ]
+    with silent.request("direct") as alone:  # outside any span: still a span, for the trace id
+        assert alone.trace_id is not None
+        assert HEX32.match(alone.trace_id)
