@@ -1,6 +1,6 @@
 """This gateway's sequential miss against LiteLLM's proxy, in interleaved rounds (issue 17's ratios).
 
-    python -m tests.benchmarks.miss_vs_litellm [--rounds 6] [--seq-n 300]
+    python -m tests.benchmarks.miss_vs_litellm [--rounds 6] [--seq-n 300] [--gateway-env NAME=VALUE ...]
 
 Issue 17's targets are ratios to LiteLLM measured in one sitting. Run one after the other
 (``shared/perf/bench_litellm.sh``, then :mod:`tests.benchmarks.miss_cost`), the two sides see different
@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from tests.benchmarks.miss_ab import settings_pairs
 from tests.benchmarks.miss_cost import DEFAULT_KIT, MODELS, ROOT, Kit, free_port, gateway, overhead_args, wait_http
 
 LITELLM_KEY = "sk-perfkit-local-bench-7f3a9c"  # run_litellm.sh's master key for the plain config
@@ -67,6 +68,7 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=list(MODELS))
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--seq-n", type=int, default=300, help="sequential unique misses per side per round")
+    parser.add_argument("--gateway-env", nargs="*", default=[], metavar="NAME=VALUE", help="gateway settings")
     parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "miss_vs_litellm")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -79,7 +81,15 @@ def main() -> None:
         tempfile.TemporaryDirectory(prefix="miss-vs-litellm-") as work,
         kit.upstream(upstream_port) as upstream,
         litellm(kit, upstream_port) as (lite_pid, lite_base),
-        gateway(args.root.resolve(), upstream, args.redis_url, key, Path(work), args.out / "gateway.log") as served,
+        gateway(
+            args.root.resolve(),
+            upstream,
+            args.redis_url,
+            key,
+            Path(work),
+            args.out / "gateway.log",
+            settings_pairs(args.gateway_env),
+        ) as served,
     ):
         pid, base = served
         for round_no in range(args.rounds):
