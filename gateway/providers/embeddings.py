@@ -19,7 +19,8 @@ from gateway.settings import LOCAL_EMBEDDING_MODELS, EmbeddingSettings, LLMEndpo
 
 USE_DIMENSIONS = 512
 # The local models by name (``GATEWAY_EMBEDDING_MODEL``): whether the token-level products run in int8. The name
-# keys the router's artefacts and the vector caches, so vectors of one never meet the other's.
+# keys the router's artefacts, the vector caches and the response namespace; passages already in a vector store
+# keep the vectors they were ingested with (the two forms are at cosine ~0.9998: re-ingest to match exactly).
 USE_MODELS = {name: name.endswith("-int8") for name in LOCAL_EMBEDDING_MODELS}
 DEFAULT_USE_MODEL = LOCAL_EMBEDDING_MODELS[0]
 

@@ -7,7 +7,8 @@ per query in a dozen small matrix products and the Python between them, the larg
 are unchanged. With the token-level products in int8 it takes ~0.5 ms: the input projection multiplies the
 embedding table's own uint8 bytes (exact on that side), the n-gram convolutions quantize their inputs per
 sentence at run time (``DynamicQuantizeMatMul``), weights are 7-bit per output column. Its vectors are at
-cosine 0.9998 median (0.999 at worst) to numpy's, which still moves a few near-ties in retrieval (JSQuAD
+cosine 0.9998 median (0.999 at worst on the router's questions, 0.997 on odd inputs such as a run of emoji) to
+numpy's, which still moves a few near-ties in retrieval (JSQuAD
 hybrid recall@4 0.925 -> 0.917): opt-in (``GATEWAY_EMBEDDING_MODEL=use-multilingual-v3-int8``). Figures:
 ``tests.benchmarks.embedding_speed`` and README, issue 17.
 
@@ -35,6 +36,9 @@ _ORDERS = ((2, 0), (3, 1), (5, 2))  # (n-gram order, left context)
 _MAX_LEFT = max(left for _, left in _ORDERS)
 _MAX_RIGHT = max(n - 1 - left for n, left in _ORDERS)
 _OPSET = 17  # LayerNormalization
+# The model's IR version, stated rather than left to the installed onnx (which stamps its newest, and ONNX Runtime
+# refuses an IR newer than it knows): 8 is what opset 17 needs, and every supported ONNX Runtime reads it.
+_IR_VERSION = 8
 
 Vectors = np.ndarray[Any, np.dtype[np.float32]]
 
@@ -167,7 +171,7 @@ class _Graph:
             self._initializers,
         )
         opsets = [helper.make_opsetid("", _OPSET), helper.make_opsetid("com.microsoft", 1)]
-        return helper.make_model(graph, opset_imports=opsets)
+        return helper.make_model(graph, opset_imports=opsets, ir_version=_IR_VERSION)
 
     def _pieces_projected(self, w: Any) -> str:
         """The input projection as an integer product of the table's uint8 rows, exact on that side.
