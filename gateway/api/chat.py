@@ -24,7 +24,6 @@ from gateway.chat.sse import stream_chat
 from gateway.chat.wire import MODELS, ChatCompletion, ChatCompletionRequest, ModelCard, ModelList, OpenAIErrorBody
 from gateway.errors import NotFoundError
 from gateway.profiles.model import WARNING_HEADER, client_instructions
-from gateway.service import QueryService
 from gateway.settings import Settings
 from gateway.state import Services
 
@@ -63,7 +62,6 @@ class ChatScope:
     """
 
     chat: ChatService
-    queries: QueryService
     settings: Settings
     principal: Principal
     access: Access
@@ -73,7 +71,6 @@ def provide_chat_scope(request: ASGIConnection[Any, Any, Any, Any]) -> ChatScope
     services: Services = request.app.state.services
     return ChatScope(
         chat=ChatService(services.query_service, services.llm),
-        queries=services.query_service,
         settings=services.settings,
         principal=provide_principal(request),
         access=provide_access(request),
@@ -158,11 +155,10 @@ class ChatController(Controller):
         data: Annotated[ChatCompletionRequest, Body(examples=CHAT_EXAMPLES)],
         chat_scope: NamedDependency[ChatScope],
     ) -> Response[ChatCompletion]:
-        scope = chat_scope
-        chat_service, settings, principal = scope.chat, scope.settings, scope.principal
+        chat_service, settings, principal = chat_scope.chat, chat_scope.settings, chat_scope.principal
         prepared = prepare_chat(data, principal, settings.chat, settings.limits)
         # System messages: the tenant's assistant profile takes them as instructions, or they are ignored aloud.
-        profile = await scope.queries.profile(prepared.query.tenant)
+        profile = await chat_service.profile(prepared.query.tenant)
         instructions, warning = client_instructions(
             profile, prepared.instructions, settings.profiles.max_instructions_chars
         )
@@ -172,7 +168,7 @@ class ChatController(Controller):
         async def answer_and_charge() -> ChatAnswer:
             """Charged here, as /v1/query is: once the answer is final, before it is sent."""
             answer = await chat_service.answer(prepared)
-            await scope.access.limiter.charge(principal, answer.total_tokens)
+            await chat_scope.access.limiter.charge(principal, answer.total_tokens)
             return answer
 
         if data.stream:

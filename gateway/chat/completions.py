@@ -14,6 +14,7 @@ import msgspec
 
 from gateway.chat.wire import AssistantMessage, ChatCompletion, Choice, CompletionUsage, GatewayInfo
 from gateway.guardrails.vault import Vault
+from gateway.profiles.model import AssistantProfile
 from gateway.providers.llm import LLMClient
 from gateway.providers.token_stream import rewrite_live
 from gateway.schemas import QueryRequest, QueryResponse
@@ -91,6 +92,10 @@ class ChatService:
     def __init__(self, queries: QueryService, llm: LLMClient) -> None:
         self._queries = queries
         self._llm = llm
+
+    async def profile(self, tenant: str) -> AssistantProfile:
+        """The tenant's assistant profile: the handler decides on the client's system messages with it."""
+        return await self._queries.profile(tenant)
 
     async def answer(self, prepared: PreparedChat) -> ChatAnswer:
         """Every turn, and the client's system message when the profile takes it, is screened with one vault

@@ -57,7 +57,6 @@ class USEOnnx:
         self._table: np.ndarray[Any, np.dtype[np.uint8]] = weights.table
         self._scale: Vectors = weights.scale
         self._low: Vectors = weights.lo
-        self.quantized = quantize
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
@@ -75,23 +74,19 @@ class USEOnnx:
         return out
 
     def _feeds(self, text: str) -> dict[str, np.ndarray[Any, Any]]:
+        """The pieces' table rows as stored (uint8) with their chunk's scale and low: the graph dequantizes them
+        (and the int8 form also multiplies the bytes themselves, exactly)."""
         ids = np.asarray(self._tokenize(text, out_type=int, add_bos=True, add_eos=True), dtype=np.int64)
         chunk = ids % _NUM_CHUNKS
-        pieces = self._table[ids]
-        scale, low = self._scale[chunk, None], self._low[chunk, None]
-        embedded = pieces.astype(np.float32)
-        embedded *= scale
-        embedded += low
         count = np.float32(len(ids))
-        feeds: dict[str, np.ndarray[Any, Any]] = {
-            "embedded": embedded,
+        return {
+            "pieces": self._table[ids],
+            "piece_scale": self._scale[chunk, None],
+            "piece_low": self._low[chunk, None],
             "window": _window(len(ids)),
             "count": np.full((1, 1), count, dtype=np.float32),
             "rsqrt": np.full((1, 1), 1.0 / np.sqrt(count), dtype=np.float32),
         }
-        if self.quantized:  # the table's own bytes and their row's dequantization, for the exact integer product
-            feeds |= {"pieces": pieces, "piece_scale": scale, "piece_low": low}
-        return feeds
 
 
 def _window(n_tokens: int) -> np.ndarray[Any, np.dtype[np.int64]]:
@@ -121,11 +116,14 @@ class _Graph:
         self._initializers: list[TensorProto] = []
 
     def build(self, w: Any) -> Any:
-        x = self._pieces_projected(w) if self._quantize else self._linear("embedded", w.proj_W, w.proj_b, "proj")
+        embedded = self._op(
+            "Add", self._op("Mul", self._op("Cast", "pieces", to=TensorProto.FLOAT), "piece_scale"), "piece_low"
+        )
+        x = self._pieces_projected(w) if self._quantize else self._linear(embedded, w.proj_W, w.proj_b, "proj")
         x = self._op("LayerNormalization", x, self._const("ln_all_g", w.ln_g_all), self._const("ln_all_b", w.ln_b_all),
                      axis=-1, epsilon=float(w.eps))  # fmt: skip
         zero_row = self._const("zero_row", np.zeros((1, _CNN_DIM), dtype=np.float32))
-        branches = ["embedded"]
+        branches = [embedded]
         for i, (order, left) in enumerate(_ORDERS):
             own = self._slice(x, i * _CNN_DIM, (i + 1) * _CNN_DIM, f"branch{i}")
             columns = self._slice("window", _MAX_LEFT - left, _MAX_LEFT - left + order, f"columns{i}")
@@ -152,17 +150,13 @@ class _Graph:
         z = self._op("Tanh", self._op("Add", self._linear(y1, w.p3, None, "p3"), self._linear(y2, w.d3, None, "d3")))
         self._nodes.append(helper.make_node("LpNormalization", [z], ["vector"], axis=1, p=2))
         inputs = [
-            helper.make_tensor_value_info("embedded", TensorProto.FLOAT, [None, _EMB_DIM]),
+            helper.make_tensor_value_info("pieces", TensorProto.UINT8, [None, _EMB_DIM]),
+            helper.make_tensor_value_info("piece_scale", TensorProto.FLOAT, [None, 1]),
+            helper.make_tensor_value_info("piece_low", TensorProto.FLOAT, [None, 1]),
             helper.make_tensor_value_info("window", TensorProto.INT64, [None, _MAX_LEFT + _MAX_RIGHT + 1]),
             helper.make_tensor_value_info("count", TensorProto.FLOAT, [1, 1]),
             helper.make_tensor_value_info("rsqrt", TensorProto.FLOAT, [1, 1]),
         ]
-        if self._quantize:
-            inputs += [
-                helper.make_tensor_value_info("pieces", TensorProto.UINT8, [None, _EMB_DIM]),
-                helper.make_tensor_value_info("piece_scale", TensorProto.FLOAT, [None, 1]),
-                helper.make_tensor_value_info("piece_low", TensorProto.FLOAT, [None, 1]),
-            ]
         graph = helper.make_graph(
             self._nodes,
             "use_multilingual_v3",

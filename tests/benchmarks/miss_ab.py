@@ -20,14 +20,22 @@ Run it on a quiet machine, nothing else running; compare the two columns, not ab
 from __future__ import annotations
 
 import argparse
-import os
 import secrets
 import statistics
 import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 
-from tests.benchmarks.miss_cost import DEFAULT_KIT, MODELS, ROOT, Kit, free_port, gateway, overhead_args, probe_route
+from tests.benchmarks.miss_cost import (
+    ROOT,
+    Kit,
+    add_kit_arguments,
+    free_port,
+    gateway,
+    open_kit,
+    overhead_args,
+    probe_route,
+)
 
 
 def settings_pairs(pairs: list[str]) -> dict[str, str]:
@@ -50,25 +58,17 @@ def overhead(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--kit", type=Path, default=DEFAULT_KIT)
-    parser.add_argument(
-        "--perfkit", type=Path, default=Path(os.environ.get("PERFKIT") or tempfile.gettempdir() + "/perfkit")
-    )
+    add_kit_arguments(parser)
     parser.add_argument("--a-root", type=Path, default=ROOT)
     parser.add_argument("--b-root", type=Path, default=ROOT)
     parser.add_argument("--a-env", nargs="*", default=[], metavar="NAME=VALUE")
     parser.add_argument("--b-env", nargs="*", default=[], metavar="NAME=VALUE")
-    parser.add_argument("--models", nargs="+", default=list(MODELS))
     parser.add_argument("--rounds", type=int, default=4, help="rounds per block")
     parser.add_argument("--blocks", type=int, default=2, help="restarts of both gateways, in alternating order")
-    parser.add_argument("--seq-n", type=int, default=300)
-    parser.add_argument("--redis-url", default=os.environ.get("REDIS_TEST_URL", "redis://127.0.0.1:6379/13"))
     parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "miss_ab")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    kit = Kit(args.kit.resolve(), args.perfkit)
-    if not kit.python.exists():
-        raise SystemExit(f"no tools venv at {kit.python}: run {kit.directory / 'setup.sh'} tools")
+    kit = open_kit(args)
     key = "bench-" + secrets.token_urlsafe(24)
     variants = {"A": (args.a_root, settings_pairs(args.a_env)), "B": (args.b_root, settings_pairs(args.b_env))}
     figures: dict[str, dict[str, list[tuple[float, float]]]] = {m: {"A": [], "B": []} for m in args.models}

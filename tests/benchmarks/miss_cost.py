@@ -337,23 +337,37 @@ def table(results: dict[str, Any], models: list[str], hit_models: list[str], lit
     return "\n".join(lines) + f"\n\nroutes taken by the unique prompt: {routes}; hits measured for {hit_models}"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_kit_arguments(parser: argparse.ArgumentParser) -> None:
+    """What every benchmark on the shared perf kit takes: the kit, its venvs, the test Redis, the models and
+    how many sequential misses a measurement of added latency sends."""
     parser.add_argument("--kit", type=Path, default=DEFAULT_KIT, help="the shared perf kit directory")
     parser.add_argument(
         "--perfkit",
         type=Path,
-        default=Path(os.environ.get("PERFKIT", ""))
-        if os.environ.get("PERFKIT")
-        else Path(tempfile.gettempdir()) / "perfkit",
+        default=Path(os.environ.get("PERFKIT") or Path(tempfile.gettempdir()) / "perfkit"),
         help="the kit's $PERFKIT (tools venv)",
     )
-    parser.add_argument("--root", type=Path, default=ROOT, help="the gateway checkout to run (default: this one)")
     parser.add_argument("--redis-url", default=os.environ.get("REDIS_TEST_URL", "redis://127.0.0.1:6379/13"))
     parser.add_argument("--models", nargs="+", default=list(MODELS))
+    parser.add_argument("--seq-n", type=int, default=300, help="sequential unique misses per measurement")
+
+
+def open_kit(args: argparse.Namespace) -> Kit:
+    """The kit ``add_kit_arguments`` named, refusing to go on without its tools venv."""
+    kit = Kit(args.kit.resolve(), args.perfkit)
+    if not kit.python.exists():
+        raise SystemExit(
+            f"no tools venv at {kit.python}: run {kit.directory / 'setup.sh'} tools (PERFKIT={kit.perfkit})"
+        )
+    return kit
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_kit_arguments(parser)
+    parser.add_argument("--root", type=Path, default=ROOT, help="the gateway checkout to run (default: this one)")
     parser.add_argument("--hit-models", nargs="*", default=["gateway-auto"])
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--seq-n", type=int, default=300, help="sequential pairs for the added latency")
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--duration", type=float, default=20.0)
     parser.add_argument("--litellm", type=Path, help="bench_litellm.sh's JSON lines, same sitting")
@@ -365,11 +379,7 @@ def main() -> None:
     parser.add_argument("--py-spy", help="py-spy executable (default: on PATH)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    kit = Kit(args.kit.resolve(), args.perfkit)
-    if not kit.python.exists():
-        raise SystemExit(
-            f"no tools venv at {kit.python}: run {kit.directory / 'setup.sh'} tools (PERFKIT={kit.perfkit})"
-        )
+    kit = open_kit(args)
     key = "bench-" + secrets.token_urlsafe(24)
     with (
         tempfile.TemporaryDirectory(prefix="miss-cost-") as work,

@@ -19,7 +19,6 @@ Run it on a quiet machine, nothing else running.
 from __future__ import annotations
 
 import argparse
-import os
 import secrets
 import statistics
 import subprocess
@@ -27,10 +26,9 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from tests.benchmarks.miss_ab import settings_pairs
-from tests.benchmarks.miss_cost import DEFAULT_KIT, MODELS, ROOT, Kit, free_port, gateway, overhead_args, wait_http
+from tests.benchmarks.miss_cost import ROOT, Kit, add_kit_arguments, free_port, gateway, open_kit, overhead_args
 
 LITELLM_KEY = "sk-perfkit-local-bench-7f3a9c"  # run_litellm.sh's master key for the plain config
 LITELLM_MODEL = "fake-gpt"
@@ -42,11 +40,9 @@ def litellm(kit: Kit, upstream_port: int) -> Iterator[tuple[int, str]]:
     port = free_port()
     env = {**kit.env(upstream_port), "LITELLM_PORT": str(port)}
     script = str(kit.directory / "run_litellm.sh")
-    subprocess.run([script, "start", "plain"], check=True, env=env, stdout=subprocess.DEVNULL)
+    subprocess.run([script, "start", "plain"], check=True, env=env, stdout=subprocess.DEVNULL)  # waits until ready
     try:
-        base = f"http://127.0.0.1:{port}"
-        wait_http(f"{base}/health/liveliness", 120)
-        yield int((kit.perfkit / "litellm.pid").read_text().strip()), base
+        yield int((kit.perfkit / "litellm.pid").read_text().strip()), f"http://127.0.0.1:{port}"
     finally:
         subprocess.run([script, "stop"], check=False, env=env, stdout=subprocess.DEVNULL)
 
@@ -57,26 +53,18 @@ def ratio_line(name: str, values: list[float]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--kit", type=Path, default=DEFAULT_KIT)
-    parser.add_argument(
-        "--perfkit",
-        type=Path,
-        default=Path(os.environ.get("PERFKIT") or Path(tempfile.gettempdir()) / "perfkit"),
-    )
+    add_kit_arguments(parser)
     parser.add_argument("--root", type=Path, default=ROOT, help="the gateway checkout to run (default: this one)")
-    parser.add_argument("--redis-url", default=os.environ.get("REDIS_TEST_URL", "redis://127.0.0.1:6379/13"))
-    parser.add_argument("--models", nargs="+", default=list(MODELS))
     parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--seq-n", type=int, default=300, help="sequential unique misses per side per round")
     parser.add_argument("--gateway-env", nargs="*", default=[], metavar="NAME=VALUE", help="gateway settings")
     parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "miss_vs_litellm")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    kit = Kit(args.kit.resolve(), args.perfkit)
+    kit = open_kit(args)
     key = "bench-" + secrets.token_urlsafe(24)
     upstream_port = free_port()
     sides = ["litellm", *args.models]
-    rows: list[dict[str, Any]] = []
+    rows: list[dict[str, tuple[float, float]]] = []
     with (
         tempfile.TemporaryDirectory(prefix="miss-vs-litellm-") as work,
         kit.upstream(upstream_port) as upstream,
@@ -94,7 +82,7 @@ def main() -> None:
         pid, base = served
         for round_no in range(args.rounds):
             shift = round_no % len(sides)
-            row: dict[str, Any] = {}
+            row: dict[str, tuple[float, float]] = {}
             for side in sides[shift:] + sides[:shift]:
                 if side == "litellm":
                     load = overhead_args(lite_base, upstream, LITELLM_KEY, LITELLM_MODEL, args.seq_n)
