@@ -55,7 +55,7 @@ from gateway.router_artefact import train_knowledge_router
 from gateway.service import QueryService
 from gateway.settings import RetrievalSettings, Settings, VectorStoreSettings
 from gateway.state import Check, ProviderOverrides, Services
-from gateway.tenant_matrix import TenantMatrices
+from gateway.tenant_matrix import TenantMatrices, one_blas_thread
 from pipelines.corrective.policy import CorrectivePolicy
 from pipelines.corrective.state import CorrectiveContext
 from pipelines.direct.state import DirectContext
@@ -307,6 +307,7 @@ def _lifespan(
             if versions is not None and settings.vector_store.probe_index_max_mb > 0:
                 matrices = TenantMatrices(store, versions, settings.vector_store.probe_index_max_mb * 1024 * 1024)
                 stack.push_async_callback(matrices.aclose)
+                stack.enter_context(one_blas_thread())  # the probe's product, too small to share out
             knowledge = KnowledgeBase(
                 query_embeddings,
                 store,

@@ -16,8 +16,9 @@ same vectors in memory is exact and costs about a millisecond, so this keeps one
   is searched in the store as before while one background task per tenant exports it again.
 - **One BLAS thread.** The product is too small to share out: with the BLAS library's default thread
   pool on a busy 2-core machine the same product took 24 ms at the median instead of 1 ms (threads
-  waiting for cores other requests hold), so it runs under a one-thread limit (``threadpoolctl``,
-  which the embeddings model uses for the same reason).
+  waiting for cores other requests hold), so it runs under a one-thread limit (:func:`one_blas_thread`),
+  set once for the app's life by its lifespan: entering ``threadpoolctl``'s limit around every product
+  walked the process's loaded libraries each time (~0.1-0.2 ms of every ``auto`` request, issue 17).
 - **Bounded.** A least-recently-used set of tenants within ``max_bytes`` (vectors, texts, ids and
   metadata counted); a tenant larger than the whole budget is never loaded and is searched in the
   store, as is every tenant of a store that cannot export its chunks (Pinecone).
@@ -31,7 +32,8 @@ import logging
 import sys
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -60,6 +62,9 @@ class TenantMatrix:
     chunks: StoredChunks
     unit: FloatMatrix
     nbytes: int
+    # Each returned chunk's metadata parsed once (the column stays JSON text until a chunk is returned);
+    # a passage gets its own copy.
+    parsed: dict[int, dict[str, Any]] = field(default_factory=dict, compare=False)
 
     @classmethod
     def of(cls, version: int, chunks: StoredChunks) -> TenantMatrix:
@@ -69,18 +74,14 @@ class TenantMatrix:
         text = chunks.chunk_ids, chunks.doc_ids, chunks.titles, chunks.texts, chunks.metadata
         return cls(version, chunks, unit, unit.nbytes + sum(_string_bytes(column) for column in text))
 
-    def top(self, vector: Sequence[float], k: int, blas: ThreadpoolController | None = None) -> list[Passage]:
+    def top(self, vector: Sequence[float], k: int) -> list[Passage]:
         """The ``k`` chunks of highest cosine to ``vector``, best first: the store's exact search."""
         n = len(self.chunks)
         if n == 0 or k <= 0:
             return []
         query = np.asarray(vector, dtype=np.float32)
         query = query / max(float(np.linalg.norm(query)), 1e-12)
-        if blas is None:
-            scores = self.unit @ query
-        else:
-            with blas.limit(limits=1, user_api="blas"):
-                scores = self.unit @ query
+        scores = self.unit @ query
         if k < n:
             head = np.argpartition(-scores, k - 1)[:k]
             order = head[np.argsort(-scores[head], kind="stable")]
@@ -94,10 +95,22 @@ class TenantMatrix:
                 title=c.titles[i],
                 text=c.texts[i],
                 score=float(scores[i]),
-                metadata=json.loads(c.metadata[i]),
+                metadata=self._metadata(i),
             )
             for i in (int(j) for j in order)
         ]
+
+    def _metadata(self, row: int) -> dict[str, Any]:
+        parsed = self.parsed.get(row)
+        if parsed is None:
+            parsed = self.parsed[row] = json.loads(self.chunks.metadata[row])
+        return dict(parsed)
+
+
+def one_blas_thread() -> AbstractContextManager[Any]:
+    """A context in which the process's BLAS runs one thread (the lifespan enters it for the app's life)."""
+    limiter: AbstractContextManager[Any] = ThreadpoolController().limit(limits=1, user_api="blas")
+    return limiter
 
 
 class TenantMatrices:
@@ -111,7 +124,6 @@ class TenantMatrices:
         self._too_big: dict[str, int] = {}  # tenant -> the version found larger than the whole budget
         self._loading: dict[str, asyncio.Task[None]] = {}
         self._unsupported = False  # the store cannot export: never try again
-        self._blas = ThreadpoolController()
         self.hits = 0
         self.misses = 0
 
@@ -135,7 +147,7 @@ class TenantMatrices:
         if entry is not None and entry.version == version:
             self._entries.move_to_end(tenant)
             self.hits += 1
-            return entry.top(vector, k, self._blas)
+            return entry.top(vector, k)
         self.misses += 1
         if self._too_big.get(tenant) != version and tenant not in self._loading:
             task = asyncio.create_task(self._load(tenant, version), name=f"tenant-matrix-{tenant}")
