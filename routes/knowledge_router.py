@@ -53,9 +53,10 @@ class KnowledgeModel:
     spread: LogisticModel  # classes: single_hop / multi_hop
 
 
-def retrieve_row(question: str, signals: ProbeSignals) -> np.ndarray:
-    cues = set(active_cues(question))
-    values = [float(getattr(signals, n)) for n in RETRIEVE_SIGNALS] + [float(c in cues) for c in DIRECT_CUES]
+def retrieve_row(question: str, signals: ProbeSignals, cues: Sequence[str] | None = None) -> np.ndarray:
+    """``cues``: the question's :func:`active_cues`, when the caller has them already (one regex pass a request)."""
+    active = set(active_cues(question) if cues is None else cues)
+    values = [float(getattr(signals, n)) for n in RETRIEVE_SIGNALS] + [float(c in active) for c in DIRECT_CUES]
     return np.asarray(values, dtype=np.float32)
 
 
@@ -145,7 +146,7 @@ class KnowledgeRouter:
         s = probe.signals
         cues = active_cues(query)
         cue_text = f"; cues: {', '.join(cues)}" if cues else ""
-        p_retrieve = _probabilities(self._model.retrieve, retrieve_row(query, s)).get(RETRIEVE, 0.0)
+        p_retrieve = _probabilities(self._model.retrieve, retrieve_row(query, s, cues)).get(RETRIEVE, 0.0)
         found = (
             f"top score {s.top_score:.2f}, question words covered by the best document {s.best_coverage:.2f}, "
             f"by the top {s.documents} documents {s.union_coverage:.2f}"

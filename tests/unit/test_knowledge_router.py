@@ -6,6 +6,7 @@ import re
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
 import pytest
 from langchain_core.messages import BaseMessage
 
@@ -14,7 +15,8 @@ from gateway.providers.scripted_chat import ScriptedChatModel
 from gateway.settings import ModelPrice
 from pipelines.shared.deps import Passage
 from routes.corpus import Case
-from routes.knowledge_router import KnowledgeRouter, fit_knowledge
+from routes.features import active_cues
+from routes.knowledge_router import DIRECT_CUES, KnowledgeRouter, fit_knowledge, retrieve_row
 from routes.llm_router import LLMRouter, describe
 from routes.probe import EMPTY_SIGNALS, PROBE_DEPTH, Probe, ProbeSignals, probe_of
 from routes.router import FrontRouter
@@ -192,3 +194,11 @@ async def test_llm_mode_is_shown_the_same_signals(router: KnowledgeRouter) -> No
 
 def test_the_llm_is_told_when_the_knowledge_base_is_empty() -> None:
     assert "nothing found" in describe(EMPTY_SIGNALS)
+
+
+@pytest.mark.parametrize("query", ["Thanks a lot!", "Translate 'good night' into French", "What is 17 + 4?"])
+def test_a_retrieve_row_from_cues_already_found_is_the_row_found_from_the_question(query: str) -> None:
+    cues = active_cues(query)
+    assert set(cues) & set(DIRECT_CUES)  # the row has a cue column set
+    np.testing.assert_array_equal(retrieve_row(query, ONE_DOC, cues), retrieve_row(query, ONE_DOC))
+    assert not np.array_equal(retrieve_row(query, ONE_DOC, []), retrieve_row(query, ONE_DOC))  # the cues are read
