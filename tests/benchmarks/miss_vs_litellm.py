@@ -24,7 +24,7 @@ import statistics
 import subprocess
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 from tests.benchmarks.miss_ab import settings_pairs
@@ -51,12 +51,24 @@ def ratio_line(name: str, values: list[float]) -> str:
     return f"{name}: median {statistics.median(values):.2f}× (rounds {min(values):.2f}-{max(values):.2f}×)"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_one_gateway_arguments(parser: argparse.ArgumentParser, rounds: int) -> None:
+    """The kit's arguments plus one gateway's: its checkout, its settings and how many rounds to measure."""
     add_kit_arguments(parser)
     parser.add_argument("--root", type=Path, default=ROOT, help="the gateway checkout to run (default: this one)")
-    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--rounds", type=int, default=rounds)
     parser.add_argument("--gateway-env", nargs="*", default=[], metavar="NAME=VALUE", help="gateway settings")
+
+
+def one_gateway(
+    args: argparse.Namespace, upstream: str, key: str, work: Path, log: Path
+) -> AbstractContextManager[tuple[int, str]]:
+    """The gateway :func:`add_one_gateway_arguments` named, against ``upstream``; yields (pid, base URL)."""
+    return gateway(args.root.resolve(), upstream, args.redis_url, key, work, log, settings_pairs(args.gateway_env))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_one_gateway_arguments(parser, rounds=6)
     parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "miss_vs_litellm")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -69,15 +81,7 @@ def main() -> None:
         tempfile.TemporaryDirectory(prefix="miss-vs-litellm-") as work,
         kit.upstream(upstream_port) as upstream,
         litellm(kit, upstream_port) as (lite_pid, lite_base),
-        gateway(
-            args.root.resolve(),
-            upstream,
-            args.redis_url,
-            key,
-            Path(work),
-            args.out / "gateway.log",
-            settings_pairs(args.gateway_env),
-        ) as served,
+        one_gateway(args, upstream, key, Path(work), args.out / "gateway.log") as served,
     ):
         pid, base = served
         for round_no in range(args.rounds):
