@@ -33,7 +33,7 @@ import sys
 from collections import OrderedDict
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -62,9 +62,6 @@ class TenantMatrix:
     chunks: StoredChunks
     unit: FloatMatrix
     nbytes: int
-    # Each returned chunk's metadata parsed once (the column stays JSON text until a chunk is returned);
-    # a passage gets its own copy.
-    parsed: dict[int, dict[str, Any]] = field(default_factory=dict, compare=False)
 
     @classmethod
     def of(cls, version: int, chunks: StoredChunks) -> TenantMatrix:
@@ -95,16 +92,10 @@ class TenantMatrix:
                 title=c.titles[i],
                 text=c.texts[i],
                 score=float(scores[i]),
-                metadata=self._metadata(i),
+                metadata=json.loads(c.metadata[i]),
             )
             for i in (int(j) for j in order)
         ]
-
-    def _metadata(self, row: int) -> dict[str, Any]:
-        parsed = self.parsed.get(row)
-        if parsed is None:
-            parsed = self.parsed[row] = json.loads(self.chunks.metadata[row])
-        return dict(parsed)
 
 
 def one_blas_thread() -> AbstractContextManager[Any]:

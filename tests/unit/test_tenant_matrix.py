@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-import numpy as np
 import pytest
 from langchain_core.embeddings import DeterministicFakeEmbedding
 from threadpoolctl import ThreadpoolController
@@ -17,7 +16,7 @@ from gateway.chunking import Chunker
 from gateway.knowledge import HYBRID_DEPTH, KnowledgeBase, NewDocument
 from gateway.providers.vectorstores.base import StoredChunks
 from gateway.providers.vectorstores.memory import InMemoryVectorStore
-from gateway.tenant_matrix import TenantMatrix, one_blas_thread
+from gateway.tenant_matrix import one_blas_thread
 from pipelines.shared.deps import Passage
 from routes.probe import PROBE_DEPTH, ProbeFirstRetriever, probe_of
 
@@ -208,27 +207,6 @@ async def test_dense_retrieval_takes_the_head_of_the_probes_ranking() -> None:
     dense = await kb.dense_search("acme", "harbour 3", 8, vector=vector)
     assert await kb.search_reusing("acme", "harbour 3", 5, vector=vector, dense=dense, depth=8) == dense[:5]
     assert await kb.search_reusing("acme", "harbour 3", 9, vector=vector, dense=dense, depth=8) is None
-
-
-def test_a_passages_metadata_is_its_own_copy_parsed_once() -> None:
-    chunks = StoredChunks(
-        chunk_ids=["a:0", "b:0"],
-        doc_ids=["a", "b"],
-        titles=["A", "B"],
-        texts=["alpha", "beta"],
-        metadata=['{"lang": "en", "tags": ["x"]}', "{}"],
-        vectors=np.eye(2, DIMENSIONS, dtype=np.float32),
-    )
-    matrix = TenantMatrix.of(1, chunks)
-    query = [1.0] + [0.0] * (DIMENSIONS - 1)
-    first = matrix.top(query, 2)
-    assert [p.doc_id for p in first] == ["a", "b"]
-    assert first[0].metadata == {"lang": "en", "tags": ["x"]}
-    first[0].metadata["lang"] = "changed by a caller"
-    again = matrix.top(query, 2)
-    assert again[0].metadata == {"lang": "en", "tags": ["x"]}
-    assert again[0].metadata is not first[0].metadata
-    assert set(matrix.parsed) == {0, 1}  # each row's JSON parsed once, on its first return
 
 
 def test_one_blas_thread_limits_blas_while_entered_and_restores_it() -> None:
