@@ -1,7 +1,7 @@
-"""``ChatOpenAI`` with three per-call costs of the Chat Completions path taken out (issue 17).
+"""``ChatOpenAI`` with four per-call costs of the Chat Completions path taken out (issue 17).
 
 Every model call of the gateway goes through ``ChatOpenAI``; on a ``direct`` miss that call is most of
-the gateway's own CPU. Three of its costs buy this gateway nothing, and :class:`GatewayChatOpenAI` (still a
+the gateway's own CPU. Four of its costs buy this gateway nothing, and :class:`GatewayChatOpenAI` (still a
 ``ChatOpenAI``: callbacks, streaming, ``response_format``, usage metadata and the error translation are
 langchain_openai's own) removes them:
 
@@ -25,10 +25,23 @@ langchain_openai's own) removes them:
   CPU per call) are skipped. The result is the same except that fields the upstream did not send are absent
   instead of None (``token_usage`` without ``completion_tokens_details: None``). Structured output
   (``response_format``) and a body that is not JSON still go through the SDK's ``parse``.
+- **The SDK's request machinery around a plain JSON POST.** For a call whose payload is only the model,
+  ``stream: false``, the :data:`PLAIN_JSON` parameters and a caller's ``extra_body`` (every call this
+  gateway makes without ``response_format``), the SDK's ``create`` copies its options model twice, builds
+  the headers, URL and ``httpx.Request`` anew and runs the per-call hooks (key providers, workload
+  identity, provider runtimes) that a static API key never uses: ~0.3-0.4 ms of CPU, a tenth of a
+  ``direct`` miss. :class:`GatewayChatOpenAI` posts that body (serialised by the SDK's own
+  ``openapi_dumps``) on the same ``httpx`` client, to the same URL, with the headers the SDK sends
+  (built once per model from the client's public ``auth_headers``/``default_headers``), and raises the
+  SDK's own errors: ``APITimeoutError``/``APIConnectionError`` for a transport failure, and for an error
+  status the exception the SDK makes of that response. Anything else (a key provider, a custom auth or
+  query, tools, ``response_format``, request options) keeps the SDK path; ``tests/unit/test_chat_openai.py``
+  compares method, URL, headers and body with ``ChatOpenAI``'s, and each error.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -43,6 +56,8 @@ from langchain_openai.chat_models.base import (
     _handle_openai_api_error,
     _handle_openai_bad_request,
 )
+from openai._utils._json import openapi_dumps
+from pydantic import PrivateAttr, SecretStr
 
 # The key the SDK merges, as it is, into the request's JSON body.
 EXTRA_BODY = "extra_body"
@@ -69,6 +84,39 @@ PLAIN_JSON = frozenset(
 )
 
 
+# What a payload may hold for the direct POST (:meth:`GatewayChatOpenAI._post_plain`): anything else takes the SDK path.
+DIRECT_KEYS = PLAIN_JSON | {"model", "stream", EXTRA_BODY}
+CHAT_COMPLETIONS = "/chat/completions"
+# The SDK's per-call hooks; a client with any of them set keeps the SDK path (absent in older SDKs: none set).
+_SDK_HOOKS = ("_provider_runtime", "_api_key_provider", "_workload_identity_auth")
+
+
+@dataclass(frozen=True, slots=True)
+class _Wire:
+    """Where and how a plain Chat Completions call is posted: what the SDK would build for it on every call."""
+
+    http: httpx.AsyncClient
+    url: httpx.URL
+    headers: dict[str, str]
+    timeout: float | httpx.Timeout | None
+
+
+def _read_timeout(timeout: float | httpx.Timeout | None) -> float | None:
+    return timeout.read if isinstance(timeout, httpx.Timeout) else timeout
+
+
+def _completion_of(http: httpx.Response) -> dict[str, Any] | str:
+    """The completion as the SDK's ``parse`` reads a 200: a JSON dict, else the text (which langchain refuses)."""
+    found = _json_body(http)
+    if found is not None:
+        return found
+    try:
+        body = http.json()
+    except ValueError:
+        return http.text
+    return body if isinstance(body, dict) else http.text
+
+
 def _json_body(http: httpx.Response) -> dict[str, Any] | None:
     """The completion as a dict when the upstream says it is JSON (as the SDK reads its content type); else None."""
     content_type, *_ = http.headers.get("content-type", "*").split(";")
@@ -80,6 +128,55 @@ def _json_body(http: httpx.Response) -> dict[str, Any] | None:
 
 class GatewayChatOpenAI(ChatOpenAI):
     """A ``ChatOpenAI`` whose Chat Completions calls skip the result's thread hop and the messages' transform."""
+
+    # Built on the first plain call, inside the serving loop (the SDK's ``X-Stainless-Async`` header names it).
+    _wire: _Wire | None = PrivateAttr(default=None)
+
+    def _plain_wire(self) -> _Wire | None:
+        """The direct POST's target, or None when this model's client needs the SDK's per-call machinery."""
+        if self._wire is not None:
+            return self._wire
+        client, http = self.root_async_client, self.http_async_client
+        plain = (
+            type(client) is openai.AsyncOpenAI
+            and isinstance(http, httpx.AsyncClient)
+            and isinstance(self.openai_api_key, SecretStr)
+            and client.custom_auth is None
+            and not client.default_query
+            and all(getattr(client, hook, None) is None for hook in _SDK_HOOKS)
+        )
+        if not plain or not isinstance(http, httpx.AsyncClient):  # (mypy cannot see through ``plain``)
+            return None
+        headers = {
+            key: value
+            for key, value in {**client.auth_headers, **client.default_headers}.items()
+            if isinstance(value, str)  # the SDK drops its ``Omit`` placeholders (no organisation, no project)
+        }
+        headers["x-stainless-retry-count"] = "0"  # max_retries=0 or not: this is the first attempt
+        headers["x-stainless-raw-response"] = "true"  # ChatOpenAI calls ``with_raw_response``, which says so
+        read = _read_timeout(client.timeout)
+        if read is not None:
+            headers["x-stainless-read-timeout"] = str(read)
+        url = client.base_url.copy_with(raw_path=client.base_url.raw_path + CHAT_COMPLETIONS.lstrip("/").encode())
+        self._wire = _Wire(http, url, headers, client.timeout)
+        return self._wire
+
+    async def _post_plain(self, wire: _Wire, payload: dict[str, Any]) -> tuple[httpx.Response, dict[str, Any] | str]:
+        """POST ``payload`` as the SDK would (one attempt), with the SDK's errors; the response and its completion."""
+        body = {key: value for key, value in payload.items() if key != EXTRA_BODY}
+        body.update(payload.get(EXTRA_BODY) or {})  # as the SDK merges ``extra_body``: over the parameters
+        request = wire.http.build_request(
+            "POST", wire.url, content=openapi_dumps(body), headers=wire.headers, timeout=wire.timeout
+        )
+        try:
+            response = await wire.http.send(request)
+        except httpx.TimeoutException as exc:
+            raise openai.APITimeoutError(request=request) from exc
+        except httpx.TransportError as exc:
+            raise openai.APIConnectionError(request=request) from exc
+        if response.is_error:
+            raise self.root_async_client._make_status_error_from_response(response) from None
+        return response, _completion_of(response)
 
     def _get_request_payload(
         self,
@@ -95,7 +192,11 @@ class GatewayChatOpenAI(ChatOpenAI):
         (the SDK merges it over the parameters), wins where both name a key. Responses API payloads (``input``, no
         ``messages``) are unchanged.
         """
-        payload: dict[str, Any] = super()._get_request_payload(input_, stop=stop, **kwargs)
+        return self._through_extra_body(super()._get_request_payload(input_, stop=stop, **kwargs))
+
+    @staticmethod
+    def _through_extra_body(payload: dict[str, Any]) -> dict[str, Any]:
+        """``payload`` with its :data:`PLAIN_JSON` parameters in ``extra_body`` (see ``_get_request_payload``)."""
         if "messages" not in payload:
             return payload
         plain = {key: payload.pop(key) for key in PLAIN_JSON.intersection(payload)}
@@ -111,14 +212,19 @@ class GatewayChatOpenAI(ChatOpenAI):
         **kwargs: Any,
     ) -> ChatResult:
         """langchain_openai's Chat Completions ``_agenerate``, with ``_create_chat_result`` called in place."""
-        payload = self._get_request_payload(messages, stop=stop, **kwargs)
+        payload = super()._get_request_payload(messages, stop=stop, **kwargs)
         if "response_format" not in payload and self._use_responses_api(payload):
             return await super()._agenerate(messages, stop=stop, run_manager=run_manager, **kwargs)
+        wire = self._plain_wire() if payload.get("stream") is False and DIRECT_KEYS.issuperset(payload) else None
+        if wire is None:
+            payload = self._through_extra_body(payload)
         generation_info: dict[str, Any] = {}
-        raw_response = None
+        raw_response: Any = None
         try:
-            response: dict[str, Any] | openai.BaseModel | None
-            if "response_format" in payload:
+            response: dict[str, Any] | openai.BaseModel | str | None
+            if wire is not None:
+                raw_response, response = await self._post_plain(wire, payload)
+            elif "response_format" in payload:
                 payload.pop("stream")
                 raw_response = await self.root_async_client.chat.completions.with_raw_response.parse(**payload)
                 response = raw_response.parse()  # the ``parsed`` field is the SDK's work
@@ -133,10 +239,13 @@ class GatewayChatOpenAI(ChatOpenAI):
             raise
         except Exception as e:
             # As langchain_openai does: a failure after the response arrived carries the HTTP response.
-            if raw_response is not None and hasattr(raw_response, "http_response"):
+            if isinstance(raw_response, httpx.Response):
+                e.response = raw_response  # type: ignore[attr-defined]
+            elif raw_response is not None and hasattr(raw_response, "http_response"):
                 e.response = raw_response.http_response  # type: ignore[attr-defined]
             raise
         if self.include_response_headers and hasattr(raw_response, "headers"):
             generation_info = {"headers": dict(raw_response.headers)}
         _add_gateway_metadata(generation_info, raw_response)
-        return self._create_chat_result(response, generation_info)
+        # A text body (not JSON) is passed on as the SDK's ``parse`` passes it: langchain refuses it with its own error.
+        return self._create_chat_result(response, generation_info)  # type: ignore[arg-type]

@@ -85,11 +85,13 @@ class Upstream:
 
     def __init__(self, reply: Reply) -> None:
         self.bodies: list[dict[str, Any]] = []
+        self.requests: list[httpx.Request] = []
         self._reply = reply
 
     def handler(self, request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content)
         self.bodies.append(body)
+        self.requests.append(request)
         return self._reply(body)
 
     def model(self, cls: type[ChatOpenAI], **fields: Any) -> ChatOpenAI:
@@ -101,7 +103,7 @@ class Upstream:
             temperature=0.0,
             stream_usage=True,
             http_async_client=httpx.AsyncClient(transport=httpx.MockTransport(self.handler)),
-            **fields,
+            **{"timeout": 30.0, **fields},
         )
 
 
@@ -129,6 +131,46 @@ async def test_the_request_body_is_the_same_as_chat_openai_sends() -> None:
     assert [m["role"] for m in sent_ours["messages"]] == ["system", "user", "assistant", "tool", "user"]
     assert sent_ours["messages"][4]["content"][1]["image_url"]["url"].startswith("data:image/png")
     assert sent_ours["max_completion_tokens"] == 64
+
+
+def wire_of(request: httpx.Request) -> tuple[str, str, list[tuple[str, str]], Any]:
+    """Method, URL, headers (sorted, names lower-cased) and the request's timeout extension."""
+    headers = sorted((name.lower(), value) for name, value in request.headers.multi_items())
+    return request.method, str(request.url), headers, request.extensions.get("timeout")
+
+
+async def test_a_plain_call_is_posted_as_the_sdk_posts_it_without_the_sdks_request_machinery() -> None:
+    upstream, plain, ours = both(answering("Paris."), max_tokens=64, default_headers={"X-Team": "search"})
+    await plain.ainvoke(MESSAGES[:2])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(openai.AsyncOpenAI, "_build_request", refuse)  # the SDK's request machinery is not used
+        await ours.ainvoke(MESSAGES[:2])
+        await ours.ainvoke(MESSAGES[:2])  # the second call reuses the first one's headers and URL
+    sdk, direct, again = upstream.requests
+    assert wire_of(direct) == wire_of(sdk) == wire_of(again)
+    method, url, headers, timeout = wire_of(direct)
+    assert (method, url) == ("POST", "http://upstream.test/v1/chat/completions")
+    assert ("authorization", "Bearer key") in headers
+    assert ("x-team", "search") in headers
+    assert ("x-stainless-async", "async:asyncio") in headers
+    assert ("x-stainless-read-timeout", "30.0") in headers
+    assert timeout == {"connect": 30.0, "read": 30.0, "write": 30.0, "pool": 30.0}
+    assert json.loads(direct.content) == json.loads(sdk.content)
+
+
+async def test_a_client_with_per_call_hooks_keeps_the_sdk_path() -> None:
+    keys = iter(["key-1", "key-2"])
+
+    async def rotating_key() -> str:
+        return next(keys)
+
+    upstream = Upstream(answering("Paris."))
+    ours = upstream.model(GatewayChatOpenAI)
+    ours.root_async_client._api_key_provider = rotating_key  # what the SDK sets for ``api_key=<callable>``
+    await ours.ainvoke(MESSAGES[:2])
+    await ours.ainvoke(MESSAGES[:2])
+    assert [r.headers["authorization"] for r in upstream.requests] == ["Bearer key-1", "Bearer key-2"]
+    assert upstream.bodies[0]["messages"][1]["content"] == "What is the capital of France?"
 
 
 async def test_sampling_parameters_reach_the_wire_as_chat_openai_sends_them() -> None:
@@ -314,6 +356,31 @@ async def test_a_timeout_is_translated_as_chat_openai_translates_it() -> None:
             await model.ainvoke(MESSAGES[:2])
         raised.append(type(caught.value))
     assert raised[0] is raised[1]
+
+
+async def test_a_refused_connection_is_translated_as_chat_openai_translates_it() -> None:
+    def refuse_connection(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused", request=request)
+
+    raised = []
+    for cls in (ChatOpenAI, GatewayChatOpenAI):
+        model = cls(
+            model="fake-gpt",
+            base_url="http://upstream.test/v1",
+            api_key=SecretStr("key"),
+            max_retries=0,
+            http_async_client=httpx.AsyncClient(transport=httpx.MockTransport(refuse_connection)),
+        )
+        with pytest.raises(openai.APIConnectionError) as caught:
+            await model.ainvoke(MESSAGES[:2])
+        causes = []
+        cause: BaseException | None = caught.value
+        while cause is not None:
+            causes.append(type(cause))
+            cause = cause.__cause__
+        raised.append(causes)
+    assert raised[1] == raised[0]
+    assert httpx.ConnectError in raised[1]
 
 
 async def test_concurrent_calls_each_get_their_own_answer() -> None:
