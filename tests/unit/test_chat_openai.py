@@ -16,7 +16,9 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from langchain_core.callbacks import AsyncCallbackHandler, AsyncCallbackManager, get_usage_metadata_callback
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.outputs import LLMResult
 from langchain_openai import ChatOpenAI
 from pydantic import BaseModel, SecretStr
 
@@ -259,6 +261,10 @@ def refuse(*_: Any, **__: Any) -> Any:
     raise AssertionError("the SDK's response models were built")
 
 
+def refuse_run(*_: Any, **__: Any) -> Any:
+    raise AssertionError("the run bookkeeping ran")
+
+
 class Capital(BaseModel):
     city: str
     country: str
@@ -356,6 +362,53 @@ async def test_a_timeout_is_translated_as_chat_openai_translates_it() -> None:
             await model.ainvoke(MESSAGES[:2])
         raised.append(type(caught.value))
     assert raised[0] is raised[1]
+
+
+async def test_a_call_nobody_listens_to_skips_the_run_bookkeeping_and_returns_the_same_result() -> None:
+    _upstream, plain, ours = both(answering("Paris."))
+    expected = await plain.agenerate([MESSAGES[:2]])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(AsyncCallbackManager, "on_chat_model_start", refuse_run)
+        got = await ours.agenerate([MESSAGES[:2]])
+        with pytest.raises(AssertionError, match="run bookkeeping"):
+            await plain.agenerate([MESSAGES[:2]])  # what the patch would catch: ChatOpenAI does report the run
+    assert got.llm_output == expected.llm_output
+    assert [[g.text for g in gs] for gs in got.generations] == [[g.text for g in gs] for gs in expected.generations]
+    assert got.run is None  # no run was started, so none is reported
+    assert expected.run is not None
+
+
+class Recorder(AsyncCallbackHandler):
+    def __init__(self) -> None:
+        self.events: list[str] = []
+        self.ends: list[LLMResult] = []
+
+    async def on_chat_model_start(self, serialized: Any, messages: Any, **kwargs: Any) -> None:
+        self.events.append("start")
+
+    async def on_llm_end(self, response: LLMResult, **kwargs: Any) -> None:
+        self.events.append("end")
+        self.ends.append(response)
+
+
+async def test_a_call_with_a_callback_handler_is_reported_as_chat_openai_reports_it() -> None:
+    _upstream, plain, ours = both(answering("Paris."))
+    heard_plain, heard_ours = Recorder(), Recorder()
+    await plain.ainvoke(MESSAGES[:2], config={"callbacks": [heard_plain]})
+    got = await ours.ainvoke(MESSAGES[:2], config={"callbacks": [heard_ours]})
+    assert heard_ours.events == heard_plain.events == ["start", "end"]
+    assert heard_ours.ends[0].generations[0][0].text == heard_plain.ends[0].generations[0][0].text == "Paris."
+    assert got.content == "Paris."
+
+
+async def test_a_configure_hook_still_hears_the_call() -> None:
+    _upstream, plain, ours = both(answering("Paris."))
+    with get_usage_metadata_callback() as expected:
+        await plain.ainvoke(MESSAGES[:2])
+    with get_usage_metadata_callback() as got:
+        await ours.ainvoke(MESSAGES[:2])
+    assert got.usage_metadata == expected.usage_metadata
+    assert got.usage_metadata["fake-gpt"]["input_tokens"] == 11
 
 
 async def test_a_refused_connection_is_translated_as_chat_openai_translates_it() -> None:
