@@ -9,15 +9,18 @@ callers hand it the command to run; they translate :class:`RedisUnavailableError
 policy (a cache miss, per-process limits, a 503) and repeat no timeout or backoff logic.
 
 redis-py supplies the parts it has: the pool, the client name every connection announces
-(``CLIENT SETNAME``, so ``CLIENT LIST`` shows which connections are the gateway's), socket
-timeouts as a backstop, one immediate retry inside a call on a connection error only (a pooled
+(``CLIENT SETNAME``, so ``CLIENT LIST`` shows which connections are the gateway's), a connect
+timeout as a backstop, one immediate retry inside a call on a connection error only (a pooled
 connection that a restarted Redis closed fails at once and a fresh one answers, so recovery does not
 cost one failed call per stale connection; a timeout is never retried: it would blow a 50 ms budget,
 and the call's deadline bounds the retry too) and its backoff policies (``redis.backoff``) for how
 long to fail fast after a failure. The call deadline (``asyncio.timeout``) and the fail-fast window are ours: redis-py's
 circuit breaker belongs to its multi-database failover client (and needs pybreaker), and its
 ``health_check_interval`` pings idle connections before use, a round trip a 50 ms budget cannot
-spare, so it stays off.
+spare, so it stays off. Its socket (read/write) timeout stays off too: every command runs inside ``run``'s
+deadline, which cancels a stalled read or write (redis-py then drops that connection), and on Python 3.11
+a socket timeout makes redis-py send each command through ``asyncio.wait_for``, which starts a task per
+command (two per cache miss) to enforce a bound the deadline already enforces (issue 17).
 """
 
 from __future__ import annotations
@@ -117,14 +120,15 @@ class ResilientRedis:
         """One pool for ``url``; dials nothing until the first call, so a Redis that is down at start-up
         degrades the gateway instead of failing its start.
 
-        ``socket_timeout_s`` (default ``timeout_s``) backs up the per-call deadline: give it the longest
-        per-call ``timeout_s`` any caller passes to ``run``. A ``client_name`` in the URL's query wins.
+        ``socket_timeout_s`` (default ``timeout_s``) bounds a connect, backing up the per-call deadline: give it
+        the longest per-call ``timeout_s`` any caller passes to ``run``. Reads and writes have the deadline only
+        (see the module's docstring). A ``client_name`` in the URL's query wins.
         """
-        socket_timeout = max(socket_timeout_s or timeout_s, timeout_s)
+        connect_timeout = max(socket_timeout_s or timeout_s, timeout_s)
         client = Redis.from_url(
             url,
-            socket_timeout=socket_timeout,
-            socket_connect_timeout=socket_timeout,
+            socket_timeout=None,
+            socket_connect_timeout=connect_timeout,
             retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
             max_connections=max_connections,
             client_name=client_name,
@@ -207,7 +211,7 @@ def open_redis(
     its timeouts, its backoff and its degraded/recovered reports. Dials nothing yet.
 
     ``longest_call_s`` is the longest per-call budget any caller passes to ``run`` (the rate limiter's), so
-    the socket timeout backing up the deadlines never cuts that caller short.
+    the connect timeout backing up the deadlines never cuts that caller short.
     """
     if not settings.url:
         return None
