@@ -31,7 +31,8 @@ langchain_openai's own) removes them:
   the headers, URL and ``httpx.Request`` anew and runs the per-call hooks (key providers, workload
   identity, provider runtimes) that a static API key never uses: ~0.3-0.4 ms of CPU, a tenth of a
   ``direct`` miss. :class:`GatewayChatOpenAI` posts that body (serialised by the SDK's own
-  ``openapi_dumps``) on the same ``httpx`` client, to the same URL, with the headers the SDK sends
+  ``openapi_dumps``) on the same client (on the app's :class:`UpstreamClient`, straight onto its aiohttp
+  pool: :meth:`UpstreamTransport.post_read`), to the same URL, with the headers the SDK sends
   (built once per model from the client's public ``auth_headers``/``default_headers``), and raises the
   SDK's own errors: ``APITimeoutError``/``APIConnectionError`` for a transport failure, and for an error
   status the exception the SDK makes of that response. Anything else (a key provider, a custom auth or
@@ -70,6 +71,8 @@ from langchain_openai.chat_models.base import (
 from openai._utils._json import openapi_dumps
 from pydantic import PrivateAttr, SecretStr
 
+from gateway.providers.upstream_http import UpstreamClient, UpstreamTransport
+
 # The key the SDK merges, as it is, into the request's JSON body.
 EXTRA_BODY = "extra_body"
 # Chat Completions parameters that are plain JSON (no alias, no format, not read by the SDK itself): sent as they
@@ -104,12 +107,18 @@ _SDK_HOOKS = ("_provider_runtime", "_api_key_provider", "_workload_identity_auth
 
 @dataclass(frozen=True, slots=True)
 class _Wire:
-    """Where and how a plain Chat Completions call is posted: what the SDK would build for it on every call."""
+    """Where and how a plain Chat Completions call is posted: what the SDK would build for it on every call.
+
+    ``direct`` is the client's aiohttp transport when it has one (:class:`UpstreamClient`): the POST then goes
+    out on it with ``merged`` (the client's own headers under the SDK's), without httpx's client around it.
+    """
 
     http: httpx.AsyncClient
     url: httpx.URL
     headers: dict[str, str]
     timeout: float | httpx.Timeout | None
+    direct: UpstreamTransport | None
+    merged: tuple[tuple[str, str], ...]
 
 
 def _read_timeout(timeout: float | httpx.Timeout | None) -> float | None:
@@ -169,25 +178,45 @@ class GatewayChatOpenAI(ChatOpenAI):
         if read is not None:
             headers["x-stainless-read-timeout"] = str(read)
         url = client.base_url.copy_with(raw_path=client.base_url.raw_path + CHAT_COMPLETIONS.lstrip("/").encode())
-        self._wire = _Wire(http, url, headers, client.timeout)
+        direct = http.direct if isinstance(http, UpstreamClient) else None
+        merged = httpx.Headers(http.headers)
+        merged.update(headers)
+        self._wire = _Wire(http, url, headers, client.timeout, direct, tuple(merged.items()))
         return self._wire
 
     async def _post_plain(self, wire: _Wire, payload: dict[str, Any]) -> tuple[httpx.Response, dict[str, Any] | str]:
         """POST ``payload`` as the SDK would (one attempt), with the SDK's errors; the response and its completion."""
         body = {key: value for key, value in payload.items() if key != EXTRA_BODY}
         body.update(payload.get(EXTRA_BODY) or {})  # as the SDK merges ``extra_body``: over the parameters
-        request = wire.http.build_request(
-            "POST", wire.url, content=openapi_dumps(body), headers=wire.headers, timeout=wire.timeout
-        )
+        content = openapi_dumps(body)
+        request: httpx.Request | None = None
         try:
-            response = await wire.http.send(request)
+            if wire.direct is not None:
+                response = await wire.direct.post_read(
+                    wire.url,
+                    content,
+                    wire.merged,
+                    httpx.Timeout(wire.timeout),
+                    follow_redirects=wire.http.follow_redirects,
+                )
+            else:
+                request = wire.http.build_request(
+                    "POST", wire.url, content=content, headers=wire.headers, timeout=wire.timeout
+                )
+                response = await wire.http.send(request)
         except httpx.TimeoutException as exc:
-            raise openai.APITimeoutError(request=request) from exc
+            raise openai.APITimeoutError(request=request or self._request_of(wire, content)) from exc
         except httpx.TransportError as exc:
-            raise openai.APIConnectionError(request=request) from exc
+            raise openai.APIConnectionError(request=request or self._request_of(wire, content)) from exc
         if response.is_error:
+            response.request = request or self._request_of(wire, content)  # the SDK's error reads it
             raise self.root_async_client._make_status_error_from_response(response) from None
         return response, _completion_of(response)
+
+    @staticmethod
+    def _request_of(wire: _Wire, content: bytes) -> httpx.Request:
+        """The request a direct POST sent, as an ``httpx.Request``: made only for an error that reports it."""
+        return httpx.Request("POST", wire.url, headers=wire.merged, content=content)
 
     def _get_request_payload(
         self,

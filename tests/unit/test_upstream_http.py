@@ -8,12 +8,17 @@ short, a server that never answers) and the class is what is checked.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import gzip
+import json
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import httpx
 import openai
 import pytest
+from aiohttp import web
 from langchain_core.messages import HumanMessage
+from langchain_openai import ChatOpenAI
 from pydantic import SecretStr
 
 from gateway.providers.chat_openai import GatewayChatOpenAI
@@ -128,3 +133,132 @@ async def test_without_a_proxy_aiohttp_reads_nothing_from_the_environment_per_ca
         assert not isinstance(plain._transport, UpstreamTransport)
     finally:
         await plain.aclose()
+
+
+class Recording:
+    """An aiohttp server on loopback that records each POST's headers and answers as ``reply`` says."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, dict[str, str], dict[str, Any]]] = []
+        self.gzip = False
+        self.status = 200
+        self.cookie: str | None = None
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        self.seen.append((request.path, {k.lower(): v for k, v in request.headers.items()}, await request.json()))
+        if request.path.endswith("/moved/chat/completions"):
+            raise web.HTTPTemporaryRedirect("/v1/chat/completions")
+        if self.status != 200:
+            return web.json_response({"error": {"message": "boom", "type": "server_error"}}, status=self.status)
+        body = json.dumps(completion_body("Paris.")).encode()
+        headers = {"Content-Type": "application/json"}
+        if self.gzip:
+            body, headers["Content-Encoding"] = gzip.compress(body), "gzip"
+        response = web.Response(body=body, headers=headers)
+        if self.cookie:
+            response.set_cookie("affinity", self.cookie)
+        return response
+
+
+def completion_body(text: str) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1_700_000_000,
+        "model": "fake-gpt",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 11, "completion_tokens": 2, "total_tokens": 13},
+    }
+
+
+@pytest.fixture
+async def recording() -> AsyncIterator[tuple[Recording, str]]:
+    server = Recording()
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", server.completions)
+    app.router.add_post("/moved/chat/completions", server.completions)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        yield server, f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
+def chat_model(cls: type[ChatOpenAI], base_url: str, client: httpx.AsyncClient) -> ChatOpenAI:
+    return cls(
+        model="fake-gpt",
+        base_url=base_url,
+        api_key=SecretStr("k"),
+        max_retries=0,
+        timeout=30.0,
+        http_async_client=client,
+    )
+
+
+async def test_a_plain_call_goes_out_on_the_aiohttp_pool_with_the_headers_httpx_would_send(
+    recording: tuple[Recording, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server, root = recording
+    async with upstream_client("aiohttp", 5.0) as client:
+        await chat_model(ChatOpenAI, f"{root}/v1", client).ainvoke([HumanMessage("hello")])
+        monkeypatch.setattr(UpstreamTransport, "handle_async_request", refuse)  # httpx's client is not used
+        got = await chat_model(GatewayChatOpenAI, f"{root}/v1", client).ainvoke([HumanMessage("hello")])
+    assert got.content == "Paris."
+    (_, through_httpx, body_httpx), (_, direct, body_direct) = server.seen
+    assert direct == through_httpx  # the client's own headers (accept-encoding, connection...) under the SDK's
+    assert direct["authorization"] == "Bearer k"
+    assert direct["accept-encoding"] == "gzip, deflate, zstd"
+    assert body_direct == body_httpx
+
+
+async def test_the_direct_post_decodes_gzip_follows_redirects_and_keeps_cookies(
+    recording: tuple[Recording, str],
+) -> None:
+    server, root = recording
+    server.gzip, server.cookie = True, "replica-2"
+    async with upstream_client("aiohttp", 5.0) as client:
+        model = chat_model(GatewayChatOpenAI, f"{root}/moved", client)
+        first = await model.ainvoke([HumanMessage("hello")])
+        second = await model.ainvoke([HumanMessage("again")])
+    assert (first.content, second.content) == ("Paris.", "Paris.")
+    paths = [path for path, _, _ in server.seen]
+    assert paths == ["/moved/chat/completions", "/v1/chat/completions"] * 2  # a 307 keeps the POST and its body
+    assert server.seen[1][2]["messages"][0]["content"] == "hello"
+    assert "affinity=replica-2" in server.seen[2][1].get("cookie", "")  # the session's jar sends it back
+
+
+async def test_an_error_status_on_the_direct_post_is_the_sdks_error_with_its_request(
+    recording: tuple[Recording, str],
+) -> None:
+    server, root = recording
+    server.status = 500
+    async with upstream_client("aiohttp", 5.0) as client:
+        with pytest.raises(openai.InternalServerError) as caught:
+            await chat_model(GatewayChatOpenAI, f"{root}/v1", client).ainvoke([HumanMessage("hello")])
+    assert caught.value.status_code == 500
+    assert caught.value.request.url == httpx.URL(f"{root}/v1/chat/completions")
+    assert caught.value.body == {"message": "boom", "type": "server_error"}
+
+
+async def test_an_upstream_that_never_answers_the_direct_post_is_the_sdks_timeout(upstream: FakeOpenAI) -> None:
+    upstream.script(Hang(5.0))
+    async with upstream_client("aiohttp", 5.0) as client:
+        model = GatewayChatOpenAI(
+            model="fake-gpt",
+            base_url=upstream.base_url,
+            api_key=SecretStr("k"),
+            max_retries=0,
+            timeout=0.2,
+            http_async_client=client,
+        )
+        with pytest.raises(openai.APITimeoutError) as caught:
+            await model.ainvoke([HumanMessage("hello")])
+    assert isinstance(caught.value.__cause__, openai.APITimeoutError)
+    assert isinstance(caught.value.__cause__.__cause__, httpx.ReadTimeout)
+
+
+def refuse(*_: Any, **__: Any) -> Any:
+    raise AssertionError("httpx's client sent the request")
