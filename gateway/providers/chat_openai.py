@@ -35,8 +35,8 @@ langchain_openai's own) removes them:
   pool: :meth:`UpstreamTransport.post_read`), to the same URL, with the headers the SDK sends
   (built once per model from the client's public ``auth_headers``/``default_headers``), and raises the
   SDK's own errors: ``APITimeoutError``/``APIConnectionError`` for a transport failure, and for an error
-  status the exception the SDK makes of that response. Anything else (a key provider, a custom auth or
-  query, tools, ``response_format``, request options) keeps the SDK path; ``tests/unit/test_chat_openai.py``
+  status the exception the SDK makes of that response. Anything else (SDK retries, a key provider, a custom auth
+  or query, tools, ``response_format``, request options) keeps the SDK path; ``tests/unit/test_chat_openai.py``
   compares method, URL, headers and body with ``ChatOpenAI``'s, and each error.
 - **LangChain's run bookkeeping when nobody listens.** ``BaseChatModel.agenerate`` computes the invocation
   and LangSmith parameters, copies the messages for tracing, makes a run manager (a uuid7 run id) and
@@ -147,7 +147,7 @@ def _json_body(http: httpx.Response) -> dict[str, Any] | None:
 
 
 class GatewayChatOpenAI(ChatOpenAI):
-    """A ``ChatOpenAI`` whose Chat Completions calls skip the result's thread hop and the messages' transform."""
+    """A ``ChatOpenAI`` whose Chat Completions calls skip the per-call costs the module's docstring lists."""
 
     # Built on the first plain call, inside the serving loop (the SDK's ``X-Stainless-Async`` header names it).
     _wire: _Wire | None = PrivateAttr(default=None)
@@ -159,6 +159,7 @@ class GatewayChatOpenAI(ChatOpenAI):
         client, http = self.root_async_client, self.http_async_client
         plain = (
             type(client) is openai.AsyncOpenAI
+            and client.max_retries == 0  # the direct POST is one attempt: SDK retries keep the SDK path
             and isinstance(http, httpx.AsyncClient)
             and isinstance(self.openai_api_key, SecretStr)
             and client.custom_auth is None
@@ -172,7 +173,7 @@ class GatewayChatOpenAI(ChatOpenAI):
             for key, value in {**client.auth_headers, **client.default_headers}.items()
             if isinstance(value, str)  # the SDK drops its ``Omit`` placeholders (no organisation, no project)
         }
-        headers["x-stainless-retry-count"] = "0"  # max_retries=0 or not: this is the first attempt
+        headers["x-stainless-retry-count"] = "0"  # the one attempt there is
         headers["x-stainless-raw-response"] = "true"  # ChatOpenAI calls ``with_raw_response``, which says so
         read = _read_timeout(client.timeout)
         if read is not None:

@@ -101,11 +101,10 @@ class Upstream:
             model="fake-gpt",
             base_url="http://upstream.test/v1",
             api_key=SecretStr("key"),
-            max_retries=0,
             temperature=0.0,
             stream_usage=True,
             http_async_client=httpx.AsyncClient(transport=httpx.MockTransport(self.handler)),
-            **{"timeout": 30.0, **fields},
+            **{"timeout": 30.0, "max_retries": 0, **fields},
         )
 
 
@@ -173,6 +172,16 @@ async def test_a_client_with_per_call_hooks_keeps_the_sdk_path() -> None:
     await ours.ainvoke(MESSAGES[:2])
     assert [r.headers["authorization"] for r in upstream.requests] == ["Bearer key-1", "Bearer key-2"]
     assert upstream.bodies[0]["messages"][1]["content"] == "What is the capital of France?"
+
+
+async def test_a_model_with_sdk_retries_keeps_the_sdk_path_and_its_retries() -> None:
+    upstream = Upstream(lambda body: httpx.Response(500, json={"error": {"message": "boom", "type": "server_error"}}))
+    ours = upstream.model(GatewayChatOpenAI, max_retries=2)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(openai.AsyncOpenAI, "_calculate_retry_timeout", lambda *_: 0.0)
+        with pytest.raises(openai.InternalServerError):
+            await ours.ainvoke(MESSAGES[:2])
+    assert [r.headers["x-stainless-retry-count"] for r in upstream.requests] == ["0", "1", "2"]
 
 
 async def test_sampling_parameters_reach_the_wire_as_chat_openai_sends_them() -> None:
