@@ -109,20 +109,16 @@ _SDK_HOOKS = ("_provider_runtime", "_api_key_provider", "_workload_identity_auth
 class _Wire:
     """Where and how a plain Chat Completions call is posted: what the SDK would build for it on every call.
 
-    ``direct`` is the client's aiohttp transport when it has one (:class:`UpstreamClient`): the POST then goes
-    out on it with ``merged`` (the client's own headers under the SDK's), without httpx's client around it.
+    ``headers`` are the client's own with the SDK's over them, as httpx would merge them per request. ``direct``
+    is the client's aiohttp transport when it has one (:class:`UpstreamClient`): the POST then goes out on it,
+    without httpx's client around it.
     """
 
     http: httpx.AsyncClient
     url: httpx.URL
-    headers: dict[str, str]
-    timeout: float | httpx.Timeout | None
+    headers: tuple[tuple[str, str], ...]
+    budget: httpx.Timeout
     direct: UpstreamTransport | None
-    merged: tuple[tuple[str, str], ...]
-
-
-def _read_timeout(timeout: float | httpx.Timeout | None) -> float | None:
-    return timeout.read if isinstance(timeout, httpx.Timeout) else timeout
 
 
 def _completion_of(http: httpx.Response) -> dict[str, Any] | str:
@@ -157,32 +153,34 @@ class GatewayChatOpenAI(ChatOpenAI):
         if self._wire is not None:
             return self._wire
         client, http = self.root_async_client, self.http_async_client
+        if not isinstance(http, httpx.AsyncClient):
+            return None
         plain = (
             type(client) is openai.AsyncOpenAI
             and client.max_retries == 0  # the direct POST is one attempt: SDK retries keep the SDK path
-            and isinstance(http, httpx.AsyncClient)
             and isinstance(self.openai_api_key, SecretStr)
             and client.custom_auth is None
             and not client.default_query
             and all(getattr(client, hook, None) is None for hook in _SDK_HOOKS)
         )
-        if not plain or not isinstance(http, httpx.AsyncClient):  # (mypy cannot see through ``plain``)
+        if not plain:
             return None
-        headers = {
-            key: value
-            for key, value in {**client.auth_headers, **client.default_headers}.items()
-            if isinstance(value, str)  # the SDK drops its ``Omit`` placeholders (no organisation, no project)
-        }
+        budget = httpx.Timeout(client.timeout)
+        headers = httpx.Headers(http.headers)
+        headers.update(
+            {
+                key: value
+                for key, value in {**client.auth_headers, **client.default_headers}.items()
+                if isinstance(value, str)  # the SDK drops its ``Omit`` placeholders (no organisation, no project)
+            }
+        )
         headers["x-stainless-retry-count"] = "0"  # the one attempt there is
         headers["x-stainless-raw-response"] = "true"  # ChatOpenAI calls ``with_raw_response``, which says so
-        read = _read_timeout(client.timeout)
-        if read is not None:
-            headers["x-stainless-read-timeout"] = str(read)
+        if budget.read is not None:
+            headers["x-stainless-read-timeout"] = str(budget.read)
         url = client.base_url.copy_with(raw_path=client.base_url.raw_path + CHAT_COMPLETIONS.lstrip("/").encode())
         direct = http.direct if isinstance(http, UpstreamClient) else None
-        merged = httpx.Headers(http.headers)
-        merged.update(headers)
-        self._wire = _Wire(http, url, headers, client.timeout, direct, tuple(merged.items()))
+        self._wire = _Wire(http, url, tuple(headers.items()), budget, direct)
         return self._wire
 
     async def _post_plain(self, wire: _Wire, payload: dict[str, Any]) -> tuple[httpx.Response, dict[str, Any] | str]:
@@ -194,15 +192,11 @@ class GatewayChatOpenAI(ChatOpenAI):
         try:
             if wire.direct is not None:
                 response = await wire.direct.post_read(
-                    wire.url,
-                    content,
-                    wire.merged,
-                    httpx.Timeout(wire.timeout),
-                    follow_redirects=wire.http.follow_redirects,
+                    wire.url, content, wire.headers, wire.budget, follow_redirects=wire.http.follow_redirects
                 )
             else:
                 request = wire.http.build_request(
-                    "POST", wire.url, content=content, headers=wire.headers, timeout=wire.timeout
+                    "POST", wire.url, content=content, headers=wire.headers, timeout=wire.budget
                 )
                 response = await wire.http.send(request)
         except httpx.TimeoutException as exc:
@@ -217,7 +211,7 @@ class GatewayChatOpenAI(ChatOpenAI):
     @staticmethod
     def _request_of(wire: _Wire, content: bytes) -> httpx.Request:
         """The request a direct POST sent, as an ``httpx.Request``: made only for an error that reports it."""
-        return httpx.Request("POST", wire.url, headers=wire.merged, content=content)
+        return httpx.Request("POST", wire.url, headers=wire.headers, content=content)
 
     def _get_request_payload(
         self,

@@ -112,7 +112,7 @@ class ResilientRedis:
         *,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         backoff_s: float = DEFAULT_BACKOFF_S,
-        socket_timeout_s: float | None = None,
+        connect_timeout_s: float | None = None,
         client_name: str = DEFAULT_CLIENT_NAME,
         max_connections: int | None = None,
         events: DependencyEvents = NO_DEPENDENCY_EVENTS,
@@ -120,11 +120,11 @@ class ResilientRedis:
         """One pool for ``url``; dials nothing until the first call, so a Redis that is down at start-up
         degrades the gateway instead of failing its start.
 
-        ``socket_timeout_s`` (default ``timeout_s``) bounds a connect, backing up the per-call deadline: give it
+        ``connect_timeout_s`` (default ``timeout_s``) bounds a connect, backing up the per-call deadline: give it
         the longest per-call ``timeout_s`` any caller passes to ``run``. Reads and writes have the deadline only
         (see the module's docstring). A ``client_name`` in the URL's query wins.
         """
-        connect_timeout = max(socket_timeout_s or timeout_s, timeout_s)
+        connect_timeout = max(connect_timeout_s or timeout_s, timeout_s)
         client = Redis.from_url(
             url,
             socket_timeout=None,
@@ -219,6 +219,6 @@ def open_redis(
         settings.url,
         timeout_s=settings.timeout_s,
         backoff_s=settings.backoff_s,
-        socket_timeout_s=max(settings.timeout_s, longest_call_s),
+        connect_timeout_s=max(settings.timeout_s, longest_call_s),
         events=events,
     )

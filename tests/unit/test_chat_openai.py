@@ -351,22 +351,26 @@ async def test_errors_are_translated_as_chat_openai_translates_them(
     assert got.value.response.headers["retry-after"] == "3"
 
 
-async def test_a_timeout_is_translated_as_chat_openai_translates_it() -> None:
-    def hang(request: httpx.Request) -> httpx.Response:
-        raise httpx.ReadTimeout("timed out", request=request)
-
-    models = [
+def failing_models(fail: Callable[[httpx.Request], httpx.Response]) -> list[ChatOpenAI]:
+    """``ChatOpenAI`` and ``GatewayChatOpenAI`` on a transport whose every request ``fail`` answers or raises."""
+    return [
         cls(
             model="fake-gpt",
             base_url="http://upstream.test/v1",
             api_key=SecretStr("key"),
             max_retries=0,
-            http_async_client=httpx.AsyncClient(transport=httpx.MockTransport(hang)),
+            http_async_client=httpx.AsyncClient(transport=httpx.MockTransport(fail)),
         )
         for cls in (ChatOpenAI, GatewayChatOpenAI)
     ]
+
+
+async def test_a_timeout_is_translated_as_chat_openai_translates_it() -> None:
+    def hang(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("timed out", request=request)
+
     raised = []
-    for model in models:
+    for model in failing_models(hang):
         with pytest.raises(openai.APITimeoutError) as caught:
             await model.ainvoke(MESSAGES[:2])
         raised.append(type(caught.value))
@@ -425,14 +429,7 @@ async def test_a_refused_connection_is_translated_as_chat_openai_translates_it()
         raise httpx.ConnectError("connection refused", request=request)
 
     raised = []
-    for cls in (ChatOpenAI, GatewayChatOpenAI):
-        model = cls(
-            model="fake-gpt",
-            base_url="http://upstream.test/v1",
-            api_key=SecretStr("key"),
-            max_retries=0,
-            http_async_client=httpx.AsyncClient(transport=httpx.MockTransport(refuse_connection)),
-        )
+    for model in failing_models(refuse_connection):
         with pytest.raises(openai.APIConnectionError) as caught:
             await model.ainvoke(MESSAGES[:2])
         causes = []

@@ -179,7 +179,7 @@ async def test_a_cancelled_caller_is_not_a_redis_failure(redis: ResilientRedis) 
 
 
 async def test_from_url_names_every_connection_and_retries_only_a_closed_connection() -> None:
-    redis = ResilientRedis.from_url("redis://127.0.0.1:1/0", timeout_s=0.05, socket_timeout_s=0.1)
+    redis = ResilientRedis.from_url("redis://127.0.0.1:1/0", timeout_s=0.05, connect_timeout_s=0.1)
     named = ResilientRedis.from_url("redis://127.0.0.1:1/0?client_name=replica-7")
     try:
         options = redis.client.connection_pool.connection_kwargs

@@ -33,15 +33,23 @@ def upstream() -> Iterator[FakeOpenAI]:
         yield server
 
 
+def chat_model(
+    cls: type[ChatOpenAI], base_url: str, client: httpx.AsyncClient, *, timeout: float | None = 30.0
+) -> ChatOpenAI:
+    """A model as the gateway builds one (no SDK retries) on ``client``."""
+    return cls(
+        model="fake-gpt",
+        base_url=base_url,
+        api_key=SecretStr("k"),
+        max_retries=0,
+        timeout=timeout,
+        http_async_client=client,
+    )
+
+
 async def test_a_completion_round_trips_and_the_body_is_sent_whole(upstream: FakeOpenAI) -> None:
     async with upstream_client("aiohttp", 5.0) as client:
-        model = GatewayChatOpenAI(
-            model="fake-gpt",
-            base_url=upstream.base_url,
-            api_key=SecretStr("k"),
-            max_retries=0,
-            http_async_client=client,
-        )
+        model = chat_model(GatewayChatOpenAI, upstream.base_url, client, timeout=None)
         first = await model.ainvoke([HumanMessage("What is the capital of France?")])
         second = await model.ainvoke([HumanMessage("And of Japan?")])
     assert isinstance(client._transport, UpstreamTransport)
@@ -61,13 +69,7 @@ async def test_a_refused_connection_is_a_connect_error_not_a_timeout() -> None:
 
 async def test_the_sdk_reports_a_refused_connection_as_unreachable() -> None:
     async with upstream_client("aiohttp", 5.0) as client:
-        model = GatewayChatOpenAI(
-            model="fake-gpt",
-            base_url=f"http://127.0.0.1:{free_port()}/v1",
-            api_key=SecretStr("k"),
-            max_retries=0,
-            http_async_client=client,
-        )
+        model = chat_model(GatewayChatOpenAI, f"http://127.0.0.1:{free_port()}/v1", client, timeout=None)
         with pytest.raises(openai.APIConnectionError) as caught:
             await model.ainvoke([HumanMessage("hello")])
     assert not isinstance(caught.value, openai.APITimeoutError)
@@ -187,17 +189,6 @@ async def recording() -> AsyncIterator[tuple[Recording, str]]:
         await runner.cleanup()
 
 
-def chat_model(cls: type[ChatOpenAI], base_url: str, client: httpx.AsyncClient) -> ChatOpenAI:
-    return cls(
-        model="fake-gpt",
-        base_url=base_url,
-        api_key=SecretStr("k"),
-        max_retries=0,
-        timeout=30.0,
-        http_async_client=client,
-    )
-
-
 async def test_a_plain_call_goes_out_on_the_aiohttp_pool_with_the_headers_httpx_would_send(
     recording: tuple[Recording, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -246,14 +237,7 @@ async def test_an_error_status_on_the_direct_post_is_the_sdks_error_with_its_req
 async def test_an_upstream_that_never_answers_the_direct_post_is_the_sdks_timeout(upstream: FakeOpenAI) -> None:
     upstream.script(Hang(5.0))
     async with upstream_client("aiohttp", 5.0) as client:
-        model = GatewayChatOpenAI(
-            model="fake-gpt",
-            base_url=upstream.base_url,
-            api_key=SecretStr("k"),
-            max_retries=0,
-            timeout=0.2,
-            http_async_client=client,
-        )
+        model = chat_model(GatewayChatOpenAI, upstream.base_url, client, timeout=0.2)
         with pytest.raises(openai.APITimeoutError) as caught:
             await model.ainvoke([HumanMessage("hello")])
     assert isinstance(caught.value.__cause__, openai.APITimeoutError)
