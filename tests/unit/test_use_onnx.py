@@ -69,6 +69,19 @@ def test_a_texts_vector_does_not_depend_on_its_batch(int8: USEOnnx) -> None:
     assert np.array_equal(alone, batched)
 
 
+@pytest.mark.parametrize("quantize", [False, True])
+def test_a_texts_vector_does_not_depend_on_the_piece_rows_kept(quantize: bool) -> None:
+    """Rows computed now, kept from earlier texts, evicted and computed again, or too many to keep: the same bits."""
+    nothing_kept = USEOnnx(quantize=quantize, pieces=0).encode(TEXTS)
+    few_kept = USEOnnx(quantize=quantize, pieces=12)
+    first = few_kept.encode(TEXTS)  # TEXTS[1] has 20 distinct pieces (computed, not kept); the others evict
+    warm = few_kept.encode(list(reversed(TEXTS)))[::-1]
+    assert np.array_equal(first, nothing_kept)
+    assert np.array_equal(warm, nothing_kept)
+    assert few_kept.pieces.hits > 0
+    assert few_kept.pieces.misses > len(set(few_kept._tokenize(TEXTS[0])))  # rows were evicted and computed again
+
+
 def test_the_models_name_chooses_the_form() -> None:
     endpoint = LLMEndpointSettings()
     assert EmbeddingSettings().model == "use-multilingual-v3"
