@@ -25,6 +25,7 @@ each piece row its own, so a vector never depends on which texts happened to be 
 
 from __future__ import annotations
 
+import functools
 from importlib import resources
 from typing import Any
 
@@ -112,15 +113,22 @@ class USEOnnx:
 
     def _feeds(self, text: str) -> dict[str, np.ndarray[Any, Any]]:
         ids = self._tokenize(text)
-        count = np.float32(len(ids))
-        window = _window(len(ids))
-        return {
-            "rows": self.pieces.rows(ids),
-            "first_layer_index": window[:, _FIRST_LAYER_COLUMNS] * _FIRST_LAYER_BLOCKS + _FIRST_LAYER_BLOCK_IDS,
-            "window": window,
-            "count": np.full((1, 1), count, dtype=np.float32),
-            "rsqrt": np.full((1, 1), 1.0 / np.sqrt(count), dtype=np.float32),
-        }
+        return {"rows": self.pieces.rows(ids), **_shape_feeds(len(ids))}
+
+
+@functools.lru_cache(maxsize=512)
+def _shape_feeds(n_tokens: int) -> dict[str, np.ndarray[Any, Any]]:
+    """The feeds that depend on the sentence's length alone, made once per length (read-only: shared by runs)."""
+    window = _window(n_tokens)
+    feeds = {
+        "first_layer_index": window[:, _FIRST_LAYER_COLUMNS] * _FIRST_LAYER_BLOCKS + _FIRST_LAYER_BLOCK_IDS,
+        "window": window,
+        "count": np.full((1, 1), n_tokens, dtype=np.float32),
+        "rsqrt": np.full((1, 1), 1.0 / np.sqrt(np.float32(n_tokens)), dtype=np.float32),
+    }
+    for array in feeds.values():
+        array.flags.writeable = False
+    return feeds
 
 
 def _window(n_tokens: int) -> np.ndarray[Any, np.dtype[np.int64]]:

@@ -4,8 +4,10 @@ and retrieval computed from the probe's dense ranking instead of searching again
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Sequence
 
+import numpy as np
 import pytest
 from langchain_core.embeddings import DeterministicFakeEmbedding
 from litestar.testing import AsyncTestClient
@@ -22,6 +24,7 @@ from gateway.providers.vectorstores.base import StoredChunks
 from gateway.providers.vectorstores.memory import InMemoryVectorStore
 from gateway.settings import Settings
 from gateway.state import ProviderOverrides
+from gateway.tenant_matrix import TenantMatrix
 from pipelines.shared.deps import Passage
 from routes.probe import PROBE_DEPTH, ProbeFirstRetriever, probe_of
 from tests.conftest import grounded_or_direct
@@ -230,3 +233,32 @@ async def test_the_app_runs_blas_on_one_thread_while_it_serves_and_restores_it(
     async with AsyncTestClient(app):
         assert blas_threads() == [1] * len(before)
     assert blas_threads() == before
+
+
+def test_every_passage_gets_its_own_metadata_parsed_once_per_distinct_text() -> None:
+    """Flat metadata is parsed once per distinct text and copied per passage; nested metadata is parsed per passage,
+    so no two passages (nor two probes) ever share a value a caller could change."""
+    chunks = StoredChunks(
+        chunk_ids=["a#0", "a#1", "b#0"],
+        doc_ids=["a", "a", "b"],
+        titles=["A", "A", "B"],
+        texts=["one", "two", "three"],
+        metadata=['{"lang": "en", "page": 3}', '{"lang": "en", "page": 3}', '{"tags": ["x", "y"]}'],
+        vectors=np.eye(3, 4, dtype=np.float32),
+    )
+    matrix = TenantMatrix.of(1, chunks)
+    assert matrix.metadata[0] is matrix.metadata[1]  # one parse for the document's two chunks
+    assert matrix.metadata[2] is None  # nested: parsed whenever returned
+    bare = TenantMatrix.of(1, dataclasses.replace(chunks, metadata=["{}", "{}", "{}"]))
+    assert matrix.nbytes > bare.nbytes  # the parsed dicts are counted in the budget
+
+    first = {p.chunk_id: p for p in matrix.top([1.0, 0.0, 0.0, 0.0], 3)}
+    second = {p.chunk_id: p for p in matrix.top([1.0, 0.0, 0.0, 0.0], 3)}
+    assert first["a#0"].metadata == {"lang": "en", "page": 3}
+    assert first["b#0"].metadata == {"tags": ["x", "y"]}
+    first["a#0"].metadata["lang"] = "ja"
+    first["b#0"].metadata["tags"].append("z")
+    assert first["a#1"].metadata == {"lang": "en", "page": 3}
+    assert second["a#0"].metadata == {"lang": "en", "page": 3}
+    assert second["b#0"].metadata == {"tags": ["x", "y"]}
+    assert matrix.metadata[0] == {"lang": "en", "page": 3}

@@ -40,8 +40,8 @@ class ChunkRecord:
 class StoredChunks:
     """Every chunk of one tenant, column by column: what :mod:`gateway.tenant_matrix` keeps in memory.
 
-    ``vectors`` is one float32 row per chunk, as stored; ``metadata`` stays the stored JSON text until a
-    chunk is returned (parsing 10,000 of them per load would be wasted on the few ever shown)."""
+    ``vectors`` is one float32 row per chunk, as stored; ``metadata`` is the stored JSON text (the matrix parses
+    each distinct text once, and a nested one again whenever its chunk is returned)."""
 
     chunk_ids: list[str]
     doc_ids: list[str]
