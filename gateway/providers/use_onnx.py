@@ -93,7 +93,7 @@ class USEOnnx:
         self._session = ort.InferenceSession(
             _Graph(quantize).sentence(weights).SerializeToString(), options, providers=providers
         )
-        self.pieces = PieceRows(self._piece_row, _ROW_WIDTH, pieces)
+        self.pieces = PieceRows(self._piece_rows, _ROW_WIDTH, pieces)
 
     def encode(self, texts: list[str]) -> Vectors:
         out = np.empty((len(texts), _EMB_DIM), dtype=np.float32)
@@ -101,13 +101,14 @@ class USEOnnx:
             out[row] = self._session.run(None, self._feeds(text))[0][0]
         return out
 
-    def _piece_row(self, piece: int) -> Vectors:
-        """One piece's row, alone in its run: a row never depends on what it was computed with."""
-        chunk = piece % _NUM_CHUNKS
-        feeds: dict[str, np.ndarray[Any, Any]] = {
-            "pieces": self._table[piece : piece + 1],
-            "piece_scale": self._scale[chunk : chunk + 1, None],
-            "piece_low": self._low[chunk : chunk + 1, None],
+    def _piece_rows(self, pieces: list[int]) -> Vectors:
+        """The rows of ``pieces``, in one run (one stream of the piece graph's weights for all of them)."""
+        ids = np.asarray(pieces, dtype=np.int64)
+        chunk = ids % _NUM_CHUNKS
+        feeds = {
+            "pieces": self._table[ids],
+            "piece_scale": self._scale[chunk, None],
+            "piece_low": self._low[chunk, None],
         }
         return np.asarray(self._piece_session.run(None, feeds)[0], dtype=np.float32)
 

@@ -7,9 +7,12 @@ n-gram). Those products were ~60 % of a query's multiply-adds and a third of the
 Kept per piece they cost a query nothing for the pieces it shares with earlier texts, which in any stream of
 questions is almost all of them: only the second convolution layer and the head remain per sentence.
 
-A row is computed the same way whether it is computed now or was kept (one piece per run of the piece graph,
-so no row depends on which other pieces it was computed with), so a text's vector never depends on what was
-embedded before it (``tests/unit/test_use_onnx.py`` checks it bit for bit).
+The pieces a text lacks are computed together, in one run of the piece graph: one stream of its weights for all
+of them (one run per piece streamed ~4 MB of weights per piece, ~75 µs each). A row must not depend on which
+other pieces it was computed with, or a text's vector would depend on what was embedded before it: ONNX
+Runtime's matrix product sums each output row in the same order whatever the number of rows, and
+``tests/unit/test_use_onnx.py`` checks the vectors bit for bit, cold and warm, so a kernel that did not would
+fail there.
 """
 
 from __future__ import annotations
@@ -22,14 +25,14 @@ from typing import Any
 import numpy as np
 
 Rows = np.ndarray[Any, np.dtype[np.float32]]
-ComputeRow = Callable[[int], Rows]  # one piece id -> its row, shape (1, width)
+ComputeRows = Callable[[list[int]], Rows]  # piece ids -> their rows, shape (len(ids), width)
 
 
 class PieceRows:
     """``rows(ids)``: the row of each piece id, in order, from the kept rows where it can (``capacity`` rows at most;
     0 keeps none). Thread-safe: the query worker and the documents' thread both embed."""
 
-    def __init__(self, compute: ComputeRow, width: int, capacity: int) -> None:
+    def __init__(self, compute: ComputeRows, width: int, capacity: int) -> None:
         if capacity < 0:
             raise ValueError("capacity must be 0 or more")
         self._compute = compute
@@ -41,6 +44,10 @@ class PieceRows:
         self.hits = 0
         self.misses = 0
 
+    def __len__(self) -> int:
+        """How many rows are kept now."""
+        return len(self._slots)
+
     @property
     def nbytes(self) -> int:
         """The bytes of the rows kept now."""
@@ -50,21 +57,29 @@ class PieceRows:
         unique = list(dict.fromkeys(ids))
         if len(unique) > self.capacity:  # more pieces than may be kept (or none kept): compute, keep nothing
             self.misses += len(unique)
-            computed = {piece: self._compute(piece)[0] for piece in unique}
-            return np.stack([computed[piece] for piece in ids])
+            computed = self._compute(unique)
+            position = {piece: i for i, piece in enumerate(unique)}
+            return computed[[position[piece] for piece in ids]]
         with self._lock:
             slot_of: dict[int, int] = {}
+            missing: list[int] = []
             for piece in unique:
                 slot = self._slots.get(piece)
                 if slot is None:
-                    # Every piece of this text already kept was moved to the recent end, and the text has no more
-                    # pieces than the capacity, so the least recent row is never one of its own.
-                    slot = len(self._slots) if len(self._slots) < self.capacity else self._slots.popitem(last=False)[1]
-                    self._store[slot] = self._compute(piece)[0]
-                    self.misses += 1
+                    missing.append(piece)
                 else:
                     self._slots.move_to_end(piece)
-                    self.hits += 1
-                self._slots[piece] = slot
-                slot_of[piece] = slot
+                    slot_of[piece] = slot
+            self.hits += len(slot_of)
+            self.misses += len(missing)
+            if missing:
+                computed = self._compute(missing)
+                for piece, row in zip(missing, computed, strict=True):
+                    # Every piece of this text already kept was moved to the recent end, and the text has no more
+                    # pieces than the capacity, so the least recent row is never one of its own.
+                    full = len(self._slots) >= self.capacity
+                    slot = self._slots.popitem(last=False)[1] if full else len(self._slots)
+                    self._store[slot] = row
+                    self._slots[piece] = slot
+                    slot_of[piece] = slot
             return self._store[[slot_of[piece] for piece in ids]]  # a copy: later evictions cannot reach it

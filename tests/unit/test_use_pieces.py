@@ -12,19 +12,23 @@ from gateway.providers.use_pieces import PieceRows
 WIDTH = 4
 
 
-def row_of(piece: int) -> np.ndarray:
-    return np.full((1, WIDTH), piece, dtype=np.float32)
+def rows_of(pieces: list[int]) -> np.ndarray:
+    return np.repeat(np.asarray(pieces, dtype=np.float32)[:, None], WIDTH, axis=1)
 
 
 class Counting:
-    """A row per piece id (its id in every column), counting how often each was computed."""
+    """A row per piece id (its id in every column), recording what was computed together."""
 
     def __init__(self) -> None:
-        self.computed: list[int] = []
+        self.runs: list[list[int]] = []
 
-    def __call__(self, piece: int) -> np.ndarray:
-        self.computed.append(piece)
-        return row_of(piece)
+    @property
+    def computed(self) -> list[int]:
+        return [piece for run in self.runs for piece in run]
+
+    def __call__(self, pieces: list[int]) -> np.ndarray:
+        self.runs.append(list(pieces))
+        return rows_of(pieces)
 
 
 def test_rows_come_in_the_texts_order_and_each_piece_is_computed_once() -> None:
@@ -32,11 +36,12 @@ def test_rows_come_in_the_texts_order_and_each_piece_is_computed_once() -> None:
     rows = PieceRows(compute, WIDTH, capacity=8)
     got = rows.rows([5, 7, 5, 9])
     assert got[:, 0].tolist() == [5, 7, 5, 9]
-    assert compute.computed == [5, 7, 9]
+    assert compute.runs == [[5, 7, 9]]  # the missing pieces together, once each
     again = rows.rows([9, 7])
     assert again[:, 0].tolist() == [9, 7]
     assert compute.computed == [5, 7, 9]  # kept
     assert (rows.hits, rows.misses) == (2, 3)
+    assert len(rows) == 3
     assert rows.nbytes == 3 * WIDTH * 4
 
 
@@ -46,7 +51,7 @@ def test_the_least_recently_used_piece_goes_first() -> None:
     rows.rows([1, 2, 3])
     rows.rows([1])  # 2 is now the least recent
     rows.rows([4])
-    compute.computed.clear()
+    compute.runs.clear()
     rows.rows([1, 3, 4])
     assert compute.computed == []
     rows.rows([2])
@@ -59,7 +64,7 @@ def test_a_full_store_never_evicts_a_piece_of_the_text_it_serves() -> None:
     rows.rows([1, 2, 3])
     got = rows.rows([3, 4, 2])  # 1 is the only row that may go
     assert got[:, 0].tolist() == [3, 4, 2]
-    compute.computed.clear()
+    compute.runs.clear()
     assert rows.rows([2, 3, 4])[:, 0].tolist() == [2, 3, 4]
     assert compute.computed == []
 
@@ -69,7 +74,8 @@ def test_a_text_with_more_pieces_than_kept_is_computed_and_changes_nothing_kept(
     rows = PieceRows(compute, WIDTH, capacity=2)
     rows.rows([1, 2])
     assert rows.rows([3, 4, 5, 3])[:, 0].tolist() == [3, 4, 5, 3]
-    compute.computed.clear()
+    assert compute.runs[-1] == [3, 4, 5]
+    compute.runs.clear()
     rows.rows([1, 2])
     assert compute.computed == []
 
@@ -93,7 +99,7 @@ def test_nothing_kept_computes_every_time() -> None:
 
 
 def test_threads_sharing_the_store_each_get_their_own_rows() -> None:
-    rows = PieceRows(row_of, WIDTH, capacity=16)
+    rows = PieceRows(rows_of, WIDTH, capacity=16)
     failures: list[str] = []
 
     def embed(offset: int) -> None:
