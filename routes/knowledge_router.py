@@ -129,8 +129,7 @@ def load_or_train(
 
 
 def _probabilities(model: LogisticModel, row: np.ndarray) -> dict[str, float]:
-    probs = model.probabilities(model.design(np.zeros((1, 0)), row[None, :])[0])
-    return {c: float(p) for c, p in zip(model.classes, probs, strict=True)}
+    return dict(zip(model.classes, model.cue_probabilities(row.tolist()), strict=True))
 
 
 class KnowledgeRouter:

@@ -202,3 +202,25 @@ def test_a_retrieve_row_from_cues_already_found_is_the_row_found_from_the_questi
     assert set(cues) & set(DIRECT_CUES)  # the row has a cue column set
     np.testing.assert_array_equal(retrieve_row(query, ONE_DOC, cues), retrieve_row(query, ONE_DOC))
     assert not np.array_equal(retrieve_row(query, ONE_DOC, []), retrieve_row(query, ONE_DOC))  # the cues are read
+
+
+def test_plain_cue_probabilities_are_numpys() -> None:
+    """The request path scores a decision's few cue features in plain Python; numpy's design and softmax, which
+    training and the artefacts use, must give the same probabilities on any row."""
+    cases, signals = [], []
+    for i in range(20):
+        for text, route, shown in (
+            ("Thanks a lot!", "direct", NOTHING),
+            ("When did the Lisbon office open?", "single_hop", ONE_DOC),
+            ("Where is the team that builds Beacon based, and how many work there?", "multi_hop", TWO_DOCS),
+        ):
+            cases.append(Case(text, route, "en", "t", frozenset({"t"})))  # type: ignore[arg-type]
+            signals.append(_jitter(shown, i))
+    model = fit_knowledge(cases, signals)
+    rng = np.random.default_rng(3)
+    for stage, width in ((model.retrieve, len(retrieve_row("q", ONE_DOC))), (model.spread, 1)):
+        for row in rng.uniform(-0.5, 1.5, size=(200, width)).astype(np.float32):
+            numpy_probs = stage.probabilities(stage.design(np.zeros((1, 0)), row[None, :])[0])
+            np.testing.assert_allclose(stage.cue_probabilities(row.tolist()), numpy_probs, rtol=1e-12, atol=1e-15)
+    with pytest.raises(ValueError, match="cue columns"):
+        model.retrieve.cue_probabilities([0.5])
