@@ -22,10 +22,13 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 from importlib import resources
+from itertools import chain
 
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 
+# Words whose vocabulary n-grams are kept (an LRU per classifier): a stream of prompts mostly reuses its words.
+WORD_NGRAMS = 16384
 # Chosen by 5-fold cross-validation on the train split (recall 0.86, false positives 2.9% with the patterns)
 # and by false positives on the dev questions (0.7%); the held-back test split is not read here.
 CLASSIFIER_THRESHOLD = 0.7
@@ -127,11 +130,12 @@ class InjectionClassifier:
     regression.
 
     scikit-learn fits the model; a prompt is then scored here, with the same arithmetic in plain Python: the
-    fitted vectoriser's own analyser makes the n-grams, and each vocabulary n-gram carries its idf and its
-    idf times the model's coefficient. ``transform`` and ``predict_proba`` build sparse matrices and
-    validate their input on every call (about a millisecond, most of a cache hit's CPU); the dictionary
-    walk over one prompt's few hundred n-grams takes about a tenth of that and gives the same
-    probability (to rounding: ``tests/unit/test_guardrails_injection.py`` compares the two).
+    fitted vectoriser's own analyser makes each word's n-grams (kept for the last ``WORD_NGRAMS`` words: the
+    analyser's per-character Python loop was most of a unique prompt's screening, issue 17), and each
+    vocabulary n-gram carries its idf and its idf times the model's coefficient. ``transform`` and
+    ``predict_proba`` build sparse matrices and validate their input on every call (about a millisecond, most
+    of a cache hit's CPU); the walk over one prompt's few hundred n-grams takes a fraction of that and gives
+    the same probability (to rounding: ``tests/unit/test_guardrails_injection.py`` compares the two).
     """
 
     def __init__(self, texts: list[str], labels: list[int], *, threshold: float = CLASSIFIER_THRESHOLD) -> None:
@@ -140,26 +144,33 @@ class InjectionClassifier:
         model = LogisticRegression(C=16.0, max_iter=2000, class_weight="balanced").fit(features, labels)
         self._vectorizer, self._model = vectorizer, model
         self._analyse = vectorizer.build_analyzer()
-        coefficients, idf = model.coef_[0], vectorizer.idf_
-        # n-gram -> (idf, idf x coefficient): what one occurrence-weighted n-gram adds to the norm and the logit.
-        self._weights: dict[str, tuple[float, float]] = {
-            gram: (float(idf[column]), float(idf[column] * coefficients[column]))
-            for gram, column in vectorizer.vocabulary_.items()
-        }
+        # n-gram -> its column; per column its idf and idf x coefficient: what one occurrence-weighted n-gram adds
+        # to the norm and to the logit.
+        self._columns: dict[str, int] = {gram: int(column) for gram, column in vectorizer.vocabulary_.items()}
+        self._idf: list[float] = vectorizer.idf_.tolist()
+        self._idf_coefficient: list[float] = (vectorizer.idf_ * model.coef_[0]).tolist()
         self._intercept = float(model.intercept_[0])
+        self._word_columns = functools.lru_cache(maxsize=WORD_NGRAMS)(self._known_columns)
         self.threshold = threshold
 
+    def _known_columns(self, word: str) -> tuple[int, ...]:
+        """The vocabulary columns of one lowercased word's n-grams, with repeats, in the analyser's order (an
+        n-gram outside the fitted vocabulary is no feature, as in ``transform``)."""
+        columns = self._columns
+        return tuple(columns[gram] for gram in self._analyse(word) if gram in columns)
+
     def probability(self, text: str) -> float:
-        """The logistic regression's P(injection) of the l2-normalised, sublinear-tf TF-IDF vector of ``text``."""
+        """The logistic regression's P(injection) of the l2-normalised, sublinear-tf TF-IDF vector of ``text``.
+
+        ``char_wb`` n-grams never cross a word: the analyser lowercases the text and cuts each whitespace-separated
+        word on its own, so a text's n-grams are its words' n-grams in turn, and each word's are remembered. The
+        sums run over the same n-grams in the same order as the analyser's own walk over the text."""
         squares = logit = 0.0
-        weights = self._weights
-        for gram, count in Counter(self._analyse(text)).items():
-            weight = weights.get(gram)
-            if weight is None:
-                continue  # not in the fitted vocabulary: no feature, as in ``transform``
+        idf, weighted = self._idf, self._idf_coefficient
+        for column, count in Counter(chain.from_iterable(map(self._word_columns, text.lower().split()))).items():
             tf = 1.0 + math.log(count)
-            squares += (tf * weight[0]) ** 2
-            logit += tf * weight[1]
+            squares += (tf * idf[column]) ** 2
+            logit += tf * weighted[column]
         score = self._intercept + (logit / math.sqrt(squares) if squares > 0.0 else 0.0)
         return 1.0 / (1.0 + math.exp(-score)) if score >= 0 else math.exp(score) / (1.0 + math.exp(score))
 
