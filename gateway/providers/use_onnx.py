@@ -114,12 +114,16 @@ class USEOnnx:
 
     def _feeds(self, text: str) -> dict[str, np.ndarray[Any, Any]]:
         ids = self._tokenize(text)
-        return {"rows": self.pieces.rows(ids), **_shape_feeds(len(ids))}
+        shape = _kept_shape_feeds(len(ids)) if len(ids) <= _KEPT_LENGTHS else _shape_feeds(len(ids))
+        return {"rows": self.pieces.rows(ids), **shape}
 
 
-@functools.lru_cache(maxsize=512)
+# Sentence lengths (in pieces) whose shape feeds are made once: every query and chunk, not an odd huge text.
+_KEPT_LENGTHS = 512
+
+
 def _shape_feeds(n_tokens: int) -> dict[str, np.ndarray[Any, Any]]:
-    """The feeds that depend on the sentence's length alone, made once per length (read-only: shared by runs)."""
+    """The feeds that depend on the sentence's length alone (read-only: kept ones are shared by runs)."""
     window = _window(n_tokens)
     feeds = {
         "first_layer_index": window[:, _FIRST_LAYER_COLUMNS] * _FIRST_LAYER_BLOCKS + _FIRST_LAYER_BLOCK_IDS,
@@ -130,6 +134,9 @@ def _shape_feeds(n_tokens: int) -> dict[str, np.ndarray[Any, Any]]:
     for array in feeds.values():
         array.flags.writeable = False
     return feeds
+
+
+_kept_shape_feeds = functools.lru_cache(maxsize=_KEPT_LENGTHS)(_shape_feeds)
 
 
 def _window(n_tokens: int) -> np.ndarray[Any, np.dtype[np.int64]]:

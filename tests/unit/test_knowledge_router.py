@@ -16,7 +16,7 @@ from gateway.settings import ModelPrice
 from pipelines.shared.deps import Passage
 from routes.corpus import Case
 from routes.features import active_cues
-from routes.knowledge_router import DIRECT_CUES, KnowledgeRouter, fit_knowledge, retrieve_row
+from routes.knowledge_router import DIRECT_CUES, KnowledgeModel, KnowledgeRouter, fit_knowledge, retrieve_row
 from routes.llm_router import LLMRouter, describe
 from routes.probe import EMPTY_SIGNALS, PROBE_DEPTH, Probe, ProbeSignals, probe_of
 from routes.router import FrontRouter
@@ -37,8 +37,7 @@ def _jitter(signals: ProbeSignals, i: int) -> ProbeSignals:
     )
 
 
-@pytest.fixture(scope="module")
-def router() -> KnowledgeRouter:
+def model_by_hand() -> KnowledgeModel:
     """Trained on signals written by hand: the tests pin the decision logic, not the training data."""
     cases, signals = [], []
     for i in range(20):
@@ -50,7 +49,12 @@ def router() -> KnowledgeRouter:
         ):
             cases.append(Case(text, route, "en", "t", frozenset({"t"})))  # type: ignore[arg-type]
             signals.append(_jitter(shown, i))
-    return KnowledgeRouter(fit_knowledge(cases, signals))
+    return fit_knowledge(cases, signals)
+
+
+@pytest.fixture(scope="module")
+def router() -> KnowledgeRouter:
+    return KnowledgeRouter(model_by_hand())
 
 
 def probe(signals: ProbeSignals, passages: int = 3) -> Probe:
@@ -207,16 +211,7 @@ def test_a_retrieve_row_from_cues_already_found_is_the_row_found_from_the_questi
 def test_plain_cue_probabilities_are_numpys() -> None:
     """The request path scores a decision's few cue features in plain Python; numpy's design and softmax, which
     training and the artefacts use, must give the same probabilities on any row."""
-    cases, signals = [], []
-    for i in range(20):
-        for text, route, shown in (
-            ("Thanks a lot!", "direct", NOTHING),
-            ("When did the Lisbon office open?", "single_hop", ONE_DOC),
-            ("Where is the team that builds Beacon based, and how many work there?", "multi_hop", TWO_DOCS),
-        ):
-            cases.append(Case(text, route, "en", "t", frozenset({"t"})))  # type: ignore[arg-type]
-            signals.append(_jitter(shown, i))
-    model = fit_knowledge(cases, signals)
+    model = model_by_hand()
     rng = np.random.default_rng(3)
     for stage, width in ((model.retrieve, len(retrieve_row("q", ONE_DOC))), (model.spread, 1)):
         for row in rng.uniform(-0.5, 1.5, size=(200, width)).astype(np.float32):
