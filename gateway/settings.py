@@ -86,7 +86,9 @@ DEFAULT_PIECE_ROWS = 4096
 
 class EmbeddingSettings(SettingsGroup):
     """Query and passage vectors. ``threads`` is included too: thread counts may change the float
-    summation order, and a cache miss after retuning it costs less than a doubt about a served answer."""
+    summation order, and a cache miss after retuning it costs less than a doubt about a served answer.
+    ``piece_rows`` changes no vector (tested bit for bit), but the group is hashed whole, so retuning it is a
+    cache miss as well."""
 
     model_config = SettingsConfigDict(env_prefix="GATEWAY_EMBEDDING_")
     shapes_answers = True
