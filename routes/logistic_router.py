@@ -55,7 +55,7 @@ class LogisticModel:
         cue features (the knowledge router's) numpy's per-call overhead on ~10 tiny arrays was most of a routing
         decision (~0.1 ms of an ``auto`` request, issue 17), for a few dozen multiply-adds."""
         coef, intercept, mean, scale = self._plain
-        if len(cues) != len(mean) or any(len(row) != len(mean) for row in coef):
+        if len(cues) != len(mean):
             raise ValueError(f"a model over {len(mean)} cue columns and no vector columns takes {len(mean)} cues")
         scaled = [(x - m) / s for x, m, s in zip(cues, mean, scale, strict=True)]
         logits = [
@@ -68,6 +68,11 @@ class LogisticModel:
 
     @functools.cached_property
     def _plain(self) -> tuple[list[list[float]], list[float], list[float], list[float]]:
+        """The arrays as lists, once per model; a model with vector columns has no plain form."""
+        if self.coef.shape[1] != len(self.feature_mean):
+            raise ValueError(
+                f"a model with {self.coef.shape[1] - len(self.feature_mean)} vector columns takes no cue row alone"
+            )
         return self.coef.tolist(), self.intercept.tolist(), self.feature_mean.tolist(), self.feature_scale.tolist()
 
     def save(self, path: Path) -> None:

@@ -18,16 +18,16 @@ from gateway.providers.use_onnx import USEOnnx
 from gateway.settings import DEFAULT_PIECE_ROWS, LOCAL_EMBEDDING_MODELS, EmbeddingSettings, LLMEndpointSettings
 
 USE_DIMENSIONS = 512
-# The local models by name (``GATEWAY_EMBEDDING_MODEL``): whether the token-level products run in int8. The name
+# The local models by name (``GATEWAY_EMBEDDING_MODEL``): whether the second n-gram layer runs in int8. The name
 # keys the router's artefacts, the vector caches and the response namespace; passages already in a vector store
-# keep the vectors they were ingested with (the two forms are at cosine ~0.9998: re-ingest to match exactly).
+# keep the vectors they were ingested with (the two forms are at cosine ~0.9999: re-ingest to match exactly).
 USE_MODELS = {name: name.endswith("-int8") for name in LOCAL_EMBEDDING_MODELS}
 DEFAULT_USE_MODEL = LOCAL_EMBEDDING_MODELS[0]
 
 
 class USEEmbeddings(Embeddings):
-    """Multilingual Universal Sentence Encoder v3 (512-d, L2-normalised); ``quantize``: int8 products (cheaper,
-    vectors a little off: :mod:`gateway.providers.use_onnx`)."""
+    """Multilingual Universal Sentence Encoder v3 (512-d, L2-normalised); ``quantize``: the second n-gram layer in
+    int8 (cheaper, vectors a little off: :mod:`gateway.providers.use_onnx`)."""
 
     def __init__(
         self, threads: int = 1, *, quantize: bool = USE_MODELS[DEFAULT_USE_MODEL], piece_rows: int = DEFAULT_PIECE_ROWS
