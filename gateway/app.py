@@ -290,18 +290,20 @@ def _lifespan(
                 settings.llm, endpoint, telemetry=telemetry, chat_model=overrides.chat_model, http_client=upstream_http
             )
             cache = open_cache_layer(settings, redis, telemetry)
+            if cache is not None:  # answers are stored after they are sent: those under way, before Redis closes
+                stack.push_async_callback(cache.responses.drain)
             curation_store = await open_curation_store(settings, stack)
             changes = KnowledgeChanges(curation_store) if curation_store is not None else None
             query_embeddings = embeddings
+            shared_vectors = cache is not None and settings.cache.embedding_ttl_s > 0
+            shared_vectors = shared_vectors and shares_embeddings(settings.cache, settings.embeddings.provider)
             if cache is not None and settings.cache.embedding_ttl_s > 0:
                 model = f"{settings.embeddings.provider}:{settings.embeddings.model}"
                 query_embeddings = cache.wrap_embeddings(
                     embeddings,
                     model=model,
                     ttl_s=settings.cache.embedding_ttl_s,
-                    process_entries=None
-                    if shares_embeddings(settings.cache, settings.embeddings.provider)
-                    else settings.cache.embedding_max_entries,
+                    process_entries=None if shared_vectors else settings.cache.embedding_max_entries,
                 )
             versions = cache.versions if cache is not None else None
             matrices = None
@@ -343,6 +345,8 @@ def _lifespan(
                 on_answer=curation.recorder.observe if curation is not None else None,
                 guard=guard,
                 profiles=profiles,
+                # Before screening only where the question never leaves the process (gateway.query_vector).
+                early_vectors=settings.embeddings.local and not shared_vectors,
             )
             if curation is not None:
                 curation.attach(query_service)

@@ -1,5 +1,8 @@
 """The request path as one straight line: embed once (when anything reads the vector) -> route -> run -> respond.
 
+The embedding is begun as the question arrives (:mod:`gateway.query_vector`), on the local model's worker, so it
+runs beside the screening and the answer cache's lookup instead of after them.
+
 Requests arrive validated (``gateway.api.validation``, at the edge) and leave uncharged (the API
 handlers charge token budgets): this layer only answers.
 """
@@ -23,6 +26,7 @@ from gateway.knowledge import KnowledgeBase
 from gateway.observability.recorder import Telemetry
 from gateway.profiles.model import AssistantProfile
 from gateway.profiles.runtime import Profiles
+from gateway.query_vector import QueryVector
 from gateway.schemas import QueryRequest, QueryResponse, RouteProbe, RouteResponse, Source, Usage
 from gateway.settings import AssistantSettings, ProfileSettings
 from gateway.steps import RouteClamp, RouteQuery, SemanticCacheHit, StepEvent, render_steps
@@ -30,7 +34,7 @@ from pipelines.shared.deps import LLMCall, Passage
 from routes.probe import PROBE_DEPTH, Probe
 from routes.router import FrontRouter
 from routes.table import RouteTable, RunProfile
-from routes.types import RouteDecision
+from routes.types import RouteDecision, RouteRequest
 
 Admit = Callable[[QueryRequest], QueryRequest]
 # Sees every answer as it leaves (the curation recorder): must return at once and never raise.
@@ -54,7 +58,12 @@ class QueryService:
         on_answer: OnAnswer | None = None,
         guard: Guardrails | None = None,
         profiles: Profiles | None = None,
+        *,
+        early_vectors: bool = False,
     ) -> None:
+        """``early_vectors``: begin a question's embedding before screening, as it arrives. Only where the text
+        never leaves the process (the local model, its vectors kept in this process): see
+        :mod:`gateway.query_vector`."""
         self._knowledge = knowledge
         self._router = router
         self._table = table
@@ -65,6 +74,15 @@ class QueryService:
         self._on_answer = on_answer
         self._guard = guard
         self._profiles = profiles or Profiles(None, AssistantSettings(), ProfileSettings())
+        self._early_vectors = early_vectors
+
+    async def begin_vector(self, text: str, route: RouteRequest) -> QueryVector:
+        """The request's query vector, begun now on ``text`` when something will read it (the router, unless the
+        caller forces ``direct``; the semantic cache) and early vectors are on; else computed on first read."""
+        embed = self._knowledge.embed_query
+        if self._early_vectors and (self._semantic is not None or self._router.reads_vector(route)):
+            return await QueryVector.begin(embed, text)
+        return QueryVector(embed)
 
     def screen(self, tenant: str, texts: list[str], vault: Vault) -> list[str]:
         """The user's texts as they may go upstream (the tenant's guardrails; unchanged without them)."""
@@ -93,6 +111,7 @@ class QueryService:
         *,
         vault: Vault | None = None,
         instructions: str = "",
+        vector: QueryVector | None = None,
     ) -> QueryResponse:
         """Every answer path (``/v1/query``, chat completions) comes through here: one span and one count each.
 
@@ -102,17 +121,24 @@ class QueryService:
         records see placeholders only, and the caller gets the answer with its values restored. A caller
         passing ``vault`` has screened the query (and ``instructions``) already (the chat API, with the turns
         before it). Beyond that this layer checks only the tenant's assistant profile (routes it allows).
-        ``instructions``: a chat client's system message, used when the profile allows it.
+        ``instructions``: a chat client's system message, used when the profile allows it. ``vector``: the query
+        vector the caller began (:meth:`begin_vector`, on the text before screening), else begun here.
         """
         screened = vault is not None
         vault = vault if vault is not None else Vault()
         with self._telemetry.request(request.route) as scope, KnowledgeVersions.snapshot():
             if admit is not None:
                 request = admit(request)
-            if not screened:
-                request = msgspec.structs.replace(request, query=self.screen(request.tenant, [request.query], vault)[0])
-            self._telemetry.query_text(scope, request.query)
-            response = await self._answer(request, instructions)
+            if vector is None:
+                vector = await self.begin_vector(request.query, request.route)
+            try:
+                if not screened:
+                    screened_query = self.screen(request.tenant, [request.query], vault)[0]
+                    request = msgspec.structs.replace(request, query=screened_query)
+                self._telemetry.query_text(scope, request.query)
+                response = await self._answer(request, instructions, vector)
+            finally:
+                vector.release()
             self._telemetry.answered(scope, route=response.route, cached=response.cached, answer=response.answer)
             response = msgspec.structs.replace(response, trace_id=scope.trace_id, response_id=new_response_id())
             if self._on_answer is not None:
@@ -122,16 +148,17 @@ class QueryService:
     async def answer_fresh(self, request: QueryRequest) -> QueryResponse:
         """An answer computed now, past both answer caches and unrecorded: a curator's re-run of a question."""
         profile = await self._profiles.get(request.tenant)
-        response = await self._compute(request, request.query, time.perf_counter(), profile, "")
+        vector = QueryVector(self._knowledge.embed_query)
+        response = await self._compute(request, request.query, time.perf_counter(), profile, "", vector)
         return msgspec.structs.replace(response, response_id=new_response_id())
 
-    async def _answer(self, request: QueryRequest, instructions: str) -> QueryResponse:
+    async def _answer(self, request: QueryRequest, instructions: str, vector: QueryVector) -> QueryResponse:
         started = time.perf_counter()
         query = request.query
         profile = await self._profiles.get(request.tenant)
         profile.check_requested(request.route)
         if self._cache is None:
-            return await self._compute(request, query, started, profile, instructions)
+            return await self._compute(request, query, started, profile, instructions, vector)
         # The profile's digest keys every answer it shapes: a changed profile never gets the old one's answers.
         params: KeyParams = {
             "top_k": request.top_k,
@@ -143,7 +170,7 @@ class QueryService:
             route=request.route,
             query=query,
             params=params,
-            compute=lambda: self._semantic_or_compute(request, query, started, params, profile, instructions),
+            compute=lambda: self._semantic_or_compute(request, query, started, params, profile, instructions, vector),
         )
         return outcome.value if not outcome.cached else _served_from_cache(outcome.value, started)
 
@@ -155,16 +182,17 @@ class QueryService:
         params: KeyParams,
         profile: AssistantProfile,
         instructions: str,
+        vectors: QueryVector,
     ) -> QueryResponse:
         """Inside the exact cache's single flight: a paraphrase of a cached query is served its answer."""
         if self._semantic is None or self._versions is None:
-            return await self._compute(request, query, started, profile, instructions)
+            return await self._compute(request, query, started, profile, instructions, vectors)
         try:
             version = await self._versions.current(request.tenant)  # read before computing, like the exact key
         except CacheUnavailableError:
-            return await self._compute(request, query, started, profile, instructions)
+            return await self._compute(request, query, started, profile, instructions, vectors)
         scope = semantic_scope(request.route, params)
-        vector = await self._knowledge.embed_query(query)
+        vector = await vectors.of(query)
         hit = await self._semantic.lookup(request.tenant, version, query, vector, scope=scope)
         if hit is not None:
             try:
@@ -175,7 +203,7 @@ class QueryService:
                 served = _served_from_cache(found, started)
                 events: list[StepEvent] = [SemanticCacheHit(similarity=hit.similarity)]
                 return msgspec.structs.replace(served, steps=render_steps(events), events=events)
-        response = await self._compute(request, query, started, profile, instructions, vector=vector)
+        response = await self._compute(request, query, started, profile, instructions, vectors, vector=vector)
         ttl = self._cache.ttl_for(response.route) if self._cache is not None else 0
         if ttl > 0 and not response.abstained:
             payload = msgspec.json.encode(response)
@@ -189,13 +217,16 @@ class QueryService:
         started: float,
         profile: AssistantProfile,
         instructions: str,
+        vectors: QueryVector,
         *,
         vector: list[float] | None = None,
     ) -> QueryResponse:
         if vector is None and self._router.reads_vector(request.route):
             # One embedding per request at most, shared by the router's probe and retrieval (the semantic cache
-            # hands its own in); a forced ``direct`` reads no vector, so it embeds nothing.
-            vector = await self._knowledge.embed_query(query)
+            # hands its own in); a forced ``direct`` reads no vector, so it embeds nothing. What the router reads of
+            # the text alone is read first, while the vector may still be on its way.
+            self._router.read_question(query)
+            vector = await vectors.of(query)
         with self._telemetry.routing() as span:
             decision, router_calls = await self._router.decide(query, request.route, vector, request.tenant)
             probe = decision.probe

@@ -100,6 +100,11 @@ class EmbeddingSettings(SettingsGroup):
     # multiply-adds. Vectors are the same whatever is kept (gateway.providers.use_pieces).
     piece_rows: int = Field(DEFAULT_PIECE_ROWS, ge=0)
 
+    @property
+    def local(self) -> bool:
+        """Whether texts are embedded in this process (the local model) rather than sent to a provider."""
+        return self.provider == "use"
+
     @model_validator(mode="after")
     def _local_model_known(self) -> EmbeddingSettings:
         """A typo in a local model's name fails the start, instead of a KeyError on the first embedding."""

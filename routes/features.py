@@ -8,12 +8,14 @@ of its training sets.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 
 import numpy as np
 
 from pipelines.shared.text import content_terms, tokens
+from routes.probe import QUESTIONS_KEPT
 
 FEATURE_VERSION = 4
 
@@ -94,6 +96,9 @@ def features(text: str) -> np.ndarray:
     return np.asarray(values, dtype=np.float32)
 
 
-def active_cues(text: str) -> list[str]:
-    """Names of the structural patterns a query matches, for the decision's ``reason``."""
-    return [name for name, pattern in _PATTERNS.items() if pattern.search(text)]
+@functools.lru_cache(maxsize=QUESTIONS_KEPT)
+def active_cues(text: str) -> tuple[str, ...]:
+    """Names of the structural patterns a query matches, for the decision and its ``reason``. Kept per text, like
+    the probe's question terms: the request path reads them while the query vector is computed
+    (``FrontRouter.read_question``)."""
+    return tuple(name for name, pattern in _PATTERNS.items() if pattern.search(text))

@@ -47,6 +47,9 @@ from pipelines.shared.text import EN_STOPWORDS, content_terms, content_words, ha
 PROBE_DEPTH = 12
 # Passages whose words are kept between requests (a tenant's hot chunks; each entry a few KB).
 PASSAGE_VIEWS = 2048
+# Questions whose terms are kept: enough to carry them from the request path's early reading (while the query
+# vector is computed, FrontRouter.read_question) to its decision, for every request in flight.
+QUESTIONS_KEPT = 1024
 # A document joins the cover only if it adds at least this share of the question's terms: one stray
 # common word is not a "part" of the question.
 MIN_PART_SHARE = 0.1
@@ -187,6 +190,25 @@ def _passage_view(body: str) -> tuple[str, frozenset[str], frozenset[str]]:
 
 
 @dataclass(frozen=True, slots=True)
+class QuestionTerms:
+    """What the signals read of the question alone: its words a passage may hold, the names in it, each split by
+    how a passage is searched for them."""
+
+    wanted: frozenset[str]
+    names: frozenset[str]
+    wanted_parts: _Wanted
+    name_parts: _Wanted
+
+
+@functools.lru_cache(maxsize=QUESTIONS_KEPT)
+def question_terms(question: str) -> QuestionTerms:
+    """A pure function of the question, kept: the request path reads it while the query vector is still being
+    computed (``FrontRouter.read_question``), and the probe's signals then find it here."""
+    wanted, names = frozenset(question_words(question)), frozenset(_name_terms(question))
+    return QuestionTerms(wanted, names, _Wanted.of(wanted), _Wanted.of(names))
+
+
+@dataclass(frozen=True, slots=True)
 class _Wanted:
     """Question words split once by how a passage is searched for them: a CJK word inside the normalised text
     (Japanese has no spaces to cut the passage at; "タスクノート" is found in "タスクノートモバイル"), any other
@@ -205,11 +227,11 @@ class _Wanted:
         return {w for w in self.cjk if w in body} | (self.latin & body_latin)
 
 
-def _share(covered: set[str], wanted: set[str]) -> float:
+def _share(covered: Set[str], wanted: Set[str]) -> float:
     return len(covered & wanted) / len(wanted) if wanted else 0.0
 
 
-def _greedy_cover(wanted: set[str], documents: dict[str, set[str]]) -> list[str]:
+def _greedy_cover(wanted: Set[str], documents: dict[str, set[str]]) -> list[str]:
     remaining = set(wanted)
     chosen: list[str] = []
     minimum = max(1, round(MIN_PART_SHARE * len(wanted)))
@@ -226,9 +248,8 @@ def read_signals(question: str, passages: Sequence[Passage]) -> tuple[ProbeSigna
     """Signals of one question against the passages a search returned (best first)."""
     if not passages:
         return EMPTY_SIGNALS, ()
-    wanted = question_words(question)
-    names = _name_terms(question)
-    wanted_parts, name_parts = _Wanted.of(wanted), _Wanted.of(names)
+    asked = question_terms(question)
+    wanted, names, wanted_parts, name_parts = asked.wanted, asked.names, asked.wanted_parts, asked.name_parts
     doc_terms: dict[str, set[str]] = {}
     doc_names: dict[str, set[str]] = {}
     doc_score: dict[str, float] = {}

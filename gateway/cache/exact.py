@@ -115,6 +115,16 @@ class ExactCache(Generic[R]):
     def backend(self) -> CacheBackend:
         return self._backend
 
+    @property
+    def storing(self) -> int:
+        """Computed answers served and still being stored."""
+        return self._guard.storing
+
+    async def drain(self) -> None:
+        """Waits for computed answers still being stored (they are stored after they are served): the app's shutdown
+        runs it before closing the backend."""
+        await self._guard.drain()
+
     def ttl_for(self, route: str) -> float:
         return self._ttls.get(route, self._default_ttl_s)
 

@@ -30,6 +30,17 @@ Finish = Callable[[T, str | None, str], Awaitable[None]]
 logger = logging.getLogger(__name__)
 
 
+# Steps of the event loop a computed value's store lets go first: the answer's way out (the cache's task, the
+# request's, the framework's send) takes fewer, so the store's command is sent after the answer has left.
+_STORE_AFTER_STEPS = 8
+
+
+async def _after_steps(steps: int, then: Callable[[], Awaitable[None]]) -> None:
+    for _ in range(steps):
+        await asyncio.sleep(0)
+    await then()
+
+
 class SingleFlight(Generic[T]):
     """Concurrent ``run`` calls with one key share one execution of the first caller's function.
 
@@ -40,9 +51,15 @@ class SingleFlight(Generic[T]):
 
     def __init__(self) -> None:
         self._flights: dict[str, asyncio.Task[T]] = {}
+        self._held: dict[str, asyncio.Future[None]] = {}
 
     def in_flight(self, key: str) -> bool:
         return key in self._flights
+
+    def hold(self, key: str, until: asyncio.Future[None]) -> None:
+        """From inside ``key``'s running flight: once it has its value, keep it joinable until ``until`` is done (the
+        value's store), so that an identical request meanwhile shares the value instead of waiting for the store."""
+        self._held[key] = until
 
     async def run(self, key: str, fn: Callable[[], Coroutine[Any, Any, T]]) -> tuple[T, bool]:
         """The shared result, and whether this caller joined someone else's execution."""
@@ -55,10 +72,17 @@ class SingleFlight(Generic[T]):
         return await asyncio.shield(task), shared
 
     def _finished(self, key: str, task: asyncio.Task[T]) -> None:
-        if self._flights.get(key) is task:
-            del self._flights[key]
         if not task.cancelled():
             task.exception()  # retrieved: no "never retrieved" warning when every caller left
+        held = self._held.pop(key, None)
+        if held is not None and not held.done() and not task.cancelled() and task.exception() is None:
+            held.add_done_callback(lambda _: self._drop(key, task))
+            return
+        self._drop(key, task)
+
+    def _drop(self, key: str, task: asyncio.Task[T]) -> None:
+        if self._flights.get(key) is task:
+            del self._flights[key]
 
 
 def _as_follower(source: Source, shared: bool) -> Source:
@@ -96,10 +120,21 @@ class StampedeGuard(Generic[T]):
         self._poll_s = poll_s
         self._on_error = on_error
         self._flight: SingleFlight[tuple[T, Source]] = SingleFlight()
+        self._storing: set[asyncio.Future[None]] = set()
 
     @property
     def lock_ttl_s(self) -> float:
         return self._lock_ttl_s
+
+    @property
+    def storing(self) -> int:
+        """Stores of computed values still under way (the answers have gone already)."""
+        return len(self._storing)
+
+    async def drain(self) -> None:
+        """Waits for the stores under way: before the backend closes (shutdown), and where a test reads the store."""
+        while self._storing:
+            await asyncio.wait(set(self._storing))
 
     async def settle(
         self,
@@ -140,23 +175,41 @@ class StampedeGuard(Generic[T]):
         lock = lock_key(key)
         joining = self._flight.in_flight(key)
         try:
-            (value, source), _ = await self._flight.run(key, lambda: self._compute_held(lock, token, compute, finish))
+            (value, source), _ = await self._flight.run(
+                key, lambda: self._compute_held(key, lock, token, compute, finish)
+            )
         finally:
             if held and joining:  # not ours to finish: the running computation covers it
                 await self._release(lock, token)
         return value, _as_follower(source, joining)
 
     async def _compute_held(
-        self, lock: str, token: str, compute: Callable[[], Awaitable[T]], finish: Finish[T]
+        self, key: str, lock: str, token: str, compute: Callable[[], Awaitable[T]], finish: Finish[T]
     ) -> tuple[T, Source]:
+        """The value, as soon as it is computed: its store (which releases the lock) goes on after the answer.
+
+        The store was a Redis round trip on every miss's path, between the answer and the client (issue 17: ~0.2
+        ms). Nothing waits for it that needs it sooner: this process's identical requests join the flight, which
+        stays joinable until the store is done; other replicas wait for the lock to go, which the store releases;
+        the app drains stores under way before it closes the backend (:meth:`drain`).
+        """
         try:
             async with self._renewing(lock, token):
                 value = await compute()
         except BaseException:
             await self._release(lock, token)
             raise
-        await finish(value, lock, token)
+        stored = asyncio.ensure_future(_after_steps(_STORE_AFTER_STEPS, partial(finish, value, lock, token)))
+        self._storing.add(stored)
+        stored.add_done_callback(partial(self._stored, key))
+        self._flight.hold(key, stored)
         return value, "computed"
+
+    def _stored(self, key: str, stored: asyncio.Future[None]) -> None:
+        self._storing.discard(stored)
+        if not stored.cancelled() and (exc := stored.exception()) is not None:
+            # ``finish`` handles the cache's own failures; anything else is a bug worth a trace, not a lost answer.
+            logger.error("storing %s failed", key, exc_info=exc)
 
     async def _wait_or_compute(
         self,

@@ -102,21 +102,29 @@ class ChatService:
         (an address is one placeholder in all of them) before the follow-up rewrite, the first upstream call;
         live tokens are restored as they stream."""
         query, vault = prepared.query, Vault()
-        turns = [*(t.text for t in prepared.history), query.query]
-        extra = [prepared.instructions] if prepared.instructions else []
-        texts = self._queries.screen(query.tenant, [*turns, *extra], vault)
-        instructions = texts[len(turns)] if extra else ""
-        texts = texts[: len(turns)]
-        history = [replace(turn, text=text) for turn, text in zip(prepared.history, texts, strict=False)]
-        query = msgspec.structs.replace(query, query=texts[-1])
-        if vault:
-            rewrite_live(vault.streaming())
-        rewrite = None
-        if history:
-            rewrite = await rewrite_followup(self._llm, history, query.query)
-            query = msgspec.structs.replace(query, query=rewrite.query)
-            rewrite = replace(rewrite, query=vault.restore(rewrite.query))
-        return ChatAnswer(await self._queries.answer(query, vault=vault, instructions=instructions), rewrite)
+        # A first question is routed as sent (once screened): its embedding starts now, beside the screening. A
+        # follow-up is routed as rewritten, so its vector is begun once the rewrite is known (QueryService.answer).
+        vector = None if prepared.history else await self._queries.begin_vector(query.query, query.route)
+        try:
+            turns = [*(t.text for t in prepared.history), query.query]
+            extra = [prepared.instructions] if prepared.instructions else []
+            texts = self._queries.screen(query.tenant, [*turns, *extra], vault)
+            instructions = texts[len(turns)] if extra else ""
+            texts = texts[: len(turns)]
+            history = [replace(turn, text=text) for turn, text in zip(prepared.history, texts, strict=False)]
+            query = msgspec.structs.replace(query, query=texts[-1])
+            if vault:
+                rewrite_live(vault.streaming())
+            rewrite = None
+            if history:
+                rewrite = await rewrite_followup(self._llm, history, query.query)
+                query = msgspec.structs.replace(query, query=rewrite.query)
+                rewrite = replace(rewrite, query=vault.restore(rewrite.query))
+            answer = await self._queries.answer(query, vault=vault, instructions=instructions, vector=vector)
+        finally:
+            if vector is not None:
+                vector.release()
+        return ChatAnswer(answer, rewrite)
 
     def completion(self, prepared: PreparedChat, answer: ChatAnswer) -> ChatCompletion:
         return ChatCompletion(

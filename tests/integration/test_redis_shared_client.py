@@ -12,6 +12,7 @@ import pytest
 from redis.asyncio import Redis
 
 from gateway.cache.backend import RedisBackend
+from gateway.cache.layer import CacheLayer
 from gateway.settings import Settings
 from gateway.state import Services
 from tests.chat_support import ACME_ADMIN_KEY, ACME_KEY, bearer, keyed
@@ -31,6 +32,16 @@ PARAPHRASE = {"query": "In 2023, how many days of annual leave did employees get
 
 def with_query(url: str, **params: str) -> str:
     return url + ("&" if "?" in url else "?") + "&".join(f"{k}={v}" for k, v in params.items())
+
+
+async def stored_answers(cache: CacheLayer) -> None:
+    """Waits until the app has stored the answers it sent (it stores them after sending them). The app runs in
+    the test client's own loop (another thread), so this polls rather than awaiting its tasks."""
+    for _ in range(1000):
+        if not cache.responses.storing:
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("answers still being stored after 5 s")
 
 
 def shared_settings(settings: Settings, redis_url: str, prefix: str) -> Settings:
@@ -71,7 +82,10 @@ async def test_cache_semantic_cache_and_rate_limiter_share_one_pool(
         assert await named_connections(redis, name) == 0  # nothing dialled at start-up
 
         assert (await client.post("/v1/documents", json=LEAVE, headers=bearer(ACME_ADMIN_KEY))).status_code == 200
-        asked = [await client.post("/v1/query", json=q, headers=bearer(ACME_KEY)) for q in (QUESTION, PARAPHRASE)]
+        asked = []
+        for question in (QUESTION, PARAPHRASE):
+            asked.append(await client.post("/v1/query", json=question, headers=bearer(ACME_KEY)))
+            await stored_answers(cache)  # an answer is stored after it is sent: one request at a time here
         ready = await client.get("/readyz")
         during = await named_connections(redis, name)
         pool_size = sum(count for count, _ in shared.client.connection_pool.get_connection_count())  # idle + in use
@@ -88,8 +102,10 @@ async def test_cache_semantic_cache_and_rate_limiter_share_one_pool(
     assert any(":q:acme:" in key for key in stored)  # exact response cache
     assert ":cache:ver:acme" in stored  # knowledge versions
     assert any(key.startswith(":cache:emb:") for key in stored)  # query embeddings
-    # ...and Redis saw exactly the connections of that one pool: sequential requests reuse one connection.
-    assert during == pool_size == 1
+    # ...and Redis saw exactly the connections of that one pool. Sequential requests reuse its connections: one, or
+    # two when an answer's store (sent after the answer) overlaps the request's charge of its token budget.
+    assert during == pool_size
+    assert pool_size in (1, 2)
     assert after == 0  # the lifespan closed the pool
 
 
@@ -113,9 +129,10 @@ async def test_the_local_models_query_vectors_stay_in_the_process(
     assert any(":q:acme:" in key for key in stored)
     assert ":cache:ver:acme" in stored
     assert not any(key.startswith(":cache:emb:") for key in stored)
-    # The question's vector was computed once and found in the process the second time it was needed.
+    # The question's vector was computed once and found in the process after that: by the second request, whose
+    # vector was begun as it arrived (gateway.query_vector) before its answer was found cached, and by the third.
     assert value(samples, "gateway_cache_requests_total", layer="embedding", result="miss") == 1
-    assert value(samples, "gateway_cache_requests_total", layer="embedding", result="hit") == 1
+    assert value(samples, "gateway_cache_requests_total", layer="embedding", result="hit") == 2
 
 
 async def test_an_outage_is_one_transition_for_every_redis_user_and_each_keeps_its_policy(
@@ -131,6 +148,9 @@ async def test_an_outage_is_one_transition_for_every_redis_user_and_each_keeps_i
             assert metrics is not None
             assert (await client.post("/v1/documents", json=LEAVE, headers=bearer(ACME_ADMIN_KEY))).status_code == 200
             before = await client.post("/v1/query", json=QUESTION, headers=bearer(ACME_KEY))
+            cache = services_of(client).cache
+            assert cache is not None
+            await stored_answers(cache)  # its answer is stored after it is sent: before Redis goes
 
             proxy.stop()
             down = [await client.post("/v1/query", json=QUESTION, headers=bearer(ACME_KEY)) for _ in range(3)]

@@ -75,11 +75,32 @@ async def test_a_miss_computes_and_stores_then_the_same_question_hits() -> None:
     cache = make_cache(MemoryBackend())
     compute = CountedCompute()
     first = await cache.get_or_compute(tenant="acme", route="auto", query="What is X?", compute=compute)
+    await cache.drain()  # the answer went before its store: wait for that
     second = await cache.get_or_compute(tenant="acme", route="auto", query="  what is x? ", compute=compute)
     assert (first.source, first.cached, second.source, second.cached) == ("computed", False, "hit", True)
     assert second.value == first.value  # the full response round-trips through JSON
     assert compute.calls == 1
     assert (cache.stats.hits, cache.stats.misses, cache.stats.stores) == (1, 1, 1)
+
+
+async def test_the_answer_goes_before_its_store_and_a_repeat_meanwhile_shares_it() -> None:
+    """The store (a Redis round trip) is off the miss's path: the caller has its answer while the store is still
+    under way, and the same question asked meanwhile is served that answer instead of waiting for the store or
+    computing again."""
+    backend = MemoryBackend()
+    cache = make_cache(backend)
+    compute = CountedCompute()
+    first = await cache.get_or_compute(tenant="acme", route="auto", query="What is X?", compute=compute)
+    assert first.source == "computed"
+    assert cache.stats.stores == 0  # answered; not stored yet
+    assert cache.storing == 1
+    second = await cache.get_or_compute(tenant="acme", route="auto", query="What is X?", compute=compute)
+    assert (second.source, second.cached, second.value) == ("coalesced", True, first.value)
+    assert compute.calls == 1
+    await cache.drain()
+    assert (cache.stats.stores, cache.storing) == (1, 0)
+    third = await cache.get_or_compute(tenant="acme", route="auto", query="What is X?", compute=compute)
+    assert (third.source, compute.calls) == ("hit", 1)
 
 
 async def test_get_and_set_by_key() -> None:
@@ -167,6 +188,7 @@ async def test_an_entry_that_no_longer_decodes_is_recomputed_under_the_lock_or_b
         await backend.set(key, msgspec.json.encode({"answer": "old schema"}), 60)
         outcome = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=CountedCompute())
         assert outcome.source == source
+        await cache.drain()
         stored = await cache.get(key)
         assert (stored is not None) == (source == "computed")  # a bypass leaves the old entry as it was
 
@@ -181,6 +203,7 @@ async def test_twenty_concurrent_identical_misses_compute_once() -> None:
     assert {o.value.answer for o in outcomes} == {"computed #1"}
     assert sorted(o.source for o in outcomes) == ["coalesced"] * 19 + ["computed"]
     assert cache.stats.coalesced == 19
+    await cache.drain()
     late = await cache.get_or_compute(tenant="acme", route="auto", query="popular?", compute=compute)
     assert late.source == "hit"
 
@@ -306,6 +329,7 @@ async def test_a_caller_that_goes_away_does_not_cancel_the_shared_work() -> None
     first.cancel()
     outcome = await second
     assert (outcome.source, compute.calls) == ("coalesced", 1)
+    await cache.drain()
     assert (await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)).source == "hit"
 
 
@@ -393,6 +417,7 @@ async def test_a_second_replica_waits_for_the_lock_holder_instead_of_computing()
     assert (second.value, second.source) == ("from one", "hit")
     assert (await first).source == "computed"
     assert computed == ["one"]
+    await one.drain()
     assert await shared.get(lock_key("k")) is None  # released
 
 
@@ -429,6 +454,7 @@ async def test_the_holder_keeps_a_short_lock_alive_while_it_computes() -> None:
 
     assert (await load(guard, shared, nothing, slow)).value == "done"
     assert lock_seen == [True] * 4  # 0.2 s of work under a 0.06 s lock
+    await guard.drain()
     assert await shared.get(lock_key("k")) is None
 
 

@@ -1,13 +1,15 @@
 """A request embeds its query only when something reads the vector, and then once: router, cache and retrieval share it.
 
 Issue 17: a request that forces ``direct`` with the semantic cache off needs no embedding, and a quarter of a
-miss's CPU went into one. Query embeddings are batched when requests arrive together
-(:mod:`gateway.providers.batching`).
+miss's CPU went into one. A query is embedded on ONNX Runtime's own thread (``USEOnnx.encode_async``), beside the
+event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -16,9 +18,9 @@ from langchain_core.embeddings import Embeddings
 from litestar.testing import AsyncTestClient
 
 from gateway.app import create_app
-from gateway.providers.batching import QueryBatcher
 from gateway.providers.embeddings import USEEmbeddings
 from gateway.providers.scripted_chat import ScriptedChatModel
+from gateway.providers.use_onnx import EmbeddingRunError
 from gateway.settings import Settings
 from gateway.state import ProviderOverrides
 from tests.conftest import grounded_or_direct
@@ -93,63 +95,69 @@ async def test_the_semantic_cache_embeds_a_forced_direct_request_once(
     assert counting.queries == ["Say hello in French."]
 
 
-async def test_concurrent_queries_go_in_one_batch_after_the_first() -> None:
-    batches: list[list[str]] = []
-    release = asyncio.Event()
-    loop = asyncio.get_running_loop()
-
-    def encode(texts: list[str]) -> np.ndarray[Any, np.dtype[np.float32]]:
-        batches.append(list(texts))
-        if len(batches) == 1:  # the first batch is computing while the others arrive
-            asyncio.run_coroutine_threadsafe(release.wait(), loop).result(5)
-        return np.array([[float(len(t)), 1.0] for t in texts], dtype=np.float32)
-
-    batcher = QueryBatcher(encode)
-    first = asyncio.ensure_future(batcher.embed("a"))
-    await asyncio.sleep(0.05)
-    rest = [asyncio.ensure_future(batcher.embed(text)) for text in ("bb", "ccc", "dddd")]
-    await asyncio.sleep(0.05)
-    release.set()
-    vectors = await asyncio.gather(first, *rest)
-    assert batches == [["a"], ["bb", "ccc", "dddd"]]
-    assert [v[0] for v in vectors] == [1.0, 2.0, 3.0, 4.0]  # each caller gets its own row
-    assert (batcher.batches, batcher.embedded) == (2, 4)
-    batcher.close()
-
-
-async def test_an_encoder_error_reaches_every_caller_of_its_batch_and_the_next_batch_runs() -> None:
-    def encode(texts: list[str]) -> np.ndarray[Any, np.dtype[np.float32]]:
-        if "bad" in texts:
-            raise RuntimeError("encoder failed")
-        return np.ones((len(texts), 2), dtype=np.float32)
-
-    batcher = QueryBatcher(encode, max_batch=2)
-    results = await asyncio.gather(*(batcher.embed(t) for t in ("bad", "x", "y")), return_exceptions=True)
-    assert [type(r).__name__ for r in results] == ["RuntimeError", "RuntimeError", "ndarray"]
-    batcher.close()
-
-
-async def test_a_caller_that_leaves_does_not_stop_the_others() -> None:
-    def encode(texts: list[str]) -> np.ndarray[Any, np.dtype[np.float32]]:
-        return np.ones((len(texts), 2), dtype=np.float32)
-
-    batcher = QueryBatcher(encode)
-    leaving = asyncio.ensure_future(batcher.embed("gone"))
-    staying = asyncio.ensure_future(batcher.embed("here"))
-    leaving.cancel()
-    assert (await staying).tolist() == [1.0, 1.0]
-    batcher.close()
-
-
-async def test_batched_query_vectors_match_the_single_query_model(embeddings: USEEmbeddings) -> None:
-    """Batching changes the order of float32 sums, not the vectors: the router and retrieval see the same thing."""
+async def test_concurrent_queries_each_get_the_vector_the_sync_api_gives(embeddings: USEEmbeddings) -> None:
+    """Every run goes through ONNX Runtime's thread, one after the other: a text's vector is the same bit for bit
+    whichever API asked for it and whatever ran beside it."""
     texts = [
         "Where is the Osaka office?",
         "東京オフィスの住所は？",
         "Which is older, the Tokyo office or the Osaka office?",
+        "Where is the Osaka office?",
     ]
-    batched = await asyncio.gather(*(embeddings.aembed_query(t) for t in texts))
-    for text, vector in zip(texts, batched, strict=True):
-        single = np.asarray(embeddings.embed_query(text))
-        assert float(np.dot(single, vector)) == pytest.approx(1.0, abs=1e-5)
-        assert np.abs(single - np.asarray(vector)).max() < 1e-5
+    together = await asyncio.gather(*(embeddings.aembed_query(t) for t in texts))
+    for text, vector in zip(texts, together, strict=True):
+        assert vector == embeddings.embed_query(text)
+    assert embeddings.embed_documents(texts) == together
+
+
+def test_a_run_goes_on_while_its_caller_runs_python_and_reports_from_another_thread(
+    embeddings: USEEmbeddings,
+) -> None:
+    """``encode_async`` returns at once and the run needs nothing more from the caller's thread: the caller here never
+    waits or blocks (it spins), yet the vector arrives, handed over on ONNX Runtime's thread."""
+    arrived = threading.Event()
+    seen: list[tuple[int, np.ndarray | None, BaseException | None]] = []
+
+    def done(vector: np.ndarray | None, error: BaseException | None) -> None:
+        seen.append((threading.get_ident(), vector, error))
+        arrived.set()
+
+    embeddings._model.encode_async("Where is the Osaka office? " * 20, done)
+    deadline = time.monotonic() + 30
+    while not arrived.is_set() and time.monotonic() < deadline:
+        pass  # Python holding the GIL, as an event loop serving requests does
+    assert arrived.is_set()
+    (thread, vector, error) = seen[0]
+    assert thread != threading.get_ident()
+    assert error is None
+    assert vector is not None
+    assert vector.tolist() == embeddings.embed_query("Where is the Osaka office? " * 20)
+
+
+async def test_a_failed_run_reaches_its_caller_and_the_next_run_goes_on(
+    embeddings: USEEmbeddings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session = embeddings._model._session
+    real = session.run_async
+
+    def failing_once(names: Any, feeds: Any, callback: Any, data: Any) -> None:
+        monkeypatch.setattr(session, "run_async", real)
+        callback([], data, "bad input")  # as ONNX Runtime reports a failed run: no results, its status message
+
+    monkeypatch.setattr(session, "run_async", failing_once)
+    with pytest.raises(EmbeddingRunError, match="bad input"):
+        await embeddings.aembed_query("fails")
+    assert await embeddings.aembed_query("runs") == embeddings.embed_query("runs")
+    monkeypatch.setattr(session, "run_async", failing_once)
+    with pytest.raises(EmbeddingRunError):
+        embeddings.embed_query("fails too")  # the sync API raises it as well
+
+
+async def test_a_caller_that_leaves_does_not_stop_the_others(embeddings: USEEmbeddings) -> None:
+    leaving = asyncio.ensure_future(embeddings.aembed_query("gone"))
+    staying = asyncio.ensure_future(embeddings.aembed_query("here"))
+    await asyncio.sleep(0)  # both runs started
+    leaving.cancel()
+    assert await staying == embeddings.embed_query("here")
+    with pytest.raises(asyncio.CancelledError):
+        await leaving

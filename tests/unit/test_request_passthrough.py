@@ -15,6 +15,7 @@ from gateway.chat.completions import ChatService, PreparedChat
 from gateway.guardrails.vault import Vault
 from gateway.providers.llm import LLMClient
 from gateway.providers.scripted_chat import ScriptedChatModel
+from gateway.query_vector import QueryVector
 from gateway.schemas import QueryRequest, QueryResponse
 from gateway.service import Admit, QueryService
 from gateway.settings import ModelPrice
@@ -45,6 +46,7 @@ class Recorder:
         *,
         vault: Vault | None = None,
         instructions: str = "",
+        vector: QueryVector | None = None,
     ) -> QueryResponse:
         self.requests.append(admit(request) if admit is not None else request)
         self.instructions.append(instructions)

@@ -1,4 +1,4 @@
-"""The kept per-piece rows of the local embedding model (issue 17): least recently used out, never a text's own."""
+"""The kept per-piece rows of the local embedding model (issue 17): least recently used out, copies handed out."""
 
 from __future__ import annotations
 
@@ -13,103 +13,100 @@ WIDTH = 4
 
 
 def rows_of(pieces: list[int]) -> np.ndarray:
+    """The row a piece id would have: its id in every column."""
     return np.repeat(np.asarray(pieces, dtype=np.float32)[:, None], WIDTH, axis=1)
 
 
-class Counting:
-    """A row per piece id (its id in every column), recording what was computed together."""
-
-    def __init__(self) -> None:
-        self.runs: list[list[int]] = []
-
-    @property
-    def computed(self) -> list[int]:
-        return [piece for run in self.runs for piece in run]
-
-    def __call__(self, pieces: list[int]) -> np.ndarray:
-        self.runs.append(list(pieces))
-        return rows_of(pieces)
+def embed(store: PieceRows, ids: list[int], computed: list[int] | None = None) -> np.ndarray:
+    """What the encoder does with the store: look up, compute what is missing (recorded), keep it, assemble."""
+    lookup = store.lookup(ids)
+    if computed is not None:
+        computed.extend(lookup.missing)
+    new = rows_of(lookup.missing) if lookup.missing else np.zeros((0, WIDTH), dtype=np.float32)
+    store.keep(lookup.missing, new)
+    return lookup.rows(new)
 
 
-def test_rows_come_in_the_texts_order_and_each_piece_is_computed_once() -> None:
-    compute = Counting()
-    rows = PieceRows(compute, WIDTH, capacity=8)
-    got = rows.rows([5, 7, 5, 9])
-    assert got[:, 0].tolist() == [5, 7, 5, 9]
-    assert compute.runs == [[5, 7, 9]]  # the missing pieces together, once each
-    again = rows.rows([9, 7])
-    assert again[:, 0].tolist() == [9, 7]
-    assert compute.computed == [5, 7, 9]  # kept
-    assert (rows.hits, rows.misses) == (2, 3)
-    assert len(rows) == 3
-    assert rows.nbytes == 3 * WIDTH * 4
+def test_rows_come_in_the_texts_order_and_each_missing_piece_is_computed_once() -> None:
+    store = PieceRows(WIDTH, capacity=8)
+    first = store.lookup([5, 7, 5, 9])
+    assert first.missing == [5, 7, 9]  # once each, in order of first use
+    assert first.kept.shape == (0, WIDTH)
+    assert first.rows(rows_of(first.missing))[:, 0].tolist() == [5, 7, 5, 9]
+    store.keep(first.missing, rows_of(first.missing))
+    again = store.lookup([9, 7, 11])
+    assert again.missing == [11]
+    assert again.rows(rows_of([11]))[:, 0].tolist() == [9, 7, 11]
+    assert (store.hits, store.misses) == (2, 4)
+    assert len(store) == 3
+    assert store.nbytes == 3 * WIDTH * 4
 
 
 def test_the_least_recently_used_piece_goes_first() -> None:
-    compute = Counting()
-    rows = PieceRows(compute, WIDTH, capacity=3)
-    rows.rows([1, 2, 3])
-    rows.rows([1])  # 2 is now the least recent
-    rows.rows([4])
-    compute.runs.clear()
-    rows.rows([1, 3, 4])
-    assert compute.computed == []
-    rows.rows([2])
-    assert compute.computed == [2]
+    store = PieceRows(WIDTH, capacity=3)
+    embed(store, [1, 2, 3])
+    embed(store, [1])  # 2 is now the least recent
+    embed(store, [4])
+    computed: list[int] = []
+    embed(store, [1, 3, 4], computed)
+    assert computed == []
+    embed(store, [2], computed)
+    assert computed == [2]
 
 
-def test_a_full_store_never_evicts_a_piece_of_the_text_it_serves() -> None:
-    compute = Counting()
-    rows = PieceRows(compute, WIDTH, capacity=3)
-    rows.rows([1, 2, 3])
-    got = rows.rows([3, 4, 2])  # 1 is the only row that may go
-    assert got[:, 0].tolist() == [3, 4, 2]
-    compute.runs.clear()
-    assert rows.rows([2, 3, 4])[:, 0].tolist() == [2, 3, 4]
-    assert compute.computed == []
+def test_rows_handed_out_are_copies_later_texts_cannot_overwrite() -> None:
+    store = PieceRows(WIDTH, capacity=1)
+    embed(store, [1])
+    held = store.lookup([1])
+    embed(store, [2])  # takes the only slot
+    assert held.rows(np.zeros((0, WIDTH), dtype=np.float32))[:, 0].tolist() == [1]
 
 
 def test_a_text_with_more_pieces_than_kept_is_computed_and_changes_nothing_kept() -> None:
-    compute = Counting()
-    rows = PieceRows(compute, WIDTH, capacity=2)
-    rows.rows([1, 2])
-    assert rows.rows([3, 4, 5, 3])[:, 0].tolist() == [3, 4, 5, 3]
-    assert compute.runs[-1] == [3, 4, 5]
-    compute.runs.clear()
-    rows.rows([1, 2])
-    assert compute.computed == []
+    store = PieceRows(WIDTH, capacity=2)
+    embed(store, [1, 2])
+    computed: list[int] = []
+    assert embed(store, [3, 4, 5, 3], computed)[:, 0].tolist() == [3, 4, 5, 3]
+    assert computed == [3, 4, 5]
+    computed.clear()
+    embed(store, [1, 2], computed)
+    assert computed == []
 
 
-def test_rows_returned_are_copies_later_texts_cannot_overwrite() -> None:
-    rows = PieceRows(Counting(), WIDTH, capacity=1)
-    first = rows.rows([1])
-    rows.rows([2])  # takes the only slot
-    assert first[:, 0].tolist() == [1]
+def test_a_piece_kept_meanwhile_by_another_text_is_kept_once() -> None:
+    store = PieceRows(WIDTH, capacity=4)
+    a, b = store.lookup([1, 2]), store.lookup([2, 3])  # both lack 2: each computes it
+    store.keep(a.missing, rows_of(a.missing))
+    store.keep(b.missing, rows_of(b.missing))
+    assert len(store) == 3
+    computed: list[int] = []
+    assert embed(store, [3, 2, 1], computed)[:, 0].tolist() == [3, 2, 1]
+    assert computed == []
 
 
 def test_nothing_kept_computes_every_time() -> None:
-    compute = Counting()
-    rows = PieceRows(compute, WIDTH, capacity=0)
-    rows.rows([1, 1])
-    rows.rows([1])
-    assert compute.computed == [1, 1]
-    assert rows.rows([]).shape == (0, WIDTH)
+    store = PieceRows(WIDTH, capacity=0)
+    computed: list[int] = []
+    embed(store, [1, 1], computed)
+    embed(store, [1], computed)
+    assert computed == [1, 1]
+    assert embed(store, []).shape == (0, WIDTH)
     with pytest.raises(ValueError, match="capacity"):
-        PieceRows(compute, WIDTH, capacity=-1)
+        PieceRows(WIDTH, capacity=-1)
 
 
 def test_threads_sharing_the_store_each_get_their_own_rows() -> None:
-    rows = PieceRows(rows_of, WIDTH, capacity=16)
+    store = PieceRows(WIDTH, capacity=16)
     failures: list[str] = []
 
-    def embed(offset: int) -> None:
+    def run(offset: int) -> None:
         for step in range(300):
             ids = [(offset * 7 + step + k) % 40 for k in range(5)]
-            got = rows.rows(ids)
+            got = embed(store, ids)
             if got[:, 0].tolist() != ids:
                 failures.append(f"{ids} -> {got[:, 0].tolist()}")
 
-    threads = [threading.Thread(target=embed, args=(i,)) for i in range(4)]
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
     for thread in threads:
         thread.start()
     for thread in threads:

@@ -1,0 +1,80 @@
+"""A request's one query vector, begun on the embedding worker as soon as the question is known.
+
+Routing an ``auto`` question reads its vector first. Computed where routing starts, the embedding (~1 ms
+on the local model's worker thread) came after the prompt's screening and the answer cache's lookup
+(~0.45 ms of the event loop and a Redis round trip), with the worker's core idle all that time and the
+loop idle during the embedding (issue 17). Begun when the question arrives, the two overlap: the
+worker embeds while the loop screens the text and looks the answer up.
+
+It is begun on the question as the client sent it, before screening masks personal data in it, and so
+only where the text never leaves the process: the local model, with its query vectors kept in this
+process's own LRU (``QueryService(early_vectors=...)``; a remote provider would be sent the unmasked
+text, and billed for questions the answer cache then serves). The vector is used only for the very
+text that routing reads: a question that screening changed (a masked address) or a follow-up rewritten
+is embedded again as it now reads. A question answered without reading it (an answer cache hit, a
+refusal) lets it go: the embedding is cancelled unless the worker has begun it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+Embed = Callable[[str], Awaitable[list[float]]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Begun:
+    text: str
+    task: asyncio.Future[list[float]]
+
+
+class QueryVector:
+    """``await vector.of(text)`` once per request: the vector begun early when it was begun for ``text``, else
+    embedded now. ``release()`` when the request ends: an early vector nobody read is let go."""
+
+    def __init__(self, embed: Embed) -> None:
+        self._embed = embed
+        self._begun: _Begun | None = None
+
+    @classmethod
+    async def begin(cls, embed: Embed, text: str) -> QueryVector:
+        """Starts embedding ``text`` and yields once to the loop, so that the embedding reaches the worker now,
+        before the caller's next steps (screening, lookups) rather than at its first wait."""
+        vector = cls(embed)
+        vector._begun = _Begun(text, asyncio.ensure_future(embed(text)))
+        await asyncio.sleep(0)
+        return vector
+
+    @property
+    def early(self) -> bool:
+        """Whether a vector was begun and not yet read or let go."""
+        return self._begun is not None
+
+    async def of(self, text: str) -> list[float]:
+        begun, self._begun = self._begun, None
+        if begun is not None:
+            if begun.text == text and not begun.task.cancelled():
+                return await begun.task
+            _let_go(begun.task)
+        return await self._embed(text)
+
+    def release(self) -> None:
+        """Lets an unread early vector go (a read one belongs to its reader, which may outlive the request)."""
+        begun, self._begun = self._begun, None
+        if begun is not None:
+            _let_go(begun.task)
+
+
+def _let_go(task: asyncio.Future[list[float]]) -> None:
+    """Cancelled if not done; its outcome retrieved either way, so an embedding error nobody reads is not logged
+    as "never retrieved" (the request that needs a vector embeds again and sees the error itself)."""
+    if not task.done():
+        task.cancel()
+    task.add_done_callback(_retrieve)
+
+
+def _retrieve(task: asyncio.Future[list[float]]) -> None:
+    if not task.cancelled():
+        task.exception()
