@@ -79,7 +79,7 @@ async def main() -> None:
     parser.add_argument("--llm", action="store_true", help="also evaluate the LLM classifier")
     parser.add_argument("--limit", type=int, default=0, help="evaluate only the first N held-back examples")
     parser.add_argument("--out", type=Path, help="write the JSON report here")
-    parser.add_argument("--batched", action="store_true", help="embed the queries concurrently, as served (batched)")
+    parser.add_argument("--batched", action="store_true", help="embed the queries concurrently, as served")
     args = parser.parse_args()
 
     examples = load_examples()
@@ -90,7 +90,7 @@ async def main() -> None:
     embeddings = USEEmbeddings()
     router = LogisticRouter(fit(train, embeddings.embed_array))
 
-    # --batched: the vectors a busy gateway computes, every held-back query embedded concurrently (in batches)
+    # --batched: the vectors a busy gateway computes, every held-back query embedded concurrently
     batched: dict[str, list[float]] = {}
     if args.batched:
         texts = [e.text for e in test]

@@ -49,7 +49,7 @@ class USEEmbeddings(Embeddings):
         return np.asarray(self._model.encode(list(texts)), dtype=np.float32)
 
     async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
-        # Large batches take long enough to stall the event loop; a query (<1 ms) does not.
+        # The runs go one by one on ONNX Runtime's thread; a worker thread waits for a batch's, not the event loop.
         return await asyncio.to_thread(self.embed_documents, texts)
 
     async def aembed_query(self, text: str) -> list[float]:

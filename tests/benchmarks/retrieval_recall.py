@@ -71,7 +71,7 @@ async def measure(
     recall_set: RecallSet, embeddings: USEEmbeddings, ks: list[int], *, batched: bool = False
 ) -> dict[str, list[float]]:
     """``batched``: every question's vector comes from ``aembed_query`` called for all questions at once, as a
-    busy gateway embeds concurrent queries (in batches, :mod:`gateway.providers.batching`)."""
+    busy gateway embeds concurrent queries (queued on ONNX Runtime's thread, ``USEOnnx.encode_async``)."""
     chunking = ChunkingSettings()
     with tempfile.TemporaryDirectory() as tmp:
         store = await LanceVectorStore.open(Path(tmp), embeddings.dimensions)
@@ -116,7 +116,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", type=Path, default=Path("../shared/data/dev"))
     parser.add_argument("--k", type=int, nargs="+", default=[4, 8])
-    parser.add_argument("--batched", action="store_true", help="embed each set's questions concurrently (batched)")
+    parser.add_argument("--batched", action="store_true", help="embed each set's questions concurrently, as served")
     args = parser.parse_args()
     embeddings = USEEmbeddings()
     ks: list[int] = args.k
