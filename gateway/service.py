@@ -1,7 +1,7 @@
 """The request path as one straight line: embed once (when anything reads the vector) -> route -> run -> respond.
 
-The embedding is begun as the question arrives (:mod:`gateway.query_vector`), on the local model's worker, so it
-runs beside the screening and the answer cache's lookup instead of after them.
+The embedding is begun as the question arrives (:mod:`gateway.query_vector`), on ONNX Runtime's own thread for the
+local model, so it runs beside the screening and the answer cache's lookup instead of after them.
 
 Requests arrive validated (``gateway.api.validation``, at the edge) and leave uncharged (the API
 handlers charge token budgets): this layer only answers.
