@@ -72,10 +72,10 @@ class SingleFlight(Generic[T]):
         return await asyncio.shield(task), shared
 
     def _finished(self, key: str, task: asyncio.Task[T]) -> None:
-        if not task.cancelled():
-            task.exception()  # retrieved: no "never retrieved" warning when every caller left
+        # The outcome is retrieved either way: no "never retrieved" warning when every caller left.
+        failed = task.cancelled() or task.exception() is not None
         held = self._held.pop(key, None)
-        if held is not None and not held.done() and not task.cancelled() and task.exception() is None:
+        if held is not None and not held.done() and not failed:
             held.add_done_callback(lambda _: self._drop(key, task))
             return
         self._drop(key, task)
