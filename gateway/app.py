@@ -45,7 +45,7 @@ from gateway.observability.tracing import build_tracer_provider
 from gateway.profiles.api import ProfileController, provide_profiles
 from gateway.profiles.lifecycle import open_profiles
 from gateway.providers.deadline import within
-from gateway.providers.embeddings import build_embeddings, embedding_dimensions
+from gateway.providers.embeddings import USEEmbeddings, build_embeddings, embedding_dimensions
 from gateway.providers.llm import FALLBACK, PRIMARY, LLMClient, open_llm_client, ping_llm
 from gateway.providers.redis import ResilientRedis, open_redis
 from gateway.providers.upstream_http import upstream_client
@@ -281,6 +281,8 @@ def _lifespan(
             embeddings = overrides.embeddings
             if embeddings is None:
                 embeddings = await asyncio.to_thread(build_embeddings, settings.embeddings, settings.llm_endpoint)
+            if isinstance(embeddings, USEEmbeddings):  # last out: no run of its may outlive the app
+                stack.push_async_callback(asyncio.to_thread, embeddings.close)
             dimensions = embedding_dimensions(embeddings)
             store = overrides.vector_store or await open_vector_store(settings.vector_store, dimensions)
             stack.push_async_callback(store.close)

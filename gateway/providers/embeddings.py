@@ -37,6 +37,11 @@ class USEEmbeddings(Embeddings):
         self.dimensions = USE_DIMENSIONS
         self.quantized = quantize
 
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Waits for runs still in flight (a query whose caller left, say): the app's lifespan calls this last, so
+        that the process never ends with ONNX Runtime's thread about to call back into it."""
+        self._model.wait_idle(timeout_s)
+
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         return self.embed_array(texts).tolist()  # type: ignore[no-any-return]
 

@@ -26,8 +26,10 @@ each piece row its own, so a vector never depends on which texts happened to be 
 
 from __future__ import annotations
 
+import atexit
 import functools
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
@@ -119,6 +121,13 @@ class USEOnnx:
             _Graph(quantize).encoder(weights).SerializeToString(), options, providers=["CPUExecutionProvider"]
         )
         self.pieces = PieceRows(_ROW_WIDTH, pieces)
+        self._running = 0
+        self._idle = threading.Condition()
+        # A process must not end with a run in flight: ONNX Runtime's thread would call back into an interpreter
+        # that is finalizing, and the process aborts (SIGABRT) instead of exiting. The app waits in its lifespan
+        # (USEEmbeddings.close); this covers every other user (scripts, tests) at exit. A weak reference: the
+        # hook keeps no model alive.
+        atexit.register(_wait_at_exit, weakref.ref(self))
 
     def encode(self, texts: list[str]) -> Vectors:
         """Each text's vector, one run after the other (this thread waits for each)."""
@@ -159,21 +168,51 @@ class USEOnnx:
             "token_rows": lookup.index,
             **shape,
         }
-        self._session.run_async(None, feeds, self._ran, _Run(lookup, done))
+        with self._idle:
+            self._running += 1
+        try:
+            self._session.run_async(None, feeds, self._ran, _Run(lookup, done))
+        except BaseException:
+            self._finished()
+            raise
+
+    def wait_idle(self, timeout_s: float | None = None) -> bool:
+        """Waits until no run is in flight (False if ``timeout_s`` ran out first): before the process ends."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._running == 0, timeout_s)
 
     def _ran(self, results: list[Vectors], run: _Run, error: str) -> None:
         """On ONNX Runtime's thread: keep the new rows, hand the vector over. What fails here goes to ``done`` (an
         exception raised into ONNX Runtime's thread would reach no caller)."""
-        if error:
-            run.done(None, EmbeddingRunError(error))
-            return
         try:
-            vector, new_rows = results
-            self.pieces.keep(run.lookup.missing, new_rows)
-        except Exception as exc:  # handed to the caller, who raises it where it waits
-            run.done(None, exc)
-            return
-        run.done(vector[0], None)
+            if error:
+                run.done(None, EmbeddingRunError(error))
+                return
+            try:
+                vector, new_rows = results
+                self.pieces.keep(run.lookup.missing, new_rows)
+            except Exception as exc:  # handed to the caller, who raises it where it waits
+                run.done(None, exc)
+                return
+            run.done(vector[0], None)
+        finally:
+            self._finished()
+
+    def _finished(self) -> None:
+        with self._idle:
+            self._running -= 1
+            if self._running == 0:
+                self._idle.notify_all()
+
+
+# How long the process's exit waits for runs still in flight (a run takes ~1 ms; a queue of them, more).
+_EXIT_WAIT_S = 10.0
+
+
+def _wait_at_exit(model: weakref.ref[USEOnnx]) -> None:
+    alive = model()
+    if alive is not None:
+        alive.wait_idle(_EXIT_WAIT_S)
 
 
 # Sentence lengths (in pieces) whose shape feeds are made once: every query and chunk, not an odd huge text.

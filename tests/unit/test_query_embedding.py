@@ -8,6 +8,8 @@ event loop.
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import threading
 import time
 from typing import Any
@@ -161,3 +163,27 @@ async def test_a_caller_that_leaves_does_not_stop_the_others(embeddings: USEEmbe
     assert await staying == embeddings.embed_query("here")
     with pytest.raises(asyncio.CancelledError):
         await leaving
+
+
+def test_a_process_ending_with_runs_in_flight_exits_cleanly() -> None:
+    """ONNX Runtime's thread calling back into a finalizing interpreter aborts the process (SIGABRT): the model
+    waits for its runs at exit, so a script (or a gateway whose last requests left) ends with status 0."""
+    script = (
+        "from gateway.providers.use_onnx import USEOnnx\n"
+        "model = USEOnnx(quantize=False)\n"
+        "for i in range(20):\n"
+        "    model.encode_async('word ' * 300 + str(i), lambda vector, error: None)\n"
+        "print('leaving', model._running > 0)\n"
+    )
+    ended = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    assert ended.stdout.strip() == "leaving True"  # runs were in flight as the interpreter began to exit
+    assert ended.returncode == 0, ended.stderr[-500:]
+
+
+def test_close_waits_until_no_run_is_in_flight(embeddings: USEEmbeddings) -> None:
+    arrived: list[bool] = []
+    for i in range(5):
+        embeddings._model.encode_async(f"Where is office {i}? " * 30, lambda vector, error: arrived.append(True))
+    embeddings.close()
+    assert embeddings._model._running == 0
+    assert len(arrived) == 5
