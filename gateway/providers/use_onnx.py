@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import logging
 import threading
 import weakref
 from collections.abc import Callable
@@ -64,6 +65,7 @@ _OPSET = 17  # LayerNormalization
 _IR_VERSION = 8
 
 Vectors = np.ndarray[Any, np.dtype[np.float32]]
+logger = logging.getLogger(__name__)
 
 
 class EmbeddingRunError(RuntimeError):
@@ -182,8 +184,8 @@ class USEOnnx:
             return self._idle.wait_for(lambda: self._running == 0, timeout_s)
 
     def _ran(self, results: list[Vectors], run: _Run, error: str) -> None:
-        """On ONNX Runtime's thread: keep the new rows, hand the vector over. What fails here goes to ``done`` (an
-        exception raised into ONNX Runtime's thread would reach no caller)."""
+        """On ONNX Runtime's thread: keep the new rows, hand the vector over. What fails here goes to ``done``, and
+        nothing is raised into ONNX Runtime's thread (it would reach no caller, and could end the process)."""
         try:
             if error:
                 run.done(None, EmbeddingRunError(error))
@@ -195,6 +197,8 @@ class USEOnnx:
                 run.done(None, exc)
                 return
             run.done(vector[0], None)
+        except Exception:  # ``done`` itself failed: a bug, logged; its caller is not told and may wait
+            logger.exception("handing an embedding over failed")
         finally:
             self._finished()
 

@@ -187,3 +187,16 @@ def test_close_waits_until_no_run_is_in_flight(embeddings: USEEmbeddings) -> Non
     embeddings.close()
     assert embeddings._model._running == 0
     assert len(arrived) == 5
+
+
+def test_a_failing_hand_over_is_logged_not_raised_into_onnx_runtimes_thread(
+    embeddings: USEEmbeddings, caplog: pytest.LogCaptureFixture
+) -> None:
+    def done(vector: np.ndarray | None, error: BaseException | None) -> None:
+        raise ValueError("a bug in a caller's callback")
+
+    with caplog.at_level("ERROR", logger="gateway.providers.use_onnx"):
+        embeddings._model.encode_async("Where is the Osaka office?", done)
+        assert embeddings._model.wait_idle(30)
+    assert "handing an embedding over failed" in caplog.text
+    assert embeddings.embed_query("still serving") == embeddings.embed_query("still serving")
