@@ -297,9 +297,9 @@ def _lifespan(
             curation_store = await open_curation_store(settings, stack)
             changes = KnowledgeChanges(curation_store) if curation_store is not None else None
             query_embeddings = embeddings
-            shared_vectors = cache is not None and settings.cache.embedding_ttl_s > 0
-            shared_vectors = shared_vectors and shares_embeddings(settings.cache, settings.embeddings.provider)
-            if cache is not None and settings.cache.embedding_ttl_s > 0:
+            kept_vectors = cache is not None and settings.cache.embedding_ttl_s > 0
+            shared_vectors = kept_vectors and shares_embeddings(settings.cache, settings.embeddings.provider)
+            if cache is not None and kept_vectors:
                 model = f"{settings.embeddings.provider}:{settings.embeddings.model}"
                 query_embeddings = cache.wrap_embeddings(
                     embeddings,

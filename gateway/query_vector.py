@@ -1,10 +1,10 @@
-"""A request's one query vector, begun on the embedding worker as soon as the question is known.
+"""A request's one query vector, begun as soon as the question is known.
 
 Routing an ``auto`` question reads its vector first. Computed where routing starts, the embedding (~1 ms
-on the local model's worker thread) came after the prompt's screening and the answer cache's lookup
-(~0.45 ms of the event loop and a Redis round trip), with the worker's core idle all that time and the
-loop idle during the embedding (issue 17). Begun when the question arrives, the two overlap: the
-worker embeds while the loop screens the text and looks the answer up.
+on the local model's own thread) came after the prompt's screening and the answer cache's lookup
+(~0.45 ms of the event loop and a Redis round trip), with the embedding's core idle all that time and the
+loop idle during the embedding (issue 17). Begun when the question arrives, the two overlap: ONNX Runtime's
+thread embeds while the loop screens the text and looks the answer up.
 
 It is begun on the question as the client sent it, before screening masks personal data in it, and so
 only where the text never leaves the process: the local model, with its query vectors kept in this
@@ -12,7 +12,8 @@ process's own LRU (``QueryService(early_vectors=...)``; a remote provider would 
 text, and billed for questions the answer cache then serves). The vector is used only for the very
 text that routing reads: a question that screening changed (a masked address) or a follow-up rewritten
 is embedded again as it now reads. A question answered without reading it (an answer cache hit, a
-refusal) lets it go: the embedding is cancelled unless the worker has begun it.
+refusal) lets it go: nobody waits for it any more (a run ONNX Runtime has begun still finishes, and a vector
+found in the process's LRU costs nothing).
 """
 
 from __future__ import annotations
@@ -40,8 +41,8 @@ class QueryVector:
 
     @classmethod
     async def begin(cls, embed: Embed, text: str) -> QueryVector:
-        """Starts embedding ``text`` and yields once to the loop, so that the embedding reaches the worker now,
-        before the caller's next steps (screening, lookups) rather than at its first wait."""
+        """Starts embedding ``text`` and yields once to the loop, so that the embedding is handed to ONNX Runtime
+        now, before the caller's next steps (screening, lookups) rather than at its first wait."""
         vector = cls(embed)
         vector._begun = _Begun(text, asyncio.ensure_future(embed(text)))
         await asyncio.sleep(0)

