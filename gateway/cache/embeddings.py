@@ -9,6 +9,8 @@ version in the key. A cache failure falls through to the model; the model's own 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import numpy as np
 from langchain_core.embeddings import Embeddings
@@ -20,6 +22,7 @@ from gateway.cache.keys import DEFAULT_PREFIX, embedding_key
 logger = logging.getLogger(__name__)
 
 _FLOAT32_LE = np.dtype("<f4")
+ArrayQuery = Callable[[str], Awaitable[np.ndarray[Any, np.dtype[np.float32]]]]
 DEFAULT_EMBEDDING_TTL_S = 7 * 24 * 3600.0
 
 
@@ -53,6 +56,9 @@ class CachedEmbeddings(Embeddings):
         self.misses = 0
         self.errors = 0
         self._events = events
+        # A model that hands its query vector over as a float32 array (USEEmbeddings): stored and listed from it.
+        array_query = getattr(inner, "aembed_query_array", None)
+        self._array_query: ArrayQuery | None = array_query if callable(array_query) else None
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         return self.inner.embed_documents(texts)
@@ -72,7 +78,10 @@ class CachedEmbeddings(Embeddings):
             self.hits += 1
             return cached
         self.misses += 1
-        vector = np.asarray(await self.inner.aembed_query(text), dtype=_FLOAT32_LE)
+        if self._array_query is not None:  # already float32 (little-endian here): no copy
+            vector = np.asarray(await self._array_query(text), dtype=_FLOAT32_LE)
+        else:
+            vector = np.asarray(await self.inner.aembed_query(text), dtype=_FLOAT32_LE)
         try:
             await self._backend.set(key, vector.tobytes(), self._ttl_s)
         except CacheUnavailableError as exc:

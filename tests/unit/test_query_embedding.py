@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,8 @@ from langchain_core.embeddings import Embeddings
 from litestar.testing import AsyncTestClient
 
 from gateway.app import create_app
+from gateway.cache.backend import MemoryBackend
+from gateway.cache.embeddings import CachedEmbeddings
 from gateway.providers.embeddings import USEEmbeddings
 from gateway.providers.scripted_chat import ScriptedChatModel
 from gateway.providers.use_onnx import EmbeddingRunError
@@ -200,3 +203,59 @@ def test_a_failing_hand_over_is_logged_not_raised_into_onnx_runtimes_thread(
         assert embeddings._model.wait_idle(30)
     assert "handing an embedding over failed" in caplog.text
     assert embeddings.embed_query("still serving") == embeddings.embed_query("still serving")
+
+
+def _new_pieces_text() -> str:
+    """A text whose pieces are (almost surely) not kept yet: a fresh random tail."""
+    return f"Where is office {uuid.uuid4().hex} of {uuid.uuid4().hex}?"
+
+
+def test_the_vector_is_handed_over_before_its_new_rows_are_kept(embeddings: USEEmbeddings) -> None:
+    """The caller waits for the vector, nobody for the rows: the rows are kept after the hand-over."""
+    model = embeddings._model
+    text = _new_pieces_text()
+    ids = model._tokenize(text)
+    missing_at_hand_over: list[list[int]] = []
+
+    def done(vector: np.ndarray | None, error: BaseException | None) -> None:
+        assert error is None
+        assert vector is not None
+        missing_at_hand_over.append(list(model.pieces.lookup(ids).missing))
+
+    model.encode_async(text, done)
+    assert model.wait_idle(30)
+    assert missing_at_hand_over[0], "the text's new pieces were kept before its vector was handed over"
+    assert model.pieces.lookup(ids).missing == []
+    assert np.array_equal(model.encode([text])[0], embeddings.embed_array([text])[0])
+
+
+def test_rows_that_cannot_be_kept_are_logged_and_the_vector_still_arrives(
+    embeddings: USEEmbeddings, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = embeddings._model
+    text = _new_pieces_text()
+    expected = USEEmbeddings(piece_rows=0).embed_array([text])[0]  # computed from scratch, nothing kept
+
+    def refuse(missing: list[int], rows: np.ndarray) -> None:
+        raise MemoryError("no room for the rows")
+
+    monkeypatch.setattr(model.pieces, "keep", refuse)
+    arrived: list[np.ndarray] = []
+    with caplog.at_level("ERROR", logger="gateway.providers.use_onnx"):
+        model.encode_async(text, lambda vector, error: arrived.append(vector) if vector is not None else None)
+        assert model.wait_idle(30)
+    assert "keeping an embedding's piece rows failed" in caplog.text
+    assert len(arrived) == 1
+    assert np.array_equal(arrived[0], expected)
+    assert model.pieces.lookup(model._tokenize(text)).missing  # nothing was kept
+
+
+async def test_the_query_cache_stores_the_array_the_model_hands_over(embeddings: USEEmbeddings) -> None:
+    """The cache reads the model's float32 array (no list round trip) and returns and stores the same values."""
+    backend = MemoryBackend()
+    cached = CachedEmbeddings(embeddings, backend, model="use", prefix="p")
+    text = _new_pieces_text()
+    vector = await cached.aembed_query(text)
+    assert vector == embeddings.embed_query(text)
+    assert await cached.aembed_query(text) == vector
+    assert cached.hits == 1
