@@ -107,7 +107,7 @@ class TenantMatrix:
             order = np.argsort(-scores, kind="stable")
         c, metadata = self.chunks, self.metadata
         passages = []
-        for i in order.tolist():
+        for i, score in zip(order.tolist(), scores[order].tolist(), strict=True):  # Python floats, read in one call
             flat = metadata[i]
             passages.append(
                 Passage(
@@ -115,7 +115,7 @@ class TenantMatrix:
                     doc_id=c.doc_ids[i],
                     title=c.titles[i],
                     text=c.texts[i],
-                    score=float(scores[i]),
+                    score=score,
                     metadata=dict(flat) if flat is not None else json.loads(c.metadata[i]),
                 )
             )

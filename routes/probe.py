@@ -189,10 +189,13 @@ def _name_terms(text: str) -> set[str]:
 
 
 @functools.lru_cache(maxsize=PASSAGE_VIEWS)
-def _passage_view(body: str) -> tuple[str, frozenset[str], frozenset[str]]:
-    """A passage's normalised text, its words and its (stemmed) content terms: a pure function of the passage,
-    kept for the passages probes keep finding. Reading them again for every request was ~14 % of an ``auto``
-    miss's CPU (normalising and tokenizing 8 chunks of ~700 characters), for the same answer each time."""
+def _passage_view(title: str, text: str) -> tuple[str, frozenset[str], frozenset[str]]:
+    """A passage's normalised text (title and body), its words and its (stemmed) content terms: a pure function of
+    the passage, kept for the passages probes keep finding. Reading them again for every request was ~14 % of an
+    ``auto`` miss's CPU (normalising and tokenizing 8 chunks of ~700 characters), for the same answer each time.
+    Keyed by the two strings as they are, not joined: a passage's strings are the same objects from one probe to
+    the next, whose hashes Python keeps, where a joined copy was rebuilt and hashed anew for each of them."""
+    body = f"{title}\n{text}"
     return normalise(body), frozenset(tokens(body)), frozenset(_terms(body))
 
 
@@ -263,7 +266,7 @@ def read_signals(question: str, passages: Sequence[Passage]) -> tuple[ProbeSigna
     doc_id: dict[str, str] = {}  # a source's best passage's document id, for the cover
     for passage in passages:
         source = _source(passage)
-        body_norm, body_words, terms = _passage_view(f"{passage.title}\n{passage.text}")
+        body_norm, body_words, terms = _passage_view(passage.title, passage.text)
         doc_terms.setdefault(source, set()).update(wanted_parts.held(body_norm, terms))
         doc_names.setdefault(source, set()).update(name_parts.held(body_norm, body_words))
         doc_score[source] = max(doc_score.get(source, -1.0), passage.score)
