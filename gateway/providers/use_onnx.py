@@ -185,10 +185,10 @@ class USEOnnx:
 
     def _ran(self, results: list[Vectors], run: _Run, error: str) -> None:
         """On ONNX Runtime's thread: hand the vector over, then keep the new rows. The caller is waiting for the
-        vector, nobody for the rows: kept first, their copy into the store and its lock (~0.03 ms in place) were on
-        every query's path that had a new piece (issue 17). A text looked up meanwhile computes the same rows again.
-        What fails here goes to ``done``, or is logged, and nothing is raised into ONNX Runtime's thread (it would
-        reach no caller, and could end the process)."""
+        vector, nobody for the rows: kept first, their copy into the store, its lock and the first touch of the
+        store's pages were on the path of every query with a new piece (issue 17). A text looked up meanwhile
+        computes the same rows again. What fails here goes to ``done``, or is logged, and nothing is raised into
+        ONNX Runtime's thread (it would reach no caller, and could end the process)."""
         try:
             if error:
                 run.done(None, EmbeddingRunError(error))
