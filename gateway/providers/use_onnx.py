@@ -186,9 +186,10 @@ class USEOnnx:
     def _ran(self, results: list[Vectors], run: _Run, error: str) -> None:
         """On ONNX Runtime's thread: hand the vector over, then keep the new rows. The caller is waiting for the
         vector, nobody for the rows: kept first, their copy into the store, its lock and the first touch of the
-        store's pages were on the path of every query with a new piece (issue 17). A text looked up meanwhile
-        computes the same rows again. What fails here goes to ``done``, or is logged, and nothing is raised into
-        ONNX Runtime's thread (it would reach no caller, and could end the process)."""
+        store's pages came before the hand-over on every query with a new piece; now they overlap the event loop's
+        wake-up for the vector (which takes the GIL once this callback returns; issue 17). A text looked up
+        meanwhile computes the same rows again. What fails here goes to ``done``, or is logged, and nothing is
+        raised into ONNX Runtime's thread (it would reach no caller, and could end the process)."""
         try:
             if error:
                 run.done(None, EmbeddingRunError(error))
