@@ -78,10 +78,8 @@ class CachedEmbeddings(Embeddings):
             self.hits += 1
             return cached
         self.misses += 1
-        if self._array_query is not None:  # already float32 (little-endian here): no copy
-            vector = np.asarray(await self._array_query(text), dtype=_FLOAT32_LE)
-        else:
-            vector = np.asarray(await self.inner.aembed_query(text), dtype=_FLOAT32_LE)
+        embed = self._array_query or self.inner.aembed_query  # an array already float32 (little-endian here): no copy
+        vector = np.asarray(await embed(text), dtype=_FLOAT32_LE)
         try:
             await self._backend.set(key, vector.tobytes(), self._ttl_s)
         except CacheUnavailableError as exc:

@@ -40,7 +40,7 @@ import numpy as np
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-from gateway.providers.use_pieces import PieceLookup, PieceRows
+from gateway.providers.use_pieces import PieceRows
 from gateway.providers.use_tokenizer import UseTokenizer
 from gateway.settings import DEFAULT_PIECE_ROWS
 
@@ -78,7 +78,7 @@ Done = Callable[[Vectors | None, BaseException | None], None]
 
 @dataclass(frozen=True, slots=True)
 class _Run:
-    lookup: PieceLookup
+    missing: list[int]  # the pieces whose rows the run computes, to be kept once its vector is handed over
     done: Done
 
 
@@ -173,7 +173,7 @@ class USEOnnx:
         with self._idle:
             self._running += 1
         try:
-            self._session.run_async(None, feeds, self._ran, _Run(lookup, done))
+            self._session.run_async(None, feeds, self._ran, _Run(lookup.missing, done))
         except BaseException:
             self._finished()
             raise
@@ -203,7 +203,7 @@ class USEOnnx:
         except Exception:  # ``done`` itself failed: a bug, logged; its caller is not told and may wait
             logger.exception("handing an embedding over failed")
         else:
-            self._keep(run.lookup.missing, new_rows)
+            self._keep(run.missing, new_rows)
         finally:
             self._finished()
 

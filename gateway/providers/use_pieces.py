@@ -38,10 +38,6 @@ class PieceLookup:
     missing: list[int]
     index: Index
 
-    def rows(self, computed: Rows) -> Rows:
-        """Each token's row, given the missing pieces' rows (in ``missing``'s order)."""
-        return np.concatenate([self.kept, computed])[self.index]
-
 
 class PieceRows:
     """Rows kept per piece id (``capacity`` rows at most; 0 keeps none), least recently used out: ``lookup(ids)`` says

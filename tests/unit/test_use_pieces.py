@@ -7,7 +7,7 @@ import threading
 import numpy as np
 import pytest
 
-from gateway.providers.use_pieces import PieceRows
+from gateway.providers.use_pieces import PieceLookup, PieceRows
 
 WIDTH = 4
 
@@ -17,6 +17,11 @@ def rows_of(pieces: list[int]) -> np.ndarray:
     return np.repeat(np.asarray(pieces, dtype=np.float32)[:, None], WIDTH, axis=1)
 
 
+def rows(lookup: PieceLookup, computed: np.ndarray) -> np.ndarray:
+    """Each token's row, given the missing pieces' rows (in ``missing``'s order): what the encoder's graph gathers."""
+    return np.concatenate([lookup.kept, computed])[lookup.index]
+
+
 def embed(store: PieceRows, ids: list[int], computed: list[int] | None = None) -> np.ndarray:
     """What the encoder does with the store: look up, compute what is missing (recorded), keep it, assemble."""
     lookup = store.lookup(ids)
@@ -24,7 +29,7 @@ def embed(store: PieceRows, ids: list[int], computed: list[int] | None = None) -
         computed.extend(lookup.missing)
     new = rows_of(lookup.missing) if lookup.missing else np.zeros((0, WIDTH), dtype=np.float32)
     store.keep(lookup.missing, new)
-    return lookup.rows(new)
+    return rows(lookup, new)
 
 
 def test_rows_come_in_the_texts_order_and_each_missing_piece_is_computed_once() -> None:
@@ -32,11 +37,11 @@ def test_rows_come_in_the_texts_order_and_each_missing_piece_is_computed_once() 
     first = store.lookup([5, 7, 5, 9])
     assert first.missing == [5, 7, 9]  # once each, in order of first use
     assert first.kept.shape == (0, WIDTH)
-    assert first.rows(rows_of(first.missing))[:, 0].tolist() == [5, 7, 5, 9]
+    assert rows(first, rows_of(first.missing))[:, 0].tolist() == [5, 7, 5, 9]
     store.keep(first.missing, rows_of(first.missing))
     again = store.lookup([9, 7, 11])
     assert again.missing == [11]
-    assert again.rows(rows_of([11]))[:, 0].tolist() == [9, 7, 11]
+    assert rows(again, rows_of([11]))[:, 0].tolist() == [9, 7, 11]
     assert (store.hits, store.misses) == (2, 4)
     assert len(store) == 3
     assert store.nbytes == 3 * WIDTH * 4
@@ -59,7 +64,7 @@ def test_rows_handed_out_are_copies_later_texts_cannot_overwrite() -> None:
     embed(store, [1])
     held = store.lookup([1])
     embed(store, [2])  # takes the only slot
-    assert held.rows(np.zeros((0, WIDTH), dtype=np.float32))[:, 0].tolist() == [1]
+    assert rows(held, np.zeros((0, WIDTH), dtype=np.float32))[:, 0].tolist() == [1]
 
 
 def test_a_text_with_more_pieces_than_kept_is_computed_and_changes_nothing_kept() -> None:
