@@ -347,8 +347,9 @@ def _lifespan(
                 on_answer=curation.recorder.observe if curation is not None else None,
                 guard=guard,
                 profiles=profiles,
-                # Before screening only where the question never leaves the process (gateway.query_vector).
-                early_vectors=settings.embeddings.local and not shared_vectors,
+                # Before screening only where the question never leaves the process, and where an answer-cache hit
+                # lets nothing go to waste: its vector is kept in this process (gateway.query_vector).
+                early_vectors=settings.embeddings.local and not shared_vectors and (cache is None or kept_vectors),
             )
             if curation is not None:
                 curation.attach(query_service)

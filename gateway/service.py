@@ -225,7 +225,7 @@ class QueryService:
             # One embedding per request at most, shared by the router's probe and retrieval (the semantic cache
             # hands its own in); a forced ``direct`` reads no vector, so it embeds nothing. What the router reads of
             # the text alone is read first, while the vector may still be on its way.
-            self._router.read_question(query)
+            self._router.read_question(query, request.route)
             vector = await vectors.of(query)
         with self._telemetry.routing() as span:
             decision, router_calls = await self._router.decide(query, request.route, vector, request.tenant)

@@ -110,7 +110,7 @@ class EmbeddingSettings(SettingsGroup):
     @model_validator(mode="after")
     def _local_model_known(self) -> EmbeddingSettings:
         """A typo in a local model's name fails the start, instead of a KeyError on the first embedding."""
-        if self.provider == "use" and self.model not in LOCAL_EMBEDDING_MODELS:
+        if self.local and self.model not in LOCAL_EMBEDDING_MODELS:
             raise ValueError(f"GATEWAY_EMBEDDING_MODEL for provider 'use' must be one of {LOCAL_EMBEDDING_MODELS}")
         return self
 

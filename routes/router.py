@@ -36,14 +36,15 @@ class FrontRouter:
         passages = await self._retriever.search(tenant, query, self.depth, vector=list(vector))
         return probe_of(tenant, query, passages, self.depth)
 
-    def read_question(self, query: str) -> None:
+    def read_question(self, query: str, requested: RouteRequest) -> None:
         """Reads now what the decision reads of the question's text alone (its terms and names for the probe's
-        signals, the classifier's cues); both are kept per text (:func:`~routes.probe.question_terms`,
-        :func:`~routes.features.active_cues`), so the decision that follows finds them. The request path calls this
+        signals; the classifier's cues when ``requested`` is ``auto``); both are kept per text
+        (:func:`~routes.probe.question_terms`, :func:`~routes.features.active_cues`), so the decision that follows
+        finds them. The request path calls this
         while the query vector is still on its way, so that the event loop does it in a wait rather than after it
         (issue 17: ~0.1 ms of an ``auto`` miss's path)."""
         question_terms(query)
-        if self.mode != "llm":
+        if requested == "auto" and self.mode != "llm":  # a forced route is not classified
             active_cues(query)
 
     @staticmethod

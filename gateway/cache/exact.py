@@ -121,8 +121,11 @@ class ExactCache(Generic[R]):
         return self._guard.storing
 
     async def drain(self) -> None:
-        """Waits for computed answers still being stored (they are stored after they are served): the app's shutdown
-        runs it before closing the backend."""
+        """Waits for computed answers still being stored (they are stored after they are served), and for
+        computations still running whose caller left (their store follows them): the app's shutdown runs it before
+        closing the backend."""
+        while self._running:
+            await asyncio.wait(set(self._running))
         await self._guard.drain()
 
     def ttl_for(self, route: str) -> float:

@@ -8,6 +8,7 @@ Japanese without downloading anything at run time.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import numpy as np
@@ -15,6 +16,8 @@ from langchain_core.embeddings import Embeddings
 
 from gateway.providers.use_onnx import USEOnnx
 from gateway.settings import DEFAULT_PIECE_ROWS, LOCAL_EMBEDDING_MODELS, EmbeddingSettings, LLMEndpointSettings
+
+logger = logging.getLogger(__name__)
 
 USE_DIMENSIONS = 512
 Vector = np.ndarray[Any, np.dtype[np.float32]]
@@ -40,7 +43,8 @@ class USEEmbeddings(Embeddings):
     def close(self, timeout_s: float = 10.0) -> None:
         """Waits for runs still in flight (a query whose caller left, say): the app's lifespan calls this last, so
         that the process never ends with ONNX Runtime's thread about to call back into it."""
-        self._model.wait_idle(timeout_s)
+        if not self._model.wait_idle(timeout_s):
+            logger.warning("embedding runs still in flight after %.0f s at shutdown", timeout_s)
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         return self.embed_array(texts).tolist()  # type: ignore[no-any-return]

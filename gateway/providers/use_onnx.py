@@ -32,6 +32,7 @@ import logging
 import threading
 import weakref
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -139,20 +140,16 @@ class USEOnnx:
         return out
 
     def _wait(self, text: str) -> Vectors:
-        finished = threading.Event()
-        outcome: list[tuple[Vectors | None, BaseException | None]] = []
+        outcome: Future[Vectors] = Future()
 
         def done(vector: Vectors | None, error: BaseException | None) -> None:
-            outcome.append((vector, error))
-            finished.set()
+            if vector is not None:
+                outcome.set_result(vector)
+            else:  # done() is given one or the other
+                outcome.set_exception(error or EmbeddingRunError("a run ended with neither a vector nor an error"))
 
         self.encode_async(text, done)
-        finished.wait()
-        vector, error = outcome[0]
-        if error is not None:
-            raise error
-        assert vector is not None  # done() is given one or the other
-        return vector
+        return outcome.result()
 
     def encode_async(self, text: str, done: Done) -> None:
         """Starts ``text``'s run and returns: ``done(vector, None)`` or ``done(None, error)`` follows, called on ONNX

@@ -103,6 +103,28 @@ async def test_the_answer_goes_before_its_store_and_a_repeat_meanwhile_shares_it
     assert (third.source, compute.calls) == ("hit", 1)
 
 
+async def test_drain_waits_for_a_computation_whose_caller_left_and_its_store() -> None:
+    """A computation goes on when its caller leaves (a client disconnect), and its store follows it: the shutdown's
+    drain waits for both, so the store never meets a closed backend."""
+    cache = make_cache(MemoryBackend())
+    release = asyncio.Event()
+
+    async def compute() -> QueryResponse:
+        await release.wait()
+        return query_response("late")
+
+    caller = asyncio.ensure_future(cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute))
+    await asyncio.sleep(0.01)
+    caller.cancel()
+    draining = asyncio.ensure_future(cache.drain())
+    await asyncio.sleep(0.01)
+    assert not draining.done()  # the computation still runs
+    release.set()
+    await asyncio.wait_for(draining, 5)
+    assert cache.stats.stores == 1
+    assert cache.storing == 0
+
+
 async def test_get_and_set_by_key() -> None:
     cache = make_cache(MemoryBackend())
     key = await cache.key_for("acme", "auto", "q")

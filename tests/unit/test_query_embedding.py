@@ -92,6 +92,18 @@ async def test_every_other_request_embeds_once_for_router_and_retrieval(
     assert [text for text in counting.queries if text in queries] == queries
 
 
+async def test_an_answer_cache_hit_embeds_nothing_when_vectors_are_not_kept(
+    settings: Settings, embeddings: USEEmbeddings
+) -> None:
+    """Without the process's vector cache a vector begun early for a question the answer cache then serves would be
+    a whole run for nothing: early vectors are off there, and the hit embeds nothing."""
+    uncached = settings.replace(cache={"embedding_ttl_s": 0})
+    assert uncached.cache.enabled
+    question = {"query": "When did the Lisbon office open?", "route": "auto"}
+    counting = await ask(uncached, embeddings, question, question)
+    assert counting.queries == [question["query"]]
+
+
 async def test_the_semantic_cache_embeds_a_forced_direct_request_once(
     settings: Settings, embeddings: USEEmbeddings
 ) -> None:
