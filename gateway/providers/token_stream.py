@@ -11,7 +11,7 @@ other node, and every call outside a sink, are plain ``ainvoke`` calls as before
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, Protocol
@@ -83,18 +83,21 @@ def active_sink(node: str) -> TokenSink | None:
     return sink if sink is not None and sink.wants(node) else None
 
 
-async def call_model(runnable: Any, messages: list[BaseMessage], node: str) -> AIMessage:
-    """``ainvoke``, or, when this node's output streams to a client, ``astream`` merged into one message.
+async def call_model(
+    runnable: Any, messages: list[BaseMessage], node: str, params: Mapping[str, Any] | None = None
+) -> AIMessage:
+    """``ainvoke``, or, when this node's output streams to a client, ``astream`` merged into one message; ``params``:
+    the call's own parameters, as ``ainvoke``'s keyword arguments.
 
     Chunks are summed the way LangChain merges them, so the result carries the usage metadata of
     the final chunk (``stream_usage``) exactly like an ``ainvoke`` result would.
     """
     sink = active_sink(node)
     if sink is None:
-        message: AIMessage = await runnable.ainvoke(messages)
+        message: AIMessage = await runnable.ainvoke(messages, **(params or {}))
         return message
     merged: AIMessageChunk | None = None
-    async for chunk in runnable.astream(messages):
+    async for chunk in runnable.astream(messages, **(params or {})):
         merged = chunk if merged is None else merged + chunk
         text = _chunk_text(chunk)
         if text:

@@ -41,7 +41,7 @@ import numpy as np
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-from gateway.providers.use_pieces import PieceRows
+from gateway.providers.use_pieces import PieceLookup, PieceRows
 from gateway.providers.use_tokenizer import UseTokenizer
 from gateway.settings import DEFAULT_PIECE_ROWS
 
@@ -79,7 +79,7 @@ Done = Callable[[Vectors | None, BaseException | None], None]
 
 @dataclass(frozen=True, slots=True)
 class _Run:
-    missing: list[int]  # the pieces whose rows the run computes, to be kept once its vector is handed over
+    lookup: PieceLookup  # the kept rows the run reads (pinned until it ends) and the pieces whose rows it computes
     done: Done
 
 
@@ -160,7 +160,8 @@ class USEOnnx:
         chunk = missing % _NUM_CHUNKS
         shape = _kept_shape_feeds(len(ids)) if len(ids) <= _KEPT_LENGTHS else _shape_feeds(len(ids))
         feeds = {
-            "kept": lookup.kept,
+            "store": self.pieces.store,  # not copied: the graph gathers the rows ``kept`` names
+            "kept": lookup.slots,
             "pieces": self._table[missing],
             "piece_scale": self._scale[chunk, None],
             "piece_low": self._low[chunk, None],
@@ -170,8 +171,9 @@ class USEOnnx:
         with self._idle:
             self._running += 1
         try:
-            self._session.run_async(None, feeds, self._ran, _Run(lookup.missing, done))
+            self._session.run_async(None, feeds, self._ran, _Run(lookup, done))
         except BaseException:
+            self.pieces.settle(lookup, None)
             self._finished()
             raise
 
@@ -181,12 +183,14 @@ class USEOnnx:
             return self._idle.wait_for(lambda: self._running == 0, timeout_s)
 
     def _ran(self, results: list[Vectors], run: _Run, error: str) -> None:
-        """On ONNX Runtime's thread: hand the vector over, then keep the new rows. The caller is waiting for the
-        vector, nobody for the rows: kept first, their copy into the store, its lock and the first touch of the
-        store's pages came before the hand-over on every query with a new piece; now they overlap the event loop's
-        wake-up for the vector (which takes the GIL once this callback returns; issue 17). A text looked up
-        meanwhile computes the same rows again. What fails here goes to ``done``, or is logged, and nothing is
-        raised into ONNX Runtime's thread (it would reach no caller, and could end the process)."""
+        """On ONNX Runtime's thread: hand the vector over, then settle the run's rows (unpin those it read, keep those
+        it computed). The caller is waiting for the vector, nobody for the rows: kept first, their copy into the
+        store, its lock and the first touch of the store's pages came before the hand-over on every query with a new
+        piece; now they overlap the event loop's wake-up for the vector (which takes the GIL once this callback
+        returns; issue 17). A text looked up meanwhile computes the same rows again. What fails here goes to
+        ``done``, or is logged, and nothing is raised into ONNX Runtime's thread (it would reach no caller, and could
+        end the process)."""
+        new_rows: Vectors | None = None
         try:
             if error:
                 run.done(None, EmbeddingRunError(error))
@@ -199,19 +203,17 @@ class USEOnnx:
             run.done(vector[0], None)
         except Exception:  # ``done`` itself failed: a bug, logged; its caller is not told and may wait
             logger.exception("handing an embedding over failed")
-        else:
-            self._keep(run.missing, new_rows)
         finally:
+            self._settle(run.lookup, new_rows)
             self._finished()
 
-    def _keep(self, missing: list[int], rows: Vectors) -> None:
-        """Keeps a run's new rows once its vector is handed over; a failure costs only their reuse, so it is logged."""
-        if not missing:
-            return
+    def _settle(self, lookup: PieceLookup, rows: Vectors | None) -> None:
+        """Unpins a run's rows and keeps its new ones once its vector is handed over. A failure costs only their
+        reuse, so it is logged; the pins are then left (their rows stay kept, never let go)."""
         try:
-            self.pieces.keep(missing, rows)
+            self.pieces.settle(lookup, rows)
         except Exception:  # the vector is out already; the next text with these pieces computes them again
-            logger.exception("keeping an embedding's piece rows failed")
+            logger.exception("settling an embedding's piece rows failed")
 
     def _finished(self) -> None:
         with self._idle:
@@ -281,14 +283,17 @@ class _Graph:
         self._constants: dict[str, np.ndarray[Any, Any]] = {}
 
     def encoder(self, w: Any) -> Any:
-        """One sentence's vector from the rows its kept pieces have (``kept``) and the pieces it lacks (``pieces``:
-        their uint8 table rows, with their chunk's scale and low), whose rows it computes and returns too
-        (``new_rows``), to be kept. ``token_rows``: each token's row in ``kept`` followed by ``new_rows``."""
+        """One sentence's vector from the rows its kept pieces have (``kept``: their rows in ``store``, gathered here)
+        and the pieces it lacks (``pieces``: their uint8 table rows, with their chunk's scale and low), whose rows it
+        computes and returns too (``new_rows``), to be kept. ``token_rows``: each token's row in ``store[kept]``
+        followed by ``new_rows``."""
         new_rows = self._pieces(w)
-        rows = self._op("Gather", self._op("Concat", "kept", new_rows, axis=0), "token_rows", axis=0)
+        kept = self._op("Gather", "store", "kept", axis=0)
+        rows = self._op("Gather", self._op("Concat", kept, new_rows, axis=0), "token_rows", axis=0)
         vector = self._sentence(w, rows)
         inputs = [
-            helper.make_tensor_value_info("kept", TensorProto.FLOAT, [None, _ROW_WIDTH]),
+            helper.make_tensor_value_info("store", TensorProto.FLOAT, [None, _ROW_WIDTH]),
+            helper.make_tensor_value_info("kept", TensorProto.INT64, [None]),
             helper.make_tensor_value_info("pieces", TensorProto.UINT8, [None, _EMB_DIM]),
             helper.make_tensor_value_info("piece_scale", TensorProto.FLOAT, [None, 1]),
             helper.make_tensor_value_info("piece_low", TensorProto.FLOAT, [None, 1]),

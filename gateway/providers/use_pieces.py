@@ -8,12 +8,12 @@ Kept per piece they cost a query nothing for the pieces it shares with earlier t
 questions is almost all of them: only the second convolution layer and the head remain per sentence.
 
 The pieces a text lacks are computed together, in the same run as the text's vector (the encoder's graph takes
-the kept rows and the missing pieces, and gives back their new rows with the vector): one stream of the piece
-weights for all of them, and one native call per text (:mod:`gateway.providers.use_onnx` says why one). A row
-must not depend on which other pieces it was computed with, or a text's vector would depend on what was embedded
-before it: ONNX Runtime's matrix product sums each output row in the same order whatever the number of rows, and
-``tests/unit/test_use_onnx.py`` checks the vectors bit for bit, cold and warm, so a kernel that did not would
-fail there.
+the store of kept rows with the ones the text uses, and the missing pieces, and gives back their new rows with the
+vector): one stream of the piece weights for all of them, and one native call per text
+(:mod:`gateway.providers.use_onnx` says why one). A row must not depend on which other pieces it was computed
+with, or a text's vector would depend on what was embedded before it: ONNX Runtime's matrix product sums each
+output row in the same order whatever the number of rows, and ``tests/unit/test_use_onnx.py`` checks the vectors
+bit for bit, cold and warm, so a kernel that did not would fail there.
 """
 
 from __future__ import annotations
@@ -31,18 +31,24 @@ Index = np.ndarray[Any, np.dtype[np.int64]]
 
 @dataclass(frozen=True, slots=True)
 class PieceLookup:
-    """What a text's pieces need: the kept rows it uses (copies, one per piece), the pieces whose rows must be
-    computed (once each, in order of first use), and each token's row in ``kept`` followed by the computed ones."""
+    """What a text's pieces need: the store's rows of the kept pieces it uses (``slots``, one per piece, pinned until
+    :meth:`PieceRows.settle`), the pieces whose rows must be computed (once each, in order of first use), and each
+    token's row in ``store[slots]`` followed by the computed ones."""
 
-    kept: Rows
+    slots: Index
     missing: list[int]
     index: Index
 
 
 class PieceRows:
     """Rows kept per piece id (``capacity`` rows at most; 0 keeps none), least recently used out: ``lookup(ids)`` says
-    what a text has and lacks, ``keep(missing, rows)`` keeps the rows computed for it. Thread-safe: texts are
-    looked up on the event loop and their rows kept from ONNX Runtime's thread."""
+    what a text has and lacks, ``settle(lookup, rows)`` keeps the rows computed for it. Thread-safe: texts are
+    looked up on the event loop and their rows kept from ONNX Runtime's thread.
+
+    The rows a text uses are not copied out: the encoder's graph gathers them from :attr:`store` itself (ONNX
+    Runtime takes a numpy input without copying it), on its own thread. Copied on the event loop, ~20 rows of 15 KB
+    cost a query ~0.05-0.09 ms before its run could begin (cold rows, the loop's cache; issue 17). A looked-up row is
+    pinned until its text's run settles, so that no row another text keeps meanwhile is written over it."""
 
     def __init__(self, width: int, capacity: int) -> None:
         if capacity < 0:
@@ -51,6 +57,7 @@ class PieceRows:
         # Pages are touched only as rows are kept: the memory grows with the vocabulary seen, up to the capacity.
         self._store: Rows = np.empty((capacity, width), dtype=np.float32)
         self._slots: OrderedDict[int, int] = OrderedDict()  # piece id -> its row in the store, least recent first
+        self._pins = np.zeros(capacity, dtype=np.int32)  # per row: the lookups not settled yet that use it
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
@@ -63,6 +70,16 @@ class PieceRows:
     def nbytes(self) -> int:
         """The bytes of the rows kept now."""
         return len(self._slots) * int(self._store.shape[1]) * self._store.itemsize
+
+    @property
+    def store(self) -> Rows:
+        """Every row, kept or not (read only the rows a lookup pinned, until it settles)."""
+        return self._store
+
+    @property
+    def pinned(self) -> int:
+        """Rows in use by lookups not settled yet."""
+        return int(np.count_nonzero(self._pins))
 
     def lookup(self, ids: list[int]) -> PieceLookup:
         unique = list(dict.fromkeys(ids))
@@ -77,7 +94,8 @@ class PieceRows:
                         self._slots.move_to_end(piece)
                         position[piece] = len(kept)
                         kept.append(slot)
-            rows = self._store[kept]  # a copy: later evictions cannot reach it
+            slots = np.asarray(kept, dtype=np.int64)
+            self._pins[slots] += 1  # unique slots: one each
             for piece in unique:
                 if piece not in position:
                     position[piece] = len(kept) + len(missing)
@@ -85,19 +103,30 @@ class PieceRows:
             self.hits += len(kept)
             self.misses += len(missing)
         index = np.fromiter((position[piece] for piece in ids), dtype=np.int64, count=len(ids))
-        return PieceLookup(rows, missing, index)
+        return PieceLookup(slots, missing, index)
 
-    def keep(self, missing: list[int], rows: Rows) -> None:
-        """Keeps the rows computed for ``missing`` (a text's, from :meth:`lookup`): not when they are more than may be
-        kept, and not again for a piece another text kept meanwhile (its row is the same)."""
-        if len(missing) > self.capacity:
-            return
+    def settle(self, lookup: PieceLookup, rows: Rows | None) -> None:
+        """A lookup's run is over: its rows are unpinned, and ``rows`` (computed for ``lookup.missing``; None when the
+        run failed) kept, except where every row that could make room is pinned, or for a piece another text kept
+        meanwhile (its row is the same)."""
         with self._lock:
-            for piece, row in zip(missing, rows, strict=True):
+            self._pins[lookup.slots] -= 1
+            if rows is None or len(lookup.missing) > self.capacity:
+                return
+            for piece, row in zip(lookup.missing, rows, strict=True):
                 if piece in self._slots:
                     self._slots.move_to_end(piece)
                     continue
-                full = len(self._slots) >= self.capacity
-                slot = self._slots.popitem(last=False)[1] if full else len(self._slots)
+                slot = len(self._slots) if len(self._slots) < self.capacity else self._evict()
+                if slot is None:
+                    return  # every kept row is in use: these are computed again next time
                 self._store[slot] = row
                 self._slots[piece] = slot
+
+    def _evict(self) -> int | None:
+        """The least recently used row no unsettled lookup uses, let go; None when every row is in use."""
+        for piece, slot in self._slots.items():
+            if not self._pins[slot]:
+                del self._slots[piece]
+                return slot
+        return None

@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from langchain_core.caches import InMemoryCache
 from langchain_core.callbacks import AsyncCallbackHandler, AsyncCallbackManager, get_usage_metadata_callback
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.outputs import LLMResult
@@ -389,6 +390,30 @@ async def test_a_call_nobody_listens_to_skips_the_run_bookkeeping_and_returns_th
     assert [[g.text for g in gs] for gs in got.generations] == [[g.text for g in gs] for gs in expected.generations]
     assert got.run is None  # no run was started, so none is reported
     assert expected.run is not None
+
+
+async def test_an_unheard_call_folds_the_metadata_as_langchains_generation_does() -> None:
+    """Without a model cache or rate limiter the call skips ``_agenerate_with_cache`` and does its metadata rewrite
+    itself: the message is the one LangChain's generation makes of the same reply."""
+    upstream, _plain, ours = both(answering("Paris."))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(GatewayChatOpenAI, "_agenerate_with_cache", refuse_run)
+        fast = (await ours.agenerate([MESSAGES[:2]])).generations[0][0].message
+    langchains = (await ours._agenerate_with_cache(MESSAGES[:2])).generations[0].message
+    assert fast.content == langchains.content == "Paris."
+    assert fast.response_metadata == langchains.response_metadata
+    assert fast.response_metadata["model_name"]  # the call's llm_output, folded in
+    assert fast.response_metadata["token_usage"]
+    assert fast.usage_metadata == langchains.usage_metadata
+    assert len(upstream.bodies) == 2
+
+
+async def test_an_unheard_call_with_a_model_cache_is_langchains_own() -> None:
+    upstream, _plain, ours = both(answering("Paris."), cache=InMemoryCache())
+    first = await ours.agenerate([MESSAGES[:2]])
+    again = await ours.agenerate([MESSAGES[:2]])
+    assert len(upstream.bodies) == 1  # the second was served by LangChain's model cache
+    assert again.generations[0][0].text == first.generations[0][0].text == "Paris."
 
 
 class Recorder(AsyncCallbackHandler):

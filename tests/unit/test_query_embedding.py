@@ -26,6 +26,7 @@ from gateway.cache.embeddings import CachedEmbeddings
 from gateway.providers.embeddings import USEEmbeddings
 from gateway.providers.scripted_chat import ScriptedChatModel
 from gateway.providers.use_onnx import EmbeddingRunError
+from gateway.providers.use_pieces import PieceLookup
 from gateway.settings import Settings
 from gateway.state import ProviderOverrides
 from tests.conftest import grounded_or_direct
@@ -232,12 +233,17 @@ def test_the_vector_is_handed_over_before_its_new_rows_are_kept(embeddings: USEE
     def done(vector: np.ndarray | None, error: BaseException | None) -> None:
         assert error is None
         assert vector is not None
-        missing_at_hand_over.append(list(model.pieces.lookup(ids).missing))
+        lookup = model.pieces.lookup(ids)
+        missing_at_hand_over.append(list(lookup.missing))
+        model.pieces.settle(lookup, None)
 
     model.encode_async(text, done)
     assert model.wait_idle(30)
     assert missing_at_hand_over[0], "the text's new pieces were kept before its vector was handed over"
-    assert model.pieces.lookup(ids).missing == []
+    after = model.pieces.lookup(ids)
+    model.pieces.settle(after, None)
+    assert after.missing == []
+    assert model.pieces.pinned == 0  # the run's rows were let go with it
     assert np.array_equal(model.encode([text])[0], embeddings.embed_array([text])[0])
 
 
@@ -248,18 +254,24 @@ def test_rows_that_cannot_be_kept_are_logged_and_the_vector_still_arrives(
     text = _new_pieces_text()
     expected = USEEmbeddings(piece_rows=0).embed_array([text])[0]  # computed from scratch, nothing kept
 
-    def refuse(missing: list[int], rows: np.ndarray) -> None:
+    settle = model.pieces.settle
+
+    def refuse(lookup: PieceLookup, rows: np.ndarray | None) -> None:
+        settle(lookup, None)  # unpinned, then the keeping fails
         raise MemoryError("no room for the rows")
 
-    monkeypatch.setattr(model.pieces, "keep", refuse)
+    monkeypatch.setattr(model.pieces, "settle", refuse)
     arrived: list[np.ndarray] = []
     with caplog.at_level("ERROR", logger="gateway.providers.use_onnx"):
         model.encode_async(text, lambda vector, error: arrived.append(vector) if vector is not None else None)
         assert model.wait_idle(30)
-    assert "keeping an embedding's piece rows failed" in caplog.text
+    assert "settling an embedding's piece rows failed" in caplog.text
     assert len(arrived) == 1
     assert np.array_equal(arrived[0], expected)
-    assert model.pieces.lookup(model._tokenize(text)).missing  # nothing was kept
+    monkeypatch.undo()
+    lookup = model.pieces.lookup(model._tokenize(text))
+    model.pieces.settle(lookup, None)
+    assert lookup.missing  # nothing was kept
 
 
 async def test_the_query_cache_stores_the_array_the_model_hands_over(embeddings: USEEmbeddings) -> None:

@@ -1,4 +1,4 @@
-"""The kept per-piece rows of the local embedding model (issue 17): least recently used out, copies handed out."""
+"""The kept per-piece rows of the local embedding model (issue 17): least recently used out, rows in use pinned."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ def rows_of(pieces: list[int]) -> np.ndarray:
     return np.repeat(np.asarray(pieces, dtype=np.float32)[:, None], WIDTH, axis=1)
 
 
-def rows(lookup: PieceLookup, computed: np.ndarray) -> np.ndarray:
+def rows(store: PieceRows, lookup: PieceLookup, computed: np.ndarray) -> np.ndarray:
     """Each token's row, given the missing pieces' rows (in ``missing``'s order): what the encoder's graph gathers."""
-    return np.concatenate([lookup.kept, computed])[lookup.index]
+    return np.concatenate([store.store[lookup.slots], computed])[lookup.index]
 
 
 def embed(store: PieceRows, ids: list[int], computed: list[int] | None = None) -> np.ndarray:
@@ -28,23 +28,27 @@ def embed(store: PieceRows, ids: list[int], computed: list[int] | None = None) -
     if computed is not None:
         computed.extend(lookup.missing)
     new = rows_of(lookup.missing) if lookup.missing else np.zeros((0, WIDTH), dtype=np.float32)
-    store.keep(lookup.missing, new)
-    return rows(lookup, new)
+    assembled = rows(store, lookup, new)  # as the run reads them, before it settles
+    store.settle(lookup, new)
+    return assembled
 
 
 def test_rows_come_in_the_texts_order_and_each_missing_piece_is_computed_once() -> None:
     store = PieceRows(WIDTH, capacity=8)
     first = store.lookup([5, 7, 5, 9])
     assert first.missing == [5, 7, 9]  # once each, in order of first use
-    assert first.kept.shape == (0, WIDTH)
-    assert rows(first, rows_of(first.missing))[:, 0].tolist() == [5, 7, 5, 9]
-    store.keep(first.missing, rows_of(first.missing))
+    assert first.slots.shape == (0,)
+    assert rows(store, first, rows_of(first.missing))[:, 0].tolist() == [5, 7, 5, 9]
+    store.settle(first, rows_of(first.missing))
     again = store.lookup([9, 7, 11])
     assert again.missing == [11]
-    assert rows(again, rows_of([11]))[:, 0].tolist() == [9, 7, 11]
+    assert rows(store, again, rows_of([11]))[:, 0].tolist() == [9, 7, 11]
+    assert store.pinned == 2
+    store.settle(again, rows_of([11]))
+    assert store.pinned == 0
     assert (store.hits, store.misses) == (2, 4)
-    assert len(store) == 3
-    assert store.nbytes == 3 * WIDTH * 4
+    assert len(store) == 4
+    assert store.nbytes == 4 * WIDTH * 4
 
 
 def test_the_least_recently_used_piece_goes_first() -> None:
@@ -59,12 +63,29 @@ def test_the_least_recently_used_piece_goes_first() -> None:
     assert computed == [2]
 
 
-def test_rows_handed_out_are_copies_later_texts_cannot_overwrite() -> None:
+def test_a_row_in_use_is_not_written_over_until_its_run_settles() -> None:
     store = PieceRows(WIDTH, capacity=1)
     embed(store, [1])
-    held = store.lookup([1])
-    embed(store, [2])  # takes the only slot
-    assert rows(held, np.zeros((0, WIDTH), dtype=np.float32))[:, 0].tolist() == [1]
+    held = store.lookup([1])  # a run that reads piece 1's row has not ended
+    computed: list[int] = []
+    embed(store, [2], computed)  # the only row is in use: 2 is computed and not kept
+    assert rows(store, held, np.zeros((0, WIDTH), dtype=np.float32))[:, 0].tolist() == [1]
+    embed(store, [2], computed)
+    assert computed == [2, 2]
+    store.settle(held, np.zeros((0, WIDTH), dtype=np.float32))
+    embed(store, [2], computed)  # now it takes the row
+    embed(store, [2], computed)
+    assert computed == [2, 2, 2]
+    assert store.lookup([1]).missing == [1]
+
+
+def test_a_failed_run_unpins_its_rows_and_keeps_nothing() -> None:
+    store = PieceRows(WIDTH, capacity=2)
+    embed(store, [1])
+    failed = store.lookup([1, 2])
+    store.settle(failed, None)
+    assert (store.pinned, len(store)) == (0, 1)
+    assert store.lookup([2]).missing == [2]
 
 
 def test_a_text_with_more_pieces_than_kept_is_computed_and_changes_nothing_kept() -> None:
@@ -81,8 +102,8 @@ def test_a_text_with_more_pieces_than_kept_is_computed_and_changes_nothing_kept(
 def test_a_piece_kept_meanwhile_by_another_text_is_kept_once() -> None:
     store = PieceRows(WIDTH, capacity=4)
     a, b = store.lookup([1, 2]), store.lookup([2, 3])  # both lack 2: each computes it
-    store.keep(a.missing, rows_of(a.missing))
-    store.keep(b.missing, rows_of(b.missing))
+    store.settle(a, rows_of(a.missing))
+    store.settle(b, rows_of(b.missing))
     assert len(store) == 3
     computed: list[int] = []
     assert embed(store, [3, 2, 1], computed)[:, 0].tolist() == [3, 2, 1]
