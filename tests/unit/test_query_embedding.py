@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 import uuid
+from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
@@ -155,20 +156,29 @@ def test_a_run_goes_on_while_its_caller_runs_python_and_reports_from_another_thr
 async def test_a_failed_run_reaches_its_caller_and_the_next_run_goes_on(
     embeddings: USEEmbeddings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    session = embeddings._model._session
-    real = session.run_async
+    model = embeddings._model
+    real = model._start  # the native session's run_async
 
-    def failing_once(names: Any, feeds: Any, callback: Any, data: Any) -> None:
-        monkeypatch.setattr(session, "run_async", real)
+    def failing_once(names: Any, feeds: Any, callback: Any, data: Any, options: Any) -> None:
+        monkeypatch.setattr(model, "_start", real)
         callback([], data, "bad input")  # as ONNX Runtime reports a failed run: no results, its status message
 
-    monkeypatch.setattr(session, "run_async", failing_once)
+    monkeypatch.setattr(model, "_start", failing_once)
     with pytest.raises(EmbeddingRunError, match="bad input"):
         await embeddings.aembed_query("fails")
     assert await embeddings.aembed_query("runs") == embeddings.embed_query("runs")
-    monkeypatch.setattr(session, "run_async", failing_once)
+    monkeypatch.setattr(model, "_start", failing_once)
     with pytest.raises(EmbeddingRunError):
         embeddings.embed_query("fails too")  # the sync API raises it as well
+
+
+def test_the_native_run_refuses_feeds_that_lack_an_input(embeddings: USEEmbeddings) -> None:
+    """The model starts runs on the native session, past the Python wrapper's checks of the feed names: a run that
+    lacks an input still fails, with a status the caller gets as an error, never a vector."""
+    model = embeddings._model
+    outcome: Future[str] = Future()
+    model._start(model._outputs, {}, lambda results, data, error: outcome.set_result(error), None, None)
+    assert "Missing Input" in outcome.result(timeout=30)
 
 
 async def test_a_caller_that_leaves_does_not_stop_the_others(embeddings: USEEmbeddings) -> None:

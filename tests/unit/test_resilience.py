@@ -224,6 +224,17 @@ async def test_retries_stop_after_max_retries_with_the_last_error() -> None:
     assert info.value is last
 
 
+async def test_without_retries_a_retryable_failure_is_raised_as_it_was_and_not_reported() -> None:
+    events = Events()
+    first = unavailable()
+    attempts = Attempts(first)
+    with pytest.raises(ProviderUnavailableError) as info:
+        await upstream(max_retries=0, events=events).call(attempts, deadline=deadline_after(5))
+    assert info.value is first
+    assert len(attempts.given) == 1
+    assert events.log == []
+
+
 async def test_a_client_error_is_not_retried_and_does_not_count_against_the_breaker() -> None:
     resilient = upstream(threshold=1)
     with pytest.raises(ProviderError):
