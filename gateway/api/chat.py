@@ -139,7 +139,7 @@ def _errors(*statuses: int) -> dict[int, ResponseSpec]:
 class ChatController(Controller):
     path = "/v1"
     tags = ["openai"]
-    guards = [require("query")]
+    before_request = staticmethod(require("query"))
     security = [{BEARER: []}]
     exception_handlers = {Exception: handle_openai_exception}
 

@@ -19,7 +19,7 @@ from gateway.settings import Settings
 class QueryController(Controller):
     path = "/v1"
     tags = ["query"]
-    guards = [require("query")]
+    before_request = staticmethod(require("query"))
     security = [{BEARER: []}]
 
     @post(

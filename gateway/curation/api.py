@@ -48,7 +48,7 @@ def provide_curation(state: State) -> Curation:
 class FeedbackController(Controller):
     path = "/v1/feedback"
     tags = ["curation"]
-    guards = [require("query")]
+    before_request = staticmethod(require("query"))
     security = [{BEARER: []}]
 
     @post("/", status_code=202, summary="Rate an answer up or down", responses=problem_responses(400, 401, 403, 404))
@@ -74,7 +74,8 @@ class FeedbackController(Controller):
 class CurationController(Controller):
     path = "/v1"
     tags = ["curation"]
-    guards = [require("admin")]  # question texts of every user of the tenant, and writes to its knowledge
+    # Question texts of every user of the tenant, and writes to its knowledge.
+    before_request = staticmethod(require("admin"))
     security = [{BEARER: []}]
 
     @get(
@@ -127,7 +128,7 @@ class CurationController(Controller):
 class EvalSuiteController(Controller):
     path = "/v1/eval-suites"
     tags = ["curation"]
-    guards = [require("admin")]
+    before_request = staticmethod(require("admin"))
     security = [{BEARER: []}]
 
     @post(

@@ -57,7 +57,7 @@ def form_rules(form: dict[str, str]) -> list[Rule]:
 
 class ReviewController(Controller):
     path = "/review"
-    guards = [require("admin")]
+    before_request = staticmethod(require("admin"))
     include_in_schema = False
 
     @get("/")

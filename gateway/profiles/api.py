@@ -31,7 +31,8 @@ def provide_profiles(state: State) -> Profiles:
 class ProfileController(Controller):
     path = "/v1/assistant-profile"
     tags = ["profiles"]
-    guards = [require("admin")]  # a profile decides what every client of the tenant is told, and what it costs
+    # A profile decides what every client of the tenant is told, and what it costs.
+    before_request = staticmethod(require("admin"))
     security = [{BEARER: []}]
 
     @get(
