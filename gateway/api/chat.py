@@ -157,17 +157,25 @@ class ChatController(Controller):
     ) -> Response[ChatCompletion]:
         chat_service, settings, principal = chat_scope.chat, chat_scope.settings, chat_scope.principal
         prepared = prepare_chat(data, principal, settings.chat, settings.limits)
-        # System messages: the tenant's assistant profile takes them as instructions, or they are ignored aloud.
-        profile = await chat_service.profile(prepared.query.tenant)
-        instructions, warning = client_instructions(
-            profile, prepared.instructions, settings.profiles.max_instructions_chars
-        )
+        # A first question's embedding starts as soon as the question is known, beside the profile's lookup (issue
+        # 17); a stream's starts when it is answered, once the response has begun.
+        vector = None if data.stream else await chat_service.begin_vector(prepared)
+        try:
+            # System messages: the tenant's assistant profile takes them as instructions, or they are ignored aloud.
+            profile = await chat_service.profile(prepared.query.tenant)
+            instructions, warning = client_instructions(
+                profile, prepared.instructions, settings.profiles.max_instructions_chars
+            )
+        except BaseException:
+            if vector is not None:
+                vector.release()
+            raise
         prepared = dataclasses.replace(prepared, instructions=instructions)
         warned = {WARNING_HEADER: warning} if warning else {}
 
         async def answer_and_charge() -> ChatAnswer:
             """Charged here, as /v1/query is: once the answer is final, before it is sent."""
-            answer = await chat_service.answer(prepared)
+            answer = await chat_service.answer(prepared, vector)
             await chat_scope.access.limiter.charge(principal, answer.total_tokens)
             return answer
 

@@ -17,6 +17,7 @@ from gateway.guardrails.vault import Vault
 from gateway.profiles.model import AssistantProfile
 from gateway.providers.llm import LLMClient
 from gateway.providers.token_stream import rewrite_live
+from gateway.query_vector import QueryVector
 from gateway.schemas import QueryRequest, QueryResponse
 from gateway.service import QueryService
 from gateway.steps import RewriteFollowup, StepEvent, render_steps
@@ -97,14 +98,20 @@ class ChatService:
         """The tenant's assistant profile: the handler decides on the client's system messages with it."""
         return await self._queries.profile(tenant)
 
-    async def answer(self, prepared: PreparedChat) -> ChatAnswer:
+    async def begin_vector(self, prepared: PreparedChat) -> QueryVector | None:
+        """A first question's query vector, begun now (it is routed as sent, once screened); None for a follow-up,
+        which is routed as rewritten, so its vector is begun once the rewrite is known (QueryService.answer)."""
+        query = prepared.query
+        return None if prepared.history else await self._queries.begin_vector(query.query, query.route)
+
+    async def answer(self, prepared: PreparedChat, vector: QueryVector | None = None) -> ChatAnswer:
         """Every turn, and the client's system message when the profile takes it, is screened with one vault
         (an address is one placeholder in all of them) before the follow-up rewrite, the first upstream call;
-        live tokens are restored as they stream."""
+        live tokens are restored as they stream. ``vector``: what :meth:`begin_vector` began for ``prepared`` (it
+        is let go here when the answer is done), else it is begun now, beside the screening."""
         query, vault = prepared.query, Vault()
-        # A first question is routed as sent (once screened): its embedding starts now, beside the screening. A
-        # follow-up is routed as rewritten, so its vector is begun once the rewrite is known (QueryService.answer).
-        vector = None if prepared.history else await self._queries.begin_vector(query.query, query.route)
+        if vector is None:
+            vector = await self.begin_vector(prepared)
         try:
             turns = [*(t.text for t in prepared.history), query.query]
             extra = [prepared.instructions] if prepared.instructions else []

@@ -8,11 +8,14 @@ from typing import Any
 
 import pytest
 
+from gateway.chat.completions import ChatService, PreparedChat
 from gateway.guardrails.service import Guardrails
 from gateway.guardrails.vault import Vault
 from gateway.query_vector import QueryVector
+from gateway.schemas import QueryRequest
 from gateway.service import QueryService
 from gateway.settings import GuardrailSettings
+from pipelines.shared.followup import Turn
 
 
 class Embedder:
@@ -132,3 +135,25 @@ async def test_the_screening_masks_before_routing_reads_even_when_the_raw_text_w
     assert screened != raw
     assert await vector.of(screened) == [float(len(screened)), 1.0]
     assert embed.asked == [raw, screened]
+
+
+def chat_turn(question: str, history: list[Turn]) -> PreparedChat:
+    return PreparedChat(
+        id="chatcmpl-1", created=0, model="gateway-auto", query=QueryRequest(query=question), history=history,
+        include_usage=False,
+    )  # fmt: skip
+
+
+async def test_a_chats_first_question_is_begun_as_it_arrives_and_a_follow_up_once_rewritten() -> None:
+    """The chat handler begins a first question's vector before it reads the tenant's profile; a follow-up is routed
+    as rewritten, so nothing is begun for its raw text."""
+    embed = Embedder()
+    chat = ChatService(service(embed, early=True), llm=None)  # type: ignore[arg-type]
+    vector = await chat.begin_vector(chat_turn("Where is the Osaka office?", []))
+    assert vector is not None
+    assert vector.early
+    assert embed.asked == ["Where is the Osaka office?"]
+    vector.release()
+    follow_up = chat_turn("And its phone number?", [Turn("user", "Where is the Osaka office?"), Turn("assistant", "B")])
+    assert await chat.begin_vector(follow_up) is None
+    assert embed.asked == ["Where is the Osaka office?"]
