@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -81,8 +82,27 @@ class USEEmbeddings(Embeddings):
             except RuntimeError:  # the loop closed while the text ran: nobody is left to wait for it
                 return
 
-        self._model.encode_async(text, done)
+        def keep(settle: Callable[[], None]) -> None:
+            try:
+                loop.call_soon_threadsafe(_after_steps, loop, _ROWS_AFTER_STEPS, settle)
+            except RuntimeError:  # the loop closed: settled here
+                settle()
+
+        self._model.encode_async(text, done, keep)
         return await arrived
+
+
+# The event loop steps a query's new piece rows wait before they are kept: the vector's hand-over, the embedding
+# task's end and the query's own step (routing up to its model call) come first, so the rows are kept while the loop
+# waits for the model, not on the query's path (USEOnnx.encode_async).
+_ROWS_AFTER_STEPS = 4
+
+
+def _after_steps(loop: asyncio.AbstractEventLoop, steps: int, then: Callable[[], None]) -> None:
+    if steps:
+        loop.call_soon(_after_steps, loop, steps - 1, then)
+    else:
+        then()
 
 
 def _settle(arrived: asyncio.Future[Vector], vector: Vector | None, error: BaseException | None) -> None:

@@ -75,12 +75,15 @@ class EmbeddingRunError(RuntimeError):
 
 # The outcome of one text's run, handed over on ONNX Runtime's thread: its vector, or the error that stopped it.
 Done = Callable[[Vectors | None, BaseException | None], None]
+# Where a run's piece rows are settled: called on ONNX Runtime's thread with the settling, which it runs later.
+Keep = Callable[[Callable[[], None]], None]
 
 
 @dataclass(frozen=True, slots=True)
 class _Run:
     lookup: PieceLookup  # the kept rows the run reads (pinned until it ends) and the pieces whose rows it computes
     done: Done
+    keep: Keep | None
 
 
 class USEOnnx:
@@ -157,9 +160,16 @@ class USEOnnx:
         self.encode_async(text, done)
         return outcome.result()
 
-    def encode_async(self, text: str, done: Done) -> None:
+    def encode_async(self, text: str, done: Done, keep: Keep | None = None) -> None:
         """Starts ``text``'s run and returns: ``done(vector, None)`` or ``done(None, error)`` follows, called on ONNX
-        Runtime's thread. Runs queue on that thread one after the other, in the order they were started."""
+        Runtime's thread. Runs queue on that thread one after the other, in the order they were started.
+
+        ``keep``: where the run's piece rows are settled (those it read unpinned, those it computed kept). None: on
+        ONNX Runtime's thread, right after ``done``. Else ``keep(settle)`` is called there instead, and runs
+        ``settle`` later, on any thread: the event loop, once its query has gone on (:class:`USEEmbeddings`).
+        Settled on ONNX Runtime's thread, the rows held the GIL the loop needs to take the vector, ~0.1 ms of every
+        query with a new piece in a serving process (issue 17); until they are settled, a text with the same new
+        piece computes it again."""
         ids = self._tokenize(text)
         lookup = self.pieces.lookup(ids)
         missing = np.asarray(lookup.missing, dtype=np.int64)
@@ -177,7 +187,7 @@ class USEOnnx:
         with self._idle:
             self._running += 1
         try:
-            self._start(self._outputs, feeds, self._ran, _Run(lookup, done), None)
+            self._start(self._outputs, feeds, self._ran, _Run(lookup, done, keep), None)
         except BaseException:
             self.pieces.settle(lookup, None)
             self._finished()
@@ -210,8 +220,20 @@ class USEOnnx:
         except Exception:  # ``done`` itself failed: a bug, logged; its caller is not told and may wait
             logger.exception("handing an embedding over failed")
         finally:
-            self._settle(run.lookup, new_rows)
+            self._keep(run, new_rows)
             self._finished()
+
+    def _keep(self, run: _Run, rows: Vectors | None) -> None:
+        """Settles a run's rows now, or hands the settling to the run's ``keep`` (settled now if that fails)."""
+        settle = functools.partial(self._settle, run.lookup, rows)
+        if run.keep is None:
+            settle()
+            return
+        try:
+            run.keep(settle)
+        except Exception:
+            logger.exception("handing an embedding's piece rows over failed; settled here")
+            settle()
 
     def _settle(self, lookup: PieceLookup, rows: Vectors | None) -> None:
         """Unpins a run's rows and keeps its new ones once its vector is handed over. A failure costs only their

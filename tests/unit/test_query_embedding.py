@@ -257,6 +257,29 @@ def test_the_vector_is_handed_over_before_its_new_rows_are_kept(embeddings: USEE
     assert np.array_equal(model.encode([text])[0], embeddings.embed_array([text])[0])
 
 
+async def test_a_querys_new_rows_are_kept_on_the_loop_once_the_query_has_gone_on(embeddings: USEEmbeddings) -> None:
+    """On the async path the rows are settled by the event loop a few steps after the vector arrives, not on ONNX
+    Runtime's thread while the loop waits for the GIL to take the vector."""
+    model = embeddings._model
+    text = _new_pieces_text()
+    ids = model._tokenize(text)
+
+    def missing_now() -> list[int]:
+        lookup = model.pieces.lookup(ids)
+        model.pieces.settle(lookup, None)
+        return lookup.missing
+
+    vector = await embeddings.aembed_query_array(text)
+    assert missing_now()  # the query goes on first
+    for _ in range(2000):  # a few loop steps (the hand-over to the loop may wait for the GIL on this test's loop)
+        if not missing_now():
+            break
+        await asyncio.sleep(0.001)
+    assert missing_now() == []
+    assert model.pieces.pinned == 0
+    assert np.array_equal(vector, model.encode([text])[0])
+
+
 def test_rows_that_cannot_be_kept_are_logged_and_the_vector_still_arrives(
     embeddings: USEEmbeddings, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
