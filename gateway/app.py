@@ -276,7 +276,7 @@ def _lifespan(
                 stack.push_async_callback(redis.aclose)
             app.state.access = open_access(
                 settings.access, settings.server.host, redis
-            )  # read by the guards, before any handler
+            )  # read by the controllers' key checks, before any handler
             http = await stack.enter_async_context(httpx.AsyncClient())
             embeddings = overrides.embeddings
             if embeddings is None:

@@ -14,7 +14,6 @@ that never looks at it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,8 +28,6 @@ from gateway.settings import AccessSettings
 
 logger = logging.getLogger(__name__)
 
-# Returns None: a hook that returned a value would be answered with it instead of the handler's response.
-BeforeRequest = Callable[[ASGIConnection[Any, Any, Any, Any]], Coroutine[Any, Any, None]]
 PRINCIPAL = "principal"
 BEARER = "apiKey"  # the OpenAPI security scheme of every guarded endpoint
 SECURITY_SCHEMES: dict[str, SecurityScheme | Reference] = {
@@ -57,10 +54,23 @@ def presented_key(connection: ASGIConnection[Any, Any, Any, Any]) -> str | None:
     return api_key or None
 
 
-def require(scope: Scope) -> BeforeRequest:
-    """A ``before_request`` hook admitting keys with ``scope`` (admin includes query) within their limits."""
+class RequireScope:
+    """A controller's ``before_request`` hook admitting keys with ``scope`` (admin includes query) within their
+    limits.
 
-    async def check(connection: ASGIConnection[Any, Any, Any, Any]) -> None:
+    Litestar runs one ``before_request`` hook per handler, the closest layer's: a handler or controller that sets
+    its own would replace this check, not add to it. ``tests/unit/test_access.py`` checks that every route of the
+    API resolves to it, and a route with Litestar's response cache must not use it (the cache is read before the
+    hook runs; no route has one).
+    """
+
+    __slots__ = ("scope",)
+
+    def __init__(self, scope: Scope) -> None:
+        self.scope: Scope = scope
+
+    async def __call__(self, connection: ASGIConnection[Any, Any, Any, Any]) -> None:
+        """Returns None: a hook that returned a value would be answered with it instead of the handler's response."""
         access: Access = connection.app.state.access
         if access.keys.open:
             connection.state[PRINCIPAL] = ANONYMOUS
@@ -73,8 +83,10 @@ def require(scope: Scope) -> BeforeRequest:
         principal = access.keys.lookup(key)
         if principal is None:
             raise AuthenticationError("The API key is not valid.")
-        if not principal.allows(scope):
-            raise PermissionDeniedError(f"The API key {principal.name!r} lacks the {scope!r} scope for this endpoint.")
+        if not principal.allows(self.scope):
+            raise PermissionDeniedError(
+                f"The API key {principal.name!r} lacks the {self.scope!r} scope for this endpoint."
+            )
         decision = await access.limiter.admit(principal)
         if not decision.allowed:
             what = (
@@ -89,7 +101,10 @@ def require(scope: Scope) -> BeforeRequest:
             )
         connection.state[PRINCIPAL] = principal
 
-    return check
+
+def require(scope: Scope) -> RequireScope:
+    """The ``before_request`` hook for a controller whose routes need ``scope``."""
+    return RequireScope(scope)
 
 
 def provide_principal(request: ASGIConnection[Any, Any, Any, Any]) -> Principal:

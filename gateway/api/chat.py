@@ -139,7 +139,7 @@ def _errors(*statuses: int) -> dict[int, ResponseSpec]:
 class ChatController(Controller):
     path = "/v1"
     tags = ["openai"]
-    before_request = staticmethod(require("query"))
+    before_request = require("query")
     security = [{BEARER: []}]
     exception_handlers = {Exception: handle_openai_exception}
 

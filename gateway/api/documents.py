@@ -22,7 +22,7 @@ from gateway.settings import Settings
 class DocumentController(Controller):
     path = "/v1/documents"
     tags = ["documents"]
-    before_request = staticmethod(require("admin"))  # ingestion changes what every client of the tenant is told
+    before_request = require("admin")  # ingestion changes what every client of the tenant is told
     security = [{BEARER: []}]
 
     @post(

@@ -19,7 +19,7 @@ from gateway.settings import Settings
 class QueryController(Controller):
     path = "/v1"
     tags = ["query"]
-    before_request = staticmethod(require("query"))
+    before_request = require("query")
     security = [{BEARER: []}]
 
     @post(

@@ -48,7 +48,7 @@ def provide_curation(state: State) -> Curation:
 class FeedbackController(Controller):
     path = "/v1/feedback"
     tags = ["curation"]
-    before_request = staticmethod(require("query"))
+    before_request = require("query")
     security = [{BEARER: []}]
 
     @post("/", status_code=202, summary="Rate an answer up or down", responses=problem_responses(400, 401, 403, 404))
@@ -75,7 +75,7 @@ class CurationController(Controller):
     path = "/v1"
     tags = ["curation"]
     # Question texts of every user of the tenant, and writes to its knowledge.
-    before_request = staticmethod(require("admin"))
+    before_request = require("admin")
     security = [{BEARER: []}]
 
     @get(
@@ -128,7 +128,7 @@ class CurationController(Controller):
 class EvalSuiteController(Controller):
     path = "/v1/eval-suites"
     tags = ["curation"]
-    before_request = staticmethod(require("admin"))
+    before_request = require("admin")
     security = [{BEARER: []}]
 
     @post(

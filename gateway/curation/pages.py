@@ -57,7 +57,7 @@ def form_rules(form: dict[str, str]) -> list[Rule]:
 
 class ReviewController(Controller):
     path = "/review"
-    before_request = staticmethod(require("admin"))
+    before_request = require("admin")
     include_in_schema = False
 
     @get("/")

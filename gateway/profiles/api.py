@@ -32,7 +32,7 @@ class ProfileController(Controller):
     path = "/v1/assistant-profile"
     tags = ["profiles"]
     # A profile decides what every client of the tenant is told, and what it costs.
-    before_request = staticmethod(require("admin"))
+    before_request = require("admin")
     security = [{BEARER: []}]
 
     @get(

@@ -52,6 +52,7 @@ langchain_openai's own) removes them:
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,11 +60,10 @@ import httpx
 import openai
 from langchain_core.callbacks import AsyncCallbackManager, AsyncCallbackManagerForLLMRun, Callbacks
 from langchain_core.globals import get_llm_cache
-from langchain_core.language_models import LanguageModelInput
+from langchain_core.language_models import LanguageModelInput, chat_models
 from langchain_core.language_models._utils import _normalize_messages
-from langchain_core.language_models.chat_models import _gen_info_and_msg_metadata
 from langchain_core.messages import BaseMessage
-from langchain_core.outputs import ChatResult, LLMResult
+from langchain_core.outputs import ChatGeneration, ChatResult, LLMResult
 from langchain_openai import ChatOpenAI
 from langchain_openai.chat_models.base import (
     _add_gateway_metadata,
@@ -74,6 +74,10 @@ from openai._utils._json import openapi_dumps
 from pydantic import PrivateAttr, SecretStr
 
 from gateway.providers.upstream_http import UpstreamClient, UpstreamTransport
+
+# LangChain's own fold of a generation's info into its message's metadata. Private: a langchain-core without it
+# sends every unheard call through _agenerate_with_cache instead.
+_FOLD: Callable[[ChatGeneration], dict[str, Any]] | None = getattr(chat_models, "_gen_info_and_msg_metadata", None)
 
 # The key the SDK merges, as it is, into the request's JSON body.
 EXTRA_BODY = "extra_body"
@@ -282,14 +286,15 @@ class GatewayChatOpenAI(ChatOpenAI):
         LangChain's share of a model call (issue 17). With a cache, a rate limiter or the ``v1`` output version
         the call is LangChain's own."""
         if not (
-            (self.cache is False or (self.cache is None and get_llm_cache() is None))
+            _FOLD is not None
+            and (self.cache is False or (self.cache is None and get_llm_cache() is None))
             and self.rate_limiter is None
             and self.output_version != "v1"
         ):
             return await self._agenerate_with_cache(messages, stop=stop, **kwargs)
         result = await self._agenerate(messages, stop=stop, **kwargs)
         for generation in result.generations:
-            generation.message.response_metadata = _gen_info_and_msg_metadata(generation)
+            generation.message.response_metadata = _FOLD(generation)
         if len(result.generations) == 1 and result.llm_output is not None:
             message = result.generations[0].message
             message.response_metadata = {**result.llm_output, **message.response_metadata}

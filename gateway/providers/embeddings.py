@@ -83,9 +83,12 @@ class USEEmbeddings(Embeddings):
                 return
 
         def keep(settle: Callable[[], None]) -> None:
+            if not loop.is_running():  # nothing would run it (and wait_idle settles what a stopping loop drops)
+                settle()
+                return
             try:
                 loop.call_soon_threadsafe(_after_steps, loop, _ROWS_AFTER_STEPS, settle)
-            except RuntimeError:  # the loop closed: settled here
+            except RuntimeError:  # the loop closed meanwhile: settled here
                 settle()
 
         self._model.encode_async(text, done, keep)

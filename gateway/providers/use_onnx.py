@@ -82,6 +82,8 @@ Keep = Callable[[Callable[[], None]], None]
 @dataclass(frozen=True, slots=True)
 class _Run:
     lookup: PieceLookup  # the kept rows the run reads (pinned until it ends) and the pieces whose rows it computes
+    # Held until the run ends: ONNX Runtime reads numpy feeds in place, without a reference of its own.
+    feeds: dict[str, np.ndarray[Any, Any]]
     done: Done
     keep: Keep | None
 
@@ -134,7 +136,8 @@ class USEOnnx:
         self._outputs = [output.name for output in self._session.get_outputs()]
         self.pieces = PieceRows(_ROW_WIDTH, pieces)
         self._running = 0
-        self._idle = threading.Condition()
+        self._idle = threading.Condition()  # also guards _unsettled
+        self._unsettled: set[_Settling] = set()  # settlings handed to a run's ``keep`` and not yet run
         # A process must not end with a run in flight: ONNX Runtime's thread would call back into an interpreter
         # that is finalizing, and the process aborts (SIGABRT) instead of exiting. The app waits in its lifespan
         # (USEEmbeddings.close); this covers every other user (scripts, tests) at exit. A weak reference: the
@@ -171,11 +174,22 @@ class USEOnnx:
         query with a new piece in a serving process (issue 17); until they are settled, a text with the same new
         piece computes it again."""
         ids = self._tokenize(text)
-        lookup = self.pieces.lookup(ids)
+        lookup = self.pieces.lookup(ids)  # pins the rows it names: settled below if the run does not start
+        with self._idle:
+            self._running += 1
+        try:
+            feeds = self._feeds(ids, lookup)
+            self._start(self._outputs, feeds, self._ran, _Run(lookup, feeds, done, keep), None)
+        except BaseException:
+            self.pieces.settle(lookup, None)
+            self._finished()
+            raise
+
+    def _feeds(self, ids: list[int], lookup: PieceLookup) -> dict[str, np.ndarray[Any, Any]]:
         missing = np.asarray(lookup.missing, dtype=np.int64)
         chunk = missing % _NUM_CHUNKS
         shape = _kept_shape_feeds(len(ids)) if len(ids) <= _KEPT_LENGTHS else _shape_feeds(len(ids))
-        feeds = {
+        return {
             "store": self.pieces.store,  # not copied: the graph gathers the rows ``kept`` names
             "kept": lookup.slots,
             "pieces": self._table[missing],
@@ -184,28 +198,28 @@ class USEOnnx:
             "token_rows": lookup.index,
             **shape,
         }
-        with self._idle:
-            self._running += 1
-        try:
-            self._start(self._outputs, feeds, self._ran, _Run(lookup, done, keep), None)
-        except BaseException:
-            self.pieces.settle(lookup, None)
-            self._finished()
-            raise
 
     def wait_idle(self, timeout_s: float | None = None) -> bool:
-        """Waits until no run is in flight (False if ``timeout_s`` ran out first): before the process ends."""
+        """Waits until no run is in flight (False if ``timeout_s`` ran out first), then settles the rows of runs whose
+        ``keep`` has not yet settled them (an event loop that stopped first never will): before the process ends."""
         with self._idle:
-            return self._idle.wait_for(lambda: self._running == 0, timeout_s)
+            idle = self._idle.wait_for(lambda: self._running == 0, timeout_s)
+        self.settle_pending()
+        return idle
+
+    def settle_pending(self) -> None:
+        """Settles now the rows of every run handed to a ``keep`` that has not settled them yet."""
+        with self._idle:
+            pending = list(self._unsettled)
+        for settling in pending:
+            settling()
 
     def _ran(self, results: list[Vectors], run: _Run, error: str) -> None:
         """On ONNX Runtime's thread: hand the vector over, then settle the run's rows (unpin those it read, keep those
-        it computed). The caller is waiting for the vector, nobody for the rows: kept first, their copy into the
-        store, its lock and the first touch of the store's pages came before the hand-over on every query with a new
-        piece; now they overlap the event loop's wake-up for the vector (which takes the GIL once this callback
-        returns; issue 17). A text looked up meanwhile computes the same rows again. What fails here goes to
-        ``done``, or is logged, and nothing is raised into ONNX Runtime's thread (it would reach no caller, and could
-        end the process)."""
+        it computed), here or through the run's ``keep``. The caller is waiting for the vector, nobody for the rows,
+        so they come second; a text looked up before they are kept computes the same rows again. What fails here
+        goes to ``done``, or is logged, and nothing is raised into ONNX Runtime's thread (it would reach no caller,
+        and could end the process)."""
         new_rows: Vectors | None = None
         try:
             if error:
@@ -225,19 +239,21 @@ class USEOnnx:
 
     def _keep(self, run: _Run, rows: Vectors | None) -> None:
         """Settles a run's rows now, or hands the settling to the run's ``keep`` (settled now if that fails)."""
-        settle = functools.partial(self._settle, run.lookup, rows)
         if run.keep is None:
-            settle()
+            self._settle(run.lookup, rows)
             return
+        settling = _Settling(self, run.lookup, rows)
+        with self._idle:
+            self._unsettled.add(settling)
         try:
-            run.keep(settle)
+            run.keep(settling)
         except Exception:
             logger.exception("handing an embedding's piece rows over failed; settled here")
-            settle()
+            settling()
 
     def _settle(self, lookup: PieceLookup, rows: Vectors | None) -> None:
         """Unpins a run's rows and keeps its new ones once its vector is handed over. A failure costs only their
-        reuse, so it is logged; the pins are then left (their rows stay kept, never let go)."""
+        reuse, so it is logged (``PieceRows.settle`` unpins before it keeps anything)."""
         try:
             self.pieces.settle(lookup, rows)
         except Exception:  # the vector is out already; the next text with these pieces computes them again
@@ -252,6 +268,26 @@ class USEOnnx:
 
 # How long the process's exit waits for runs still in flight (a run takes ~1 ms; a queue of them, more).
 _EXIT_WAIT_S = 10.0
+
+
+class _Settling:
+    """A run's settling handed to its ``keep``: it runs once, whoever calls it first (the keeper, or
+    :meth:`USEOnnx.settle_pending` for a keeper that never will)."""
+
+    __slots__ = ("_lookup", "_model", "_rows")
+
+    def __init__(self, model: USEOnnx, lookup: PieceLookup, rows: Vectors | None) -> None:
+        self._model = model
+        self._lookup = lookup
+        self._rows = rows
+
+    def __call__(self) -> None:
+        model = self._model
+        with model._idle:
+            if self not in model._unsettled:
+                return
+            model._unsettled.discard(self)
+        model._settle(self._lookup, self._rows)
 
 
 def _wait_at_exit(model: weakref.ref[USEOnnx]) -> None:

@@ -43,7 +43,7 @@ class PieceLookup:
 class PieceRows:
     """Rows kept per piece id (``capacity`` rows at most; 0 keeps none), least recently used out: ``lookup(ids)`` says
     what a text has and lacks, ``settle(lookup, rows)`` keeps the rows computed for it. Thread-safe: texts are
-    looked up on the event loop and their rows kept from ONNX Runtime's thread.
+    looked up on the event loop (or a worker thread) and settled there or on ONNX Runtime's thread.
 
     The rows a text uses are not copied out: the encoder's graph gathers them from :attr:`store` itself (ONNX
     Runtime takes a numpy input without copying it), on its own thread. Copied on the event loop, ~20 rows of 15 KB
@@ -119,7 +119,7 @@ class PieceRows:
                     continue
                 slot = len(self._slots) if len(self._slots) < self.capacity else self._evict()
                 if slot is None:
-                    return  # every kept row is in use: these are computed again next time
+                    continue  # every kept row is in use: this piece is computed again next time
                 self._store[slot] = row
                 self._slots[piece] = slot
 

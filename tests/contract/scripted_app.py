@@ -2,7 +2,7 @@
 
 ``python -m uvicorn --factory tests.contract.scripted_app:create --port 8150`` from the repo root.
 Everything but the chat model is the production wiring: real embeddings, router, LanceDB, caches,
-guards and limits, configured from the usual GATEWAY_* variables (API keys included).
+key checks and limits, configured from the usual GATEWAY_* variables (API keys included).
 """
 
 from __future__ import annotations

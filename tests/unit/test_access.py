@@ -8,9 +8,12 @@ from typing import Any
 
 import openai
 import pytest
+from litestar.routes import HTTPRoute
 
 from gateway.access.__main__ import main as access_cli
+from gateway.access.guard import RequireScope
 from gateway.access.keys import KeyRing, OpenAccessError, check_exposure, hash_key
+from gateway.app import create_app
 from gateway.settings import AccessSettings, ApiKeyConfig, Settings
 from tests.chat_support import ACME_ADMIN_KEY, ACME_KEY, GLOBEX_KEY, bearer, chat_model, keyed, openai_client
 
@@ -314,3 +317,26 @@ async def test_keys_never_reach_the_logs(
     for secret in (ACME_KEY, hash_key(ACME_KEY), "rgw-leaked-wrong-key"):
         assert secret not in logged
     assert "acme-chatbot" in limited.text  # the key's name identifies it instead
+
+
+def test_every_api_route_checks_keys_before_it_reads_a_request(settings: Settings) -> None:
+    """Keys are checked in each controller's ``before_request`` hook, and Litestar runs only the closest layer's hook:
+    a handler or controller that set its own would switch the check off. Every route outside the open probes, metrics
+    and schema must resolve to it, and none may use Litestar's response cache (read before the hook runs)."""
+    app = create_app(keyed(settings))
+    open_paths: set[str] = set()
+    scopes: dict[str, str] = {}
+    for route in app.routes:
+        if not isinstance(route, HTTPRoute):
+            continue
+        for handler in route.route_handlers:
+            assert not handler.cache, route.path
+            hook = handler.resolve_before_request()
+            if isinstance(hook, RequireScope):
+                scopes[route.path] = hook.scope
+            else:
+                assert hook is None, route.path
+                open_paths.add(route.path)
+    assert {p for p in open_paths if not p.startswith("/schema")} == {"/healthz", "/readyz", "/metrics"}
+    assert scopes["/v1/chat/completions"] == scopes["/v1/query"] == scopes["/v1/models"] == "query"
+    assert scopes["/v1/documents"] == scopes["/v1/assistant-profile"] == scopes["/review"] == "admin"

@@ -261,6 +261,7 @@ async def test_a_querys_new_rows_are_kept_on_the_loop_once_the_query_has_gone_on
     """On the async path the rows are settled by the event loop a few steps after the vector arrives, not on ONNX
     Runtime's thread while the loop waits for the GIL to take the vector."""
     model = embeddings._model
+    assert model.wait_idle(30)  # nothing left over from earlier tests' loops
     text = _new_pieces_text()
     ids = model._tokenize(text)
 
@@ -278,6 +279,24 @@ async def test_a_querys_new_rows_are_kept_on_the_loop_once_the_query_has_gone_on
     assert missing_now() == []
     assert model.pieces.pinned == 0
     assert np.array_equal(vector, model.encode([text])[0])
+
+
+def test_rows_whose_keeper_never_settles_them_are_settled_when_the_model_goes_idle(embeddings: USEEmbeddings) -> None:
+    """A keeper may never run what it was handed (an event loop that stopped first): waiting for the model settles
+    it, so no row stays pinned and the computed rows are kept."""
+    model = embeddings._model
+    text = _new_pieces_text()
+    ids = model._tokenize(text)
+    dropped: list[object] = []
+    arrived: Future[np.ndarray] = Future()
+    model.encode_async(text, lambda vector, error: arrived.set_result(vector), dropped.append)
+    arrived.result(timeout=30)
+    assert model.wait_idle(30)
+    assert len(dropped) == 1
+    lookup = model.pieces.lookup(ids)
+    model.pieces.settle(lookup, None)
+    assert lookup.missing == []
+    assert model.pieces.pinned == 0
 
 
 def test_rows_that_cannot_be_kept_are_logged_and_the_vector_still_arrives(
