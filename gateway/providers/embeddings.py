@@ -82,16 +82,18 @@ class USEEmbeddings(Embeddings):
             except RuntimeError:  # the loop closed while the text ran: nobody is left to wait for it
                 return
 
-        def keep(settle: Callable[[], None]) -> None:
+        model = self._model
+
+        def later() -> None:
             if not loop.is_running():  # nothing would run it (and wait_idle settles what a stopping loop drops)
-                settle()
+                model.settle_pending()
                 return
             try:
-                loop.call_soon_threadsafe(_after_steps, loop, _ROWS_AFTER_STEPS, settle)
+                loop.call_soon_threadsafe(_after_steps, loop, _ROWS_AFTER_STEPS, model.settle_pending)
             except RuntimeError:  # the loop closed meanwhile: settled here
-                settle()
+                model.settle_pending()
 
-        self._model.encode_async(text, done, keep)
+        model.encode_async(text, done, later)
         return await arrived
 
 

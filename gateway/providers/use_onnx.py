@@ -31,6 +31,7 @@ import functools
 import logging
 import threading
 import weakref
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -75,8 +76,8 @@ class EmbeddingRunError(RuntimeError):
 
 # The outcome of one text's run, handed over on ONNX Runtime's thread: its vector, or the error that stopped it.
 Done = Callable[[Vectors | None, BaseException | None], None]
-# Where a run's piece rows are settled: called on ONNX Runtime's thread with the settling, which it runs later.
-Keep = Callable[[Callable[[], None]], None]
+# Called on ONNX Runtime's thread once a run's piece rows wait to be settled: it has settle_pending() run later.
+Later = Callable[[], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +86,7 @@ class _Run:
     # Held until the run ends: ONNX Runtime reads numpy feeds in place, without a reference of its own.
     feeds: dict[str, np.ndarray[Any, Any]]
     done: Done
-    keep: Keep | None
+    later: Later | None
 
 
 class USEOnnx:
@@ -136,8 +137,10 @@ class USEOnnx:
         self._outputs = [output.name for output in self._session.get_outputs()]
         self.pieces = PieceRows(_ROW_WIDTH, pieces)
         self._running = 0
-        self._idle = threading.Condition()  # also guards _unsettled
-        self._unsettled: set[_Settling] = set()  # settlings handed to a run's ``keep`` and not yet run
+        self._idle = threading.Condition()
+        # Runs over whose rows wait for settle_pending (their ``later`` has it run): appended on ONNX Runtime's
+        # thread, drained on any (a deque's append and popleft are atomic).
+        self._unsettled: deque[tuple[PieceLookup, Vectors | None]] = deque()
         # A process must not end with a run in flight: ONNX Runtime's thread would call back into an interpreter
         # that is finalizing, and the process aborts (SIGABRT) instead of exiting. The app waits in its lifespan
         # (USEEmbeddings.close); this covers every other user (scripts, tests) at exit. A weak reference: the
@@ -163,13 +166,13 @@ class USEOnnx:
         self.encode_async(text, done)
         return outcome.result()
 
-    def encode_async(self, text: str, done: Done, keep: Keep | None = None) -> None:
+    def encode_async(self, text: str, done: Done, later: Later | None = None) -> None:
         """Starts ``text``'s run and returns: ``done(vector, None)`` or ``done(None, error)`` follows, called on ONNX
         Runtime's thread. Runs queue on that thread one after the other, in the order they were started.
 
-        ``keep``: where the run's piece rows are settled (those it read unpinned, those it computed kept). None: on
-        ONNX Runtime's thread, right after ``done``. Else ``keep(settle)`` is called there instead, and runs
-        ``settle`` later, on any thread: the event loop, once its query has gone on (:class:`USEEmbeddings`).
+        The run's piece rows are settled after ``done`` (those it read unpinned, those it computed kept): on ONNX
+        Runtime's thread, or, given ``later``, by :meth:`settle_pending`, which ``later()`` (called on ONNX Runtime's
+        thread once they wait) has run on another: the event loop, once its query has gone on (:class:`USEEmbeddings`).
         Settled on ONNX Runtime's thread, the rows held the GIL the loop needs to take the vector, ~0.1 ms of every
         query with a new piece in a serving process (issue 17); until they are settled, a text with the same new
         piece computes it again."""
@@ -179,7 +182,7 @@ class USEOnnx:
             self._running += 1
         try:
             feeds = self._feeds(ids, lookup)
-            self._start(self._outputs, feeds, self._ran, _Run(lookup, feeds, done, keep), None)
+            self._start(self._outputs, feeds, self._ran, _Run(lookup, feeds, done, later), None)
         except BaseException:
             self.pieces.settle(lookup, None)
             self._finished()
@@ -200,26 +203,28 @@ class USEOnnx:
         }
 
     def wait_idle(self, timeout_s: float | None = None) -> bool:
-        """Waits until no run is in flight (False if ``timeout_s`` ran out first), then settles the rows of runs whose
-        ``keep`` has not yet settled them (an event loop that stopped first never will): before the process ends."""
+        """Waits until no run is in flight (False if ``timeout_s`` ran out first), then settles the rows still waiting
+        (an event loop that stopped first never will): before the process ends."""
         with self._idle:
             idle = self._idle.wait_for(lambda: self._running == 0, timeout_s)
         self.settle_pending()
         return idle
 
     def settle_pending(self) -> None:
-        """Settles now the rows of every run handed to a ``keep`` that has not settled them yet."""
-        with self._idle:
-            pending = list(self._unsettled)
-        for settling in pending:
-            settling()
+        """Settles the rows still waiting of every finished run (each once, whichever thread drains the queue)."""
+        while True:
+            try:
+                lookup, rows = self._unsettled.popleft()
+            except IndexError:
+                return
+            self._settle(lookup, rows)
 
     def _ran(self, results: list[Vectors], run: _Run, error: str) -> None:
         """On ONNX Runtime's thread: hand the vector over, then settle the run's rows (unpin those it read, keep those
-        it computed), here or through the run's ``keep``. The caller is waiting for the vector, nobody for the rows,
-        so they come second; a text looked up before they are kept computes the same rows again. What fails here
-        goes to ``done``, or is logged, and nothing is raised into ONNX Runtime's thread (it would reach no caller,
-        and could end the process)."""
+        it computed), here or, given the run's ``later``, by :meth:`settle_pending`. The caller is waiting for the
+        vector, nobody for the rows, so they come second; a text looked up before they are kept computes the same rows
+        again. What fails here goes to ``done``, or is logged, and nothing is raised into ONNX Runtime's thread (it
+        would reach no caller, and could end the process)."""
         new_rows: Vectors | None = None
         try:
             if error:
@@ -238,18 +243,16 @@ class USEOnnx:
             self._finished()
 
     def _keep(self, run: _Run, rows: Vectors | None) -> None:
-        """Settles a run's rows now, or hands the settling to the run's ``keep`` (settled now if that fails)."""
-        if run.keep is None:
+        """Settles a run's rows now, or queues them for :meth:`settle_pending` and calls the run's ``later``."""
+        if run.later is None:
             self._settle(run.lookup, rows)
             return
-        settling = _Settling(self, run.lookup, rows)
-        with self._idle:
-            self._unsettled.add(settling)
+        self._unsettled.append((run.lookup, rows))
         try:
-            run.keep(settling)
+            run.later()
         except Exception:
-            logger.exception("handing an embedding's piece rows over failed; settled here")
-            settling()
+            logger.exception("scheduling an embedding's piece rows failed; settled here")
+            self.settle_pending()
 
     def _settle(self, lookup: PieceLookup, rows: Vectors | None) -> None:
         """Unpins a run's rows and keeps its new ones once its vector is handed over. A failure costs only their
@@ -268,26 +271,6 @@ class USEOnnx:
 
 # How long the process's exit waits for runs still in flight (a run takes ~1 ms; a queue of them, more).
 _EXIT_WAIT_S = 10.0
-
-
-class _Settling:
-    """A run's settling handed to its ``keep``: it runs once, whoever calls it first (the keeper, or
-    :meth:`USEOnnx.settle_pending` for a keeper that never will)."""
-
-    __slots__ = ("_lookup", "_model", "_rows")
-
-    def __init__(self, model: USEOnnx, lookup: PieceLookup, rows: Vectors | None) -> None:
-        self._model = model
-        self._lookup = lookup
-        self._rows = rows
-
-    def __call__(self) -> None:
-        model = self._model
-        with model._idle:
-            if self not in model._unsettled:
-                return
-            model._unsettled.discard(self)
-        model._settle(self._lookup, self._rows)
 
 
 def _wait_at_exit(model: weakref.ref[USEOnnx]) -> None:

@@ -289,7 +289,7 @@ def test_rows_whose_keeper_never_settles_them_are_settled_when_the_model_goes_id
     ids = model._tokenize(text)
     dropped: list[object] = []
     arrived: Future[np.ndarray] = Future()
-    model.encode_async(text, lambda vector, error: arrived.set_result(vector), dropped.append)
+    model.encode_async(text, lambda vector, error: arrived.set_result(vector), lambda: dropped.append(text))
     arrived.result(timeout=30)
     assert model.wait_idle(30)
     assert len(dropped) == 1
