@@ -23,7 +23,8 @@ from pydantic import SecretStr
 from threadpoolctl import threadpool_limits
 
 from gateway.access.guard import SECURITY_SCHEMES, open_access, provide_access, provide_principal
-from gateway.api.chat import ChatController, provide_chat_scope
+from gateway.api import early_vector
+from gateway.api.chat import CHAT_ACCESS, ChatController, provide_chat_scope
 from gateway.api.documents import DocumentController
 from gateway.api.health import HealthController
 from gateway.api.metrics import MetricsController
@@ -412,7 +413,7 @@ def create_app(settings: Settings | None = None, overrides: ProviderOverrides | 
     settings = settings or Settings()
     overrides = overrides or ProviderOverrides()
 
-    return Litestar(
+    app = Litestar(
         route_handlers=[
             QueryController,
             DocumentController,
@@ -452,3 +453,5 @@ def create_app(settings: Settings | None = None, overrides: ProviderOverrides | 
             components=Components(security_schemes=SECURITY_SCHEMES),
         ),
     )
+    early_vector.install(app, CHAT_ACCESS)  # in front of the router: a chat question's vector begun first
+    return app

@@ -31,6 +31,7 @@ from gateway.chunking import Chunker
 from gateway.errors import ProviderError
 from gateway.providers.vectorstores.base import ChunkRecord, VectorStore
 from gateway.providers.vectorstores.fusion import query_terms
+from gateway.query_vector import StartedEmbedding
 from gateway.tenant_matrix import TenantMatrices
 from pipelines.shared.deps import Passage
 from pipelines.shared.fusion import reciprocal_rank_fusion
@@ -193,7 +194,14 @@ class KnowledgeBase:
         except ProviderError:
             raise
         except Exception as exc:  # any embeddings backend: translate at the boundary
-            raise ProviderError(f"embedding failed: {exc}", provider="embeddings") from exc
+            raise _embedding_error(exc) from exc
+
+    def begin_query(self, text: str) -> StartedEmbedding | None:
+        """``embed_query`` started now, without a task, where the embeddings can (``CachedEmbeddings.begin_query``
+        over the local model); None elsewhere. Its failures are reported as ``embed_query`` reports them."""
+        begin = getattr(self._embeddings, "begin_query", None)
+        started = begin(text) if callable(begin) else None
+        return started.reporting(_embedding_error) if isinstance(started, StartedEmbedding) else None
 
     async def _embed_documents(self, texts: list[str]) -> list[list[float]]:
         if not texts:
@@ -202,6 +210,13 @@ class KnowledgeBase:
             return await self._embeddings.aembed_documents(texts)
         except Exception as exc:
             raise ProviderError(f"embedding failed: {exc}", provider="embeddings") from exc
+
+
+def _embedding_error(error: Exception) -> Exception:
+    """Any embeddings backend's failure, translated at the boundary."""
+    if isinstance(error, ProviderError):
+        return error
+    return ProviderError(f"embedding failed: {error}", provider="embeddings")
 
 
 def _embedding_text(title: str, chunk: str) -> str:

@@ -19,16 +19,53 @@ found in the process's LRU costs nothing).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import dataclasses
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
+from typing import Any
 
 Embed = Callable[[str], Awaitable[list[float]]]
+
+
+def _unchanged(error: Exception) -> Exception:
+    return error
+
+
+@dataclass(frozen=True, slots=True)
+class StartedEmbedding:
+    """A query's embedding already under way, awaited by whoever reads it: ``future`` (the model's own result, the
+    local model's float32 array), ``finish`` (what makes it the vector the caller gets, a list of floats, kept in the
+    process's vector cache) and ``errors`` (a failure as the caller's layer reports it).
+
+    Awaiting it awaits ``future`` in the reader's own task and applies ``finish`` there: no task of its own and no
+    event-loop step between the model's hand-over and the reader. Begun through a task (``QueryVector.begin``),
+    an embedding cost every ``auto`` question a task, a loop step to start it and another to hand it on (issue 17).
+    """
+
+    future: asyncio.Future[Any]
+    finish: Callable[[Any], list[float]]
+    errors: Callable[[Exception], Exception] = _unchanged
+
+    def reporting(self, errors: Callable[[Exception], Exception]) -> StartedEmbedding:
+        """The same embedding, its failures (``finish``'s included) reported as ``errors`` makes them."""
+        inner = self.errors
+        return dataclasses.replace(self, errors=lambda error: errors(inner(error)))
+
+    def __await__(self) -> Generator[Any, None, list[float]]:
+        try:
+            return self.finish((yield from self.future.__await__()))
+        except Exception as exc:
+            reported = self.errors(exc)
+            if reported is exc:
+                raise
+            raise reported from exc
 
 
 @dataclass(frozen=True, slots=True)
 class _Begun:
     text: str
-    task: asyncio.Future[list[float]]
+    task: asyncio.Future[Any]  # the run (a task, or a started embedding's future): let go when nobody reads it
+    result: Awaitable[list[float]]
 
 
 class QueryVector:
@@ -41,11 +78,20 @@ class QueryVector:
 
     @classmethod
     async def begin(cls, embed: Embed, text: str) -> QueryVector:
-        """Starts embedding ``text`` and yields once to the loop, so that the embedding is handed to ONNX Runtime
-        now, before the caller's next steps (screening, lookups) rather than at its first wait."""
+        """Starts embedding ``text`` in a task and yields once to the loop, so that the embedding is handed to the
+        model now, before the caller's next steps (screening, lookups) rather than at its first wait. For a model
+        that can start without a task, :meth:`started`."""
         vector = cls(embed)
-        vector._begun = _Begun(text, asyncio.ensure_future(embed(text)))
+        task = asyncio.ensure_future(embed(text))
+        vector._begun = _Begun(text, task, task)
         await asyncio.sleep(0)
+        return vector
+
+    @classmethod
+    def started(cls, embed: Embed, text: str, embedding: StartedEmbedding) -> QueryVector:
+        """``text``'s vector, its embedding already started (``KnowledgeBase.begin_query``)."""
+        vector = cls(embed)
+        vector._begun = _Begun(text, embedding.future, embedding)
         return vector
 
     @property
@@ -57,7 +103,7 @@ class QueryVector:
         begun, self._begun = self._begun, None
         if begun is not None:
             if begun.text == text and not begun.task.cancelled():
-                return await begun.task
+                return await begun.result
             _let_go(begun.task)
         return await self._embed(text)
 
@@ -68,7 +114,7 @@ class QueryVector:
             _let_go(begun.task)
 
 
-def _let_go(task: asyncio.Future[list[float]]) -> None:
+def _let_go(task: asyncio.Future[Any]) -> None:
     """Cancelled if not done; its outcome retrieved either way, so an embedding error nobody reads is not logged
     as "never retrieved" (the request that needs a vector embeds again and sees the error itself)."""
     if not task.done():
@@ -76,6 +122,6 @@ def _let_go(task: asyncio.Future[list[float]]) -> None:
     task.add_done_callback(_retrieve)
 
 
-def _retrieve(task: asyncio.Future[list[float]]) -> None:
+def _retrieve(task: asyncio.Future[Any]) -> None:
     if not task.cancelled():
         task.exception()

@@ -76,11 +76,20 @@ class QueryService:
         self._profiles = profiles or Profiles(None, AssistantSettings(), ProfileSettings())
         self._early_vectors = early_vectors
 
+    @property
+    def early_vectors(self) -> bool:
+        """Whether a question's vector may be begun before its screening (so before the handler runs, even:
+        ``gateway.api.early_vector``)."""
+        return self._early_vectors
+
     async def begin_vector(self, text: str, route: RouteRequest) -> QueryVector:
         """The request's query vector, begun now on ``text`` when something will read it (the router, unless the
         caller forces ``direct``; the semantic cache) and early vectors are on; else computed on first read."""
         embed = self._knowledge.embed_query
         if self._early_vectors and (self._semantic is not None or self._router.reads_vector(route)):
+            started = self._knowledge.begin_query(text)
+            if started is not None:
+                return QueryVector.started(embed, text, started)
             return await QueryVector.begin(embed, text)
         return QueryVector(embed)
 

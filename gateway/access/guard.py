@@ -101,6 +101,20 @@ class RequireScope:
             )
         connection.state[PRINCIPAL] = principal
 
+    def admits_outright(self, access: Access, connection: ASGIConnection[Any, Any, Any, Any]) -> Principal | None:
+        """The principal this hook will admit whatever the limiter counts (open mode; or a valid key with the scope
+        and neither a request rate nor a token budget, for which ``admit`` counts nothing), else None. Work begun for
+        a request before the hook runs (``gateway.api.early_vector``) is begun only for these, so that a request the
+        hook refuses never costs it."""
+        if access.keys.open:
+            return ANONYMOUS
+        key = presented_key(connection)
+        principal = access.keys.lookup(key) if key is not None else None
+        if principal is None or not principal.allows(self.scope):
+            return None
+        limited = principal.requests_per_minute is not None or principal.daily_tokens is not None
+        return None if limited else principal
+
 
 def require(scope: Scope) -> RequireScope:
     """The ``before_request`` hook for a controller whose routes need ``scope``."""

@@ -17,17 +17,21 @@ from litestar.response import Stream
 
 from gateway.access.guard import BEARER, Access, provide_access, provide_principal, require
 from gateway.access.keys import Principal
+from gateway.api.early_vector import EARLY_VECTOR, EarlyVector
 from gateway.api.validation import prepare_chat
-from gateway.chat.completions import ChatAnswer, ChatService
+from gateway.chat.completions import ChatAnswer, ChatService, PreparedChat
 from gateway.chat.errors import handle_openai_exception
 from gateway.chat.sse import stream_chat
 from gateway.chat.wire import MODELS, ChatCompletion, ChatCompletionRequest, ModelCard, ModelList, OpenAIErrorBody
 from gateway.errors import NotFoundError
 from gateway.profiles.model import WARNING_HEADER, client_instructions
+from gateway.query_vector import QueryVector
 from gateway.settings import Settings
 from gateway.state import Services
 
 STARTED = int(time.time())
+# The chat routes' key hook; gateway.api.early_vector mirrors its admission before Litestar routes a request.
+CHAT_ACCESS = require("query")
 CHAT_EXAMPLES = [
     Example(
         summary="A follow-up question, answered on the route the router picks",
@@ -65,15 +69,34 @@ class ChatScope:
     settings: Settings
     principal: Principal
     access: Access
+    # Begun before Litestar routed the request (gateway.api.early_vector), with the chat prepared for it.
+    early: EarlyVector | None = None
+
+    def prepare(self, data: ChatCompletionRequest) -> PreparedChat:
+        """``data`` validated and prepared (``prepare_chat``), or the chat prepared for it as it arrived: the same
+        function on the same request and principal, when the early layer parsed it as Litestar did."""
+        early = self.early
+        if early is not None and early.request == data:
+            return early.prepared
+        return prepare_chat(data, self.principal, self.settings.chat, self.settings.limits)
+
+    async def begin_vector(self, prepared: PreparedChat) -> QueryVector | None:
+        """The question's vector: the one begun as the request arrived, for this very chat, or begun now."""
+        early = self.early
+        if early is not None and early.prepared is prepared:
+            return early.vector
+        return await self.chat.begin_vector(prepared)
 
 
 def provide_chat_scope(request: ASGIConnection[Any, Any, Any, Any]) -> ChatScope:
     services: Services = request.app.state.services
+    early = request.state.get(EARLY_VECTOR)
     return ChatScope(
         chat=ChatService(services.query_service, services.llm),
         settings=services.settings,
         principal=provide_principal(request),
         access=provide_access(request),
+        early=early if isinstance(early, EarlyVector) else None,
     )
 
 
@@ -139,7 +162,7 @@ def _errors(*statuses: int) -> dict[int, ResponseSpec]:
 class ChatController(Controller):
     path = "/v1"
     tags = ["openai"]
-    before_request = require("query")
+    before_request = CHAT_ACCESS
     security = [{BEARER: []}]
     exception_handlers = {Exception: handle_openai_exception}
 
@@ -156,10 +179,10 @@ class ChatController(Controller):
         chat_scope: NamedDependency[ChatScope],
     ) -> Response[ChatCompletion]:
         chat_service, settings, principal = chat_scope.chat, chat_scope.settings, chat_scope.principal
-        prepared = prepare_chat(data, principal, settings.chat, settings.limits)
-        # A first question's embedding starts as soon as the question is known, beside the profile's lookup (issue
-        # 17); a stream's starts when it is answered, once the response has begun.
-        vector = None if data.stream else await chat_service.begin_vector(prepared)
+        prepared = chat_scope.prepare(data)
+        # A first question's embedding was begun as the request arrived (gateway.api.early_vector), or starts now,
+        # beside the profile's lookup (issue 17); a stream's starts when it is answered, once the response has begun.
+        vector = None if data.stream else await chat_scope.begin_vector(prepared)
         try:
             # System messages: the tenant's assistant profile takes them as instructions, or they are ignored aloud.
             profile = await chat_service.profile(prepared.query.tenant)

@@ -188,6 +188,15 @@ class MemoryBackend(CacheBackend):
         return self._read(key)
 
     async def set(self, key: str, value: bytes, ttl_s: float) -> None:
+        self.put(key, value, ttl_s)
+
+    def peek(self, key: str) -> bytes | None:
+        """``get`` without awaiting: for a caller that must not give up the event loop (a query's embedding is
+        started before its handler's next step, :mod:`gateway.query_vector`)."""
+        return self._read(key)
+
+    def put(self, key: str, value: bytes, ttl_s: float) -> None:
+        """``set`` without awaiting (see :meth:`peek`)."""
         _ttl_ms(ttl_s)
         self._write(key, value, ttl_s)
 

@@ -8,6 +8,7 @@ version in the key. A cache failure falls through to the model; the model's own 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -15,14 +16,16 @@ from typing import Any
 import numpy as np
 from langchain_core.embeddings import Embeddings
 
-from gateway.cache.backend import CacheBackend, CacheUnavailableError
+from gateway.cache.backend import CacheBackend, CacheUnavailableError, MemoryBackend
 from gateway.cache.events import NO_CACHE_EVENTS, CacheEvents
 from gateway.cache.keys import DEFAULT_PREFIX, embedding_key
+from gateway.query_vector import StartedEmbedding
 
 logger = logging.getLogger(__name__)
 
 _FLOAT32_LE = np.dtype("<f4")
 ArrayQuery = Callable[[str], Awaitable[np.ndarray[Any, np.dtype[np.float32]]]]
+BeginArray = Callable[[str], "asyncio.Future[np.ndarray[Any, np.dtype[np.float32]]]"]
 DEFAULT_EMBEDDING_TTL_S = 7 * 24 * 3600.0
 
 
@@ -59,6 +62,9 @@ class CachedEmbeddings(Embeddings):
         # A model that hands its query vector over as a float32 array (USEEmbeddings): stored and listed from it.
         array_query = getattr(inner, "aembed_query_array", None)
         self._array_query: ArrayQuery | None = array_query if callable(array_query) else None
+        # A model that starts a query's run without a task (USEEmbeddings): begin_query, with the process's own LRU.
+        begin_array = getattr(inner, "begin_query_array", None)
+        self._begin_array: BeginArray | None = begin_array if callable(begin_array) else None
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         return self.inner.embed_documents(texts)
@@ -88,6 +94,37 @@ class CachedEmbeddings(Embeddings):
             logger.debug("embedding cache store failed: %s", exc.detail)
         return vector.tolist()  # type: ignore[no-any-return]
 
+    def begin_query(self, text: str) -> StartedEmbedding | None:
+        """``aembed_query`` started now, without a task or a step of the event loop: the cached vector, or the model's
+        run under way (its vector stored as it is read). None where that cannot be done without awaiting (a shared
+        backend, or a model that cannot start a run by itself): the caller embeds with ``aembed_query``."""
+        backend, begin = self._backend, self._begin_array
+        if begin is None or not isinstance(backend, MemoryBackend):
+            return None
+        key = embedding_key(self._prefix, self._model, text)
+        with self._events.cache_lookup("embedding"):
+            cached = self._decode(key, backend.peek(key))
+            self._events.cache_result("embedding", "miss" if cached is None else "hit")
+        loop = asyncio.get_running_loop()
+        if cached is not None:
+            self.hits += 1
+            found: asyncio.Future[list[float]] = loop.create_future()
+            found.set_result(cached)
+            return StartedEmbedding(found, _as_is)
+        self.misses += 1
+        try:
+            run = begin(text)
+        except Exception as exc:  # reported where the vector is read, as aembed_query's caller sees it
+            run = loop.create_future()
+            run.set_exception(exc)
+
+        def finish(array: np.ndarray[Any, np.dtype[np.float32]]) -> list[float]:
+            vector = np.asarray(array, dtype=_FLOAT32_LE)
+            backend.put(key, vector.tobytes(), self._ttl_s)
+            return vector.tolist()  # type: ignore[no-any-return]
+
+        return StartedEmbedding(run, finish)
+
     async def _read(self, key: str) -> list[float] | None:
         try:
             raw = await self._backend.get(key)
@@ -96,6 +133,9 @@ class CachedEmbeddings(Embeddings):
             self._events.cache_result("embedding", "error")
             logger.debug("embedding cache read failed: %s", exc.detail)
             return None
+        return self._decode(key, raw)
+
+    def _decode(self, key: str, raw: bytes | None) -> list[float] | None:
         if raw is None:
             return None
         if (
@@ -108,3 +148,7 @@ class CachedEmbeddings(Embeddings):
             logger.warning("embedding cache entry %s has %d bytes; recomputing", key, len(raw))
             return None
         return np.frombuffer(raw, dtype=_FLOAT32_LE).tolist()  # type: ignore[no-any-return]
+
+
+def _as_is(vector: list[float]) -> list[float]:
+    return vector

@@ -11,7 +11,7 @@ import pytest
 from gateway.chat.completions import ChatService, PreparedChat
 from gateway.guardrails.service import Guardrails
 from gateway.guardrails.vault import Vault
-from gateway.query_vector import QueryVector
+from gateway.query_vector import QueryVector, StartedEmbedding
 from gateway.schemas import QueryRequest
 from gateway.service import QueryService
 from gateway.settings import GuardrailSettings
@@ -85,8 +85,13 @@ async def test_an_embedding_error_nobody_reads_is_not_left_unretrieved(caplog: p
 
 
 class Knowledge:
+    """A knowledge base whose embeddings start only through a task (``begin_query`` None: a remote model)."""
+
     def __init__(self, embed: Embedder) -> None:
         self.embed_query = embed
+
+    def begin_query(self, text: str) -> StartedEmbedding | None:
+        return None
 
 
 class Router:

@@ -1,0 +1,265 @@
+"""A first chat question's vector begun before Litestar routes the request, for exactly the requests whose handler
+would begin it (issue 17), and started without a task where the model can (``StartedEmbedding``)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import numpy as np
+import pytest
+from langchain_core.embeddings import Embeddings
+from litestar.testing import AsyncTestClient
+
+from gateway.access.guard import RequireScope
+from gateway.access.keys import hash_key
+from gateway.app import create_app
+from gateway.cache.backend import MemoryBackend
+from gateway.cache.embeddings import CachedEmbeddings
+from gateway.chunking import Chunker
+from gateway.errors import ProviderError
+from gateway.knowledge import KnowledgeBase
+from gateway.providers.embeddings import USEEmbeddings
+from gateway.providers.scripted_chat import ScriptedChatModel
+from gateway.query_vector import QueryVector, StartedEmbedding
+from gateway.settings import ApiKeyConfig, Settings
+from gateway.state import ProviderOverrides
+from tests.conftest import grounded_or_direct
+
+QUESTION = "When did the Lisbon office open?"
+
+
+class Witness(Embeddings):
+    """The real model, writing into ``seen`` each query it is asked to start (next to the key hook's entries)."""
+
+    def __init__(self, inner: USEEmbeddings, seen: list[str]) -> None:
+        self.inner = inner
+        self.dimensions = inner.dimensions
+        self.seen = seen
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return self.inner.embed_documents(texts)
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.inner.embed_query(text)
+
+    async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
+        return await self.inner.aembed_documents(texts)
+
+    async def aembed_query(self, text: str) -> list[float]:
+        return (await self.aembed_query_array(text)).tolist()  # type: ignore[no-any-return]
+
+    async def aembed_query_array(self, text: str) -> Any:
+        return await self.begin_query_array(text)
+
+    def begin_query_array(self, text: str) -> asyncio.Future[Any]:
+        self.seen.append(f"embed:{text}")
+        return self.inner.begin_query_array(text)
+
+
+@pytest.fixture
+def seen(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """What happened, in order: each query embedding started, and each run of the chat routes' key hook."""
+    order: list[str] = []
+    hook = RequireScope.__call__
+
+    async def witnessed(self: RequireScope, connection: Any) -> None:
+        order.append("hook")
+        await hook(self, connection)
+
+    monkeypatch.setattr(RequireScope, "__call__", witnessed)
+    return order
+
+
+KEYS = {
+    "open-key": ApiKeyConfig(name="open", key_sha256=hash_key("open-key"), tenant="default"),
+    "limited-key": ApiKeyConfig(
+        name="limited", key_sha256=hash_key("limited-key"), tenant="default", daily_tokens=10**6
+    ),
+}
+
+
+@asynccontextmanager
+async def client(settings: Settings, embeddings: USEEmbeddings, seen: list[str]) -> AsyncIterator[AsyncTestClient[Any]]:
+    keyed = settings.replace(access={"api_keys": list(KEYS.values())})
+    overrides = ProviderOverrides(
+        chat_model=ScriptedChatModel(responder=grounded_or_direct), embeddings=Witness(embeddings, seen)
+    )
+    async with AsyncTestClient(create_app(keyed, overrides)) as test_client:
+        seen.clear()  # start-up's embeddings (the sample knowledge base, the router) are not requests'
+        yield test_client
+
+
+def chat(model: str = "gateway-auto", question: str = QUESTION, **extra: Any) -> dict[str, Any]:
+    return {"model": model, "messages": [{"role": "user", "content": question}], **extra}
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+async def test_a_first_question_is_embedded_once_begun_before_the_key_hook(
+    settings: Settings, embeddings: USEEmbeddings, seen: list[str]
+) -> None:
+    async with client(settings, embeddings, seen) as test_client:
+        response = await test_client.post("/v1/chat/completions", json=chat(), headers=bearer("open-key"))
+        assert response.status_code == 200, response.text
+        assert seen == [f"embed:{QUESTION}", "hook"]  # one embedding, begun first, and read by the handler
+        again = await test_client.post(
+            "/v1/chat/completions", json=chat(question="Where is the Osaka office?"), headers=bearer("open-key")
+        )
+        assert again.status_code == 200, again.text
+    assert seen[2:] == ["embed:Where is the Osaka office?", "hook"]
+
+
+@pytest.mark.parametrize(
+    ("key", "body", "status", "expected"),
+    [
+        ("limited-key", chat(), 200, ["hook", f"embed:{QUESTION}"]),  # a key with a budget: after the hook admits it
+        ("wrong-key", chat(), 401, ["hook"]),  # refused: nothing spent on it
+        ("open-key", chat(model="gateway-nope"), 404, ["hook"]),
+        ("open-key", chat(model="gateway-direct"), 200, ["hook"]),  # reads no vector
+        ("open-key", chat(stream=True), 200, ["hook", f"embed:{QUESTION}"]),  # begun once its stream has begun
+        ("open-key", chat(question="   "), 400, ["hook"]),
+    ],
+)
+async def test_a_request_the_handler_would_not_begin_early_is_not_begun_early(
+    settings: Settings,
+    embeddings: USEEmbeddings,
+    seen: list[str],
+    key: str,
+    body: dict[str, Any],
+    status: int,
+    expected: list[str],
+) -> None:
+    async with client(settings, embeddings, seen) as test_client:
+        response = await test_client.post("/v1/chat/completions", json=body, headers=bearer(key))
+    assert response.status_code == status, response.text
+    assert seen == expected
+
+
+async def test_a_body_that_is_not_json_is_refused_as_before_and_nothing_is_begun(
+    settings: Settings, embeddings: USEEmbeddings, seen: list[str]
+) -> None:
+    async with client(settings, embeddings, seen) as test_client:
+        response = await test_client.post(
+            "/v1/chat/completions",
+            content=b'{"model": "gateway-auto", "messages": [',
+            headers={**bearer("open-key"), "Content-Type": "application/json"},
+        )
+    assert response.status_code == 400
+    assert response.headers["content-type"].startswith("application/json")
+    assert seen == ["hook"]
+
+
+async def test_a_follow_up_is_embedded_as_rewritten_not_as_sent(
+    settings: Settings, embeddings: USEEmbeddings, seen: list[str]
+) -> None:
+    messages = [
+        {"role": "user", "content": "Where is the Osaka office?"},
+        {"role": "assistant", "content": "In Umeda."},
+        {"role": "user", "content": "When did it open?"},
+    ]
+    async with client(settings, embeddings, seen) as test_client:
+        response = await test_client.post(
+            "/v1/chat/completions", json={"model": "gateway-auto", "messages": messages}, headers=bearer("open-key")
+        )
+    assert response.status_code == 200, response.text
+    assert seen[0] == "hook"
+    assert "embed:When did it open?" not in seen  # the raw follow-up is never embedded
+
+
+class Model:
+    """A model that starts a run by itself: ``runs`` counts the runs, ``pending`` holds their futures."""
+
+    def __init__(self) -> None:
+        self.runs: list[str] = []
+        self.pending: list[asyncio.Future[Any]] = []
+
+    def begin_query_array(self, text: str) -> asyncio.Future[Any]:
+        self.runs.append(text)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.pending.append(future)
+        return future
+
+    # Embeddings' abstract interface, unused here
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        raise NotImplementedError
+
+    def embed_query(self, text: str) -> list[float]:
+        raise NotImplementedError
+
+
+def cached(model: Model, backend: Any = None) -> CachedEmbeddings:
+    return CachedEmbeddings(model, backend or MemoryBackend(100), model="m")  # type: ignore[arg-type]
+
+
+async def test_a_started_embedding_runs_now_and_is_kept_once_read() -> None:
+    model = Model()
+    embeddings = cached(model)
+    started = embeddings.begin_query("q")
+    assert started is not None
+    assert model.runs == ["q"]  # under way before anything was awaited
+    model.pending[0].set_result(np.array([0.5, 0.25], dtype=np.float32))
+    assert await started == [0.5, 0.25]
+    assert embeddings.misses == 1
+    hit = embeddings.begin_query("q")
+    assert hit is not None
+    assert hit.future.done()
+    assert await hit == [0.5, 0.25]
+    assert model.runs == ["q"]  # served from the process's vectors
+    assert embeddings.hits == 1
+
+
+async def test_a_started_embedding_is_none_where_it_would_have_to_await() -> None:
+    model = Model()
+    shared = cached(model, backend=object())  # stands for Redis: a vector there is read only by awaiting
+    assert shared.begin_query("q") is None
+    assert model.runs == []
+
+
+async def test_a_failed_run_reaches_the_reader_as_the_knowledge_base_reports_it() -> None:
+    model = Model()
+    knowledge = KnowledgeBase(cached(model), None, Chunker(200, 20))  # type: ignore[arg-type]
+    started = knowledge.begin_query("q")
+    assert started is not None
+    model.pending[0].set_exception(RuntimeError("encoder failed"))
+    with pytest.raises(ProviderError, match="embedding failed: encoder failed"):
+        await started
+
+
+async def test_a_vector_started_and_not_read_is_let_go() -> None:
+    model = Model()
+    started = cached(model).begin_query("q")
+    assert started is not None
+
+    async def never(text: str) -> list[float]:
+        raise AssertionError("embedded again")
+
+    vector = QueryVector.started(never, "q", started)
+    assert vector.early
+    vector.release()
+    assert started.future.cancelled()  # the run's hand-over finds nobody waiting
+    assert not vector.early
+
+
+async def test_a_started_embeddings_failure_is_reported_by_each_layer_in_turn() -> None:
+    future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    future.set_exception(RuntimeError("down"))
+    started = (
+        StartedEmbedding(future, list)
+        .reporting(lambda error: ValueError(f"inner {error}"))
+        .reporting(lambda error: ProviderError(f"outer {error}", provider="embeddings"))
+    )
+    with pytest.raises(ProviderError, match="outer inner down") as raised:
+        await started
+    assert isinstance(raised.value.__cause__, RuntimeError)
+
+
+async def test_the_local_models_started_vector_is_its_awaited_one_bit_for_bit(embeddings: USEEmbeddings) -> None:
+    texts = ["Where is the Osaka office?", "東京オフィスの住所は？"]
+    started = [embeddings.begin_query_array(text) for text in texts]
+    for text, future in zip(texts, started, strict=True):
+        assert (await future).tolist() == await embeddings.aembed_query(text) == embeddings.embed_query(text)
