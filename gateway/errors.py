@@ -212,8 +212,17 @@ def handle_exception(request: Request[Any, Any, Any], exc: Exception) -> Respons
             detail = f"The request body is not valid JSON ({exc.detail}). Send a JSON object."
             return problem(400, "Malformed JSON", detail, path)
         return problem(exc.status_code, _title_for(exc.status_code), exc.detail, path)
+    if _too_deep_to_decode(exc):
+        detail = "The request body nests arrays or objects too deeply to decode. Send a flatter JSON object."
+        return problem(400, "Malformed JSON", detail, path)
     logger.exception("unhandled error on %s", path, exc_info=exc)
     return problem(500, "Internal error", "The gateway failed unexpectedly; the error was logged.", path)
+
+
+def _too_deep_to_decode(exc: BaseException) -> bool:
+    """A body nested past the JSON decoder's depth: msgspec raises RecursionError (not a DecodeError) while reading
+    it, which Litestar passes on as it is. Bad input, so a 400; any other RecursionError stays a 500."""
+    return isinstance(exc, RecursionError) and "while deserializing" in str(exc)
 
 
 def _caused_by_bad_json(exc: BaseException) -> bool:

@@ -59,6 +59,9 @@ class StartedEmbedding:
             if reported is exc:
                 raise
             raise reported from exc
+        except BaseException:  # the reader cancelled: a failure that came meanwhile is still read (never "unretrieved")
+            _let_go(self.future)
+            raise
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,9 +118,11 @@ class QueryVector:
 
 
 def _let_go(task: asyncio.Future[Any]) -> None:
-    """Cancelled if not done; its outcome retrieved either way, so an embedding error nobody reads is not logged
-    as "never retrieved" (the request that needs a vector embeds again and sees the error itself)."""
-    if not task.done():
+    """A task is cancelled if not done (an embedding begun through one). A started embedding's future is not: its run
+    cannot be stopped, and its vector is kept in the process's cache as it arrives (``CachedEmbeddings.begin_query``).
+    The outcome is retrieved either way, so an embedding error nobody reads is not logged as "never retrieved" (the
+    request that needs a vector embeds again and sees the error itself)."""
+    if isinstance(task, asyncio.Task) and not task.done():
         task.cancel()
     task.add_done_callback(_retrieve)
 

@@ -76,7 +76,7 @@ class ChatScope:
         """``data`` validated and prepared (``prepare_chat``), or the chat prepared for it as it arrived: the same
         function on the same request and principal, when the early layer parsed it as Litestar did."""
         early = self.early
-        if early is not None and early.request == data:
+        if early is not None and early.principal is self.principal and early.request == data:
             return early.prepared
         return prepare_chat(data, self.principal, self.settings.chat, self.settings.limits)
 

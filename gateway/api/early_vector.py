@@ -24,6 +24,7 @@ it came. The handler uses the vector (and the chat it prepared) only for the ver
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import msgspec
@@ -33,12 +34,15 @@ from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Receive, ReceiveMessage, Scope, Send
 
 from gateway.access.guard import Access, RequireScope
+from gateway.access.keys import Principal
 from gateway.api.validation import prepare_chat
 from gateway.chat.completions import PreparedChat
 from gateway.chat.wire import ChatCompletionRequest
 from gateway.errors import GatewayError
 from gateway.query_vector import QueryVector
 from gateway.state import Services
+
+logger = logging.getLogger(__name__)
 
 CHAT_PATH = "/v1/chat/completions"
 # Where the handler finds it: a key of the request's scope state (``request.state``).
@@ -50,6 +54,7 @@ class EarlyVector:
     """A vector begun before Litestar routed the request, with the request and chat it was begun for."""
 
     request: ChatCompletionRequest
+    principal: Principal
     prepared: PreparedChat
     vector: QueryVector
 
@@ -62,8 +67,10 @@ def install(app: Litestar, hook: RequireScope) -> None:
 
 
 def begin_chat_vectors(app: ASGIApp, hook: RequireScope) -> ASGIApp:
+    """``app`` with chat questions' vectors begun before it sees the request (the module docstring says which)."""
+
     async def early_vectors(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != ScopeType.HTTP or scope["path"] != CHAT_PATH or scope.get("method") != "POST":
+        if scope["type"] != ScopeType.HTTP or scope.get("method") != "POST" or _route_path(scope) != CHAT_PATH:
             await app(scope, receive, send)
             return
         early, receive = await _begin(scope, receive, hook)
@@ -78,7 +85,8 @@ def begin_chat_vectors(app: ASGIApp, hook: RequireScope) -> ASGIApp:
 
 async def _begin(scope: Scope, receive: Receive, hook: RequireScope) -> tuple[EarlyVector | None, Receive]:
     """The vector begun for this request (None: the handler begins its own, if any) and the ``receive`` the app must
-    read the body from. Raises nothing a request could cause: whatever is wrong with it, the app answers."""
+    read the body from. Raises nothing a request could cause: this layer is outside Litestar's exception handlers, so
+    whatever is wrong with a request is left for the app to answer."""
     litestar_state = getattr(scope.get("app"), "state", None)
     services: Services | None = getattr(litestar_state, "services", None)
     access: Access | None = getattr(litestar_state, "access", None)
@@ -100,20 +108,36 @@ async def _begin(scope: Scope, receive: Receive, hook: RequireScope) -> tuple[Ea
         prepared = prepare_chat(request, principal, settings.chat, settings.limits)
     except (msgspec.DecodeError, msgspec.ValidationError, GatewayError):
         return None, replay  # the handler refuses it (a 4xx), as it would have
+    except Exception:  # anything else a body can cause (nested past the decoder's depth: RecursionError)
+        logger.debug("no early vector: the body did not decode as a chat request", exc_info=True)
+        return None, replay  # outside Litestar's exception handlers: the app answers it, as a problem
     if request.stream or prepared.history:
         return None, replay
     vector = await services.query_service.begin_vector(prepared.query.query, prepared.query.route)
     if not vector.early:
         return None, replay
-    early = EarlyVector(request, prepared, vector)
+    early = EarlyVector(request, principal, prepared, vector)
     scope["state"][EARLY_VECTOR] = early
     return early, replay
 
 
+def _route_path(scope: Scope) -> str:
+    """The path Litestar routes (``root_path`` off its front, as its router takes it off)."""
+    path: str = scope["path"]
+    root = scope.get("root_path", "")
+    return path[len(root) :] if root and path.startswith(root) else path
+
+
+# Longer than any body the limits let through (and within what int() converts without refusing).
+_LENGTH_DIGITS = 19
+
+
 def _content_length(scope: Scope) -> int | None:
+    """The declared body length; None (no early vector: the body may come in pieces) when it is missing or not a
+    plain number. Only a declared, bounded body is read ahead of the app."""
     for name, value in scope["headers"]:
         if name == b"content-length":
-            return int(value) if value.isdigit() else None
+            return int(value) if value.isdigit() and len(value) <= _LENGTH_DIGITS else None
     return None
 
 

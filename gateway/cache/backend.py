@@ -185,7 +185,7 @@ class MemoryBackend(CacheBackend):
             self._bytes -= len(entry[0])
 
     async def get(self, key: str) -> bytes | None:
-        return self._read(key)
+        return self.peek(key)
 
     async def set(self, key: str, value: bytes, ttl_s: float) -> None:
         self.put(key, value, ttl_s)

@@ -25,7 +25,8 @@ logger = logging.getLogger(__name__)
 
 _FLOAT32_LE = np.dtype("<f4")
 ArrayQuery = Callable[[str], Awaitable[np.ndarray[Any, np.dtype[np.float32]]]]
-BeginArray = Callable[[str], "asyncio.Future[np.ndarray[Any, np.dtype[np.float32]]]"]
+Vector = np.ndarray[Any, np.dtype[np.float32]]
+BeginArray = Callable[[str], "asyncio.Future[Vector]"]
 DEFAULT_EMBEDDING_TTL_S = 7 * 24 * 3600.0
 
 
@@ -99,12 +100,12 @@ class CachedEmbeddings(Embeddings):
         run under way (its vector stored as it is read). None where that cannot be done without awaiting (a shared
         backend, or a model that cannot start a run by itself): the caller embeds with ``aembed_query``."""
         backend, begin = self._backend, self._begin_array
-        if begin is None or not isinstance(backend, MemoryBackend):
+        if begin is None or type(backend) is not MemoryBackend:  # a subclass may read and write otherwise
             return None
         key = embedding_key(self._prefix, self._model, text)
-        with self._events.cache_lookup("embedding"):
-            cached = self._decode(key, backend.peek(key))
-            self._events.cache_result("embedding", "miss" if cached is None else "hit")
+        # Counted, but without aembed_query's lookup span: a dictionary read, and made before the request's span opens.
+        cached = self._decode(key, backend.peek(key))
+        self._events.cache_result("embedding", "miss" if cached is None else "hit")
         loop = asyncio.get_running_loop()
         if cached is not None:
             self.hits += 1
@@ -118,12 +119,13 @@ class CachedEmbeddings(Embeddings):
             run = loop.create_future()
             run.set_exception(exc)
 
-        def finish(array: np.ndarray[Any, np.dtype[np.float32]]) -> list[float]:
-            vector = np.asarray(array, dtype=_FLOAT32_LE)
-            backend.put(key, vector.tobytes(), self._ttl_s)
-            return vector.tolist()  # type: ignore[no-any-return]
+        def keep(arrived: asyncio.Future[Vector]) -> None:
+            """Kept as it arrives, read or not (an answer-cache hit lets the run go on: its vector is not wasted)."""
+            if not arrived.cancelled() and arrived.exception() is None:
+                backend.put(key, np.asarray(arrived.result(), dtype=_FLOAT32_LE).tobytes(), self._ttl_s)
 
-        return StartedEmbedding(run, finish)
+        run.add_done_callback(keep)
+        return StartedEmbedding(run, _as_list)
 
     async def _read(self, key: str) -> list[float] | None:
         try:
@@ -152,3 +154,7 @@ class CachedEmbeddings(Embeddings):
 
 def _as_is(vector: list[float]) -> list[float]:
     return vector
+
+
+def _as_list(vector: Vector) -> list[float]:
+    return np.asarray(vector, dtype=_FLOAT32_LE).tolist()  # type: ignore[no-any-return]

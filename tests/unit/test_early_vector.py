@@ -4,6 +4,7 @@ would begin it (issue 17), and started without a task where the model can (``Sta
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -140,6 +141,40 @@ async def test_a_request_the_handler_would_not_begin_early_is_not_begun_early(
     assert seen == expected
 
 
+async def test_open_mode_begins_early_and_a_rate_limited_key_after_the_hook(
+    settings: Settings, embeddings: USEEmbeddings, seen: list[str]
+) -> None:
+    overrides = ProviderOverrides(
+        chat_model=ScriptedChatModel(responder=grounded_or_direct), embeddings=Witness(embeddings, seen)
+    )
+    async with AsyncTestClient(create_app(settings, overrides)) as open_client:  # no keys: open mode, on loopback
+        seen.clear()
+        response = await open_client.post("/v1/chat/completions", json=chat())
+        assert response.status_code == 200, response.text
+    assert seen == [f"embed:{QUESTION}", "hook"]
+    paced = ApiKeyConfig(name="paced", key_sha256=hash_key("paced-key"), tenant="default", requests_per_minute=600)
+    seen.clear()
+    async with AsyncTestClient(create_app(settings.replace(access={"api_keys": [paced]}), overrides)) as keyed_client:
+        seen.clear()
+        response = await keyed_client.post("/v1/chat/completions", json=chat(), headers=bearer("paced-key"))
+        assert response.status_code == 200, response.text
+    assert seen == ["hook", f"embed:{QUESTION}"]
+
+
+async def test_a_body_nested_past_the_decoders_depth_is_answered_as_a_problem_not_a_crash(
+    settings: Settings, embeddings: USEEmbeddings, seen: list[str]
+) -> None:
+    deep = b'{"model": "gateway-auto", "messages": [], "x": ' + b"[" * 2000 + b"]" * 2000 + b"}"
+    async with client(settings, embeddings, seen) as test_client:
+        response = await test_client.post(
+            "/v1/chat/completions", content=deep, headers={**bearer("open-key"), "Content-Type": "application/json"}
+        )
+    assert response.status_code == 400, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    assert "nests arrays or objects too deeply" in response.json()["error"]["message"]
+    assert seen == ["hook"]
+
+
 async def test_a_body_that_is_not_json_is_refused_as_before_and_nothing_is_begun(
     settings: Settings, embeddings: USEEmbeddings, seen: list[str]
 ) -> None:
@@ -196,7 +231,7 @@ def cached(model: Model, backend: Any = None) -> CachedEmbeddings:
     return CachedEmbeddings(model, backend or MemoryBackend(100), model="m")  # type: ignore[arg-type]
 
 
-async def test_a_started_embedding_runs_now_and_is_kept_once_read() -> None:
+async def test_a_started_embedding_runs_now_and_is_kept_as_it_arrives() -> None:
     model = Model()
     embeddings = cached(model)
     started = embeddings.begin_query("q")
@@ -204,6 +239,7 @@ async def test_a_started_embedding_runs_now_and_is_kept_once_read() -> None:
     assert model.runs == ["q"]  # under way before anything was awaited
     model.pending[0].set_result(np.array([0.5, 0.25], dtype=np.float32))
     assert await started == [0.5, 0.25]
+    await asyncio.sleep(0)  # the run's done callback keeps it
     assert embeddings.misses == 1
     hit = embeddings.begin_query("q")
     assert hit is not None
@@ -230,9 +266,11 @@ async def test_a_failed_run_reaches_the_reader_as_the_knowledge_base_reports_it(
         await started
 
 
-async def test_a_vector_started_and_not_read_is_let_go() -> None:
+async def test_a_vector_started_and_not_read_runs_on_and_is_kept() -> None:
+    """An answer-cache hit lets its question's vector go: the run cannot be stopped, so its vector is kept."""
     model = Model()
-    started = cached(model).begin_query("q")
+    embeddings = cached(model)
+    started = embeddings.begin_query("q")
     assert started is not None
 
     async def never(text: str) -> list[float]:
@@ -241,8 +279,27 @@ async def test_a_vector_started_and_not_read_is_let_go() -> None:
     vector = QueryVector.started(never, "q", started)
     assert vector.early
     vector.release()
-    assert started.future.cancelled()  # the run's hand-over finds nobody waiting
     assert not vector.early
+    assert not started.future.cancelled()
+    model.pending[0].set_result(np.array([1.0, 0.0], dtype=np.float32))
+    await asyncio.sleep(0)  # the run's hand-over: kept by its done callback
+    hit = embeddings.begin_query("q")
+    assert hit is not None
+    assert hit.future.done()
+    assert await hit == [1.0, 0.0]
+    assert model.runs == ["q"]
+
+
+async def test_a_failed_run_nobody_reads_is_not_reported_unretrieved(caplog: pytest.LogCaptureFixture) -> None:
+    model = Model()
+    started = cached(model).begin_query("q")
+    assert started is not None
+    QueryVector.started(AssertionError, "q", started).release()  # type: ignore[arg-type]
+    model.pending[0].set_exception(RuntimeError("encoder failed"))
+    await asyncio.sleep(0)
+    del started, model
+    gc.collect()
+    assert "never retrieved" not in caplog.text
 
 
 async def test_a_started_embeddings_failure_is_reported_by_each_layer_in_turn() -> None:
