@@ -103,9 +103,9 @@ class CachedEmbeddings(Embeddings):
         if begin is None or type(backend) is not MemoryBackend:  # a subclass may read and write otherwise
             return None
         key = embedding_key(self._prefix, self._model, text)
-        # Counted, but without aembed_query's lookup span: a dictionary read, and made before the request's span opens.
-        cached = self._decode(key, backend.peek(key))
-        self._events.cache_result("embedding", "miss" if cached is None else "hit")
+        with self._events.cache_lookup("embedding"):
+            cached = self._decode(key, backend.peek(key))
+            self._events.cache_result("embedding", "miss" if cached is None else "hit")
         loop = asyncio.get_running_loop()
         if cached is not None:
             self.hits += 1

@@ -28,6 +28,7 @@ from gateway.query_vector import QueryVector, StartedEmbedding
 from gateway.settings import ApiKeyConfig, Settings
 from gateway.state import ProviderOverrides
 from tests.conftest import grounded_or_direct
+from tests.unit.observability_support import traced_app
 
 QUESTION = "When did the Lisbon office open?"
 
@@ -320,3 +321,18 @@ async def test_the_local_models_started_vector_is_its_awaited_one_bit_for_bit(em
     started = [embeddings.begin_query_array(text) for text in texts]
     for text, future in zip(texts, started, strict=True):
         assert (await future).tolist() == await embeddings.aembed_query(text) == embeddings.embed_query(text)
+
+
+async def test_an_early_vector_leaves_no_trace_of_its_own(settings: Settings, embeddings: USEEmbeddings) -> None:
+    """Its lookup of the process's vectors happens before the request's span opens: counted, not a root trace."""
+    async with traced_app(settings, embeddings) as (test_client, _, exporter):
+        response = await test_client.post("/v1/chat/completions", json=chat())
+        assert response.status_code == 200, response.text
+        trace_id = response.json()["gateway"]["trace_id"]
+        for _ in range(100):
+            if any(s.name == "POST /v1/chat/completions" for s in exporter.get_finished_spans()):
+                break
+            await asyncio.sleep(0.02)
+        spans = exporter.get_finished_spans()
+    assert spans
+    assert {format(s.context.trace_id, "032x") for s in spans if s.context} == {trace_id}
