@@ -11,7 +11,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from langchain_core.embeddings import Embeddings
 from litestar.testing import AsyncTestClient
 
 from gateway.access.guard import RequireScope
@@ -28,27 +27,18 @@ from gateway.query_vector import QueryVector, StartedEmbedding
 from gateway.settings import ApiKeyConfig, Settings
 from gateway.state import ProviderOverrides
 from tests.conftest import grounded_or_direct
+from tests.unit.embedding_support import DelegatingEmbeddings
 from tests.unit.observability_support import traced_app
 
 QUESTION = "When did the Lisbon office open?"
 
 
-class Witness(Embeddings):
+class Witness(DelegatingEmbeddings):
     """The real model, writing into ``seen`` each query it is asked to start (next to the key hook's entries)."""
 
     def __init__(self, inner: USEEmbeddings, seen: list[str]) -> None:
-        self.inner = inner
-        self.dimensions = inner.dimensions
+        super().__init__(inner)
         self.seen = seen
-
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        return self.inner.embed_documents(texts)
-
-    def embed_query(self, text: str) -> list[float]:
-        return self.inner.embed_query(text)
-
-    async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
-        return await self.inner.aembed_documents(texts)
 
     async def aembed_query(self, text: str) -> list[float]:
         return (await self.aembed_query_array(text)).tolist()  # type: ignore[no-any-return]

@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from langchain_core.embeddings import Embeddings
 from litestar.testing import AsyncTestClient
 
 from gateway.app import create_app
@@ -31,24 +30,15 @@ from gateway.providers.use_pieces import PieceLookup
 from gateway.settings import Settings
 from gateway.state import ProviderOverrides
 from tests.conftest import grounded_or_direct
+from tests.unit.embedding_support import DelegatingEmbeddings
 
 
-class CountingEmbeddings(Embeddings):
+class CountingEmbeddings(DelegatingEmbeddings):
     """The real model, counting the query embeddings the request path asks for."""
 
     def __init__(self, inner: USEEmbeddings) -> None:
-        self.inner = inner
-        self.dimensions = inner.dimensions
+        super().__init__(inner)
         self.queries: list[str] = []
-
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        return self.inner.embed_documents(texts)
-
-    def embed_query(self, text: str) -> list[float]:
-        return self.inner.embed_query(text)
-
-    async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
-        return await self.inner.aembed_documents(texts)
 
     async def aembed_query(self, text: str) -> list[float]:
         self.queries.append(text)
