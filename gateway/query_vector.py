@@ -34,8 +34,8 @@ def _unchanged(error: Exception) -> Exception:
 @dataclass(frozen=True, slots=True)
 class StartedEmbedding:
     """A query's embedding already under way, awaited by whoever reads it: ``future`` (the model's own result, the
-    local model's float32 array), ``finish`` (what makes it the vector the caller gets, a list of floats, kept in the
-    process's vector cache) and ``errors`` (a failure as the caller's layer reports it).
+    local model's float32 array), ``finish`` (what makes it the vector the caller gets, a list of floats) and
+    ``errors`` (a failure as the caller's layer reports it).
 
     Awaiting it awaits ``future`` in the reader's own task and applies ``finish`` there: no task of its own and no
     event-loop step between the model's hand-over and the reader. Begun through a task (``QueryVector.begin``),

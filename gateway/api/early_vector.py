@@ -1,7 +1,7 @@
 """A first chat question's query vector, begun as the request's bytes arrive, before Litestar routes it (issue 17).
 
-An ``auto`` question's path waits for its embedding (~0.7 ms on ONNX Runtime's thread, the longest stretch of
-it), and the handler used to begin it only after Litestar had routed the request, run the key hook, read and
+An ``auto`` question's path waits for its embedding (~0.7-0.9 ms on ONNX Runtime's thread, the longest stretch
+of it), and the handler used to begin it only after Litestar had routed the request, run the key hook, read and
 validated the body and resolved the handler's dependencies: some 0.2 ms of a serving process's event loop with
 ONNX Runtime's thread idle, measured with a timeline inside a running gateway. This layer, placed in front of
 Litestar's router (:func:`install`), begins it first, for exactly the requests whose handler would begin it, and

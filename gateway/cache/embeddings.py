@@ -97,8 +97,8 @@ class CachedEmbeddings(Embeddings):
 
     def begin_query(self, text: str) -> StartedEmbedding | None:
         """``aembed_query`` started now, without a task or a step of the event loop: the cached vector, or the model's
-        run under way (its vector stored as it is read). None where that cannot be done without awaiting (a shared
-        backend, or a model that cannot start a run by itself): the caller embeds with ``aembed_query``."""
+        run under way (its vector stored as it arrives, read or not). None where that cannot be done without awaiting
+        (a shared backend, or a model that cannot start a run by itself): the caller embeds with ``aembed_query``."""
         backend, begin = self._backend, self._begin_array
         if begin is None or type(backend) is not MemoryBackend:  # a subclass may read and write otherwise
             return None
