@@ -75,18 +75,7 @@ class RequireScope:
         if access.keys.open:
             connection.state[PRINCIPAL] = ANONYMOUS
             return
-        key = presented_key(connection)
-        if key is None:
-            raise AuthenticationError(
-                "No API key: send it as 'Authorization: Bearer <key>' (or in the 'x-api-key' header)."
-            )
-        principal = access.keys.lookup(key)
-        if principal is None:
-            raise AuthenticationError("The API key is not valid.")
-        if not principal.allows(self.scope):
-            raise PermissionDeniedError(
-                f"The API key {principal.name!r} lacks the {self.scope!r} scope for this endpoint."
-            )
+        principal = self._identify(access, connection)
         decision = await access.limiter.admit(principal)
         if not decision.allowed:
             what = (
@@ -108,12 +97,27 @@ class RequireScope:
         hook refuses never costs it."""
         if access.keys.open:
             return ANONYMOUS
+        try:
+            principal = self._identify(access, connection)
+        except (AuthenticationError, PermissionDeniedError):
+            return None  # the hook answers it
+        return None if principal.limited else principal
+
+    def _identify(self, access: Access, connection: ASGIConnection[Any, Any, Any, Any]) -> Principal:
+        """The presented key's principal, if it holds the scope (a keyed app: open mode admits everyone)."""
         key = presented_key(connection)
-        principal = access.keys.lookup(key) if key is not None else None
-        if principal is None or not principal.allows(self.scope):
-            return None
-        limited = principal.requests_per_minute is not None or principal.daily_tokens is not None
-        return None if limited else principal
+        if key is None:
+            raise AuthenticationError(
+                "No API key: send it as 'Authorization: Bearer <key>' (or in the 'x-api-key' header)."
+            )
+        principal = access.keys.lookup(key)
+        if principal is None:
+            raise AuthenticationError("The API key is not valid.")
+        if not principal.allows(self.scope):
+            raise PermissionDeniedError(
+                f"The API key {principal.name!r} lacks the {self.scope!r} scope for this endpoint."
+            )
+        return principal
 
 
 def require(scope: Scope) -> RequireScope:

@@ -46,6 +46,11 @@ class Principal:
     daily_tokens: int | None = None
     authenticated: bool = True
 
+    @property
+    def limited(self) -> bool:
+        """Whether a rate or a token budget applies: the limiters count nothing for a key without either."""
+        return self.requests_per_minute is not None or self.daily_tokens is not None
+
     def allows(self, scope: Scope) -> bool:
         # admin is the superset: an ingestion key may also query what it ingested.
         return scope in self.scopes or "admin" in self.scopes

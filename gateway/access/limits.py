@@ -150,7 +150,7 @@ class RedisRateLimiter(RateLimiter):
         return f"{self._prefix}:tok:{principal.name}:{day}"
 
     async def admit(self, principal: Principal) -> Decision:
-        if principal.requests_per_minute is None and principal.daily_tokens is None:
+        if not principal.limited:
             return Decision("ok")
         minute, minute_left, day_left, day = _windows(self._clock())
         args = [principal.requests_per_minute or 0, WINDOW_S * 2, principal.daily_tokens or 0]
