@@ -80,25 +80,18 @@ class USEEmbeddings(Embeddings):
         anyway, so that a vector never depends on its batch mates)."""
         loop = asyncio.get_running_loop()
         arrived: asyncio.Future[Vector] = loop.create_future()
+        settle_rows = self._model.settle_pending
 
         def done(vector: Vector | None, error: BaseException | None) -> None:
+            """One wake-up of the loop per run, for the vector and the rows after it (:meth:`USEOnnx._ran`)."""
+            if not loop.is_running():  # nothing would run the rows' settling (wait_idle settles what a stop drops)
+                settle_rows()
             try:
-                loop.call_soon_threadsafe(_settle, arrived, vector, error)
+                loop.call_soon_threadsafe(_arrive, loop, arrived, vector, error, settle_rows)
             except RuntimeError:  # the loop closed while the text ran: nobody is left to wait for it
-                return
+                settle_rows()
 
-        model = self._model
-
-        def later() -> None:
-            if not loop.is_running():  # nothing would run it (and wait_idle settles what a stopping loop drops)
-                model.settle_pending()
-                return
-            try:
-                loop.call_soon_threadsafe(_after_steps, loop, _ROWS_AFTER_STEPS, model.settle_pending)
-            except RuntimeError:  # the loop closed meanwhile: settled here
-                model.settle_pending()
-
-        model.encode_async(text, done, later)
+        self._model.encode_async(text, done, defer_rows=True)
         return arrived
 
 
@@ -113,6 +106,18 @@ def _after_steps(loop: asyncio.AbstractEventLoop, steps: int, then: Callable[[],
         loop.call_soon(_after_steps, loop, steps - 1, then)
     else:
         then()
+
+
+def _arrive(
+    loop: asyncio.AbstractEventLoop,
+    arrived: asyncio.Future[Vector],
+    vector: Vector | None,
+    error: BaseException | None,
+    settle_rows: Callable[[], None],
+) -> None:
+    """On the loop: the vector to its reader, then the run's rows kept a few steps on."""
+    _settle(arrived, vector, error)
+    loop.call_soon(_after_steps, loop, _ROWS_AFTER_STEPS, settle_rows)
 
 
 def _settle(arrived: asyncio.Future[Vector], vector: Vector | None, error: BaseException | None) -> None:

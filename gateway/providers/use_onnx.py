@@ -76,8 +76,6 @@ class EmbeddingRunError(RuntimeError):
 
 # The outcome of one text's run, handed over on ONNX Runtime's thread: its vector, or the error that stopped it.
 Done = Callable[[Vectors | None, BaseException | None], None]
-# Called on ONNX Runtime's thread once a run's piece rows wait to be settled: it has settle_pending() run later.
-Later = Callable[[], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +84,7 @@ class _Run:
     # Held until the run ends: ONNX Runtime reads numpy feeds in place, without a reference of its own.
     feeds: dict[str, np.ndarray[Any, Any]]
     done: Done
-    later: Later | None
+    deferred: bool  # its rows wait for settle_pending (queued before ``done``), else are settled after ``done``
 
 
 class USEOnnx:
@@ -138,7 +136,7 @@ class USEOnnx:
         self.pieces = PieceRows(_ROW_WIDTH, pieces)
         self._running = 0
         self._idle = threading.Condition()
-        # Runs over whose rows wait for settle_pending (their ``later`` has it run): appended on ONNX Runtime's
+        # Runs over whose rows wait for settle_pending (their ``done``'s owner has it run): appended on ONNX Runtime's
         # thread, drained on any (a deque's append and popleft are atomic).
         self._unsettled: deque[tuple[PieceLookup, Vectors | None]] = deque()
         # A process must not end with a run in flight: ONNX Runtime's thread would call back into an interpreter
@@ -166,23 +164,23 @@ class USEOnnx:
         self.encode_async(text, done)
         return outcome.result()
 
-    def encode_async(self, text: str, done: Done, later: Later | None = None) -> None:
+    def encode_async(self, text: str, done: Done, *, defer_rows: bool = False) -> None:
         """Starts ``text``'s run and returns: ``done(vector, None)`` or ``done(None, error)`` follows, called on ONNX
         Runtime's thread. Runs queue on that thread one after the other, in the order they were started.
 
-        The run's piece rows are settled after ``done`` (those it read unpinned, those it computed kept): on ONNX
-        Runtime's thread, or, given ``later``, by :meth:`settle_pending`, which ``later()`` (called on ONNX Runtime's
-        thread once they wait) has run on another: the event loop, once its query has gone on (:class:`USEEmbeddings`).
-        Settled on ONNX Runtime's thread, the rows held the GIL the loop needs to take the vector, ~0.1 ms of every
-        query with a new piece in a serving process (issue 17); until they are settled, a text with the same new
-        piece computes it again."""
+        The run's piece rows are settled (those it read unpinned, those it computed kept) after ``done``, on ONNX
+        Runtime's thread; or, with ``defer_rows``, queued for :meth:`settle_pending` before ``done`` is called, and
+        ``done``'s owner has that run on its own thread (the event loop, once its query has gone on:
+        :class:`USEEmbeddings`). Settled on ONNX Runtime's thread, the rows held the GIL the loop needs to take the
+        vector, ~0.1 ms of every query with a new piece in a serving process (issue 17); until they are settled, a
+        text with the same new piece computes it again."""
         ids = self._tokenize(text)
         lookup = self.pieces.lookup(ids)  # pins the rows it names: settled below if the run does not start
         with self._idle:
             self._running += 1
         try:
             feeds = self._feeds(ids, lookup)
-            self._start(self._outputs, feeds, self._ran, _Run(lookup, feeds, done, later), None)
+            self._start(self._outputs, feeds, self._ran, _Run(lookup, feeds, done, defer_rows), None)
         except BaseException:
             self.pieces.settle(lookup, None)
             self._finished()
@@ -220,39 +218,35 @@ class USEOnnx:
             self._settle(lookup, rows)
 
     def _ran(self, results: list[Vectors], run: _Run, error: str) -> None:
-        """On ONNX Runtime's thread: hand the vector over, then settle the run's rows (unpin those it read, keep those
-        it computed), here or, given the run's ``later``, by :meth:`settle_pending`. The caller is waiting for the
-        vector, nobody for the rows, so they come second; a text looked up before they are kept computes the same rows
-        again. What fails here goes to ``done``, or is logged, and nothing is raised into ONNX Runtime's thread (it
-        would reach no caller, and could end the process)."""
-        new_rows: Vectors | None = None
-        try:
-            if error:
-                run.done(None, EmbeddingRunError(error))
-                return
-            try:
-                vector, new_rows = results
-            except Exception as exc:  # handed to the caller, who raises it where it waits
-                run.done(None, exc)
-                return
-            run.done(vector[0], None)
-        except Exception:  # ``done`` itself failed: a bug, logged; its caller is not told and may wait
-            logger.exception("handing an embedding over failed")
-        finally:
-            self._keep(run, new_rows)
-            self._finished()
+        """On ONNX Runtime's thread: hand the vector over, and settle the run's rows (unpin those it read, keep those
+        it computed) after it, or, for a deferred run, queue them for :meth:`settle_pending` before it.
 
-    def _keep(self, run: _Run, rows: Vectors | None) -> None:
-        """Settles a run's rows now, or queues them for :meth:`settle_pending` and calls the run's ``later``."""
-        if run.later is None:
-            self._settle(run.lookup, rows)
-            return
-        self._unsettled.append((run.lookup, rows))
+        ``done`` is the last thing this thread does while it holds the GIL (bar a counter): its hand-over wakes
+        the thread that waits (the event loop), which then needs the GIL. Called first, with the rows' queueing and
+        a second wake-up for them after it, it kept the GIL while the loop woke, so the loop slept once more waiting
+        for it (issue 17: ~0.1 ms between this callback and the query going on, measured in a serving gateway).
+        What fails here goes to ``done``, or is logged, and nothing is raised into ONNX Runtime's thread (it would
+        reach no caller, and could end the process)."""
+        vector: Vectors | None = None
+        new_rows: Vectors | None = None
+        failure: BaseException | None = EmbeddingRunError(error) if error else None
+        if failure is None:
+            try:
+                batch, new_rows = results
+                vector = batch[0]
+            except Exception as exc:  # handed to the caller, who raises it where it waits
+                failure, new_rows = exc, None
+        if run.deferred:
+            self._unsettled.append((run.lookup, new_rows))
         try:
-            run.later()
-        except Exception:
-            logger.exception("scheduling an embedding's piece rows failed; settled here")
+            run.done(vector, failure)
+        except Exception:  # ``done`` itself failed: a bug, logged; its caller is not told and may wait
+            logger.exception("handing an embedding over failed; its rows are settled here")
             self.settle_pending()
+        finally:
+            if not run.deferred:
+                self._settle(run.lookup, new_rows)
+            self._finished()
 
     def _settle(self, lookup: PieceLookup, rows: Vectors | None) -> None:
         """Unpins a run's rows and keeps its new ones once its vector is handed over. A failure costs only their

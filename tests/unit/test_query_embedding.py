@@ -271,18 +271,40 @@ async def test_a_querys_new_rows_are_kept_on_the_loop_once_the_query_has_gone_on
     assert np.array_equal(vector, model.encode([text])[0])
 
 
+async def test_a_query_wakes_the_loop_once_and_its_rows_wait_before_the_hand_over(
+    embeddings: USEEmbeddings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One cross-thread wake-up per query (vector and rows together), and the rows queued before it, so that ONNX
+    Runtime's thread lets the GIL go as it wakes the loop (a second wake-up after it made the woken loop wait)."""
+    model = embeddings._model
+    assert model.wait_idle(30)
+    loop = asyncio.get_running_loop()
+    posted: list[int] = []
+    post = loop.call_soon_threadsafe
+
+    def counting(callback: Any, *args: Any, context: Any = None) -> asyncio.Handle:
+        posted.append(len(model._unsettled))  # the rows waiting when the loop is woken
+        return post(callback, *args, context=context)
+
+    monkeypatch.setattr(loop, "call_soon_threadsafe", counting)
+    vector = await embeddings.aembed_query_array(_new_pieces_text())
+    assert posted == [1]
+    assert vector.shape == (512,)
+
+
 def test_rows_whose_keeper_never_settles_them_are_settled_when_the_model_goes_idle(embeddings: USEEmbeddings) -> None:
     """A keeper may never run what it was handed (an event loop that stopped first): waiting for the model settles
     it, so no row stays pinned and the computed rows are kept."""
     model = embeddings._model
     text = _new_pieces_text()
     ids = model._tokenize(text)
-    dropped: list[object] = []
     arrived: Future[np.ndarray] = Future()
-    model.encode_async(text, lambda vector, error: arrived.set_result(vector), lambda: dropped.append(text))
+    model.encode_async(text, lambda vector, error: arrived.set_result(vector), defer_rows=True)
     arrived.result(timeout=30)
+    waiting = model.pieces.lookup(ids)  # queued before the vector was handed over, and nothing settles them
+    model.pieces.settle(waiting, None)
+    assert waiting.missing
     assert model.wait_idle(30)
-    assert len(dropped) == 1
     lookup = model.pieces.lookup(ids)
     model.pieces.settle(lookup, None)
     assert lookup.missing == []
