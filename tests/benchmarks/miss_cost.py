@@ -20,6 +20,13 @@ two one after the other, never together, on a quiet machine. ``--profile S`` ins
 gateway with py-spy for S seconds per model under unique prompts (concurrency 8, or
 ``--profile-concurrency``) and prints where the samples go by package (:mod:`tests.benchmarks.profile_summary`).
 
+``--warm-pairs N`` first sends each model N unique sequential pairs that are not counted. By default the figures
+are a fresh process's first requests, as the kit measures LiteLLM (its load generator warms up with 20 pairs). A
+fresh gateway computes the embedding rows of each sentence piece it has not seen yet, and the kit's unique tags put
+a new number piece ("137") in almost every one of its first 300 prompts and in almost none after (~0.3-0.5 ms more
+CPU and latency per ``auto`` miss while they last). ``--warm-pairs 300`` measures the process as it serves once
+those are kept.
+
 The kit's tools venv (``shared/perf/setup.sh tools``, under ``$PERFKIT``) runs the fake upstream and
 the load generator; the gateway runs on this interpreter. Everything listens on loopback, on free
 ports; the script stops every process it started.
@@ -219,6 +226,8 @@ def measure(kit: Kit, args: argparse.Namespace, pid: int, base: str, upstream: s
     results: dict[str, Any] = {}
     for model in args.models:
         results[f"{model} route"] = probe_route(base, key, model)
+        if args.warm_pairs:  # sent and not counted: see ``--warm-pairs``
+            kit.load([*overhead_args(base, upstream, key, model, args.warm_pairs), "--label", f"{model} warm"], out)
         results[f"{model} overhead"] = kit.load(
             [*overhead_args(base, upstream, key, model, args.seq_n), *common, "--label", f"{model} overhead"], out
         )
@@ -377,6 +386,12 @@ def main() -> None:
         "--profile-concurrency", type=int, default=8, help="1: where a sequential miss's CPU goes (every wait idles)"
     )
     parser.add_argument("--py-spy", help="py-spy executable (default: on PATH)")
+    parser.add_argument(
+        "--warm-pairs",
+        type=int,
+        default=0,
+        help="unique sequential pairs sent to each model first and not counted (default 0: a fresh process)",
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     kit = open_kit(args)
