@@ -116,8 +116,8 @@ class CachedEmbeddings(Embeddings):
         except Exception as exc:  # reported where the vector is read, as aembed_query's caller sees it
             run = loop.create_future()
             run.set_exception(exc)
-        # Counted once the run is under way: the lookup's metric and span are not on the query's path (~0.02 ms
-        # of a serving loop before the run began, issue 17). A memory peek has nothing to time.
+        # Counted once the run is under way: the lookup's metric and span (~0.02 ms of a serving loop, in place) no
+        # longer come before the run begins (issue 17). A memory peek has nothing to time.
         self._looked_up("miss")
         self.misses += 1
 

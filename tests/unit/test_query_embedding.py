@@ -274,8 +274,8 @@ async def test_a_querys_new_rows_are_kept_on_the_loop_once_the_query_has_gone_on
 async def test_a_query_wakes_the_loop_once_and_its_rows_wait_before_the_hand_over(
     embeddings: USEEmbeddings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """One cross-thread wake-up per query (vector and rows together), and the rows queued before it, so that ONNX
-    Runtime's thread lets the GIL go as it wakes the loop (a second wake-up after it made the woken loop wait)."""
+    """One post to the loop from ONNX Runtime's thread per query, for the vector and the rows together: the rows are
+    queued before it."""
     model = embeddings._model
     assert model.wait_idle(30)
     loop = asyncio.get_running_loop()
