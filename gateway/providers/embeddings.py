@@ -34,9 +34,14 @@ class USEEmbeddings(Embeddings):
     int8 (cheaper, vectors a little off: :mod:`gateway.providers.use_onnx`)."""
 
     def __init__(
-        self, threads: int = 1, *, quantize: bool = USE_MODELS[DEFAULT_USE_MODEL], piece_rows: int = DEFAULT_PIECE_ROWS
+        self,
+        threads: int = 1,
+        *,
+        quantize: bool = USE_MODELS[DEFAULT_USE_MODEL],
+        piece_rows: int = DEFAULT_PIECE_ROWS,
+        number_rows: bool = False,
     ) -> None:
-        self._model = USEOnnx(quantize=quantize, threads=threads, pieces=piece_rows)
+        self._model = USEOnnx(quantize=quantize, threads=threads, pieces=piece_rows, numbers=number_rows)
         self._model.encode(["warm-up"])  # the first run allocates ONNX Runtime's buffers: now, not on a request
         self.dimensions = USE_DIMENSIONS
         self.quantized = quantize
@@ -139,7 +144,12 @@ def build_embeddings(settings: EmbeddingSettings, endpoint: LLMEndpointSettings)
             openai_api_base=endpoint.base_url,
             openai_api_key=endpoint.api_key,
         )
-    return USEEmbeddings(threads=settings.threads, quantize=USE_MODELS[settings.model], piece_rows=settings.piece_rows)
+    return USEEmbeddings(
+        threads=settings.threads,
+        quantize=USE_MODELS[settings.model],
+        piece_rows=settings.piece_rows,
+        number_rows=settings.number_rows,
+    )
 
 
 def embedding_dimensions(embeddings: Embeddings) -> int:

