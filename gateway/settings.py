@@ -101,7 +101,7 @@ class EmbeddingSettings(SettingsGroup):
     # The local model's per-piece rows kept (0 keeps none): a query whose pieces are kept skips ~60 % of its
     # multiply-adds. Vectors are the same whatever is kept (gateway.providers.use_pieces).
     piece_rows: int = Field(DEFAULT_PIECE_ROWS, ge=0)
-    # The rows of the vocabulary's 2,114 number pieces, computed at start-up (~0.2 s) and kept for good (~32 MB) on
+    # The rows of the vocabulary's 3,754 number pieces, computed at start-up (~0.4 s) and kept for good (~57 MB) on
     # top of ``piece_rows``: ids, years and counts rarely repeat, so a fresh process computed a row for nearly every
     # query that held one. Vectors are the same either way.
     number_rows: bool = True

@@ -152,7 +152,7 @@ class USEOnnx:
 
     def _reside(self, pieces: list[int]) -> None:
         """Computes the rows of ``pieces`` now and keeps them for good (``numbers``: the vocabulary's number pieces,
-        ~32 MB). Without them a fresh process computed a new piece's row for nearly every one of its first few hundred
+        ~57 MB). Without them a fresh process computed a new piece's row for nearly every one of its first few hundred
         queries that held an id or a count (~0.4 ms each in a serving gateway: the per-piece weights streamed from
         memory, issue 17). The same graph computes them, fed the pieces as one text per chunk, so each row has the bits
         a query's run would give it (rows do not depend on their batch: :mod:`gateway.providers.use_pieces`)."""
