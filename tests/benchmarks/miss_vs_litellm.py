@@ -35,12 +35,13 @@ LITELLM_MODEL = "fake-gpt"
 
 
 @contextmanager
-def litellm(kit: Kit, upstream_port: int) -> Iterator[tuple[int, str]]:
-    """LiteLLM's proxy without a cache on a free port; yields (pid, base URL)."""
+def litellm(kit: Kit, upstream_port: int, variant: str = "plain") -> Iterator[tuple[int, str]]:
+    """LiteLLM's proxy on a free port, without a cache (``plain``) or with the kit's Redis one (``redis``); yields
+    (pid, base URL)."""
     port = free_port()
     env = {**kit.env(upstream_port), "LITELLM_PORT": str(port)}
     script = str(kit.directory / "run_litellm.sh")
-    subprocess.run([script, "start", "plain"], check=True, env=env, stdout=subprocess.DEVNULL)  # waits until ready
+    subprocess.run([script, "start", variant], check=True, env=env, stdout=subprocess.DEVNULL)  # waits until ready
     try:
         yield int((kit.perfkit / "litellm.pid").read_text().strip()), f"http://127.0.0.1:{port}"
     finally:

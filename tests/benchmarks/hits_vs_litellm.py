@@ -1,0 +1,96 @@
+"""This gateway's cache hits against LiteLLM's, in interleaved rounds (issue 17: hits at >= 7x its throughput).
+
+    python -m tests.benchmarks.hits_vs_litellm [--rounds 4] [--duration 10] [--models gateway-auto]
+
+:mod:`tests.benchmarks.miss_cost` measures hits a few minutes after ``shared/perf/bench_litellm.sh`` measured
+LiteLLM's, and this 2-core machine's speed swings by 2x within minutes: the same commit's ``gateway-auto`` hits
+ran at 831 and 451 req/s in two runs three minutes apart. This script keeps LiteLLM with the kit's Redis cache
+(``run_litellm.sh start redis``, as ``bench_litellm.sh`` measures its hits) and one gateway up at once, against
+one fake upstream and the Redis both cache in, fills both caches with the kit's one prompt, then runs the kit's
+``load.py run`` (``--concurrency`` clients for ``--duration`` seconds, the same prompt) on each in turn, rotating
+the order every round. It prints every round's req/s and server CPU ms per request, and the median ratio.
+
+Needs the kit's tools venv and its LiteLLM venv (``shared/perf/setup.sh``). Run it on a quiet machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import secrets
+import tempfile
+from pathlib import Path
+
+from tests.benchmarks.miss_cost import free_port, open_kit, run_args
+from tests.benchmarks.miss_vs_litellm import (
+    LITELLM_KEY,
+    LITELLM_MODEL,
+    add_one_gateway_arguments,
+    litellm,
+    one_gateway,
+    ratio_line,
+)
+
+WARM_S = 2.0  # one short run per side first: opens the connections and stores the answer
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_one_gateway_arguments(parser, rounds=4)
+    parser.set_defaults(models=["gateway-auto"])
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds per side and round")
+    parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "hits_vs_litellm")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    kit = open_kit(args)
+    key = "bench-" + secrets.token_urlsafe(24)
+    upstream_port = free_port()
+    sides = ["litellm", *args.models]
+    rows: list[dict[str, tuple[float, float]]] = []
+    with (
+        tempfile.TemporaryDirectory(prefix="hits-vs-litellm-") as work,
+        kit.upstream(upstream_port) as upstream,
+        litellm(kit, upstream_port, "redis") as (lite_pid, lite_base),
+        one_gateway(args, upstream, key, Path(work), args.out / "gateway.log") as (pid, base),
+    ):
+
+        def load(side: str, seconds: float) -> list[str]:
+            if side == "litellm":
+                return [*run_args(lite_base, LITELLM_KEY, LITELLM_MODEL, args.concurrency, seconds, unique=False)]
+            return run_args(base, key, side, args.concurrency, seconds, unique=False)
+
+        for side in sides:
+            kit.load([*load(side, WARM_S), "--label", f"warm {side}"], args.out / "warm.jsonl")
+        for round_no in range(args.rounds):
+            shift = round_no % len(sides)
+            row: dict[str, tuple[float, float]] = {}
+            for side in sides[shift:] + sides[:shift]:
+                side_pid = lite_pid if side == "litellm" else pid
+                label = f"round {round_no + 1} {side} hit"
+                result = kit.load(
+                    [*load(side, args.duration), "--pid", str(side_pid), "--label", label], args.out / "rounds.jsonl"
+                )
+                if result.get("errors"):
+                    raise SystemExit(f"{label}: {result['errors']} errors ({result.get('status')})")
+                row[side] = (float(result["rps"]), float(result["server_cpu_ms_per_req"]))
+            rows.append(row)
+    print(
+        "| round | "
+        + " | ".join(f"{side} req/s, CPU ms" for side in sides)
+        + " | "
+        + " | ".join(f"{m} req/s ratio" for m in args.models)
+        + " |"
+    )
+    print("|---" * (1 + len(sides) + len(args.models)) + "|")
+    for number, row in enumerate(rows, 1):
+        cells = [f"{row[side][0]:.1f}, {row[side][1]:.2f}" for side in sides]
+        ratios = [f"{row[m][0] / row['litellm'][0]:.2f}×" for m in args.models]
+        print(f"| {number} | " + " | ".join(cells + ratios) + " |")
+    print()
+    for model in args.models:
+        print(ratio_line(f"{model} hits req/s / LiteLLM's", [r[model][0] / r["litellm"][0] for r in rows]))
+        print(ratio_line(f"{model} CPU ms per hit / LiteLLM's", [r[model][1] / r["litellm"][1] for r in rows]))
+
+
+if __name__ == "__main__":
+    main()
