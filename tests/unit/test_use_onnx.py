@@ -96,6 +96,20 @@ def test_number_rows_computed_at_start_up_give_the_same_vectors(quantize: bool) 
     assert len(numbers.pieces) == numbers.pieces.resident > 3000
 
 
+def test_a_fresh_model_computes_no_row_for_a_stream_of_numbered_questions() -> None:
+    """Ids and counts rarely repeat: without the number rows nearly every question computed a new row."""
+    asked = [f"Where is order {1000 + 7 * i}? [3f9a0c7e-{i}]" for i in range(300)]
+    computed = {}
+    for numbers in (True, False):
+        model = USEOnnx(quantize=False, numbers=numbers)
+        model.encode(asked[:1])  # the words, and the tag's letters
+        before = model.pieces.misses
+        model.encode(asked[1:])
+        computed[numbers] = model.pieces.misses - before
+    assert computed[True] <= 2, computed  # a piece first met later ("-" alone, in "-61"), once
+    assert computed[False] > 250, computed
+
+
 def test_the_models_name_chooses_the_form() -> None:
     endpoint = LLMEndpointSettings()
     assert EmbeddingSettings().model == "use-multilingual-v3"
@@ -105,6 +119,10 @@ def test_the_models_name_chooses_the_form() -> None:
     assert isinstance(int8, USEEmbeddings)
     assert not default.quantized
     assert int8.quantized
+    assert default._model.pieces.resident > 3000  # the number pieces' rows: on unless the settings say not
+    off = build_embeddings(EmbeddingSettings(number_rows=False), endpoint)
+    assert isinstance(off, USEEmbeddings)
+    assert off._model.pieces.resident == 0
     with pytest.raises(ValidationError, match="must be one of"):
         EmbeddingSettings(model="use-multilingual-v4")
     assert EmbeddingSettings(provider="openai", model="text-embedding-3-small").model == "text-embedding-3-small"
