@@ -31,7 +31,8 @@ DEFAULT_USE_MODEL = LOCAL_EMBEDDING_MODELS[0]
 
 class USEEmbeddings(Embeddings):
     """Multilingual Universal Sentence Encoder v3 (512-d, L2-normalised); ``quantize``: the second n-gram layer in
-    int8 (cheaper, vectors a little off: :mod:`gateway.providers.use_onnx`)."""
+    int8 (cheaper, vectors a little off: :mod:`gateway.providers.use_onnx`). ``piece_rows`` and ``number_rows``
+    (the number pieces' rows computed now, as the service does) change no vector, only what a text costs."""
 
     def __init__(
         self,
@@ -39,7 +40,7 @@ class USEEmbeddings(Embeddings):
         *,
         quantize: bool = USE_MODELS[DEFAULT_USE_MODEL],
         piece_rows: int = DEFAULT_PIECE_ROWS,
-        number_rows: bool = False,
+        number_rows: bool = True,
     ) -> None:
         self._model = USEOnnx(quantize=quantize, threads=threads, pieces=piece_rows, numbers=number_rows)
         self._model.encode(["warm-up"])  # the first run allocates ONNX Runtime's buffers: now, not on a request
