@@ -16,18 +16,17 @@ Needs the kit's tools venv and its LiteLLM venv (``shared/perf/setup.sh``). Run 
 from __future__ import annotations
 
 import argparse
-import secrets
 import tempfile
 from pathlib import Path
 
-from tests.benchmarks.miss_cost import free_port, open_kit, run_args
+from tests.benchmarks.miss_cost import open_kit, run_args
 from tests.benchmarks.miss_vs_litellm import (
     LITELLM_KEY,
     LITELLM_MODEL,
     add_one_gateway_arguments,
-    litellm,
-    one_gateway,
     ratio_line,
+    rotated,
+    side_by_side,
 )
 
 WARM_S = 2.0  # one short run per side first: opens the connections and stores the answer
@@ -43,28 +42,21 @@ def main() -> None:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     kit = open_kit(args)
-    key = "bench-" + secrets.token_urlsafe(24)
-    upstream_port = free_port()
     sides = ["litellm", *args.models]
     rows: list[dict[str, tuple[float, float]]] = []
-    with (
-        tempfile.TemporaryDirectory(prefix="hits-vs-litellm-") as work,
-        kit.upstream(upstream_port) as upstream,
-        litellm(kit, upstream_port, "redis") as (lite_pid, lite_base),
-        one_gateway(args, upstream, key, Path(work), args.out / "gateway.log") as (pid, base),
-    ):
+    with side_by_side(args, kit, "redis") as up:
+        (lite_pid, lite_base), (pid, base) = up.litellm, up.gateway
 
         def load(side: str, seconds: float) -> list[str]:
             if side == "litellm":
-                return [*run_args(lite_base, LITELLM_KEY, LITELLM_MODEL, args.concurrency, seconds, unique=False)]
-            return run_args(base, key, side, args.concurrency, seconds, unique=False)
+                return run_args(lite_base, LITELLM_KEY, LITELLM_MODEL, args.concurrency, seconds, unique=False)
+            return run_args(base, up.key, side, args.concurrency, seconds, unique=False)
 
         for side in sides:
             kit.load([*load(side, WARM_S), "--label", f"warm {side}"], args.out / "warm.jsonl")
         for round_no in range(args.rounds):
-            shift = round_no % len(sides)
             row: dict[str, tuple[float, float]] = {}
-            for side in sides[shift:] + sides[:shift]:
+            for side in rotated(sides, round_no):
                 side_pid = lite_pid if side == "litellm" else pid
                 label = f"round {round_no + 1} {side} hit"
                 result = kit.load(

@@ -25,6 +25,7 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from tests.benchmarks.miss_ab import settings_pairs
@@ -67,6 +68,37 @@ def one_gateway(
     return gateway(args.root.resolve(), upstream, args.redis_url, key, work, log, settings_pairs(args.gateway_env))
 
 
+@dataclass(frozen=True, slots=True)
+class SideBySide:
+    """LiteLLM and one gateway up at once against one fake upstream: each one's (pid, base URL), and the gateway's
+    key."""
+
+    upstream: str
+    litellm: tuple[int, str]
+    gateway: tuple[int, str]
+    key: str
+
+
+@contextmanager
+def side_by_side(args: argparse.Namespace, kit: Kit, variant: str) -> Iterator[SideBySide]:
+    """LiteLLM (``variant``: ``plain`` or ``redis``) and the gateway :func:`add_one_gateway_arguments` named."""
+    key = "bench-" + secrets.token_urlsafe(24)
+    upstream_port = free_port()
+    with (
+        tempfile.TemporaryDirectory(prefix="vs-litellm-") as work,
+        kit.upstream(upstream_port) as upstream,
+        litellm(kit, upstream_port, variant) as lite,
+        one_gateway(args, upstream, key, Path(work), args.out / "gateway.log") as served,
+    ):
+        yield SideBySide(upstream, lite, served, key)
+
+
+def rotated(sides: list[str], round_no: int) -> list[str]:
+    """The sides in round ``round_no``'s order: each round starts one further on, so drift hits every side alike."""
+    shift = round_no % len(sides)
+    return sides[shift:] + sides[:shift]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_one_gateway_arguments(parser, rounds=6)
@@ -74,26 +106,18 @@ def main() -> None:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     kit = open_kit(args)
-    key = "bench-" + secrets.token_urlsafe(24)
-    upstream_port = free_port()
     sides = ["litellm", *args.models]
     rows: list[dict[str, tuple[float, float]]] = []
-    with (
-        tempfile.TemporaryDirectory(prefix="miss-vs-litellm-") as work,
-        kit.upstream(upstream_port) as upstream,
-        litellm(kit, upstream_port) as (lite_pid, lite_base),
-        one_gateway(args, upstream, key, Path(work), args.out / "gateway.log") as served,
-    ):
-        pid, base = served
+    with side_by_side(args, kit, "plain") as up:
+        (lite_pid, lite_base), (pid, base) = up.litellm, up.gateway
         for round_no in range(args.rounds):
-            shift = round_no % len(sides)
             row: dict[str, tuple[float, float]] = {}
-            for side in sides[shift:] + sides[:shift]:
+            for side in rotated(sides, round_no):
                 if side == "litellm":
-                    load = overhead_args(lite_base, upstream, LITELLM_KEY, LITELLM_MODEL, args.seq_n)
+                    load = overhead_args(lite_base, up.upstream, LITELLM_KEY, LITELLM_MODEL, args.seq_n)
                     side_pid = lite_pid
                 else:
-                    load = overhead_args(base, upstream, key, side, args.seq_n)
+                    load = overhead_args(base, up.upstream, up.key, side, args.seq_n)
                     side_pid = pid
                 label = f"round {round_no + 1} {side}"
                 result = kit.load([*load, "--pid", str(side_pid), "--label", label], args.out / "rounds.jsonl")
