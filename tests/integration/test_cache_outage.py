@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
 from uuid import uuid4
@@ -21,7 +22,7 @@ from gateway.cache.backend import CacheUnavailableError, RedisBackend
 from gateway.cache.embeddings import CachedEmbeddings
 from gateway.cache.exact import ExactCache
 from gateway.cache.versions import KnowledgeVersions
-from gateway.providers.redis import ResilientRedis
+from gateway.providers.redis import RedisUnavailableError, ResilientRedis
 from gateway.schemas import QueryResponse
 from tests.redis_proxy import TcpProxy
 from tests.scripted import CountedCompute, query_response
@@ -134,6 +135,41 @@ async def test_a_slow_redis_costs_a_request_the_timeout_not_the_delay(
     found = await cache.get(key)
     assert found is not None
     assert found.answer == "stored"
+
+
+def hold_the_loop(seconds: float) -> None:
+    """Other requests' work on the event loop: it handles nothing else meanwhile."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+async def test_a_reply_that_came_while_the_loop_was_busy_is_not_a_timeout(
+    proxy: TcpProxy, backend: RedisBackend, prefix: str
+) -> None:
+    """The loop held past the deadline by other work (a backlog of requests): Redis answered in time, so the call
+    returns its reply and Redis stays up; one that has not answered by then still times out."""
+    direct = ResilientRedis.from_url(REDIS_TEST_URL)  # no proxy: it runs on this loop, which is held below
+    try:
+        await direct.run("set", lambda client: client.set(f"{prefix}:k", "v"))
+        for _ in range(3):
+            call = asyncio.create_task(direct.run("get", lambda client: client.get(f"{prefix}:k")))
+            await asyncio.sleep(0)  # the command goes out
+            hold_the_loop(0.12)  # well past the 50 ms deadline; Redis replies meanwhile
+            assert await call == b"v"
+        assert (direct.failures, direct.up) == (0, True)
+    finally:
+        await direct.aclose()
+
+    redis = backend.redis
+    await redis.run("set", lambda client: client.set(f"{prefix}:k", "v"))
+    proxy.delay_s = 0.3  # through the proxy, delayed: the reply is not there at the deadline
+    call = asyncio.create_task(redis.run("get", lambda client: client.get(f"{prefix}:k")))
+    await asyncio.sleep(0)
+    hold_the_loop(0.12)
+    with pytest.raises(RedisUnavailableError, match="timed out after 50 ms"):
+        await call
+    assert (redis.failures, redis.up) == (1, False)
 
 
 async def test_query_embeddings_fall_through_to_the_model_while_redis_is_down(
