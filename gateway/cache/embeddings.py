@@ -103,14 +103,16 @@ class CachedEmbeddings(Embeddings):
         if begin is None or type(backend) is not MemoryBackend:  # a subclass may read and write otherwise
             return None
         key = embedding_key(self._prefix, self._model, text)
-        cached = self._decode(key, backend.peek(key))
+        # Not made a list here: an answer-cache hit never reads it (the list of 512 floats was ~4 % of such a hit's
+        # CPU at c=32, issue 17); the reader's finish makes it one.
+        cached = self._vector(key, backend.peek(key))
         loop = asyncio.get_running_loop()
         if cached is not None:
             self._looked_up("hit")
             self.hits += 1
-            found: asyncio.Future[list[float]] = loop.create_future()
+            found: asyncio.Future[Vector] = loop.create_future()
             found.set_result(cached)
-            return StartedEmbedding(found, _as_is)
+            return StartedEmbedding(found, _as_list)
         try:
             run = begin(text)
         except Exception as exc:  # reported where the vector is read, as aembed_query's caller sees it
@@ -144,6 +146,11 @@ class CachedEmbeddings(Embeddings):
             self._events.cache_result("embedding", result)
 
     def _decode(self, key: str, raw: bytes | None) -> list[float] | None:
+        vector = self._vector(key, raw)
+        return None if vector is None else vector.tolist()
+
+    def _vector(self, key: str, raw: bytes | None) -> Vector | None:
+        """A stored vector read in place (no copy), or None when absent or malformed (counted, logged)."""
         if raw is None:
             return None
         if (
@@ -155,11 +162,7 @@ class CachedEmbeddings(Embeddings):
             self._events.cache_result("embedding", "error")
             logger.warning("embedding cache entry %s has %d bytes; recomputing", key, len(raw))
             return None
-        return np.frombuffer(raw, dtype=_FLOAT32_LE).tolist()  # type: ignore[no-any-return]
-
-
-def _as_is(vector: list[float]) -> list[float]:
-    return vector
+        return np.frombuffer(raw, dtype=_FLOAT32_LE)
 
 
 def _as_list(vector: Vector) -> list[float]:
