@@ -138,8 +138,9 @@ class PieceRows:
         """Keeps ``rows`` (computed for ``pieces``) for good: never evicted, and no room taken from the recent ones.
 
         For a class of pieces every stream of questions meets but no stream meets often enough to keep in the recent
-        rows: numbers (:func:`gateway.providers.use_tokenizer.number_pieces`). A fresh process computed a new row for
-        nearly every one of its first few hundred queries that named an id, a year or a count (issue 17)."""
+        rows: numbers (:meth:`~gateway.providers.use_tokenizer.UseTokenizer.number_pieces`). A fresh process computed
+        a new row for nearly every one of its first few hundred queries that named an id, a year or a count (issue
+        17)."""
         if len(pieces) != len(rows):
             raise ValueError(f"{len(pieces)} pieces but {len(rows)} rows")
         with self._lock:
