@@ -21,11 +21,12 @@ from pathlib import Path
 
 from tests.benchmarks.miss_cost import open_kit, run_args
 from tests.benchmarks.miss_vs_litellm import (
+    LITELLM,
     LITELLM_KEY,
     LITELLM_MODEL,
     add_one_gateway_arguments,
-    ratio_line,
-    rotated,
+    print_rounds,
+    run_rounds,
     side_by_side,
 )
 
@@ -42,46 +43,19 @@ def main() -> None:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     kit = open_kit(args)
-    sides = ["litellm", *args.models]
-    rows: list[dict[str, tuple[float, float]]] = []
     with side_by_side(args, kit, "redis") as up:
-        (lite_pid, lite_base), (pid, base) = up.litellm, up.gateway
 
         def load(side: str, seconds: float) -> list[str]:
-            if side == "litellm":
-                return run_args(lite_base, LITELLM_KEY, LITELLM_MODEL, args.concurrency, seconds, unique=False)
-            return run_args(base, up.key, side, args.concurrency, seconds, unique=False)
+            if side == LITELLM:
+                return run_args(up.litellm[1], LITELLM_KEY, LITELLM_MODEL, args.concurrency, seconds, unique=False)
+            return run_args(up.gateway[1], up.key, side, args.concurrency, seconds, unique=False)
 
-        for side in sides:
+        for side in [LITELLM, *args.models]:
             kit.load([*load(side, WARM_S), "--label", f"warm {side}"], args.out / "warm.jsonl")
-        for round_no in range(args.rounds):
-            row: dict[str, tuple[float, float]] = {}
-            for side in rotated(sides, round_no):
-                side_pid = lite_pid if side == "litellm" else pid
-                label = f"round {round_no + 1} {side} hit"
-                result = kit.load(
-                    [*load(side, args.duration), "--pid", str(side_pid), "--label", label], args.out / "rounds.jsonl"
-                )
-                if result.get("errors"):
-                    raise SystemExit(f"{label}: {result['errors']} errors ({result.get('status')})")
-                row[side] = (float(result["rps"]), float(result["server_cpu_ms_per_req"]))
-            rows.append(row)
-    print(
-        "| round | "
-        + " | ".join(f"{side} req/s, CPU ms" for side in sides)
-        + " | "
-        + " | ".join(f"{m} req/s ratio" for m in args.models)
-        + " |"
-    )
-    print("|---" * (1 + len(sides) + len(args.models)) + "|")
-    for number, row in enumerate(rows, 1):
-        cells = [f"{row[side][0]:.1f}, {row[side][1]:.2f}" for side in sides]
-        ratios = [f"{row[m][0] / row['litellm'][0]:.2f}×" for m in args.models]
-        print(f"| {number} | " + " | ".join(cells + ratios) + " |")
-    print()
-    for model in args.models:
-        print(ratio_line(f"{model} hits req/s / LiteLLM's", [r[model][0] / r["litellm"][0] for r in rows]))
-        print(ratio_line(f"{model} CPU ms per hit / LiteLLM's", [r[model][1] / r["litellm"][1] for r in rows]))
+        rows = run_rounds(
+            kit, up, args.models, args, lambda side: load(side, args.duration), ("rps", "server_cpu_ms_per_req")
+        )
+    print_rounds(rows, args.models, ("hits req/s", "CPU ms per hit"))
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ import secrets
 import statistics
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +33,7 @@ from tests.benchmarks.miss_cost import ROOT, Kit, add_kit_arguments, free_port, 
 
 LITELLM_KEY = "sk-perfkit-local-bench-7f3a9c"  # run_litellm.sh's master key for the plain config
 LITELLM_MODEL = "fake-gpt"
+LITELLM = "litellm"  # LiteLLM's side in the rounds
 
 
 @contextmanager
@@ -99,6 +100,54 @@ def rotated(sides: list[str], round_no: int) -> list[str]:
     return sides[shift:] + sides[:shift]
 
 
+# A round's figures: per side, the two measures taken from its load.py result.
+Round = dict[str, tuple[float, float]]
+
+
+def run_rounds(
+    kit: Kit,
+    up: SideBySide,
+    models: list[str],
+    args: argparse.Namespace,
+    load: Callable[[str], list[str]],
+    measures: tuple[str, str],
+) -> list[Round]:
+    """``args.rounds`` rounds of ``load(side)`` (load.py's arguments) on LiteLLM and each model, in rotated order,
+    keeping the two ``measures`` (fields of load.py's result) of each. A side with errors stops the run: its
+    figures would not be a measure of the same work."""
+    sides = [LITELLM, *models]
+    rows: list[Round] = []
+    for round_no in range(args.rounds):
+        row: Round = {}
+        for side in rotated(sides, round_no):
+            pid = up.litellm[0] if side == LITELLM else up.gateway[0]
+            label = f"round {round_no + 1} {side}"
+            result = kit.load([*load(side), "--pid", str(pid), "--label", label], args.out / "rounds.jsonl")
+            if result.get("errors"):
+                raise SystemExit(f"{label}: {result['errors']} errors ({result.get('status')})")
+            row[side] = (float(result[measures[0]]), float(result[measures[1]]))
+        rows.append(row)
+    return rows
+
+
+def print_rounds(rows: list[Round], models: list[str], names: tuple[str, str]) -> None:
+    """Every round's two measures per side and each model's ratios to LiteLLM's, then the ratios' medians."""
+    sides = [LITELLM, *models]
+    first, second = names
+    header = " | ".join(f"{side} {first} / {second}" for side in sides)
+    print(f"| round | {header} | " + " | ".join(f"{m} ratios" for m in models) + " |")
+    print("|---" * (1 + len(sides) + len(models)) + "|")
+    for number, row in enumerate(rows, 1):
+        cells = [f"{row[side][0]:.2f} / {row[side][1]:.2f}" for side in sides]
+        lite_first, lite_second = row[LITELLM]
+        ratios = [f"{row[m][0] / lite_first:.2f}× / {row[m][1] / lite_second:.2f}×" for m in models]
+        print(f"| {number} | " + " | ".join(cells + ratios) + " |")
+    print()
+    for model in models:
+        print(ratio_line(f"{model} {first} / LiteLLM's", [r[model][0] / r[LITELLM][0] for r in rows]))
+        print(ratio_line(f"{model} {second} / LiteLLM's", [r[model][1] / r[LITELLM][1] for r in rows]))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_one_gateway_arguments(parser, rounds=6)
@@ -106,35 +155,15 @@ def main() -> None:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     kit = open_kit(args)
-    sides = ["litellm", *args.models]
-    rows: list[dict[str, tuple[float, float]]] = []
     with side_by_side(args, kit, "plain") as up:
-        (lite_pid, lite_base), (pid, base) = up.litellm, up.gateway
-        for round_no in range(args.rounds):
-            row: dict[str, tuple[float, float]] = {}
-            for side in rotated(sides, round_no):
-                if side == "litellm":
-                    load = overhead_args(lite_base, up.upstream, LITELLM_KEY, LITELLM_MODEL, args.seq_n)
-                    side_pid = lite_pid
-                else:
-                    load = overhead_args(base, up.upstream, up.key, side, args.seq_n)
-                    side_pid = pid
-                label = f"round {round_no + 1} {side}"
-                result = kit.load([*load, "--pid", str(side_pid), "--label", label], args.out / "rounds.jsonl")
-                row[side] = (float(result["server_cpu_ms_per_req"]), float(result["added_p50_ms"]))
-            rows.append(row)
-    header = " | ".join(f"{side} CPU / p50" for side in sides)
-    print(f"| round | {header} | " + " | ".join(f"{m} CPU ratio / p50 ratio" for m in args.models) + " |")
-    print("|---" * (1 + len(sides) + len(args.models)) + "|")
-    for number, row in enumerate(rows, 1):
-        cells = [f"{row[side][0]:.2f} / {row[side][1]:.2f}" for side in sides]
-        lite_cpu, lite_p50 = row["litellm"]
-        ratios = [f"{row[m][0] / lite_cpu:.2f}× / {row[m][1] / lite_p50:.2f}×" for m in args.models]
-        print(f"| {number} | " + " | ".join(cells + ratios) + " |")
-    print()
-    for model in args.models:
-        print(ratio_line(f"{model} CPU per miss / LiteLLM's", [r[model][0] / r["litellm"][0] for r in rows]))
-        print(ratio_line(f"{model} added p50 / LiteLLM's", [r[model][1] / r["litellm"][1] for r in rows]))
+
+        def load(side: str) -> list[str]:
+            if side == LITELLM:
+                return overhead_args(up.litellm[1], up.upstream, LITELLM_KEY, LITELLM_MODEL, args.seq_n)
+            return overhead_args(up.gateway[1], up.upstream, up.key, side, args.seq_n)
+
+        rows = run_rounds(kit, up, args.models, args, load, ("server_cpu_ms_per_req", "added_p50_ms"))
+    print_rounds(rows, args.models, ("CPU per miss", "added p50"))
 
 
 if __name__ == "__main__":
