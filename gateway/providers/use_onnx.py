@@ -27,6 +27,7 @@ each piece row its own, so a vector never depends on which texts happened to be 
 from __future__ import annotations
 
 import atexit
+import ctypes
 import functools
 import logging
 import threading
@@ -243,6 +244,7 @@ class USEOnnx:
         from this callback to the query going on, most of it the halted loop waking, issue 17): this saves a post,
         not time on the query's path. What fails here goes to ``done``, or is logged, and nothing is raised into ONNX
         Runtime's thread (it would reach no caller, and could end the process)."""
+        _hold_thread_state()
         vector: Vectors | None = None
         new_rows: Vectors | None = None
         failure: BaseException | None = EmbeddingRunError(error) if error else None
@@ -277,6 +279,27 @@ class USEOnnx:
             self._running -= 1
             if self._running == 0:
                 self._idle.notify_all()
+
+
+# Set, in a thread's own thread state, once that thread's Python thread state is held for good.
+_held = threading.local()
+
+
+def _hold_thread_state() -> None:
+    """Keeps the calling thread's Python thread state for the thread's life: called on ONNX Runtime's thread, once per
+    thread, from the first callback it runs.
+
+    ONNX Runtime's thread is not Python's, so each callback (pybind11's GIL acquisition) made a new thread state and
+    deleted it when it returned: a native thread id, a 16 KB frame stack mapped and unmapped, its first-touch page
+    faults, all with the GIL held that the event loop waits for to take the vector (issue 17). One more
+    ``PyGILState_Ensure`` reference, never released, makes pybind11 find and reuse that state instead (its own count
+    then never falls to zero). The GIL is still released between callbacks, as before. ``_held`` lives in that
+    state, so it is set exactly while the state is kept. The state is freed with the interpreter, after the
+    process's exit has waited for every run (``_wait_at_exit``)."""
+    if getattr(_held, "state", False):
+        return
+    ctypes.pythonapi.PyGILState_Ensure()
+    _held.state = True
 
 
 # Pieces computed per run at start-up (as one text: its second layer and head are computed too, and dropped).

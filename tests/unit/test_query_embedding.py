@@ -218,6 +218,23 @@ def test_a_failing_hand_over_is_logged_not_raised_into_onnx_runtimes_thread(
     assert embeddings.embed_query("still serving") == embeddings.embed_query("still serving")
 
 
+def test_onnx_runtimes_thread_keeps_one_python_thread_state_across_callbacks(embeddings: USEEmbeddings) -> None:
+    """A callback on ONNX Runtime's thread no longer makes (and deletes) a Python thread state each time: what one
+    callback leaves in a thread-local is there for the next, on the same native thread."""
+    local = threading.local()
+    seen: list[tuple[int, int | None]] = []
+
+    def done(vector: np.ndarray | None, error: BaseException | None) -> None:
+        seen.append((threading.get_native_id(), getattr(local, "calls", None)))
+        local.calls = len(seen)
+
+    for i in range(3):
+        embeddings._model.encode_async(f"Where is office {i} of the Osaka branch?", done)
+        assert embeddings._model.wait_idle(30)
+    assert len({thread for thread, _ in seen}) == 1  # one callback thread: the state kept is that thread's
+    assert [calls for _, calls in seen] == [None, 1, 2]
+
+
 def _new_pieces_text() -> str:
     """A text whose pieces are (almost surely) not kept yet: a fresh random tail."""
     return f"Where is office {uuid.uuid4().hex} of {uuid.uuid4().hex}?"
