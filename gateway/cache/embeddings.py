@@ -123,10 +123,15 @@ class CachedEmbeddings(Embeddings):
         self._looked_up("miss")
         self.misses += 1
 
+        def store(vector: Vector) -> None:
+            backend.put(key, np.asarray(vector, dtype=_FLOAT32_LE).tobytes(), self._ttl_s)
+
         def keep(arrived: asyncio.Future[Vector]) -> None:
-            """Kept as it arrives, read or not (an answer-cache hit lets the run go on: its vector is not wasted)."""
+            """Kept as it arrives, read or not (an answer-cache hit lets the run go on: its vector is not wasted), one
+            loop step on: this callback was added before the reader awaited, so it runs first, and the store would
+            come between the vector and the reader's decision (issue 17)."""
             if not arrived.cancelled() and arrived.exception() is None:
-                backend.put(key, np.asarray(arrived.result(), dtype=_FLOAT32_LE).tobytes(), self._ttl_s)
+                loop.call_soon(store, arrived.result())
 
         run.add_done_callback(keep)
         return StartedEmbedding(run, _as_list)

@@ -219,7 +219,7 @@ class Model:
 
 
 def cached(model: Model, backend: Any = None) -> CachedEmbeddings:
-    return CachedEmbeddings(model, backend or MemoryBackend(100), model="m")  # type: ignore[arg-type]
+    return CachedEmbeddings(model, MemoryBackend(100) if backend is None else backend, model="m")  # type: ignore[arg-type]
 
 
 async def test_a_started_embedding_runs_now_and_is_kept_as_it_arrives() -> None:
@@ -230,7 +230,8 @@ async def test_a_started_embedding_runs_now_and_is_kept_as_it_arrives() -> None:
     assert model.runs == ["q"]  # under way before anything was awaited
     model.pending[0].set_result(np.array([0.5, 0.25], dtype=np.float32))
     assert await started == [0.5, 0.25]
-    await asyncio.sleep(0)  # the run's done callback keeps it
+    await asyncio.sleep(0)  # the run's done callback, which leaves the store to the next step
+    await asyncio.sleep(0)  # the store
     assert embeddings.misses == 1
     hit = embeddings.begin_query("q")
     assert hit is not None
@@ -238,6 +239,34 @@ async def test_a_started_embedding_runs_now_and_is_kept_as_it_arrives() -> None:
     assert await hit == [0.5, 0.25]
     assert model.runs == ["q"]  # served from the process's vectors
     assert embeddings.hits == 1
+
+
+async def test_a_reader_waiting_for_a_started_vector_gets_it_before_it_is_stored() -> None:
+    """The store of an arriving vector waits one loop step, so the reader's step (routing, up to its model call)
+    comes first; the vector is kept right after it."""
+    model = Model()
+    backend = MemoryBackend(100)
+    embeddings = cached(model, backend)
+    started = embeddings.begin_query("q")
+    assert started is not None
+    stored_when_read: list[int] = []
+
+    async def reader() -> list[float]:
+        vector = await started
+        stored_when_read.append(len(backend))
+        return vector
+
+    reading = asyncio.ensure_future(reader())
+    await asyncio.sleep(0)  # the reader now waits for the vector
+    model.pending[0].set_result(np.array([0.5, 0.25], dtype=np.float32))
+    assert await reading == [0.5, 0.25]
+    assert stored_when_read == [0]
+    await asyncio.sleep(0)
+    assert len(backend) == 1
+    hit = embeddings.begin_query("q")
+    assert hit is not None
+    assert hit.future.done()
+    assert model.runs == ["q"]
 
 
 async def test_a_started_embedding_is_none_where_it_would_have_to_await() -> None:
@@ -273,7 +302,8 @@ async def test_a_vector_started_and_not_read_runs_on_and_is_kept() -> None:
     assert not vector.early
     assert not started.future.cancelled()
     model.pending[0].set_result(np.array([1.0, 0.0], dtype=np.float32))
-    await asyncio.sleep(0)  # the run's hand-over: kept by its done callback
+    await asyncio.sleep(0)  # the run's hand-over: its done callback leaves the store to the next step
+    await asyncio.sleep(0)  # kept
     hit = embeddings.begin_query("q")
     assert hit is not None
     assert hit.future.done()
