@@ -286,8 +286,9 @@ _held = threading.local()
 
 
 def _hold_thread_state() -> None:
-    """Keeps the calling thread's Python thread state for the thread's life: called on ONNX Runtime's thread, once per
-    thread, from the first callback it runs.
+    """Keeps the calling thread's Python thread state until the interpreter exits: called on ONNX Runtime's thread,
+    once per thread, from the first callback it runs. A session dropped before then leaves one such state per pool
+    thread behind (~16 KB each; the gateway keeps its one model for the process's life).
 
     ONNX Runtime's thread is not Python's, so each callback (pybind11's GIL acquisition) made a new thread state and
     deleted it when it returned: a native thread id, a 16 KB frame stack mapped and unmapped, its first-touch page
