@@ -52,9 +52,7 @@ def main() -> None:
 
         for side in [LITELLM, *args.models]:
             kit.load([*load(side, WARM_S), "--label", f"warm {side}"], args.out / "warm.jsonl")
-        rows = run_rounds(
-            kit, up, args.models, args, lambda side: load(side, args.duration), ("rps", "server_cpu_ms_per_req")
-        )
+        rows = run_rounds(kit, up, args, lambda side: load(side, args.duration), ("rps", "server_cpu_ms_per_req"))
     print_rounds(rows, args.models, ("hits req/s", "CPU ms per hit"))
 
 

@@ -107,15 +107,14 @@ Round = dict[str, tuple[float, float]]
 def run_rounds(
     kit: Kit,
     up: SideBySide,
-    models: list[str],
     args: argparse.Namespace,
     load: Callable[[str], list[str]],
     measures: tuple[str, str],
 ) -> list[Round]:
-    """``args.rounds`` rounds of ``load(side)`` (load.py's arguments) on LiteLLM and each model, in rotated order,
-    keeping the two ``measures`` (fields of load.py's result) of each. A side with errors stops the run: its
+    """``args.rounds`` rounds of ``load(side)`` (load.py's arguments) on LiteLLM and each of ``args.models``, in rotated
+    order, keeping the two ``measures`` (fields of load.py's result) of each. A side with errors stops the run: its
     figures would not be a measure of the same work."""
-    sides = [LITELLM, *models]
+    sides = [LITELLM, *args.models]
     rows: list[Round] = []
     for round_no in range(args.rounds):
         row: Round = {}
@@ -162,7 +161,7 @@ def main() -> None:
                 return overhead_args(up.litellm[1], up.upstream, LITELLM_KEY, LITELLM_MODEL, args.seq_n)
             return overhead_args(up.gateway[1], up.upstream, up.key, side, args.seq_n)
 
-        rows = run_rounds(kit, up, args.models, args, load, ("server_cpu_ms_per_req", "added_p50_ms"))
+        rows = run_rounds(kit, up, args, load, ("server_cpu_ms_per_req", "added_p50_ms"))
     print_rounds(rows, args.models, ("CPU per miss", "added p50"))
 
 
