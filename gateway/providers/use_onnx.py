@@ -205,17 +205,23 @@ class USEOnnx:
             raise
 
     def _feeds(self, ids: list[int], lookup: PieceLookup) -> dict[str, np.ndarray[Any, Any]]:
-        missing = np.asarray(lookup.missing, dtype=np.int64)
-        chunk = missing % _NUM_CHUNKS
         shape = _kept_shape_feeds(len(ids)) if len(ids) <= _KEPT_LENGTHS else _shape_feeds(len(ids))
         return {
             "store": self.pieces.store,  # not copied: the graph gathers the rows ``kept`` names
             "kept": lookup.slots,
-            "pieces": self._table[missing],
-            "piece_scale": self._scale[chunk, None],
-            "piece_low": self._low[chunk, None],
+            **(self._missing_feeds(lookup.missing) if lookup.missing else _NONE_MISSING),
             "token_rows": lookup.index,
             **shape,
+        }
+
+    def _missing_feeds(self, missing: list[int]) -> dict[str, np.ndarray[Any, Any]]:
+        """The table rows of the pieces a text lacks, with their chunk's scale and low (dequantized in the graph)."""
+        pieces = np.asarray(missing, dtype=np.int64)
+        chunk = pieces % _NUM_CHUNKS
+        return {
+            "pieces": self._table[pieces],
+            "piece_scale": self._scale[chunk, None],
+            "piece_low": self._low[chunk, None],
         }
 
     def wait_idle(self, timeout_s: float | None = None) -> bool:
@@ -315,6 +321,19 @@ def _wait_at_exit(model: weakref.ref[USEOnnx]) -> None:
     if alive is not None:
         alive.wait_idle(_EXIT_WAIT_S)
 
+
+def _read_only(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    array.flags.writeable = False
+    return array
+
+
+# The missing pieces' feeds of a text that lacks none (nearly every query once its pieces are kept): made once and
+# shared, instead of four empty arrays made and indexed per query on the event loop before its run begins (issue 17).
+_NONE_MISSING: dict[str, np.ndarray[Any, Any]] = {
+    "pieces": _read_only(np.zeros((0, _EMB_DIM), dtype=np.uint8)),
+    "piece_scale": _read_only(np.zeros((0, 1), dtype=np.float32)),
+    "piece_low": _read_only(np.zeros((0, 1), dtype=np.float32)),
+}
 
 # Sentence lengths (in pieces) whose shape feeds are made once: every query and chunk, not an odd huge text.
 _KEPT_LENGTHS = 512

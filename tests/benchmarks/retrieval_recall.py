@@ -88,7 +88,9 @@ async def measure(
             if mode == "hybrid from probe":
                 knowledge.matrices = TenantMatrices(store, KnowledgeVersions(MemoryBackend()), 1 << 30)
                 assert await knowledge.matrices.warm(TENANT)
-            probing = probe_depth(RetrievalSettings(), knowledge)
+            # The gateway's probe, or as deep as the deepest k here needs to be computed from it (the probe serves
+            # multi-hop's first search only without the in-memory matrices: gateway.app.probe_depth).
+            probing = max(probe_depth(RetrievalSettings(), knowledge), knowledge.ranking_depth(depth))
             recall = {k: 0.0 for k in ks}
             complete = {k: 0 for k in ks}
             for (question, gold), given in zip(recall_set.questions, vectors, strict=True):

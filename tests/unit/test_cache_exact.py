@@ -154,6 +154,7 @@ async def test_a_version_bump_makes_earlier_answers_unreachable() -> None:
     after = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)
     assert (after.source, after.value.answer, compute.calls) == ("computed", "computed #2", 2)
     assert after.key != before.key
+    await cache.drain()  # answers are stored after they are served
     assert await cache.get(before.key or "") is not None  # still stored, just never looked up again
 
 
@@ -170,6 +171,7 @@ async def test_each_answering_route_has_its_own_ttl_and_zero_means_uncached() ->
     cache = make_cache(backend, route_ttls={"direct": 0, "multi_hop": 3600}, default_ttl_s=60)
     for route in ("single_hop", "multi_hop", "direct"):
         await cache.get_or_compute(tenant="acme", route="auto", query=route, compute=CountedCompute(route=route))
+    await cache.drain()  # answers are stored after they are served
     keys = {route: await cache.key_for("acme", "auto", route) for route in ("single_hop", "multi_hop", "direct")}
     assert backend.ttl_remaining(keys["single_hop"] or "") == pytest.approx(60, abs=1)
     assert backend.ttl_remaining(keys["multi_hop"] or "") == pytest.approx(3600, abs=1)
@@ -360,6 +362,7 @@ async def test_a_failing_cache_degrades_to_computing_and_recovers_by_itself() ->
     cache = make_cache(backend)
     compute = CountedCompute()
     await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)
+    await cache.drain()  # stored after it was served, before the cache goes down
     backend.down = True
     degraded = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)
     assert (degraded.source, degraded.cached, compute.calls) == ("bypass", False, 2)
@@ -396,6 +399,67 @@ async def test_single_flight_shares_only_concurrent_work() -> None:
     assert results[0][0] == results[1][0]
     assert not flight.in_flight("k")
     assert (await flight.run("k", work))[0] == 3
+
+
+class LoopSteps:
+    """Counts the event loop's steps (a callback that reschedules itself each step) while it runs."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._loop = asyncio.get_running_loop()
+        self._handle = self._loop.call_soon(self._tick)
+
+    def _tick(self) -> None:
+        self.count += 1
+        self._handle = self._loop.call_soon(self._tick)
+
+    def stop(self) -> None:
+        self._handle.cancel()
+
+
+async def test_single_flight_runs_the_first_callers_work_in_its_own_task_when_asked_and_shares_it() -> None:
+    flight: SingleFlight[int] = SingleFlight()
+    ran_in: list[asyncio.Task[Any] | None] = []
+
+    async def work() -> int:
+        ran_in.append(asyncio.current_task())
+        await asyncio.sleep(0.02)
+        return 7
+
+    async def first() -> tuple[int, bool]:
+        return await flight.run_here("k", work)
+
+    owner = asyncio.ensure_future(first())
+    await asyncio.sleep(0)
+    joiner = asyncio.ensure_future(flight.run_here("k", work))
+    leaver = asyncio.ensure_future(flight.run_here("k", work))
+    await asyncio.sleep(0)
+    leaver.cancel()  # a joiner that goes away takes only its own wait with it
+    assert await owner == (7, False)
+    assert await joiner == (7, True)
+    assert leaver.cancelled()
+    assert ran_in == [owner]  # one execution, in the first caller's task: no task of the flight's own
+    assert not flight.in_flight("k")
+
+
+async def test_a_computed_answer_reaches_its_caller_one_loop_step_after_it_is_computed() -> None:
+    """The response cache computes in a task of its own (a caller that goes away does not cancel it) and hands the
+    answer to the caller the next step: through ``asyncio.shield`` twice (that task's, then the single flight's own
+    task's) it took four."""
+    cache = make_cache(MemoryBackend())
+    steps = LoopSteps()
+    computed_at: list[int] = []
+
+    async def compute() -> QueryResponse:
+        computed_at.append(steps.count)
+        return query_response("a")
+
+    outcome = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)
+    resumed_at = steps.count
+    steps.stop()
+    assert outcome.source == "computed"
+    assert resumed_at - computed_at[0] <= 1
+    await cache.drain()
 
 
 async def load(

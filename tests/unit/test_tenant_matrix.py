@@ -262,3 +262,19 @@ def test_every_passage_gets_its_own_metadata_parsed_once_per_distinct_text() -> 
     assert second["a#0"].metadata == {"lang": "en", "page": 3}
     assert second["b#0"].metadata == {"tags": ["x", "y"]}
     assert matrix.metadata[0] == {"lang": "en", "page": 3}
+
+
+def test_the_probe_searches_only_as_deep_as_single_hop_reuses_when_the_matrices_search_in_memory() -> None:
+    """With the in-memory matrices a multi-hop request searches again (one matrix product) rather than every
+    ``auto`` request making the passages only multi-hop's first search could reuse; without them (each search a store
+    scan or a network call) the probe stays deep enough for multi-hop too."""
+    from gateway.app import probe_depth
+    from gateway.settings import RetrievalSettings
+
+    retrieval = RetrievalSettings()
+    in_memory = knowledge_base(CountingStore())
+    assert probe_depth(retrieval, in_memory) == max(PROBE_DEPTH, retrieval.default_top_k * HYBRID_DEPTH)
+    in_store = knowledge_base(CountingStore())
+    in_store.matrices = None
+    assert probe_depth(retrieval, in_store) == retrieval.multi_hop_top_k * HYBRID_DEPTH
+    assert probe_depth(retrieval, in_store) > probe_depth(retrieval, knowledge_base(CountingStore()))
