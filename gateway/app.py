@@ -137,14 +137,14 @@ def probe_depth(retrieval: RetrievalSettings, knowledge: KnowledgeBase) -> int:
     search is computed from (three times its top k when retrieval is hybrid), whichever is deeper.
 
     Single-hop's first search (``default_top_k``) is always computed from the probe. The multi-hop route's deeper one
-    (``multi_hop_top_k``) is only where tenants are searched in the store (no in-memory matrices: a LanceDB scan, a
-    Pinecone call per search). With the matrices (the default), searching again costs that route one matrix product
-    on a path of several model calls, while the probe made every passage it searched for on every ``auto`` request,
-    ~3 µs each in a serving gateway: 12 passages more than the signals read, for the one route that could reuse them
-    (issue 17). A tenant too large for the matrices' budget, or not loaded yet, is then searched in the store twice
-    by a multi-hop request."""
+    (``multi_hop_top_k``) is only where tenants are searched in the store: no in-memory matrices, or a store they
+    cannot load (a LanceDB scan, a Pinecone call per search). With the matrices (the default), searching again costs
+    that route one matrix product on a path of several model calls, while the probe made every passage it searched
+    for on every ``auto`` request, ~3 µs each in a serving gateway: 12 passages more than the signals read, for the
+    one route that could reuse them (issue 17). A tenant too large for the matrices' budget, or not loaded yet, is
+    then searched in the store twice by a multi-hop request."""
     routes = [retrieval.default_top_k]
-    if knowledge.matrices is None:
+    if knowledge.matrices is None or not knowledge.matrices.searches_in_memory:
         routes.append(retrieval.multi_hop_top_k)
     return max(PROBE_DEPTH, knowledge.ranking_depth(max(routes)))
 

@@ -141,6 +141,11 @@ class TenantMatrices:
     def nbytes(self) -> int:
         return sum(entry.nbytes for entry in self._entries.values())
 
+    @property
+    def searches_in_memory(self) -> bool:
+        """Whether tenants are searched here at all: a store that can list them, and a budget to hold them."""
+        return self._store.exports_chunks and self.max_bytes > 0 and not self._unsupported
+
     def sizes(self) -> dict[str, tuple[int, int]]:
         """Each warm tenant's chunks and bytes (for the benchmark and tests)."""
         return {tenant: (len(entry.chunks), entry.nbytes) for tenant, entry in self._entries.items()}

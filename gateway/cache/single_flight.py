@@ -2,7 +2,7 @@
 
 Two layers, because a popular question after an invalidation arrives at every replica at once:
 
-* in-process: concurrent callers with the same key await one task (Go's ``singleflight``);
+* in-process: concurrent callers with the same key share one execution (Go's ``singleflight``);
 * across replicas: the computing process holds a short Redis lock (SET NX PX, renewed while it
   works); other replicas poll the cache until the value appears, the lock disappears (its holder
   finished without storing, failed, or died and the lock expired) or a bounded wait runs out,
@@ -73,16 +73,30 @@ async def outcome_of(task: asyncio.Future[T], waiters: list[asyncio.Future[T]]) 
         return task.result()
     waiter: asyncio.Future[T] = asyncio.get_running_loop().create_future()
     waiters.append(waiter)
+    task.add_done_callback(partial(_unless_handed_over, waiter))
     return await waiter
+
+
+def _unless_handed_over(waiter: asyncio.Future[T], task: asyncio.Future[T]) -> None:
+    """A task cancelled before its body ran never hands anything over: its waiters get its outcome here instead, as
+    a shield's caller would (otherwise a no-op: the body settled them first)."""
+    if waiter.done():
+        return
+    if task.cancelled():
+        waiter.cancel()
+    elif (error := task.exception()) is not None:
+        waiter.set_exception(error)
+    else:
+        waiter.set_result(task.result())
 
 
 class SingleFlight(Generic[T]):
     """Concurrent ``run`` calls with one key share one execution of the first caller's function.
 
-    The function runs in its own task and each caller awaits its own waiter of it (:func:`outcome_of`, a shield that
-    wakes the caller a loop step sooner): a caller that goes away (client disconnect) neither cancels the work the
-    others wait for nor loses the value it would have stored. Only in-flight work is shared; nothing is remembered
-    after it.
+    With :meth:`run` the function runs in its own task and each caller awaits its own waiter of it (:func:`outcome_of`,
+    a shield that wakes the caller a loop step sooner): a caller that goes away (client disconnect) neither cancels
+    the work the others wait for nor loses the value it would have stored. With :meth:`run_here` it runs in the first
+    caller's task, for a caller no client cancels. Only in-flight work is shared; nothing is remembered after it.
     """
 
     def __init__(self) -> None:

@@ -14,7 +14,7 @@ import pytest
 from gateway.cache.backend import CacheUnavailableError, MemoryBackend
 from gateway.cache.exact import ExactCache
 from gateway.cache.keys import lock_key
-from gateway.cache.single_flight import Loaded, SingleFlight, StampedeGuard
+from gateway.cache.single_flight import Loaded, SingleFlight, StampedeGuard, handing_over, outcome_of
 from gateway.cache.versions import KnowledgeVersions
 from gateway.schemas import QueryResponse
 from tests.scripted import CountedCompute, query_response
@@ -440,6 +440,23 @@ async def test_single_flight_runs_the_first_callers_work_in_its_own_task_when_as
     assert leaver.cancelled()
     assert ran_in == [owner]  # one execution, in the first caller's task: no task of the flight's own
     assert not flight.in_flight("k")
+
+
+async def test_a_handover_task_cancelled_before_it_ran_cancels_its_waiters_instead_of_leaving_them_waiting() -> None:
+    loop = asyncio.get_running_loop()
+    waiters: list[asyncio.Future[int]] = []
+    tasks: dict[str, asyncio.Future[int]] = {}
+
+    async def caller() -> int:
+        return await outcome_of(tasks["work"], waiters)
+
+    waiting = loop.create_task(caller())  # runs first: its waiter is registered before the work's body could run
+    never: asyncio.Future[int] = loop.create_future()
+    tasks["work"] = loop.create_task(handing_over(never, waiters))
+    tasks["work"].cancel()  # e.g. a shutdown cancelling every task: the body never runs, so it hands nothing over
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(waiting, 1.0)
+    assert waiting.cancelled()
 
 
 async def test_a_computed_answer_reaches_its_caller_one_loop_step_after_it_is_computed() -> None:

@@ -59,6 +59,8 @@ class CountingStore(InMemoryVectorStore):
 
 
 class NoExportStore(CountingStore):
+    exports_chunks = False
+
     async def export_chunks(self, tenant: str) -> StoredChunks | None:
         self.exports += 1
         return None
@@ -277,4 +279,9 @@ def test_the_probe_searches_only_as_deep_as_single_hop_reuses_when_the_matrices_
     in_store = knowledge_base(CountingStore())
     in_store.matrices = None
     assert probe_depth(retrieval, in_store) == retrieval.multi_hop_top_k * HYBRID_DEPTH
+    # A store the matrices cannot load (Pinecone: every search a network call) is probed as deep as without them.
+    assert probe_depth(retrieval, knowledge_base(NoExportStore())) == retrieval.multi_hop_top_k * HYBRID_DEPTH
+    assert (
+        probe_depth(retrieval, knowledge_base(CountingStore(), max_bytes=0)) == retrieval.multi_hop_top_k * HYBRID_DEPTH
+    )
     assert probe_depth(retrieval, in_store) > probe_depth(retrieval, knowledge_base(CountingStore()))

@@ -10,7 +10,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -84,6 +84,10 @@ class VectorStore(ABC):
         :mod:`.pinecone_store` for what a Pinecone deployment does instead).
         """
         return []
+
+    # Whether ``export_chunks`` lists a tenant (the in-memory matrices can then search it): read at start-up, where the
+    # router's probe depth is chosen (``gateway.app.probe_depth``).
+    exports_chunks: ClassVar[bool] = False
 
     async def export_chunks(self, tenant: str) -> StoredChunks | None:
         """Every chunk of ``tenant`` with its vector, for an exact in-memory search; None when this store

@@ -208,6 +208,8 @@ class LanceVectorStore(VectorStore):
         await table.create_index("terms", config=KEYWORD_INDEX)
         self._keyword_indexed.add(tenant)
 
+    exports_chunks = True
+
     async def export_chunks(self, tenant: str) -> StoredChunks | None:
         check_tenant(tenant)
         columns = ["chunk_id", "doc_id", "title", "text", "metadata", "vector"]

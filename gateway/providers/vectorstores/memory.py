@@ -43,6 +43,8 @@ class InMemoryVectorStore(VectorStore):
         order = [i for i in sorted(range(len(chunks)), key=lambda i: -bm25[i]) if bm25[i] > 0][:k]
         return _passages(chunks, _cosines(chunks, vector), order)
 
+    exports_chunks = True
+
     async def export_chunks(self, tenant: str) -> StoredChunks | None:
         chunks = self._all(tenant)
         vectors = np.asarray([c.vector for c in chunks], dtype=np.float32).reshape(len(chunks), -1)
