@@ -48,7 +48,7 @@ async def handing_over(work: Awaitable[T], waiters: list[asyncio.Future[T]]) -> 
     What ``asyncio.shield`` does for one caller, a loop step sooner: through a shield the task's end scheduled the
     shield's callback, which scheduled the caller, two steps of the event loop after the value existed; a waiter set
     here wakes one step after. A miss's answer came out through two of these (the response cache's task, then the
-    single flight's): ~20-25 µs a step in a serving gateway, on every miss's path (issue 17)."""
+    single flight's): ~20-40 µs a step in a serving gateway, on every miss's path (issue 17)."""
     try:
         value = await work
     except BaseException as exc:

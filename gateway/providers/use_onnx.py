@@ -342,15 +342,12 @@ _KEPT_LENGTHS = 512
 def _shape_feeds(n_tokens: int) -> dict[str, np.ndarray[Any, Any]]:
     """The feeds that depend on the sentence's length alone (read-only: kept ones are shared by runs)."""
     window = _window(n_tokens)
-    feeds = {
-        "first_layer_index": window[:, _FIRST_LAYER_COLUMNS] * _FIRST_LAYER_BLOCKS + _FIRST_LAYER_BLOCK_IDS,
-        "window": window,
-        "count": np.full((1, 1), n_tokens, dtype=np.float32),
-        "rsqrt": np.full((1, 1), 1.0 / np.sqrt(np.float32(n_tokens)), dtype=np.float32),
+    return {
+        "first_layer_index": _read_only(window[:, _FIRST_LAYER_COLUMNS] * _FIRST_LAYER_BLOCKS + _FIRST_LAYER_BLOCK_IDS),
+        "window": _read_only(window),
+        "count": _read_only(np.full((1, 1), n_tokens, dtype=np.float32)),
+        "rsqrt": _read_only(np.full((1, 1), 1.0 / np.sqrt(np.float32(n_tokens)), dtype=np.float32)),
     }
-    for array in feeds.values():
-        array.flags.writeable = False
-    return feeds
 
 
 _kept_shape_feeds = functools.lru_cache(maxsize=_KEPT_LENGTHS)(_shape_feeds)
