@@ -53,16 +53,10 @@ async def handing_over(work: Awaitable[T], waiters: list[asyncio.Future[T]]) -> 
         value = await work
     except BaseException as exc:
         for waiter in waiters:
-            if waiter.done():
-                continue
-            if isinstance(exc, asyncio.CancelledError):
-                waiter.cancel()
-            else:
-                waiter.set_exception(exc)
+            _fail(waiter, exc)
         raise
     for waiter in waiters:
-        if not waiter.done():
-            waiter.set_result(value)
+        _give(waiter, value)
     return value
 
 
@@ -80,14 +74,26 @@ async def outcome_of(task: asyncio.Future[T], waiters: list[asyncio.Future[T]]) 
 def _unless_handed_over(waiter: asyncio.Future[T], task: asyncio.Future[T]) -> None:
     """A task cancelled before its body ran never hands anything over: its waiters get its outcome here instead, as
     a shield's caller would (otherwise a no-op: the body settled them first)."""
+    if task.cancelled():
+        _fail(waiter, asyncio.CancelledError())
+    elif (error := task.exception()) is not None:
+        _fail(waiter, error)
+    else:
+        _give(waiter, task.result())
+
+
+def _give(waiter: asyncio.Future[T], value: T) -> None:
+    if not waiter.done():  # a waiter that left (cancelled) is skipped
+        waiter.set_result(value)
+
+
+def _fail(waiter: asyncio.Future[Any], error: BaseException) -> None:
     if waiter.done():
         return
-    if task.cancelled():
+    if isinstance(error, asyncio.CancelledError):
         waiter.cancel()
-    elif (error := task.exception()) is not None:
-        waiter.set_exception(error)
     else:
-        waiter.set_result(task.result())
+        waiter.set_exception(error)
 
 
 class SingleFlight(Generic[T]):
@@ -131,19 +137,11 @@ class SingleFlight(Generic[T]):
         flight = self._flights.get(key)
         if flight is not None:
             return await outcome_of(flight, self._waiters[key]), True
-        waiters: list[asyncio.Future[T]] = []
+        # The flight is a future that the work's outcome is handed to first, like any joiner's waiter.
         here: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        waiters = [here]
         self._fly(key, here, waiters)
-        try:
-            value = await handing_over(fn(), waiters)
-        except asyncio.CancelledError:
-            here.cancel()
-            raise
-        except BaseException as exc:
-            here.set_exception(exc)
-            raise
-        here.set_result(value)
-        return value, False
+        return await handing_over(fn(), waiters), False
 
     def _fly(self, key: str, flight: asyncio.Future[T], waiters: list[asyncio.Future[T]]) -> None:
         self._flights[key] = flight
