@@ -26,6 +26,9 @@ from typing import Any, ClassVar, Literal
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from pipelines.corrective.policy import CorrectivePolicy
+from pipelines.shared.generation import GroundingPolicy
+
 LOCAL_MODEL = "qwen2.5-coder-1.5b-instruct-q4_k_m"
 
 
@@ -167,6 +170,10 @@ class GroundingSettings(SettingsGroup):
     # (on CPU every runaway token costs ~0.1 s), not a legitimate answer.
     answer_max_tokens: int = Field(200, ge=16)
 
+    def policy(self) -> GroundingPolicy:
+        """The gates as the pipelines read them."""
+        return GroundingPolicy(self.min_relevance, self.min_answer_support, self.answer_max_tokens)
+
 
 class CorrectiveSettings(SettingsGroup):
     """Corrective pipeline (CRAG + Self-RAG); thresholds are on the fast scorer's probability. The budgets
@@ -174,10 +181,10 @@ class CorrectiveSettings(SettingsGroup):
 
     shapes_answers = True
 
-    crag_upper: float = Field(0.5, ge=0.0, le=1.0)
-    crag_lower: float = Field(0.2, ge=0.0, le=1.0)
-    crag_max_graded: int = Field(2, ge=0)
-    crag_explore_floor: float = Field(0.12, ge=0.0, le=1.0)
+    upper: float = Field(0.5, ge=0.0, le=1.0, validation_alias=AliasChoices("GATEWAY_CRAG_UPPER"))
+    lower: float = Field(0.2, ge=0.0, le=1.0, validation_alias=AliasChoices("GATEWAY_CRAG_LOWER"))
+    max_graded: int = Field(2, ge=0, validation_alias=AliasChoices("GATEWAY_CRAG_MAX_GRADED"))
+    explore_floor: float = Field(0.12, ge=0.0, le=1.0, validation_alias=AliasChoices("GATEWAY_CRAG_EXPLORE_FLOOR"))
     strip_threshold: float = Field(0.15, ge=0.0, le=1.0)
     max_strips: int = Field(12, ge=1)
     max_rewrites: int = Field(2, ge=0)
@@ -201,9 +208,14 @@ class CorrectiveSettings(SettingsGroup):
     # plain RAG's retrieval already held 0.750 against 0.562 (plain 0.625), at the same median 3 LLM calls.
     answer_passages: int = Field(4, ge=0)
     hop_passages: int = Field(2, ge=0)
-    budget_max_llm_calls: int = Field(10, ge=1)
-    budget_max_seconds: float = Field(90.0, gt=0)
+    max_llm_calls: int = Field(10, ge=1, validation_alias=AliasChoices("GATEWAY_BUDGET_MAX_LLM_CALLS"))
+    max_seconds: float = Field(90.0, gt=0, validation_alias=AliasChoices("GATEWAY_BUDGET_MAX_SECONDS"))
     recursion_limit: int = Field(40, ge=10)
+
+    def policy(self, grounding: GroundingPolicy) -> CorrectivePolicy:
+        """The pipeline's policy: every field of this group is one of the policy's, by the same name, so a new
+        threshold is added once here and once there, never copied by hand in between."""
+        return CorrectivePolicy(**self.model_dump(), grounding=grounding)
 
 
 class AssistantSettings(SettingsGroup):
@@ -313,7 +325,7 @@ class VectorStoreSettings(SettingsGroup):
         None, validation_alias=AliasChoices("GATEWAY_PINECONE_INDEX_HOST", "PINECONE_INDEX_HOST")
     )
     pinecone_index: str = "rag-gateway"
-    # Warm tenants' vectors kept in memory for the router's exact probe (gateway.tenant_matrix), in MiB for
+    # Warm tenants' vectors kept in memory for the router's exact probe (gateway.knowledge.matrices), in MiB for
     # all tenants together (a 10,000-chunk tenant of 512-d vectors and 700-character chunks: about 35 MiB);
     # 0: every probe searches the store. Needs the cache's knowledge versions.
     probe_index_max_mb: int = Field(256, ge=0, validation_alias=AliasChoices("GATEWAY_PROBE_INDEX_MAX_MB"))

@@ -242,7 +242,7 @@ def main() -> None:
     parser.add_argument("--probe-recall", action="store_true", help="also report what the tenant probe finds")
     args = parser.parse_args()
 
-    from gateway.chunking import Chunker  # deferred: the evaluation ingests like the gateway does
+    from gateway.knowledge.chunking import Chunker  # deferred: the evaluation ingests like the gateway does
     from gateway.providers.embeddings import USEEmbeddings  # deferred: loads the model's weights
     from gateway.settings import ChunkingSettings
 

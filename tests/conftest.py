@@ -12,10 +12,10 @@ from litestar.testing import AsyncTestClient
 from pydantic import SecretStr
 
 from gateway.app import create_app
+from gateway.overrides import ProviderOverrides
 from gateway.providers.embeddings import USEEmbeddings
 from gateway.providers.scripted_chat import ScriptedChatModel
 from gateway.settings import Settings
-from gateway.state import ProviderOverrides
 
 Responder = Callable[[list[BaseMessage], dict[str, Any]], str]
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import msgspec
 
-from gateway.schemas import QueryResponse, Usage
-from gateway.steps import StepEvent
+from gateway.query.schemas import QueryResponse, Usage
+from gateway.query.steps import StepEvent
 
 
 def events(payload: dict[str, Any]) -> list[StepEvent]:

@@ -90,19 +90,6 @@ class RequireScope:
             )
         connection.state[PRINCIPAL] = principal
 
-    def admits_outright(self, access: Access, connection: ASGIConnection[Any, Any, Any, Any]) -> Principal | None:
-        """The principal this hook will admit whatever the limiter counts (open mode; or a valid key with the scope
-        and neither a request rate nor a token budget, for which ``admit`` counts nothing), else None. Work begun for
-        a request before the hook runs (``gateway.api.early_vector``) is begun only for these, so that a request the
-        hook refuses never costs it."""
-        if access.keys.open:
-            return ANONYMOUS
-        try:
-            principal = self._identify(access, connection)
-        except (AuthenticationError, PermissionDeniedError):
-            return None  # the hook answers it
-        return None if principal.limited else principal
-
     def _identify(self, access: Access, connection: ASGIConnection[Any, Any, Any, Any]) -> Principal:
         """The presented key's principal, if it holds the scope (a keyed app: open mode admits everyone)."""
         key = presented_key(connection)
@@ -128,11 +115,6 @@ def require(scope: Scope) -> RequireScope:
 def provide_principal(request: ASGIConnection[Any, Any, Any, Any]) -> Principal:
     principal: Principal = request.state.get(PRINCIPAL, ANONYMOUS)
     return principal
-
-
-def provide_access(request: ASGIConnection[Any, Any, Any, Any]) -> Access:
-    access: Access = request.app.state.access
-    return access
 
 
 def open_access(settings: AccessSettings, host: str, redis: ResilientRedis | None) -> Access:

@@ -192,7 +192,7 @@ class MemoryBackend(CacheBackend):
 
     def peek(self, key: str) -> bytes | None:
         """``get`` without awaiting: for a caller that must not give up the event loop (a query's embedding is
-        started before its handler's next step, :mod:`gateway.query_vector`)."""
+        started before its handler's next step, :mod:`gateway.knowledge.query_vector`)."""
         return self._read(key)
 
     def put(self, key: str, value: bytes, ttl_s: float) -> None:

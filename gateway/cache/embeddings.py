@@ -19,7 +19,7 @@ from langchain_core.embeddings import Embeddings
 from gateway.cache.backend import CacheBackend, CacheUnavailableError, MemoryBackend
 from gateway.cache.events import NO_CACHE_EVENTS, CacheEvents
 from gateway.cache.keys import DEFAULT_PREFIX, embedding_key
-from gateway.query_vector import StartedEmbedding
+from gateway.knowledge.query_vector import StartedEmbedding
 
 logger = logging.getLogger(__name__)
 

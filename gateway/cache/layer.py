@@ -17,7 +17,7 @@ from gateway.cache.exact import ExactCache
 from gateway.cache.semantic import SemanticCache
 from gateway.cache.versions import KnowledgeVersions
 from gateway.providers.redis import ResilientRedis
-from gateway.schemas import QueryResponse
+from gateway.query.schemas import QueryResponse
 from gateway.settings import LOCAL_EMBEDDING_PROVIDER, CacheSettings, SemanticCacheSettings
 
 # The byte bound of a process-local vector LRU, per entry: float32 vectors of up to 2,048 dimensions.

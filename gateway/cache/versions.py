@@ -144,7 +144,7 @@ class KnowledgeVersions:
         """Within it, each tenant's version is read from the backend once and reused (one request's scope).
 
         A request read its tenant's version for the response cache's key and again for the router's in-memory
-        probe (``gateway.tenant_matrix``) and the semantic cache: a Redis round trip each. The first read is the
+        probe (``gateway.knowledge.matrices``) and the semantic cache: a Redis round trip each. The first read is the
         one the guarantee above needs (before the answer is computed); the later ones now reuse it, so the key,
         the probe and the semantic lookup agree on one version. A change acknowledged in between is seen by the
         next request, as it would be if it had landed a moment later; what this request computes is stored under

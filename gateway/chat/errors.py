@@ -13,7 +13,7 @@ from typing import Any
 
 from litestar import Request, Response
 
-from gateway.chat.wire import OpenAIErrorBody, OpenAIErrorDetail
+from gateway.chat.schemas import OpenAIErrorBody, OpenAIErrorDetail
 from gateway.errors import GatewayError, handle_exception
 
 logger = logging.getLogger(__name__)

@@ -18,8 +18,8 @@ from typing import Any
 
 import msgspec
 
-from gateway.chat.completions import ChatAnswer, PreparedChat
 from gateway.chat.errors import stream_error_body
+from gateway.chat.service import ChatAnswer, PreparedChat
 from gateway.providers.token_stream import TokenSink, streaming_into
 
 logger = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from gateway.curation.models import AnswerRecord
 from gateway.curation.store import CurationStore
-from gateway.knowledge import KnowledgeBase
+from gateway.knowledge.service import KnowledgeBase
 from pipelines.shared.relevance import QueryScorer, RelevanceModel, overlap
 from pipelines.shared.support import terms
 

@@ -18,7 +18,7 @@ from gateway.curation.service import Curation
 from gateway.curation.store import CurationStore, change_recorder
 from gateway.curation.suites import SuiteRunner
 from gateway.errors import ProviderUnavailableError
-from gateway.knowledge import KnowledgeBase
+from gateway.knowledge.service import KnowledgeBase
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.recorder import Telemetry
 from gateway.providers.llm import LLMClient
@@ -108,7 +108,7 @@ async def start_curation(
         count=_counter(telemetry.metrics),
         tracer=telemetry.tracer,
     )
-    diagnoser = Diagnoser(knowledge, store, deep_k=group.deep_search_k, relevant=settings.corrective.crag_upper)
+    diagnoser = Diagnoser(knowledge, store, deep_k=group.deep_search_k, relevant=settings.corrective.upper)
     evaluator = HybridEvaluator(llm)
     metrics = telemetry.metrics
     suites = SuiteRunner(

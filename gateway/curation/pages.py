@@ -20,13 +20,13 @@ from litestar.template.config import TemplateConfig
 
 from gateway.access.guard import require
 from gateway.access.keys import Principal
-from gateway.api.validation import valid_documents
-from gateway.curation.api import TenantParam
+from gateway.curation.controller import TenantParam
 from gateway.curation.evaluator import Rule, RuleKind
+from gateway.curation.schemas import gap_out, iso, resolution_out
 from gateway.curation.service import Curation
-from gateway.curation.wire import gap_out, iso, resolution_out
 from gateway.errors import ClientError
-from gateway.schemas import DocumentIn
+from gateway.knowledge.schemas import DocumentIn
+from gateway.knowledge.validation import valid_documents
 from gateway.settings import Settings
 
 FORM_RULES: tuple[RuleKind, ...] = ("must_contain", "must_not_contain", "pattern")

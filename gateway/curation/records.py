@@ -26,7 +26,7 @@ from opentelemetry.trace import Tracer
 from gateway.curation.models import AnswerRecord, RetrievedDocument
 from gateway.curation.store import CurationStore
 from gateway.errors import GatewayError
-from gateway.schemas import QueryRequest, QueryResponse
+from gateway.query.schemas import QueryRequest, QueryResponse
 from pipelines.shared.events import Assess, Check, Evaluate, Retrieve
 
 logger = logging.getLogger(__name__)

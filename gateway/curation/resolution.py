@@ -19,9 +19,9 @@ from gateway.curation.evaluator import HybridEvaluator, Rule
 from gateway.curation.gaps import Gap
 from gateway.curation.models import AnswerRecord, Resolution
 from gateway.curation.store import CurationStore
-from gateway.knowledge import KnowledgeBase, NewDocument
-from gateway.schemas import QueryRequest
-from gateway.service import QueryService
+from gateway.knowledge.service import KnowledgeBase, NewDocument
+from gateway.query.schemas import QueryRequest
+from gateway.query.service import QueryService
 
 MAX_QUESTIONS = 5  # re-runs per resolution: the gap's most recent distinct questions
 

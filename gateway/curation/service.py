@@ -17,8 +17,8 @@ from gateway.curation.store import CurationStore
 from gateway.curation.suites import SuiteRunner
 from gateway.curation.training import pairs, to_jsonl
 from gateway.errors import NotFoundError
-from gateway.knowledge import KnowledgeBase, NewDocument
-from gateway.service import QueryService
+from gateway.knowledge.service import KnowledgeBase, NewDocument
+from gateway.query.service import QueryService
 from gateway.settings import CurationSettings
 
 

@@ -22,8 +22,8 @@ from gateway.curation.evaluator import HybridEvaluator, Rule
 from gateway.curation.models import EvalRun
 from gateway.curation.store import CurationStore
 from gateway.errors import GatewayError, NotFoundError
-from gateway.schemas import QueryRequest
-from gateway.service import QueryService
+from gateway.query.schemas import QueryRequest
+from gateway.query.service import QueryService
 
 logger = logging.getLogger(__name__)
 

@@ -33,14 +33,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     modes = cast(list[Mode], args.mode.split(","))
     store = args.store or Path(tempfile.mkdtemp(prefix="eval-lancedb-"))
     # No response cache: every mode must compute its answers for the figures to mean anything.
-    app = create_app(Settings().replace(vector_store={"path": store}, cache={"enabled": False}))
+    settings = Settings().replace(vector_store={"path": store}, cache={"enabled": False})
+    app = create_app(settings)
     # A kept store holds one tenant per dataset file, ingested by the first run that used it.
     tenant = f"eval-{dataset.name}" if args.store else f"eval-{dataset.name}-{int(time.time())}"
     marker = store / f".ingested-{tenant}-{args.dataset.stem}"
     report: dict[str, Any] = {"dataset": dataset.name, "file": str(args.dataset)}
     async with AsyncTestClient(app, timeout=900) as client:
-        services = app.state.services
-        report["model"] = services.settings.llm.model
+        report["model"] = settings.llm.model
         if marker.exists():
             report["ingest"] = json.loads(marker.read_text()) | {"reused": str(store)}
         else:
@@ -54,7 +54,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             for q in dataset.questions
             if (q.answerable or not args.answerable) and (kinds is None or {q.kind, q.kind.split("-")[0]} & kinds)
         ]
-        pool = [(q, await first_retrieval(services, tenant, q)) for q in asked]
+        pool = [
+            (q, await first_retrieval(app.state.knowledge, settings.retrieval.default_top_k, tenant, q)) for q in asked
+        ]
         picked = pick(pool, args.where, args.limit, args.seed if args.sample else None)
         questions = [question for question, _ in picked]
         firsts = [first for _, first in picked]

@@ -12,9 +12,9 @@ from litestar.testing import AsyncTestClient
 
 from gateway.eval.datasets import Dataset, Question
 from gateway.eval.metrics import answer_in_prediction, exact_match, f1_score, passage_recall
-from gateway.schemas import QueryResponse, RouteResponse
-from gateway.state import Services
-from gateway.steps import StepEvent
+from gateway.knowledge.service import KnowledgeBase
+from gateway.query.schemas import QueryResponse, RouteResponse
+from gateway.query.steps import StepEvent
 from pipelines.shared.events import Assess, Evaluate, Generate, PlanHop, Rewrite
 from pipelines.shared.relevance import Verdict
 
@@ -81,9 +81,9 @@ class FirstRetrieval:
         return self.recall == 1.0
 
 
-async def first_retrieval(services: Services, tenant: str, question: Question) -> FirstRetrieval:
+async def first_retrieval(knowledge: KnowledgeBase, top_k: int, tenant: str, question: Question) -> FirstRetrieval:
     """The same in every mode: searched once per question, not once per mode."""
-    passages = await services.knowledge.search(tenant, question.text, services.settings.retrieval.default_top_k)
+    passages = await knowledge.search(tenant, question.text, top_k)
     ids = [p.doc_id for p in passages]
     gold = bool(question.gold_doc_ids & set(ids)) if question.gold_doc_ids else None
     return FirstRetrieval(gold, passage_recall(ids, question.gold_doc_ids))

@@ -353,8 +353,8 @@ class Telemetry:
     @contextmanager
     def cache_lookup(self, layer: str) -> Iterator[None]:
         """A lookup span; its result is "miss" unless a hit is reported inside it. None outside any span: a lookup
-        made before the request's span opens (a chat question's vector begun ahead of routing,
-        ``gateway.api.early_vector``) would be a trace of its own, cut off from its request's; it is counted only."""
+        made before the request's span opens would be a trace of its own, cut off from its request's; it is counted
+        only."""
         if not trace.get_current_span().get_span_context().is_valid:
             yield None
             return

@@ -11,7 +11,7 @@ import numpy as np
 from langchain_core.embeddings import Embeddings
 
 from gateway.errors import ProviderError, ProviderTimeoutError, ProviderUnavailableError
-from gateway.knowledge import KnowledgeBase
+from gateway.knowledge.service import KnowledgeBase
 from pipelines.shared.deps import Passage
 
 PROVIDER = "web_search"

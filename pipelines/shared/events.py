@@ -1,7 +1,7 @@
 """What a pipeline did, step by step, as typed events.
 
 Nodes append these to the state's ``events`` list; the gateway renders them to the ``steps`` text
-clients read, once, at the API edge (:func:`gateway.steps.render_steps`), and sends them as they are
+clients read, once, at the API edge (:func:`gateway.query.steps.render_steps`), and sends them as they are
 beside it. Tests, the evaluation harness and anything else that needs a fact (a verdict, a count, the
 reason a run stopped) read the fields, never the text. msgspec structs tagged by ``kind``: they go on
 the wire (and into the answer caches) as they are, and decode back to the right type.

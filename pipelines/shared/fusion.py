@@ -1,7 +1,7 @@
 """Reciprocal rank fusion (Cormack et al., 2009): ranked lists merged without calibrating their scores.
 
 Used where two searches answer one need: hybrid retrieval's dense and keyword halves
-(:mod:`gateway.knowledge`), and a multi-hop round's planned sub-question beside the question expanded by
+(:mod:`gateway.knowledge.service`), and a multi-hop round's planned sub-question beside the question expanded by
 its bridge (:mod:`pipelines.corrective.nodes`). A chunk both lists rank well wins over one that only one
 list ranks first.
 """

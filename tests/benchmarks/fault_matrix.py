@@ -27,9 +27,9 @@ from typing import Any
 from litestar.testing import AsyncTestClient
 
 from gateway.app import create_app
+from gateway.overrides import ProviderOverrides
 from gateway.providers.embeddings import USEEmbeddings
 from gateway.settings import Settings
-from gateway.state import ProviderOverrides
 from tests.fakes.openai_server import Answer, Behaviour, Cut, FakeOpenAI, Hang, Status
 
 NORMAL = Answer("Fine.")

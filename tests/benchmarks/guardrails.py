@@ -73,9 +73,9 @@ async def pii_matrix(names_model: str) -> None:
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     from gateway.app import create_app
+    from gateway.overrides import ProviderOverrides
     from gateway.providers.embeddings import USEEmbeddings
     from gateway.settings import Settings
-    from gateway.state import ProviderOverrides
     from tests.fakes.openai_server import Echo, FakeOpenAI
 
     embeddings = USEEmbeddings()

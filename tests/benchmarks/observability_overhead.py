@@ -26,12 +26,12 @@ from litestar.testing import AsyncTestClient
 
 from gateway.app import create_app
 from gateway.observability.logs import JsonFormatter
+from gateway.overrides import ProviderOverrides
 from gateway.providers.embeddings import USEEmbeddings
 from gateway.providers.scripted_chat import ScriptedChatModel
-from gateway.schemas import QueryRequest
-from gateway.service import QueryService
+from gateway.query.schemas import QueryRequest
+from gateway.query.service import QueryService
 from gateway.settings import Settings
-from gateway.state import ProviderOverrides
 from tests.benchmarks.figures import percentile
 
 BODY = {"tenant": "bench", "query": "Hello, who are you?", "route": "direct"}
@@ -111,7 +111,7 @@ async def measure(requests: int, rounds: int) -> None:
             for _ in range(rounds):
                 for on, client in clients.items():
                     results.setdefault(("http", on), []).extend(await http_round(client, requests))
-                    service = apps[on].state.services.query_service
+                    service = apps[on].state.query_service
                     results.setdefault(("service", on), []).extend(await service_round(service, requests))
     for layer in ("http", "service"):
         enabled, disabled = results[(layer, True)], results[(layer, False)]

@@ -37,6 +37,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from gateway.app import create_app
 from gateway.curation.store import CurationStore
+from gateway.overrides import ProviderOverrides
 from gateway.profiles.model import AssistantProfile
 from gateway.profiles.runtime import ModelPool, Profiles
 from gateway.profiles.store import ProfileStore
@@ -44,7 +45,6 @@ from gateway.providers.embeddings import USEEmbeddings
 from gateway.providers.llm import LLMClient
 from gateway.providers.scripted_chat import ScriptedChatModel, replies
 from gateway.settings import AssistantSettings, LLMEndpointSettings, ModelPrice, ProfileSettings, Settings
-from gateway.state import ProviderOverrides
 from pipelines.direct.prompts import RULES
 from tests.benchmarks.figures import percentile
 

@@ -23,16 +23,16 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from gateway.app import probe_depth
 from gateway.cache.backend import MemoryBackend
 from gateway.cache.versions import KnowledgeVersions
-from gateway.chunking import Chunker
 from gateway.eval.datasets import load_hotpotqa, load_squad_v2
-from gateway.knowledge import KnowledgeBase, NewDocument
+from gateway.knowledge.chunking import Chunker
+from gateway.knowledge.matrices import TenantMatrices
+from gateway.knowledge.service import KnowledgeBase, NewDocument
 from gateway.providers.embeddings import USEEmbeddings
 from gateway.providers.vectorstores.lance import LanceVectorStore
+from gateway.query.factory import probe_depth
 from gateway.settings import ChunkingSettings, RetrievalSettings
-from gateway.tenant_matrix import TenantMatrices
 from routes.written_kb import load_written_kb
 
 TENANT = "bench"

@@ -11,7 +11,7 @@ models -- for EN and JA questions whose vectors are computed beforehand, and pri
 whole decision and of the probe search alone:
 
 1. the store searched (LanceDB's exact scan) as the writes left the table, then after compacting it;
-2. the tenant's in-memory matrix (:mod:`gateway.tenant_matrix`), with its knowledge version read per
+2. the tenant's in-memory matrix (:mod:`gateway.knowledge.matrices`), with its knowledge version read per
    probe from ``--redis-url`` (as the gateway does with Redis) or from the in-process backend; its
    size, and how many decisions differ from the store's.
 
@@ -30,20 +30,20 @@ from pathlib import Path
 
 import numpy as np
 
-from gateway.app import probe_depth
 from gateway.cache.backend import CacheBackend, MemoryBackend, RedisBackend
 from gateway.cache.versions import KnowledgeVersions
-from gateway.chunking import Chunker
-from gateway.knowledge import DenseSearch, KnowledgeBase
+from gateway.knowledge.chunking import Chunker
+from gateway.knowledge.matrices import TenantMatrices
+from gateway.knowledge.service import DenseSearch, KnowledgeBase
 from gateway.providers.embeddings import USE_DIMENSIONS, USEEmbeddings
 from gateway.providers.llm import LLMClient
 from gateway.providers.redis import ResilientRedis, open_redis
 from gateway.providers.scripted_chat import ScriptedChatModel
 from gateway.providers.vectorstores.base import ChunkRecord
 from gateway.providers.vectorstores.lance import LanceVectorStore
-from gateway.router_artefact import train_knowledge_router
+from gateway.query.factory import probe_depth
+from gateway.query.router_artefact import train_knowledge_router
 from gateway.settings import ModelPrice, RedisSettings, Settings
-from gateway.tenant_matrix import TenantMatrices
 from routes.corpus import load_tenants
 from routes.examples import load_examples
 from routes.knowledge_router import KnowledgeRouter

@@ -20,10 +20,10 @@ from playwright.async_api import async_playwright
 from pydantic import SecretStr
 
 from gateway.app import create_app
+from gateway.overrides import ProviderOverrides
 from gateway.providers.embeddings import USEEmbeddings
 from gateway.providers.scripted_chat import ScriptedChatModel
 from gateway.settings import ApiKeyConfig, Settings
-from gateway.state import ProviderOverrides
 from tests.curation_support import FORM_RULES, NEW_ADDRESS, NEW_DOC, OLD_DOC, OTHER_DOCS, QUESTION, relocation_model
 from tests.ports import free_port
 

@@ -14,9 +14,9 @@ from pathlib import Path
 from litestar import Litestar
 
 from gateway.app import create_app
+from gateway.overrides import ProviderOverrides
 from gateway.providers.scripted_chat import ScriptedChatModel
 from gateway.settings import Settings
-from gateway.state import ProviderOverrides
 from tests.chat_support import chat_model
 
 

@@ -129,7 +129,7 @@ def test_runtime_writes_only_under_the_chart_volumes() -> None:
     # The router artefact is trained in the build stage, in the directory the runtime reads it from.
     router_dir = env["GATEWAY_ROUTER_CACHE_DIR"]
     assert any(
-        word == "RUN" and f"GATEWAY_ROUTER_CACHE_DIR={router_dir} python -m gateway.router_artefact" in rest
+        word == "RUN" and f"GATEWAY_ROUTER_CACHE_DIR={router_dir} python -m gateway.query.router_artefact" in rest
         for word, rest in instructions()
     )
     assert any(word == "COPY" and f"{router_dir} {router_dir}" in rest for word, rest in instructions())

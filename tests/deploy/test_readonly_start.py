@@ -49,10 +49,10 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def router_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The image build step: ``python -m gateway.router_artefact`` with the image's router directory."""
+    """The image build step: ``python -m gateway.query.router_artefact`` with the image's router directory."""
     target = tmp_path_factory.mktemp("router")
     subprocess.run(
-        [sys.executable, "-m", "gateway.router_artefact"],
+        [sys.executable, "-m", "gateway.query.router_artefact"],
         env={**os.environ, "GATEWAY_ROUTER_CACHE_DIR": str(target)},
         check=True,
         capture_output=True,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import openai
 import pytest
 
-from gateway.steps import RewriteFollowup
+from gateway.query.steps import RewriteFollowup
 from tests.scripted import events
 
 pytestmark = pytest.mark.e2e

@@ -20,7 +20,9 @@ TIMEOUT = httpx.Timeout(660.0)
 
 @pytest.fixture(scope="module")
 def kumo_tenant(gateway_url: str) -> str:
-    docs = json.loads((resources.files("gateway") / "sample_kb" / "documents.json").read_text(encoding="utf-8"))
+    docs = json.loads(
+        (resources.files("gateway.knowledge") / "sample_kb" / "documents.json").read_text(encoding="utf-8")
+    )
     response = httpx.post(f"{gateway_url}/v1/documents", json={"tenant": "kumo", "documents": docs}, timeout=TIMEOUT)
     assert response.status_code == 200, response.text
     assert response.json()["upserted"] == len(docs)

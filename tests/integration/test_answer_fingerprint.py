@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.app import open_cache_layer
+from gateway.cache.layer import open_cache
 from gateway.providers.redis import open_redis
 from gateway.settings import Settings
 from tests.integration.conftest import REDIS_TEST_URL
@@ -28,8 +28,7 @@ async def test_switching_the_router_classifier_changes_the_answer_cache_key(
         monkeypatch.setenv("GATEWAY_ROUTER_CLASSIFIER", classifier)
         settings = Settings()
         redis = open_redis(settings.redis)
-        cache = open_cache_layer(settings, redis)
-        assert cache is not None
+        cache = open_cache(redis, settings.cache, namespace=settings.answer_fingerprint())
         assert redis is not None
         try:
             params = {"top_k": None, "allow_escalation": True}

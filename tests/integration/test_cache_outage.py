@@ -23,7 +23,7 @@ from gateway.cache.embeddings import CachedEmbeddings
 from gateway.cache.exact import ExactCache
 from gateway.cache.versions import KnowledgeVersions
 from gateway.providers.redis import RedisUnavailableError, ResilientRedis
-from gateway.schemas import QueryResponse
+from gateway.query.schemas import QueryResponse
 from tests.redis_proxy import TcpProxy
 from tests.scripted import CountedCompute, query_response
 

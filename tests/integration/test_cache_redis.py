@@ -19,7 +19,7 @@ from gateway.cache.exact import ExactCache
 from gateway.cache.keys import embedding_key, exact_key, exact_key_parts, lock_key, version_key
 from gateway.cache.versions import KnowledgeVersions
 from gateway.providers.redis import ResilientRedis
-from gateway.schemas import QueryResponse
+from gateway.query.schemas import QueryResponse
 from tests.integration.conftest import REDIS_TEST_URL
 from tests.scripted import CountedCompute, query_response
 

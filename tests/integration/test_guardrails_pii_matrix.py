@@ -21,9 +21,9 @@ from litestar.testing import AsyncTestClient
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from gateway.app import create_app
+from gateway.overrides import ProviderOverrides
 from gateway.providers.embeddings import USEEmbeddings
 from gateway.settings import Settings
-from gateway.state import ProviderOverrides
 from tests.fakes.openai_server import Answer, Echo, FakeOpenAI
 
 pytestmark = pytest.mark.redis

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from gateway.query.steps import SemanticCacheHit
 from gateway.settings import Settings
-from gateway.steps import SemanticCacheHit
 from tests.scripted import answer_with_first_passage, events
 
 pytestmark = pytest.mark.redis

@@ -20,9 +20,9 @@ import pytest
 from litestar.testing import AsyncTestClient
 
 from gateway.app import create_app
+from gateway.overrides import ProviderOverrides
 from gateway.providers.embeddings import USEEmbeddings
 from gateway.settings import Settings
-from gateway.state import ProviderOverrides
 from tests.fakes.openai_server import Answer, Cut, FakeOpenAI, Hang, Status
 
 REDIS_TEST_URL = os.environ.get("REDIS_TEST_URL", "redis://127.0.0.1:6379/15")

@@ -9,8 +9,8 @@ import pytest
 from litestar.testing import AsyncTestClient
 
 from gateway.app import create_app
+from gateway.overrides import ProviderOverrides
 from gateway.settings import Settings
-from gateway.state import ProviderOverrides
 
 REDIS_TEST_URL = os.environ.get("REDIS_TEST_URL", "redis://127.0.0.1:6379/15")
 

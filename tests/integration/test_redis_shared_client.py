@@ -14,7 +14,6 @@ from redis.asyncio import Redis
 from gateway.cache.backend import RedisBackend
 from gateway.cache.layer import CacheLayer
 from gateway.settings import Settings
-from gateway.state import Services
 from tests.chat_support import ACME_ADMIN_KEY, ACME_KEY, bearer, keyed
 from tests.integration.conftest import REDIS_TEST_URL
 from tests.redis_proxy import ThreadedProxy
@@ -55,11 +54,6 @@ def shared_settings(settings: Settings, redis_url: str, prefix: str) -> Settings
     )
 
 
-def services_of(client: Any) -> Services:
-    services: Services = client.app.state.services
-    return services
-
-
 async def named_connections(redis: Redis, name: str) -> int:
     clients = await redis.client_list()
     return sum(1 for c in clients if c.get("name") == name)
@@ -71,10 +65,9 @@ async def test_cache_semantic_cache_and_rate_limiter_share_one_pool(
     name = f"gw-{uuid.uuid4().hex[:10]}"  # the app names its connections (CLIENT SETNAME); the URL picks the name
     config = shared_settings(settings, with_query(REDIS_TEST_URL, client_name=name), prefix)
     async with make_client(answer_with_first_passage, settings_override=config) as (client, _):
-        services = services_of(client)
-        shared = services.redis
+        shared = client.app.state.access.limiter.redis
         assert shared is not None
-        cache = services.cache
+        cache = client.app.state.readiness.cache
         assert cache is not None
         assert isinstance(cache.backend, RedisBackend)
         assert cache.backend.redis is shared
@@ -130,7 +123,8 @@ async def test_the_local_models_query_vectors_stay_in_the_process(
     assert ":cache:ver:acme" in stored
     assert not any(key.startswith(":cache:emb:") for key in stored)
     # The question's vector was computed once and found in the process after that: by the second request, whose
-    # vector was begun as it arrived (gateway.query_vector) before its answer was found cached, and by the third.
+    # vector was begun as it arrived (gateway.knowledge.query_vector) before its answer was found cached, and by the
+    # third.
     assert value(samples, "gateway_cache_requests_total", layer="embedding", result="miss") == 1
     assert value(samples, "gateway_cache_requests_total", layer="embedding", result="hit") == 2
 
@@ -144,11 +138,11 @@ async def test_an_outage_is_one_transition_for_every_redis_user_and_each_keeps_i
     config = shared_settings(settings, proxy.url_for(REDIS_TEST_URL), prefix)
     try:
         async with make_client(answer_with_first_passage, settings_override=config) as (client, _):
-            metrics = services_of(client).telemetry.metrics
+            metrics = client.app.state.telemetry.metrics
             assert metrics is not None
             assert (await client.post("/v1/documents", json=LEAVE, headers=bearer(ACME_ADMIN_KEY))).status_code == 200
             before = await client.post("/v1/query", json=QUESTION, headers=bearer(ACME_KEY))
-            cache = services_of(client).cache
+            cache = client.app.state.readiness.cache
             assert cache is not None
             await stored_answers(cache)  # its answer is stored after it is sent: before Redis goes
 

@@ -16,12 +16,12 @@ import pytest
 from litestar.testing import AsyncTestClient
 
 from gateway.app import create_app
+from gateway.overrides import ProviderOverrides
 from gateway.providers.embeddings import USEEmbeddings, embedding_dimensions
 from gateway.providers.scripted_chat import ScriptedChatModel
 from gateway.providers.vectorstores.base import ChunkRecord, VectorStore
 from gateway.providers.vectorstores.lance import LanceVectorStore
 from gateway.settings import Settings
-from gateway.state import ProviderOverrides
 from pipelines.shared.deps import Passage
 from tests.redis_proxy import ThreadedProxy
 from tests.scripted import answer_with_first_passage

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.knowledge import KnowledgeBase
+from gateway.knowledge.service import KnowledgeBase
 from gateway.providers.embeddings import USEEmbeddings
 from tests.unit.corrective_support import AURORA, AURORA_DOCS, DOCS, TENANT, VPN_QUERY, FakeClock, make_knowledge
 

@@ -17,8 +17,8 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
-from gateway.chunking import Chunker
-from gateway.knowledge import KnowledgeBase, NewDocument
+from gateway.knowledge.chunking import Chunker
+from gateway.knowledge.service import KnowledgeBase, NewDocument
 from gateway.providers.embeddings import USEEmbeddings
 from gateway.providers.llm import LLMClient
 from gateway.providers.scripted_chat import ScriptedChatModel

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from langchain_core.messages import BaseMessage, SystemMessage
 
-from gateway.steps import RouteClamp
+from gateway.query.steps import RouteClamp
 from pipelines.shared.events import Assess, Generate, Retrieve
 from tests.chat_support import chat_model, openai_client
 from tests.scripted import events

@@ -16,7 +16,7 @@ from gateway.cache.exact import ExactCache
 from gateway.cache.keys import lock_key
 from gateway.cache.single_flight import Loaded, SingleFlight, StampedeGuard, handing_over, outcome_of
 from gateway.cache.versions import KnowledgeVersions
-from gateway.schemas import QueryResponse
+from gateway.query.schemas import QueryResponse
 from tests.scripted import CountedCompute, query_response
 
 
@@ -579,7 +579,7 @@ async def test_one_request_reads_each_tenants_version_once_and_the_next_request_
     cache = ExactCache(backend, versions, QueryResponse, prefix="t")
 
     async def compute_reading_the_version_again() -> QueryResponse:
-        # What the router's in-memory probe does inside the computation (gateway.tenant_matrix).
+        # What the router's in-memory probe does inside the computation (gateway.knowledge.matrices).
         assert await versions.current("acme") == first
         return query_response("computed")
 

@@ -7,7 +7,7 @@ from langchain_core.embeddings import Embeddings
 from gateway.cache import CacheLayer, MemoryBackend, RedisBackend, open_cache
 from gateway.cache.layer import shares_embeddings
 from gateway.providers.redis import ResilientRedis
-from gateway.schemas import QueryResponse
+from gateway.query.schemas import QueryResponse
 from gateway.settings import CacheSettings
 from tests.scripted import query_response
 

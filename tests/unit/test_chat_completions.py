@@ -8,7 +8,7 @@ import openai
 import pytest
 from langchain_openai import ChatOpenAI
 
-from gateway.steps import RewriteFollowup
+from gateway.query.steps import RewriteFollowup
 from pipelines.shared.events import Check, Generate
 from tests.chat_support import REWRITE_MARKER, chat_model, openai_client
 from tests.scripted import events

@@ -6,7 +6,7 @@ from itertools import pairwise
 
 import pytest
 
-from gateway.chunking import Chunker
+from gateway.knowledge.chunking import Chunker
 
 EN_SENTENCES = [f"Rule {i} of the travel policy covers hotel bookings for trips abroad." for i in range(12)]
 JA_SENTENCES = [f"東京オフィスの第{i}会議室は十人まで利用できます。" for i in range(20)]

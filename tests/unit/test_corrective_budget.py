@@ -7,7 +7,7 @@ from typing import Any, get_args
 
 import pytest
 
-from gateway.knowledge import KnowledgeBase
+from gateway.knowledge.service import KnowledgeBase
 from pipelines.corrective.policy import CorrectivePolicy
 from pipelines.shared.events import Check, Evaluate, Generate, Refine, Retrieve, Rewrite, SearchMore, Stop, StopReason
 from tests.unit.corrective_support import (

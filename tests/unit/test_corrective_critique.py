@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gateway.knowledge import KnowledgeBase
+from gateway.knowledge.service import KnowledgeBase
 from pipelines.corrective.critique import CITATIONS_ONLY, cautious_answer
 from pipelines.corrective.policy import CorrectivePolicy
 from pipelines.corrective.prompts import EMPTY_ANSWER_NOTE, REGENERATE_NOTE

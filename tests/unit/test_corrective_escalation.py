@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from gateway.knowledge import KnowledgeBase
+from gateway.knowledge.service import KnowledgeBase
 from gateway.providers.scripted_chat import ScriptedChatModel
 from pipelines.corrective.policy import CorrectivePolicy
 from pipelines.shared import events as ev

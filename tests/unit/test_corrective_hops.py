@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.knowledge import KnowledgeBase
-from gateway.steps import render_steps
+from gateway.knowledge.service import KnowledgeBase
+from gateway.query.steps import render_steps
 from pipelines.corrective.hops import bridge_fact, clean_query
 from pipelines.corrective.policy import CorrectivePolicy
 from pipelines.corrective.routing import PLANNER_TRUSTED_NOTE, TRUSTED_NOTE

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.knowledge import KnowledgeBase, NewDocument
+from gateway.knowledge.service import KnowledgeBase, NewDocument
 from gateway.providers.embeddings import USEEmbeddings
 from pipelines.corrective.critique import CITATIONS_ONLY, regeneration_note
 from pipelines.corrective.hops import bridge_fact

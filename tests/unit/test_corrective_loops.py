@@ -10,7 +10,7 @@ import re
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
-from gateway.knowledge import KnowledgeBase
+from gateway.knowledge.service import KnowledgeBase
 from pipelines.corrective.policy import CorrectivePolicy
 from pipelines.corrective.prompts import REWRITE_EXAMPLES, REWRITE_SYSTEM
 from pipelines.corrective.rewrite import expanded_query

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gateway.knowledge import KnowledgeBase
+from gateway.knowledge.service import KnowledgeBase
 from pipelines.corrective.policy import CorrectivePolicy
 from pipelines.corrective.rewrite import expanded_query
 from pipelines.shared.deps import Passage

@@ -13,9 +13,9 @@ from pydantic import SecretStr
 
 from gateway.curation.records import AnswerRecorder, assess
 from gateway.curation.store import CurationStore
-from gateway.schemas import QueryRequest, Source
+from gateway.query.schemas import QueryRequest, Source
+from gateway.query.steps import StepEvent
 from gateway.settings import Settings
-from gateway.steps import StepEvent
 from pipelines.shared.events import Assess, Check, Evaluate, Generate, Retrieve
 from tests.scripted import query_response
 

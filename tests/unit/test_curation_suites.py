@@ -9,10 +9,10 @@ from litestar.testing import AsyncTestClient
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from gateway.app import create_app
+from gateway.overrides import ProviderOverrides
 from gateway.providers.embeddings import USEEmbeddings
 from gateway.providers.scripted_chat import ScriptedChatModel
 from gateway.settings import Settings
-from gateway.state import ProviderOverrides
 from tests.curation_support import NEW_DOC, OLD_DOC, QUESTION, RULES, TENANT, ingest, relocation_model
 
 

@@ -13,7 +13,7 @@ from gateway.eval.metrics import answer_in_prediction, exact_match, f1_score, no
 from gateway.eval.report import draw_chart, summarise
 from gateway.eval.runner import FirstRetrieval, Outcome, ask, calls_by_step, failed, first_verdict, route_of
 from gateway.eval.tables import merged, render
-from gateway.steps import RouteQuery
+from gateway.query.steps import RouteQuery
 from pipelines.shared.events import Assess, Check, Escalate, Evaluate, Generate, PlanHop, Retrieve, SearchHop
 from routes.written_kb import load_written_kb
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.eval.metrics import answer_in_prediction, f1_score, normalize_answer
-from gateway.knowledge import KnowledgeBase, NewDocument
+from gateway.knowledge.service import KnowledgeBase, NewDocument
 from gateway.providers.embeddings import USEEmbeddings
 from pipelines.corrective.evaluator import evaluate_passages
 from pipelines.corrective.policy import CorrectivePolicy

@@ -9,9 +9,9 @@ from langchain_core.embeddings import Embeddings
 
 from gateway.cache.backend import CacheUnavailableError
 from gateway.cache.versions import ChangeNotAcknowledgedError, KnowledgeVersions
-from gateway.chunking import Chunker
 from gateway.errors import ProviderError
-from gateway.knowledge import KnowledgeBase, NewDocument
+from gateway.knowledge.chunking import Chunker
+from gateway.knowledge.service import KnowledgeBase, NewDocument
 from gateway.providers.vectorstores.base import ChunkRecord, VectorStore
 from pipelines.shared.deps import Passage
 from tests.unit.test_cache_exact import FlakyMemory

@@ -15,11 +15,11 @@ from gateway.cache.exact import ExactCache
 from gateway.cache.versions import KnowledgeVersions
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.recorder import Telemetry
+from gateway.overrides import ProviderOverrides
 from gateway.providers.embeddings import USEEmbeddings
-from gateway.schemas import QueryResponse
+from gateway.query.schemas import QueryResponse
+from gateway.query.steps import SemanticCacheHit
 from gateway.settings import ModelPrice, Settings
-from gateway.state import ProviderOverrides
-from gateway.steps import SemanticCacheHit
 from pipelines.shared.events import Evaluate
 from tests.scripted import CountedCompute, answer_with_first_passage, events
 from tests.unit.corrective_support import K2_QUESTION, OFF_TOPIC, TENANT

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from gateway.chat.completions import ChatService, PreparedChat
+from gateway.chat.service import ChatService, PreparedChat
 from gateway.guardrails.service import Guardrails
 from gateway.guardrails.vault import Vault
-from gateway.query_vector import QueryVector, StartedEmbedding
-from gateway.schemas import QueryRequest
-from gateway.service import QueryService
+from gateway.knowledge.query_vector import QueryVector, StartedEmbedding
+from gateway.query.schemas import QueryRequest
+from gateway.query.service import QueryService
 from gateway.settings import GuardrailSettings
 from pipelines.shared.followup import Turn
 

@@ -11,13 +11,13 @@ from typing import Any, cast
 import msgspec
 import pytest
 
-from gateway.chat.completions import ChatService, PreparedChat
+from gateway.chat.service import ChatService, PreparedChat
 from gateway.guardrails.vault import Vault
+from gateway.knowledge.query_vector import QueryVector
 from gateway.providers.llm import LLMClient
 from gateway.providers.scripted_chat import ScriptedChatModel
-from gateway.query_vector import QueryVector
-from gateway.schemas import QueryRequest, QueryResponse
-from gateway.service import Admit, QueryService
+from gateway.query.schemas import QueryRequest, QueryResponse
+from gateway.query.service import Admit, QueryService
 from gateway.settings import ModelPrice
 from pipelines.shared.followup import Turn
 from tests.scripted import query_response
@@ -69,7 +69,7 @@ async def test_query_endpoint_passes_every_field_to_the_service(
 ) -> None:
     recorder = Recorder()
     async with make_client() as (client, _):
-        monkeypatch.setattr(client.app.state.services.query_service, "answer", recorder.answer)
+        monkeypatch.setattr(client.app.state.query_service, "answer", recorder.answer)
         response = await client.post("/v1/query", json=SAMPLE)
     assert response.status_code == 200, response.text
     assert recorder.requests == [QueryRequest(**{**SAMPLE, "query": SAMPLE["query"].strip()})]

@@ -23,6 +23,7 @@ from gateway.errors import (
     ProviderUnavailableError,
     StreamInterruptedError,
 )
+from gateway.overrides import ProviderOverrides
 from gateway.providers.deadline import deadline_after, within
 from gateway.providers.embeddings import USEEmbeddings
 from gateway.providers.llm import LLMClient
@@ -35,7 +36,6 @@ from gateway.providers.resilience import (
 )
 from gateway.providers.scripted_chat import ScriptedChatModel
 from gateway.settings import ModelPrice, Settings
-from gateway.state import ProviderOverrides
 
 
 class Clock:
@@ -315,7 +315,7 @@ async def test_a_multi_hop_requests_llm_calls_end_by_the_corrective_budget(
     """GATEWAY_BUDGET_MAX_SECONDS is the request's deadline on the multi_hop route: a hanging model costs
     the budget, not the (much longer) per-call timeout."""
     model = SlowModel(responder=lambda _m, _k: "late", delay=30.0)
-    budget = settings.replace(corrective={"budget_max_seconds": 0.5}, llm_endpoint={"timeout_s": 60.0})
+    budget = settings.replace(corrective={"max_seconds": 0.5}, llm_endpoint={"timeout_s": 60.0})
     app = create_app(budget, ProviderOverrides(chat_model=model, embeddings=embeddings))
     async with AsyncTestClient(app) as client:
         started = time.monotonic()

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from langchain_core.embeddings import DeterministicFakeEmbedding
 
-from gateway.router_artefact import build_artefact
+from gateway.query.router_artefact import build_artefact
 from gateway.settings import Settings
 from routes import knowledge_router
 from routes.corpus import all_cases

@@ -6,7 +6,7 @@ from typing import Any
 
 import msgspec
 
-from gateway.steps import RewriteFollowup, RouteClamp, RouteQuery, SemanticCacheHit, StepEvent, render_steps
+from gateway.query.steps import RewriteFollowup, RouteClamp, RouteQuery, SemanticCacheHit, StepEvent, render_steps
 from pipelines.shared.events import (
     Assess,
     Check,

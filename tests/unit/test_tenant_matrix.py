@@ -16,15 +16,15 @@ from threadpoolctl import ThreadpoolController
 from gateway.app import create_app
 from gateway.cache.backend import CacheUnavailableError, MemoryBackend
 from gateway.cache.versions import KnowledgeVersions
-from gateway.chunking import Chunker
-from gateway.knowledge import HYBRID_DEPTH, KnowledgeBase, NewDocument
+from gateway.knowledge.chunking import Chunker
+from gateway.knowledge.matrices import TenantMatrix
+from gateway.knowledge.service import HYBRID_DEPTH, KnowledgeBase, NewDocument
+from gateway.overrides import ProviderOverrides
 from gateway.providers.embeddings import USEEmbeddings
 from gateway.providers.scripted_chat import ScriptedChatModel
 from gateway.providers.vectorstores.base import StoredChunks
 from gateway.providers.vectorstores.memory import InMemoryVectorStore
 from gateway.settings import Settings
-from gateway.state import ProviderOverrides
-from gateway.tenant_matrix import TenantMatrix
 from pipelines.shared.deps import Passage
 from routes.probe import PROBE_DEPTH, ProbeFirstRetriever, probe_of
 from tests.conftest import grounded_or_direct
@@ -74,7 +74,7 @@ class DownBackend(MemoryBackend):
 def knowledge_base(
     store: InMemoryVectorStore, max_bytes: int = 64 * 1024 * 1024, *, hybrid: bool = True
 ) -> KnowledgeBase:
-    from gateway.tenant_matrix import TenantMatrices
+    from gateway.knowledge.matrices import TenantMatrices
 
     versions = KnowledgeVersions(MemoryBackend())
     embeddings = DeterministicFakeEmbedding(size=DIMENSIONS)
@@ -168,7 +168,7 @@ async def test_the_memory_budget_keeps_the_recently_used_tenants_and_never_loads
 
 
 async def test_without_a_version_or_an_export_every_probe_searches_the_store() -> None:
-    from gateway.tenant_matrix import TenantMatrices
+    from gateway.knowledge.matrices import TenantMatrices
 
     store = NoExportStore()
     kb = knowledge_base(store)
@@ -270,7 +270,7 @@ def test_the_probe_searches_only_as_deep_as_single_hop_reuses_when_the_matrices_
     """With the in-memory matrices a multi-hop request searches again (one matrix product) rather than every
     ``auto`` request making the passages only multi-hop's first search could reuse; without them (each search a store
     scan or a network call) the probe stays deep enough for multi-hop too."""
-    from gateway.app import probe_depth
+    from gateway.query.factory import probe_depth
     from gateway.settings import RetrievalSettings
 
     retrieval = RetrievalSettings()

@@ -7,9 +7,9 @@ import json
 import httpx
 import pytest
 
-from gateway.chunking import Chunker
 from gateway.errors import ProviderError, ProviderUnavailableError
-from gateway.knowledge import KnowledgeBase, NewDocument
+from gateway.knowledge.chunking import Chunker
+from gateway.knowledge.service import KnowledgeBase, NewDocument
 from gateway.providers.embeddings import USEEmbeddings
 from gateway.providers.vectorstores.memory import InMemoryVectorStore
 from gateway.providers.websearch import TAVILY_URL, LocalStoreSearch, TavilySearch

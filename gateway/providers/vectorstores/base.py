@@ -38,7 +38,7 @@ class ChunkRecord:
 
 @dataclass(frozen=True, slots=True)
 class StoredChunks:
-    """Every chunk of one tenant, column by column: what :mod:`gateway.tenant_matrix` keeps in memory.
+    """Every chunk of one tenant, column by column: what :mod:`gateway.knowledge.matrices` keeps in memory.
 
     ``vectors`` is one float32 row per chunk, as stored; ``metadata`` is the stored JSON text (the matrix parses
     each distinct text once, and a nested one again whenever its chunk is returned)."""

@@ -10,12 +10,11 @@ from litestar.params import JSONBody, PathParameter, QueryParameter
 
 from gateway.access.guard import BEARER, require
 from gateway.access.keys import Principal
-from gateway.api.problems import problem_responses
-from gateway.api.validation import valid_documents
-from gateway.errors import NotFoundError
-from gateway.knowledge import KnowledgeBase
+from gateway.errors import NotFoundError, problem_responses
+from gateway.knowledge.schemas import DeleteResponse, DocumentsRequest, DocumentsResponse
+from gateway.knowledge.service import KnowledgeBase
+from gateway.knowledge.validation import valid_documents
 from gateway.providers.vectorstores.base import TENANT_PATTERN
-from gateway.schemas import DeleteResponse, DocumentsRequest, DocumentsResponse
 from gateway.settings import Settings
 
 

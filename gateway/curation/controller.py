@@ -11,10 +11,7 @@ from litestar.params import JSONBody, PathParameter, QueryParameter
 
 from gateway.access.guard import BEARER, require
 from gateway.access.keys import Principal
-from gateway.api.problems import problem_responses
-from gateway.api.validation import valid_documents
-from gateway.curation.service import Curation
-from gateway.curation.wire import (
+from gateway.curation.schemas import (
     EvalCaseOut,
     EvalCaseRequest,
     EvalRunOut,
@@ -31,7 +28,9 @@ from gateway.curation.wire import (
     rules_of,
     run_out,
 )
-from gateway.errors import ClientError, NotFoundError
+from gateway.curation.service import Curation
+from gateway.errors import ClientError, NotFoundError, problem_responses
+from gateway.knowledge.validation import valid_documents
 from gateway.providers.vectorstores.base import TENANT_PATTERN
 from gateway.settings import Settings
 

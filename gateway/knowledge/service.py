@@ -13,7 +13,7 @@ Measured with ``python -m tests.benchmarks.retrieval_recall`` (supporting-passag
 dense vs hybrid, HotpotQA and JSQuAD).
 
 The dense half is answered from the tenant's in-memory matrix when it is warm
-(:mod:`gateway.tenant_matrix`: the same exact cosine ranking, about a millisecond instead of a scan of
+(:mod:`gateway.knowledge.matrices`: the same exact cosine ranking, about a millisecond instead of a scan of
 the store), and a dense ranking the router's probe already made is reused rather than searched again
 (:meth:`KnowledgeBase.search_reusing`): a request searches the vectors once for routing and retrieval.
 """
@@ -27,12 +27,12 @@ from typing import Any, TypeVar
 from langchain_core.embeddings import Embeddings
 
 from gateway.cache.versions import KnowledgeVersions
-from gateway.chunking import Chunker
 from gateway.errors import ProviderError
+from gateway.knowledge.chunking import Chunker
+from gateway.knowledge.matrices import TenantMatrices
+from gateway.knowledge.query_vector import StartedEmbedding
 from gateway.providers.vectorstores.base import ChunkRecord, VectorStore
 from gateway.providers.vectorstores.fusion import query_terms
-from gateway.query_vector import StartedEmbedding
-from gateway.tenant_matrix import TenantMatrices
 from pipelines.shared.deps import Passage
 from pipelines.shared.fusion import reciprocal_rank_fusion
 
@@ -187,6 +187,11 @@ class KnowledgeBase:
     async def embed_texts(self, texts: list[str]) -> list[list[float]]:
         """Embeds strips and other short texts for scoring (not for storage)."""
         return await self._embed_documents(texts)
+
+    @property
+    def embeddings(self) -> Embeddings:
+        """The model queries are embedded with (behind the vector cache, where there is one)."""
+        return self._embeddings
 
     async def embed_query(self, text: str) -> list[float]:
         try:

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import msgspec
 from msgspec import Meta
 
-from gateway.providers.vectorstores.base import TENANT_PATTERN
-from gateway.steps import StepEvent
+from gateway.knowledge.schemas import Tenant
+from gateway.query.steps import StepEvent
 from routes.types import RouteRequest
-
-Tenant = Annotated[str, Meta(pattern=TENANT_PATTERN, description="Tenant id: letters, digits, '_' or '-'.")]
-DocumentId = Annotated[str, Meta(min_length=1, max_length=256)]
 
 
 class QueryRequest(msgspec.Struct, kw_only=True):
@@ -98,25 +95,3 @@ class RouteResponse(msgspec.Struct, kw_only=True):
         str, Meta(description="The router's own choice; differs from ``route`` when the profile does not allow it.")
     ]
     probe: RouteProbe | None = None
-
-
-class DocumentIn(msgspec.Struct, kw_only=True):
-    id: DocumentId
-    text: Annotated[str, Meta(min_length=1)]
-    title: Annotated[str, Meta(max_length=512)] | None = None
-    metadata: dict[str, Any] | None = None
-
-
-class DocumentsRequest(msgspec.Struct, kw_only=True):
-    tenant: Tenant = "default"
-    documents: Annotated[list[DocumentIn], Meta(min_length=1)]
-
-
-class DocumentsResponse(msgspec.Struct):
-    upserted: int
-    chunks: int
-
-
-class DeleteResponse(msgspec.Struct):
-    deleted: str
-    tenant: str

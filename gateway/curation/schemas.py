@@ -11,7 +11,7 @@ from msgspec import Meta
 from gateway.curation.evaluator import Rule, RuleKind
 from gateway.curation.gaps import Gap
 from gateway.curation.models import EvalRun, Resolution
-from gateway.schemas import DocumentIn, Tenant
+from gateway.knowledge.schemas import DocumentIn, Tenant
 
 ResponseRef = Annotated[str, Meta(min_length=1, max_length=64)]
 

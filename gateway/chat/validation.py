@@ -1,60 +1,18 @@
-"""Request limits of the native API, checked once, at the edge, before anything is computed.
-
-The schemas (``gateway.schemas``, ``gateway.chat.wire``) check what a type can say; the limits here are configured
-(``RequestLimits``), so they are checked by the handlers with these functions. Everything behind the
-edge (``QueryService``, the pipelines) receives requests that already passed and checks nothing again.
-"""
+"""A chat request's limits, each a 4xx naming the field to fix, checked before any answer (or stream) starts."""
 
 from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Sequence
 
 from gateway.access.keys import Principal
-from gateway.chat.completions import PreparedChat
-from gateway.chat.wire import MODELS, ChatCompletionRequest, message_text
+from gateway.chat.schemas import MODELS, ChatCompletionRequest, message_text
+from gateway.chat.service import PreparedChat
 from gateway.errors import ClientError, NotFoundError
-from gateway.knowledge import NewDocument
-from gateway.schemas import DocumentIn, QueryRequest
+from gateway.query.schemas import QueryRequest
+from gateway.query.validation import clean_query
 from gateway.settings import ChatSettings, RequestLimits
 from pipelines.shared.followup import Turn
-
-
-def clean_query(text: str, limits: RequestLimits, *, field: str = "query", what: str = "The query") -> str:
-    """The question without surrounding whitespace; a 400 naming ``field`` when empty or too long."""
-    cleaned = text.strip()
-    if not cleaned:
-        raise ClientError(f"{what} is empty: send a question in the {field!r} field.", field=field)
-    if len(cleaned) > limits.max_query_chars:
-        raise ClientError(
-            f"{what} has {len(cleaned)} characters; the maximum is {limits.max_query_chars}. "
-            "Shorten it or raise GATEWAY_MAX_QUERY_CHARS.",
-            field=field,
-        )
-    return cleaned
-
-
-def valid_documents(documents: Sequence[DocumentIn], limits: RequestLimits) -> list[NewDocument]:
-    """The documents to ingest, once they meet the limits every knowledge write obeys: the documents API and a
-    curator's gap resolution alike."""
-    if len(documents) > limits.max_documents_per_request:
-        raise ClientError(
-            f"{len(documents)} documents in one request; the maximum is "
-            f"{limits.max_documents_per_request}. Send them in batches."
-        )
-    ids = [d.id for d in documents]
-    if len(set(ids)) != len(ids):
-        raise ClientError("The same document id appears twice in one request; send each id once.")
-    for doc in documents:
-        if not doc.text.strip():
-            raise ClientError(f"Document {doc.id!r} has no text.")
-        if len(doc.text) > limits.max_document_chars:
-            raise ClientError(
-                f"Document {doc.id!r} has {len(doc.text)} characters; the maximum is "
-                f"{limits.max_document_chars}. Split it into several documents."
-            )
-    return [NewDocument(id=d.id, text=d.text, title=d.title or "", metadata=d.metadata or {}) for d in documents]
 
 
 def prepare_chat(

@@ -12,15 +12,15 @@ from dataclasses import dataclass, replace
 
 import msgspec
 
-from gateway.chat.wire import AssistantMessage, ChatCompletion, Choice, CompletionUsage, GatewayInfo
+from gateway.chat.schemas import AssistantMessage, ChatCompletion, Choice, CompletionUsage, GatewayInfo
 from gateway.guardrails.vault import Vault
+from gateway.knowledge.query_vector import QueryVector
 from gateway.profiles.model import AssistantProfile
 from gateway.providers.llm import LLMClient
 from gateway.providers.token_stream import rewrite_live
-from gateway.query_vector import QueryVector
-from gateway.schemas import QueryRequest, QueryResponse
-from gateway.service import QueryService
-from gateway.steps import RewriteFollowup, StepEvent, render_steps
+from gateway.query.schemas import QueryRequest, QueryResponse
+from gateway.query.service import QueryService
+from gateway.query.steps import RewriteFollowup, StepEvent, render_steps
 from pipelines.shared.followup import Rewrite, Turn, rewrite_followup
 
 

@@ -11,21 +11,19 @@ from litestar.params import JSONBody, QueryParameter
 
 from gateway.access.guard import BEARER, require
 from gateway.access.keys import Principal
-from gateway.api.problems import problem_responses
-from gateway.errors import NotFoundError, ProviderUnavailableError
+from gateway.errors import NotFoundError, ProviderUnavailableError, problem_responses
 from gateway.profiles.runtime import Profiles
-from gateway.profiles.wire import ProfileDeleted, ProfileOut, ProfileRequest, profile_out, valid_profile
+from gateway.profiles.schemas import ProfileDeleted, ProfileOut, ProfileRequest, profile_out, valid_profile
 from gateway.providers.vectorstores.base import TENANT_PATTERN
-from gateway.state import Services
 
 TenantParam = Annotated[str, QueryParameter(pattern=TENANT_PATTERN)]
 
 
 def provide_profiles(state: State) -> Profiles:
-    services: Services = state.services
-    if services.profiles is None:
+    profiles: Profiles | None = state.get("profiles")
+    if profiles is None:
         raise ProviderUnavailableError("assistant profiles are not available", provider="profile_store")
-    return services.profiles
+    return profiles
 
 
 class ProfileController(Controller):

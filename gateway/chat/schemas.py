@@ -11,8 +11,9 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
-from gateway.schemas import Source, Tenant
-from gateway.steps import StepEvent
+from gateway.knowledge.schemas import Tenant
+from gateway.query.schemas import Source
+from gateway.query.steps import StepEvent
 
 Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
 

@@ -1,4 +1,4 @@
-"""``python -m gateway.router_artefact``: train the front router once and cache its artefact.
+"""``python -m gateway.query.router_artefact``: train the front router once and cache its artefact.
 
 The container image runs this at build time, so pods start without training and without writing
 to their read-only root filesystem: at start-up ``load_or_train`` finds the artefact under
@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 from langchain_core.embeddings import Embeddings
 
-from gateway.chunking import Chunker
+from gateway.knowledge.chunking import Chunker
 from gateway.providers.embeddings import build_embeddings
 from gateway.settings import Settings
 from routes.corpus import all_cases

@@ -9,10 +9,10 @@ from litestar.params import JSONBody
 
 from gateway.access.guard import BEARER, Access, require
 from gateway.access.keys import Principal
-from gateway.api.problems import problem_responses
-from gateway.api.validation import clean_query
-from gateway.schemas import QueryRequest, QueryResponse, RouteRequestBody, RouteResponse
-from gateway.service import QueryService
+from gateway.errors import problem_responses
+from gateway.query.schemas import QueryRequest, QueryResponse, RouteRequestBody, RouteResponse
+from gateway.query.service import QueryService
+from gateway.query.validation import clean_query
 from gateway.settings import Settings
 
 

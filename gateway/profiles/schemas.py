@@ -14,8 +14,8 @@ import msgspec
 from msgspec import Meta
 
 from gateway.errors import ClientError
+from gateway.knowledge.schemas import Tenant
 from gateway.profiles.model import AssistantProfile
-from gateway.schemas import Tenant
 from gateway.settings import ProfileSettings
 from routes.types import ROUTES, Route
 

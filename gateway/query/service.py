@@ -1,9 +1,9 @@
 """The request path as one straight line: embed once (when anything reads the vector) -> route -> run -> respond.
 
-The embedding is begun as the question arrives (:mod:`gateway.query_vector`), on ONNX Runtime's own thread for the
-local model, so it runs beside the screening and the answer cache's lookup instead of after them.
+The embedding is begun as the question arrives (:mod:`gateway.knowledge.query_vector`), on ONNX Runtime's own
+thread for the local model, so it runs beside the screening and the answer cache's lookup instead of after them.
 
-Requests arrive validated (``gateway.api.validation``, at the edge) and leave uncharged (the API
+Requests arrive validated (each domain's ``validation`` module, at the edge) and leave uncharged (the API
 handlers charge token budgets): this layer only answers.
 """
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import msgspec
 
@@ -22,18 +23,18 @@ from gateway.cache.semantic import SemanticCache, semantic_scope
 from gateway.cache.versions import KnowledgeVersions
 from gateway.guardrails.service import Guardrails
 from gateway.guardrails.vault import Vault
-from gateway.knowledge import KnowledgeBase
+from gateway.knowledge.query_vector import QueryVector
+from gateway.knowledge.service import KnowledgeBase
 from gateway.observability.recorder import Telemetry
 from gateway.profiles.model import AssistantProfile
 from gateway.profiles.runtime import Profiles
-from gateway.query_vector import QueryVector
-from gateway.schemas import QueryRequest, QueryResponse, RouteProbe, RouteResponse, Source, Usage
+from gateway.query.schemas import QueryRequest, QueryResponse, RouteProbe, RouteResponse, Source, Usage
+from gateway.query.steps import RouteClamp, RouteQuery, SemanticCacheHit, StepEvent, render_steps
 from gateway.settings import AssistantSettings, ProfileSettings
-from gateway.steps import RouteClamp, RouteQuery, SemanticCacheHit, StepEvent, render_steps
 from pipelines.shared.deps import LLMCall, Passage
 from routes.probe import PROBE_DEPTH, Probe
 from routes.router import FrontRouter
-from routes.table import RouteTable, RunProfile
+from routes.table import RouteTable
 from routes.types import RouteDecision, RouteRequest
 
 Admit = Callable[[QueryRequest], QueryRequest]
@@ -63,7 +64,7 @@ class QueryService:
     ) -> None:
         """``early_vectors``: begin a question's embedding before screening, as it arrives. Only where the text
         never leaves the process (the local model, its vectors kept in this process): see
-        :mod:`gateway.query_vector`."""
+        :mod:`gateway.knowledge.query_vector`."""
         self._knowledge = knowledge
         self._router = router
         self._table = table
@@ -75,12 +76,6 @@ class QueryService:
         self._guard = guard
         self._profiles = profiles or Profiles(None, AssistantSettings(), ProfileSettings())
         self._early_vectors = early_vectors
-
-    @property
-    def early_vectors(self) -> bool:
-        """Whether a question's vector may be begun before its screening (so before the handler runs, even:
-        ``gateway.api.early_vector``)."""
-        return self._early_vectors
 
     async def begin_vector(self, text: str, route: RouteRequest) -> QueryVector:
         """The request's query vector, begun now on ``text`` when something will read it (the router, unless the
@@ -157,85 +152,102 @@ class QueryService:
     async def answer_fresh(self, request: QueryRequest) -> QueryResponse:
         """An answer computed now, past both answer caches and unrecorded: a curator's re-run of a question."""
         profile = await self._profiles.get(request.tenant)
-        vector = QueryVector(self._knowledge.embed_query)
-        response = await self._compute(request, request.query, time.perf_counter(), profile, "", vector)
+        asked = Asked(request, time.perf_counter(), profile, "", QueryVector(self._knowledge.embed_query))
+        response = await self._compute(asked)
         return msgspec.structs.replace(response, response_id=new_response_id())
 
     async def _answer(self, request: QueryRequest, instructions: str, vector: QueryVector) -> QueryResponse:
         started = time.perf_counter()
-        query = request.query
         profile = await self._profiles.get(request.tenant)
         profile.check_requested(request.route)
+        asked = Asked(request, started, profile, instructions, vector)
         if self._cache is None:
-            return await self._compute(request, query, started, profile, instructions, vector)
-        # The profile's digest keys every answer it shapes: a changed profile never gets the old one's answers.
-        params: KeyParams = {
-            "top_k": request.top_k,
-            "allow_escalation": request.allow_escalation,
-            **profile.key_params(instructions),
-        }
+            return await self._compute(asked)
         outcome = await self._cache.get_or_compute(
             tenant=request.tenant,
             route=request.route,
-            query=query,
-            params=params,
-            compute=lambda: self._semantic_or_compute(request, query, started, params, profile, instructions, vector),
+            query=request.query,
+            params=asked.key_params(),
+            compute=lambda: self._semantic_or_compute(asked),
         )
         return outcome.value if not outcome.cached else _served_from_cache(outcome.value, started)
 
-    async def _semantic_or_compute(
-        self,
-        request: QueryRequest,
-        query: str,
-        started: float,
-        params: KeyParams,
-        profile: AssistantProfile,
-        instructions: str,
-        vectors: QueryVector,
-    ) -> QueryResponse:
+    async def _semantic_or_compute(self, asked: Asked) -> QueryResponse:
         """Inside the exact cache's single flight: a paraphrase of a cached query is served its answer."""
+        request = asked.request
         if self._semantic is None or self._versions is None:
-            return await self._compute(request, query, started, profile, instructions, vectors)
+            return await self._compute(asked)
         try:
             version = await self._versions.current(request.tenant)  # read before computing, like the exact key
         except CacheUnavailableError:
-            return await self._compute(request, query, started, profile, instructions, vectors)
-        scope = semantic_scope(request.route, params)
-        vector = await vectors.of(query)
-        hit = await self._semantic.lookup(request.tenant, version, query, vector, scope=scope)
+            return await self._compute(asked)
+        scope = semantic_scope(request.route, asked.key_params())
+        vector = await asked.vectors.of(request.query)
+        hit = await self._semantic.lookup(request.tenant, version, request.query, vector, scope=scope)
         if hit is not None:
             try:
                 found = msgspec.json.decode(hit.payload, type=QueryResponse)
             except (msgspec.DecodeError, msgspec.ValidationError):
                 found = None
             if found is not None:
-                served = _served_from_cache(found, started)
+                served = _served_from_cache(found, asked.started)
                 events: list[StepEvent] = [SemanticCacheHit(similarity=hit.similarity)]
                 return msgspec.structs.replace(served, steps=render_steps(events), events=events)
-        response = await self._compute(request, query, started, profile, instructions, vectors, vector=vector)
+        response = await self._compute(asked, vector=vector)
         ttl = self._cache.ttl_for(response.route) if self._cache is not None else 0
         if ttl > 0 and not response.abstained:
             payload = msgspec.json.encode(response)
-            await self._semantic.store(request.tenant, version, query, vector, payload, scope=scope, ttl_s=ttl)
+            await self._semantic.store(request.tenant, version, request.query, vector, payload, scope=scope, ttl_s=ttl)
         return response
 
-    async def _compute(
-        self,
-        request: QueryRequest,
-        query: str,
-        started: float,
-        profile: AssistantProfile,
-        instructions: str,
-        vectors: QueryVector,
-        *,
-        vector: list[float] | None = None,
-    ) -> QueryResponse:
+    async def _compute(self, asked: Asked, *, vector: list[float] | None = None) -> QueryResponse:
+        request, query = asked.request, asked.request.query
         if vector is None and self._router.reads_vector(request.route):
             # One embedding per request at most, shared by the router's probe and retrieval (the semantic cache
             # hands its own in); a forced ``direct`` reads no vector, so it embeds nothing. What the router reads of
             # the text alone is read first, while the vector may still be on its way.
             self._router.read_question(query, request.route)
-            vector = await vectors.of(query)
+            vector = await asked.vectors.of(query)
+        decision, router_calls = await self._decide(query, request, vector)
+        route = asked.profile.clamp(decision.route)
+        result = await self._table.run(
+            route,
+            query=query,
+            tenant=request.tenant,
+            top_k=request.top_k,
+            query_vector=vector,
+            allow_escalation=request.allow_escalation and asked.profile.allows("multi_hop"),
+            # The probe's dense ranking serves the first retrieval: dense retrieval takes its head, hybrid
+            # retrieval fuses it with the keyword hits (KnowledgeBase.search_reusing).
+            probe=decision.probe,
+            profile=self._profiles.run_profile(asked.profile, asked.instructions),
+        )
+        routed = [RouteQuery(route=decision.route, classifier=decision.classifier)] if router_calls else []
+        clamped = [RouteClamp(from_route=decision.route, to_route=route)] if route != decision.route else []
+        events: list[StepEvent] = [*routed, *clamped, *result.events]
+        return QueryResponse(
+            answer=result.answer,
+            route=result.route,
+            route_confidence=round(decision.confidence, 4),
+            route_reason=decision.reason,
+            sources=_sources(result.sources),
+            cached=False,
+            usage=_usage([*router_calls, *result.llm_calls]),
+            latency_ms=round((time.perf_counter() - asked.started) * 1000, 2),
+            steps=render_steps(events),
+            classifier=decision.classifier,
+            classified_route=decision.route,
+            abstained=result.abstained,
+            evidence=_sources(result.context),
+            stop_reason=result.stop_reason,
+            escalated_from=result.escalated_from,
+            events=events,
+        )
+
+    async def _decide(
+        self, query: str, request: QueryRequest, vector: list[float] | None
+    ) -> tuple[RouteDecision, list[LLMCall]]:
+        """The router's decision, in its own span with the probe's signals."""
         with self._telemetry.routing() as span:
             decision, router_calls = await self._router.decide(query, request.route, vector, request.tenant)
             probe = decision.probe
@@ -247,42 +259,28 @@ class QueryService:
                 probe.signals.as_dict() if probe is not None else None,
                 probe.covering if probe is not None else (),
             )
-        route = profile.clamp(decision.route)
-        run: RunProfile = self._profiles.run_profile(profile, instructions)
-        result = await self._table.run(
-            route,
-            query=query,
-            tenant=request.tenant,
-            top_k=request.top_k,
-            query_vector=vector,
-            allow_escalation=request.allow_escalation and profile.allows("multi_hop"),
-            # The probe's dense ranking serves the first retrieval: dense retrieval takes its head, hybrid
-            # retrieval fuses it with the keyword hits (KnowledgeBase.search_reusing).
-            probe=probe,
-            profile=run,
-        )
-        calls = [*router_calls, *result.llm_calls]
-        routed = [RouteQuery(route=decision.route, classifier=decision.classifier)] if router_calls else []
-        clamped = [RouteClamp(from_route=decision.route, to_route=route)] if route != decision.route else []
-        events: list[StepEvent] = [*routed, *clamped, *result.events]
-        return QueryResponse(
-            answer=result.answer,
-            route=result.route,
-            route_confidence=round(decision.confidence, 4),
-            route_reason=decision.reason,
-            sources=_sources(result.sources),
-            cached=False,
-            usage=_usage(calls),
-            latency_ms=round((time.perf_counter() - started) * 1000, 2),
-            steps=render_steps(events),
-            classifier=decision.classifier,
-            classified_route=decision.route,
-            abstained=result.abstained,
-            evidence=_sources(result.context),
-            stop_reason=result.stop_reason,
-            escalated_from=result.escalated_from,
-            events=events,
-        )
+        return decision, router_calls
+
+
+@dataclass(frozen=True, slots=True)
+class Asked:
+    """One question on its way through the service: what every step after the edge reads of it, passed as one
+    value instead of threaded argument by argument through the cache layers to the computation."""
+
+    request: QueryRequest  # screened: caches and the model see placeholders only
+    started: float  # perf_counter() when the service took it
+    profile: AssistantProfile
+    instructions: str  # a chat client's system message, used where the profile allows it
+    vectors: QueryVector  # begun as the request arrived, or on first read
+
+    def key_params(self) -> KeyParams:
+        """What keys a cached answer besides the question: the request's knobs and the profile's digest, so a
+        changed profile never gets the old one's answers."""
+        return {
+            "top_k": self.request.top_k,
+            "allow_escalation": self.request.allow_escalation,
+            **self.profile.key_params(self.instructions),
+        }
 
 
 def restore_response(response: QueryResponse, vault: Vault) -> QueryResponse:

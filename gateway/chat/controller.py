@@ -5,33 +5,27 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated
 
 from litestar import Controller, Response, get, post
-from litestar.connection import ASGIConnection
 from litestar.di import NamedDependency
 from litestar.openapi import ResponseSpec
 from litestar.openapi.spec import Example, OpenAPIMediaType, OpenAPIResponse, OpenAPIType, Operation, Schema
 from litestar.params import Body, PathParameter
 from litestar.response import Stream
 
-from gateway.access.guard import BEARER, Access, provide_access, provide_principal, require
+from gateway.access.guard import BEARER, Access, require
 from gateway.access.keys import Principal
-from gateway.api.early_vector import EARLY_VECTOR, EarlyVector
-from gateway.api.validation import prepare_chat
-from gateway.chat.completions import ChatAnswer, ChatService, PreparedChat
 from gateway.chat.errors import handle_openai_exception
+from gateway.chat.schemas import MODELS, ChatCompletion, ChatCompletionRequest, ModelCard, ModelList, OpenAIErrorBody
+from gateway.chat.service import ChatAnswer, ChatService
 from gateway.chat.sse import stream_chat
-from gateway.chat.wire import MODELS, ChatCompletion, ChatCompletionRequest, ModelCard, ModelList, OpenAIErrorBody
+from gateway.chat.validation import prepare_chat
 from gateway.errors import NotFoundError
 from gateway.profiles.model import WARNING_HEADER, client_instructions
-from gateway.query_vector import QueryVector
 from gateway.settings import Settings
-from gateway.state import Services
 
 STARTED = int(time.time())
-# The chat routes' key hook; gateway.api.early_vector mirrors its admission before Litestar routes a request.
-CHAT_ACCESS = require("query")
 CHAT_EXAMPLES = [
     Example(
         summary="A follow-up question, answered on the route the router picks",
@@ -54,50 +48,6 @@ CHAT_EXAMPLES = [
         },
     ),
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class ChatScope:
-    """What one chat completion needs, as one dependency.
-
-    Litestar resolves a handler's independent dependencies as one task each in an anyio task group: five of them
-    cost every chat request five tasks and a group (~3 % of a miss's CPU, issue 17). One provider reading the
-    app's services and the request's principal is a plain call.
-    """
-
-    chat: ChatService
-    settings: Settings
-    principal: Principal
-    access: Access
-    # Begun before Litestar routed the request (gateway.api.early_vector), with the chat prepared for it.
-    early: EarlyVector | None = None
-
-    def prepare(self, data: ChatCompletionRequest) -> PreparedChat:
-        """``data`` validated and prepared (``prepare_chat``), or the chat prepared for it as it arrived: the same
-        function on the same request and principal, when the early layer parsed it as Litestar did."""
-        early = self.early
-        if early is not None and early.principal is self.principal and early.request == data:
-            return early.prepared
-        return prepare_chat(data, self.principal, self.settings.chat, self.settings.limits)
-
-    async def begin_vector(self, prepared: PreparedChat) -> QueryVector | None:
-        """The question's vector: the one begun as the request arrived, for this very chat, or begun now."""
-        early = self.early
-        if early is not None and early.prepared is prepared:
-            return early.vector
-        return await self.chat.begin_vector(prepared)
-
-
-def provide_chat_scope(request: ASGIConnection[Any, Any, Any, Any]) -> ChatScope:
-    services: Services = request.app.state.services
-    early = request.state.get(EARLY_VECTOR)
-    return ChatScope(
-        chat=ChatService(services.query_service, services.llm),
-        settings=services.settings,
-        principal=provide_principal(request),
-        access=provide_access(request),
-        early=early if isinstance(early, EarlyVector) else None,
-    )
 
 
 def _sse_event_schema() -> Schema:
@@ -162,7 +112,7 @@ def _errors(*statuses: int) -> dict[int, ResponseSpec]:
 class ChatController(Controller):
     path = "/v1"
     tags = ["openai"]
-    before_request = CHAT_ACCESS
+    before_request = require("query")
     security = [{BEARER: []}]
     exception_handlers = {Exception: handle_openai_exception}
 
@@ -176,13 +126,15 @@ class ChatController(Controller):
     async def chat_completions(
         self,
         data: Annotated[ChatCompletionRequest, Body(examples=CHAT_EXAMPLES)],
-        chat_scope: NamedDependency[ChatScope],
+        chat_service: NamedDependency[ChatService],
+        settings: NamedDependency[Settings],
+        principal: NamedDependency[Principal],
+        access: NamedDependency[Access],
     ) -> Response[ChatCompletion]:
-        chat_service, settings, principal = chat_scope.chat, chat_scope.settings, chat_scope.principal
-        prepared = chat_scope.prepare(data)
-        # A first question's embedding was begun as the request arrived (gateway.api.early_vector), or starts now,
-        # beside the profile's lookup (issue 17); a stream's starts when it is answered, once the response has begun.
-        vector = None if data.stream else await chat_scope.begin_vector(prepared)
+        prepared = prepare_chat(data, principal, settings.chat, settings.limits)
+        # The question's embedding starts now, beside the profile's lookup; a stream's starts when it is answered,
+        # once the response has begun.
+        vector = None if data.stream else await chat_service.begin_vector(prepared)
         try:
             # System messages: the tenant's assistant profile takes them as instructions, or they are ignored aloud.
             profile = await chat_service.profile(prepared.query.tenant)
@@ -199,7 +151,7 @@ class ChatController(Controller):
         async def answer_and_charge() -> ChatAnswer:
             """Charged here, as /v1/query is: once the answer is final, before it is sent."""
             answer = await chat_service.answer(prepared, vector)
-            await chat_scope.access.limiter.charge(principal, answer.total_tokens)
+            await access.limiter.charge(principal, answer.total_tokens)
             return answer
 
         if data.stream:

@@ -1,1 +1,0 @@
-"""HTTP controllers: thin, they translate wire types and call services."""

@@ -1,0 +1,147 @@
+"""The question path of one app: the front router, the route table (every graph compiled once) and the service
+that puts them behind the answer caches."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+from langchain_core.embeddings import Embeddings
+
+from gateway.cache.layer import open_semantic_cache
+from gateway.curation.service import Curation
+from gateway.guardrails.service import Guardrails, ScreenedRetriever, ScreenedSearch
+from gateway.knowledge.factory import keeps_vectors, shares_vectors
+from gateway.knowledge.service import DenseSearch, KnowledgeBase
+from gateway.platform import Platform
+from gateway.profiles.runtime import Profiles
+from gateway.providers.deadline import within
+from gateway.providers.websearch import LocalStoreSearch, TavilySearch
+from gateway.query.router_artefact import train_knowledge_router
+from gateway.query.service import QueryService
+from gateway.settings import RetrievalSettings, Settings
+from pipelines.corrective.state import CorrectiveContext
+from pipelines.direct.state import DirectContext
+from pipelines.shared.deps import Retriever, WebSearch
+from pipelines.single_hop.state import SingleHopContext
+from routes.knowledge_router import KnowledgeRouter
+from routes.llm_router import LLMRouter
+from routes.logistic_router import EmbedTexts
+from routes.probe import PROBE_DEPTH
+from routes.router import FrontRouter
+from routes.table import PipelineContexts, RoutePolicy, RouteTable
+
+
+async def open_query_service(
+    settings: Settings,
+    platform: Platform,
+    knowledge: KnowledgeBase,
+    guard: Guardrails,
+    profiles: Profiles,
+    curation: Curation | None,
+) -> QueryService:
+    """The service every answer path goes through. The router is trained (or its artefact loaded) in a worker
+    thread: it embeds its training cases in bulk with the unwrapped model."""
+    router = await build_router(settings, platform, knowledge)
+    table = build_route_table(settings, platform, knowledge, guard)
+    cache = platform.cache
+    namespace = settings.answer_fingerprint()
+    return QueryService(
+        knowledge,
+        router,
+        table,
+        cache=cache.responses if cache is not None else None,
+        semantic=open_semantic_cache(cache, settings.semantic_cache, knowledge.embeddings, namespace=namespace),
+        versions=cache.versions if cache is not None else None,
+        telemetry=platform.telemetry,
+        on_answer=curation.recorder.observe if curation is not None else None,
+        guard=guard,
+        profiles=profiles,
+        early_vectors=early_vectors(settings),
+    )
+
+
+def early_vectors(settings: Settings) -> bool:
+    """Whether a question's vector may be begun before its screening: only where the question never leaves the
+    process (the local model), and where an answer-cache hit wastes nothing (its vector is kept in this process)."""
+    return (
+        settings.embeddings.local
+        and not shares_vectors(settings)
+        and (not settings.cache.enabled or keeps_vectors(settings))
+    )
+
+
+async def build_router(settings: Settings, platform: Platform, knowledge: KnowledgeBase) -> FrontRouter:
+    """The router probes the tenant's store by the query vector alone, as it was trained (``DenseSearch``), deep
+    enough for the retrieving routes' first search to be computed from its ranking (:func:`probe_depth`)."""
+    model = await asyncio.to_thread(train_knowledge_router, settings, embed_texts(platform.embeddings))
+    depth = probe_depth(settings.retrieval, knowledge)
+    classifier = settings.router.classifier
+    return FrontRouter(KnowledgeRouter(model), LLMRouter(platform.llm), classifier, DenseSearch(knowledge), depth)
+
+
+def embed_texts(embeddings: Embeddings) -> EmbedTexts:
+    def embed(texts: list[str]) -> np.ndarray:
+        return np.asarray(embeddings.embed_documents(texts), dtype=np.float32)
+
+    return embed
+
+
+def probe_depth(retrieval: RetrievalSettings, knowledge: KnowledgeBase) -> int:
+    """How deep the router's probe searches: what its signals read, or the dense ranking a retrieving route's first
+    search is computed from (three times its top k when retrieval is hybrid), whichever is deeper.
+
+    Single-hop's first search (``default_top_k``) is always computed from the probe. Multi-hop's deeper one
+    (``multi_hop_top_k``) only where tenants are searched in the store (no in-memory matrices, or a store they
+    cannot load: a LanceDB scan, a Pinecone call per search). With the matrices, searching again costs that route
+    one matrix product on a path of several model calls, while a deeper probe would make passages on every
+    ``auto`` request for the one route that could reuse them."""
+    routes = [retrieval.default_top_k]
+    if knowledge.matrices is None or not knowledge.matrices.searches_in_memory:
+        routes.append(retrieval.multi_hop_top_k)
+    return max(PROBE_DEPTH, knowledge.ranking_depth(max(routes)))
+
+
+def build_route_table(
+    settings: Settings, platform: Platform, knowledge: KnowledgeBase, guard: Guardrails | None = None
+) -> RouteTable:
+    """Every graph compiled once, at start-up, with the runtime contexts (the lifespan's clients) its runs get."""
+    corrective, retrieval, llm, telemetry = settings.corrective, settings.retrieval, platform.llm, platform.telemetry
+    grounding = settings.grounding.policy()
+    policy = corrective.policy(grounding)
+    search: WebSearch = LocalStoreSearch(knowledge)
+    if settings.web_search.tavily_api_key is not None:
+        key = settings.web_search.tavily_api_key.get_secret_value()
+        search = TavilySearch(platform.http, key, platform.embeddings)
+    # Passages reach the model screened for injected instructions (flagged, dropped or refused per tenant).
+    retriever: Retriever = knowledge
+    if guard is not None:
+        retriever, search = ScreenedRetriever(knowledge, guard), ScreenedSearch(search, guard)
+    contexts = PipelineContexts(
+        direct=DirectContext(llm=llm, telemetry=telemetry),
+        single_hop=SingleHopContext(
+            llm=llm,
+            retriever=retriever,
+            grounding=grounding,
+            relevance=policy.relevance,
+            lower=retrieval.escalate_below,
+            upper=corrective.upper,
+            telemetry=telemetry,
+        ),
+        corrective=CorrectiveContext(
+            llm=llm, retriever=retriever, search=search, embedder=knowledge, policy=policy, telemetry=telemetry
+        ),
+    )
+    return RouteTable(
+        contexts,
+        policy=RoutePolicy(
+            default_top_k=retrieval.default_top_k,
+            max_top_k=retrieval.max_top_k,
+            multi_hop_top_k=retrieval.multi_hop_top_k,
+            escalate_on_incorrect=retrieval.escalate_on_incorrect,
+            recursion_limit=corrective.recursion_limit,
+        ),
+        telemetry=telemetry,
+        # The corrective budget as a deadline every LLM call (and retry) inside the run respects.
+        corrective_scope=lambda: within(corrective.max_seconds),
+    )

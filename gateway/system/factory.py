@@ -1,0 +1,55 @@
+"""The readiness probe's checks, from the clients the other domains opened."""
+
+from __future__ import annotations
+
+from pydantic import SecretStr
+
+from gateway.curation.store import CurationStore
+from gateway.knowledge.service import KnowledgeBase
+from gateway.platform import Platform
+from gateway.providers.llm import FALLBACK, PRIMARY, ping_llm
+from gateway.settings import Settings
+from gateway.system.service import Check, Readiness
+
+
+def open_readiness(
+    settings: Settings,
+    platform: Platform,
+    knowledge: KnowledgeBase,
+    curation_store: CurationStore | None,
+    *,
+    ping_primary: bool,
+) -> Readiness:
+    """``ping_primary``: whether the primary model has an endpoint to ask (an injected test model has none)."""
+    degradable = llm_checks(settings, platform, ping_primary=ping_primary)
+    if platform.redis is not None:
+        degradable["redis"] = platform.redis.ping
+    if curation_store is not None:
+        degradable["curation_store"] = curation_store.ping
+    return Readiness(
+        required={"vector_store": knowledge.store.ping},
+        degradable=degradable,
+        llm=platform.llm,
+        telemetry=platform.telemetry,
+        timeout_s=settings.server.readiness_timeout_s,
+        cache=platform.cache,
+    )
+
+
+def llm_checks(settings: Settings, platform: Platform, *, ping_primary: bool) -> dict[str, Check]:
+    """Readiness of each LLM upstream: its breaker is not open, and its ``/models`` answers."""
+    endpoint, limit = settings.llm_endpoint, settings.server.readiness_timeout_s
+    targets = {"llm": (PRIMARY, endpoint.base_url, endpoint.api_key, ping_primary)}
+    if endpoint.has_fallback:
+        url, key = endpoint.fallback_base_url or endpoint.base_url, endpoint.fallback_api_key or endpoint.api_key
+        targets["llm_fallback"] = (FALLBACK, url, key, True)
+
+    def check_of(upstream: str, url: str, key: SecretStr, ping: bool) -> Check:
+        async def check() -> None:
+            platform.llm.check_breaker(upstream)
+            if ping:
+                await ping_llm(platform.http, url, key, limit)
+
+        return check
+
+    return {name: check_of(*target) for name, target in targets.items()}
