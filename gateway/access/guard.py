@@ -7,7 +7,7 @@ The check stores the :class:`Principal` on the connection state; handlers receiv
 Each controller runs :func:`require` as its ``before_request`` hook rather than as a guard. Both run before the
 handler's arguments are read (the body too), and an error from either is answered by the same exception handlers;
 but Litestar hands every guard call a copy of the route handler (``copy(handler)``, an object of some seventy
-fields), ~12 µs of CPU hot and 0.05-0.1 ms of a request's path in a serving process (issue 17), for a check
+fields), ~12 µs of CPU hot and 0.05-0.1 ms of a request's path in a serving process, for a check
 that never looks at it.
 """
 

@@ -1,7 +1,7 @@
 """The contrast guard: near-identical questions that ask for different things must not share an answer.
 
 Sentence embeddings place "Who joined before Alice?" and "Who joined after Alice?" closer together
-(cosine 0.97 with USE) than most real paraphrases: the GPTCache issue 694 failure, where a question
+(cosine 0.97 with USE) than most real paraphrases: the failure GPTCache's users reported, where a question
 and its reversal hit the same entry. Each rule below compares one thing an embedding blurs (numbers
 and dates, negation, named entities, comparison direction, who-does-what-to-whom, a single swapped
 term) and names the difference, so a rejected candidate can be logged with its reason. Rules are

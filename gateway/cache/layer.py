@@ -56,7 +56,7 @@ def shares_embeddings(settings: CacheSettings, provider: str) -> bool:
     A shared entry costs every query a round trip to look for it and, on a miss, one to store it. That pays for
     itself when the embedding is a network call to a provider (tens of milliseconds, and billed), not for the
     local model: a query takes it ~2-3 ms of CPU, and two Redis round trips cost a third of that on every unique
-    question (issue 17: an ``auto`` miss went from five round trips to three), while vectors repeat mostly where
+    question (an ``auto`` miss went from five round trips to three), while vectors repeat mostly where
     the response cache already answers. So ``auto`` keeps local vectors in the process (a repeat on the same
     replica still skips the model) and shares remote ones.
     """

@@ -18,7 +18,7 @@ same vectors in memory is exact and costs about a millisecond, so this keeps one
   pool on a busy 2-core machine the same product took 24 ms at the median instead of 1 ms (threads
   waiting for cores other requests hold), so it runs under a one-thread limit (``threadpoolctl``),
   set once for the app's life by its lifespan: entering ``threadpoolctl``'s limit around every product
-  walked the process's loaded libraries each time (~0.1-0.2 ms of every ``auto`` request, issue 17).
+  walked the process's loaded libraries each time (~0.1-0.2 ms of every ``auto`` request).
 - **Bounded.** A least-recently-used set of tenants within ``max_bytes`` (vectors, texts, ids and
   metadata counted); a tenant larger than the whole budget is never loaded and is searched in the
   store, as is every tenant of a store that cannot export its chunks (Pinecone).

@@ -3,7 +3,7 @@
 Routing an ``auto`` question reads its vector first. Computed where routing starts, the embedding (~1 ms
 on the local model's own thread) came after the prompt's screening and the answer cache's lookup
 (~0.45 ms of the event loop and a Redis round trip), with the embedding's core idle all that time and the
-loop idle during the embedding (issue 17). Begun when the question arrives, the two overlap: ONNX Runtime's
+loop idle during the embedding. Begun when the question arrives, the two overlap: ONNX Runtime's
 thread embeds while the loop screens the text and looks the answer up.
 
 It is begun on the question as the client sent it, before screening masks personal data in it, and so
@@ -39,7 +39,7 @@ class StartedEmbedding:
 
     Awaiting it awaits ``future`` in the reader's own task and applies ``finish`` there: no task of its own and no
     event-loop step between the model's hand-over and the reader. Begun through a task (``QueryVector.begin``),
-    an embedding cost every ``auto`` question a task, a loop step to start it and another to hand it on (issue 17).
+    an embedding cost every ``auto`` question a task, a loop step to start it and another to hand it on.
     """
 
     future: asyncio.Future[Any]

@@ -120,7 +120,7 @@ class Telemetry:
 
         Without an exporter the provider samples everything out (``tracing.build_tracer_provider``): a child
         span would record nothing, and starting and ending one (a new id, a sampling decision, two context
-        switches) cost ~6 % of a miss's CPU for the six a request opened (issue 17). The request keeps the
+        switches) cost ~6 % of a miss's CPU for the six a request opened. The request keeps the
         trace id of the span it runs in (the HTTP server span), which is what responses and logs carry; log lines
         inside it carry the server span's id too (no span below it exists anywhere to be told apart).
         Outside any span (a pipeline run on its own) a span is still started, for its trace id.

@@ -20,12 +20,12 @@ circuit breaker belongs to its multi-database failover client (and needs pybreak
 spare, so it stays off. Its socket (read/write) timeout stays off too: every command runs inside ``run``'s
 deadline, which cancels a stalled read or write (redis-py then drops that connection), and on Python 3.11
 a socket timeout makes redis-py send each command through ``asyncio.wait_for``, which starts a task per
-command (two per cache miss) to enforce a bound the deadline already enforces (issue 17).
+command (two per cache miss) to enforce a bound the deadline already enforces.
 
 A reply that is already here when the deadline comes wins. The deadline is wall time, and it includes the event
 loop's own backlog: at 32 concurrent requests on 2 busy cores a lookup's reply sat read and unhandled while the loop
 served other requests, its 50 ms ran out, and one such timeout opened the fail-fast window, so every request of the
-next second skipped the cache and computed its answer, which lengthened the backlog (issue 17: 18-172 "degraded"
+next second skipped the cache and computed its answer, which lengthened the backlog (18-172 "degraded"
 episodes in a 20 s run of cache hits, 400-870 req/s for the same code). So at the deadline the call is cancelled on
 the loop's next step rather than at once: the loop handles the sockets that became readable before its timers, so a
 reply that arrived in time resumes the call first. A Redis that has not answered still fails the call at its deadline.
