@@ -24,7 +24,7 @@ from gateway.cache.versions import ChangeNotAcknowledgedError
 from gateway.chat.controller import ChatController
 from gateway.chat.service import ChatService
 from gateway.curation.controller import CurationController, EvalSuiteController, FeedbackController, provide_curation
-from gateway.curation.lifecycle import KnowledgeChanges, open_curation_store, start_curation
+from gateway.curation.factory import KnowledgeChanges, open_curation_store, start_curation
 from gateway.curation.pages import ReviewController, template_config
 from gateway.errors import handle_exception
 from gateway.guardrails.service import Guardrails
@@ -35,7 +35,7 @@ from gateway.observability.http import trace_requests
 from gateway.overrides import ProviderOverrides
 from gateway.platform import open_platform
 from gateway.profiles.controller import ProfileController, provide_profiles
-from gateway.profiles.lifecycle import open_profiles
+from gateway.profiles.factory import open_profiles
 from gateway.query.controller import QueryController
 from gateway.query.factory import open_query_service
 from gateway.settings import Settings

@@ -33,22 +33,7 @@ def prepare_chat(
             "Send only the recent turns.",
             field="messages",
         )
-    texts: list[str] = []
-    for index, message in enumerate(request.messages):
-        if isinstance(message.content, list):
-            kinds = sorted({p.type for p in message.content if p.type != "text"})
-            if kinds:
-                raise ClientError(
-                    f"messages[{index}] has content parts of type {', '.join(kinds)}; only text is supported.",
-                    field=f"messages[{index}].content",
-                )
-        texts.append(message_text(message))
-        chars = len(texts[-1])
-        if chars > chat.max_message_chars:
-            raise ClientError(
-                f"messages[{index}] has {chars} characters; the maximum is {chat.max_message_chars}.",
-                field=f"messages[{index}].content",
-            )
+    texts = _message_texts(request, chat)
     requested_tokens = request.max_completion_tokens or request.max_tokens
     if requested_tokens is not None and requested_tokens > chat.max_tokens:
         field = "max_completion_tokens" if request.max_completion_tokens else "max_tokens"
@@ -79,3 +64,24 @@ def prepare_chat(
         include_usage=bool(request.stream_options and request.stream_options.include_usage),
         instructions="\n\n".join(text for text in system if text),
     )
+
+
+def _message_texts(request: ChatCompletionRequest, chat: ChatSettings) -> list[str]:
+    """Each message's text: text parts only, each message within ``GATEWAY_CHAT_MAX_MESSAGE_CHARS``."""
+    texts: list[str] = []
+    for index, message in enumerate(request.messages):
+        if isinstance(message.content, list):
+            kinds = sorted({p.type for p in message.content if p.type != "text"})
+            if kinds:
+                raise ClientError(
+                    f"messages[{index}] has content parts of type {', '.join(kinds)}; only text is supported.",
+                    field=f"messages[{index}].content",
+                )
+        texts.append(message_text(message))
+        chars = len(texts[-1])
+        if chars > chat.max_message_chars:
+            raise ClientError(
+                f"messages[{index}] has {chars} characters; the maximum is {chat.max_message_chars}.",
+                field=f"messages[{index}].content",
+            )
+    return texts

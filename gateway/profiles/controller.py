@@ -12,8 +12,8 @@ from litestar.params import JSONBody, QueryParameter
 from gateway.access.guard import BEARER, require
 from gateway.access.keys import Principal
 from gateway.errors import NotFoundError, ProviderUnavailableError, problem_responses
-from gateway.profiles.runtime import Profiles
 from gateway.profiles.schemas import ProfileDeleted, ProfileOut, ProfileRequest, profile_out, valid_profile
+from gateway.profiles.service import Profiles
 from gateway.providers.vectorstores.base import TENANT_PATTERN
 
 TenantParam = Annotated[str, QueryParameter(pattern=TENANT_PATTERN)]

@@ -14,7 +14,7 @@ from gateway.guardrails.service import Guardrails, ScreenedRetriever, ScreenedSe
 from gateway.knowledge.factory import keeps_vectors, shares_vectors
 from gateway.knowledge.service import DenseSearch, KnowledgeBase
 from gateway.platform import Platform
-from gateway.profiles.runtime import Profiles
+from gateway.profiles.service import Profiles
 from gateway.providers.deadline import within
 from gateway.providers.websearch import LocalStoreSearch, TavilySearch
 from gateway.query.router_artefact import train_knowledge_router

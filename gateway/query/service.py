@@ -27,7 +27,7 @@ from gateway.knowledge.query_vector import QueryVector
 from gateway.knowledge.service import KnowledgeBase
 from gateway.observability.recorder import Telemetry
 from gateway.profiles.model import AssistantProfile
-from gateway.profiles.runtime import Profiles
+from gateway.profiles.service import Profiles
 from gateway.query.schemas import QueryRequest, QueryResponse, RouteProbe, RouteResponse, Source, Usage
 from gateway.query.steps import RouteClamp, RouteQuery, SemanticCacheHit, StepEvent, render_steps
 from gateway.settings import AssistantSettings, ProfileSettings

@@ -39,7 +39,7 @@ from gateway.app import create_app
 from gateway.curation.store import CurationStore
 from gateway.overrides import ProviderOverrides
 from gateway.profiles.model import AssistantProfile
-from gateway.profiles.runtime import ModelPool, Profiles
+from gateway.profiles.service import ModelPool, Profiles
 from gateway.profiles.store import ProfileStore
 from gateway.providers.embeddings import USEEmbeddings
 from gateway.providers.llm import LLMClient

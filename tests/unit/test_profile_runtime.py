@@ -13,8 +13,8 @@ import pytest
 from gateway.curation.store import CurationStore
 from gateway.errors import ClientError, ProviderUnavailableError, RouteNotAllowedError
 from gateway.profiles.model import AssistantProfile, client_instructions
-from gateway.profiles.runtime import ModelPool, Profiles
 from gateway.profiles.schemas import Language
+from gateway.profiles.service import ModelPool, Profiles
 from gateway.profiles.store import ProfileStore
 from gateway.providers.llm import LLMClient
 from gateway.providers.scripted_chat import ScriptedChatModel, replies

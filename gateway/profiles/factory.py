@@ -7,9 +7,9 @@ from contextlib import AsyncExitStack
 import httpx
 from langchain_core.language_models import BaseChatModel
 
-from gateway.curation.lifecycle import open_curation_store
+from gateway.curation.factory import open_curation_store
 from gateway.curation.store import CurationStore
-from gateway.profiles.runtime import ModelPool, Profiles
+from gateway.profiles.service import ModelPool, Profiles
 from gateway.profiles.store import ProfileStore
 from gateway.providers.llm import LLMClient, build_chat_model
 from gateway.settings import Settings
