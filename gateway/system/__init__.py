@@ -1,0 +1,1 @@
+"""What Kubernetes and Prometheus ask of a pod: liveness, readiness and the metrics exposition."""
