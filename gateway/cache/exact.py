@@ -22,7 +22,7 @@ import msgspec
 from gateway.cache.backend import CacheBackend, CacheUnavailableError
 from gateway.cache.events import NO_CACHE_EVENTS, CacheEvents
 from gateway.cache.keys import DEFAULT_PREFIX, KeyParams, exact_key, exact_key_parts, lock_key, versioned
-from gateway.cache.single_flight import StampedeGuard, handing_over, outcome_of
+from gateway.cache.single_flight import StampedeGuard
 from gateway.cache.versions import KnowledgeVersions
 
 R = TypeVar("R", bound=msgspec.Struct)
@@ -182,11 +182,10 @@ class ExactCache(Generic[R]):
         """
         # In a task of its own, which a caller that goes away (client disconnect) does not cancel: a lookup that took
         # the lock is followed by the computation and the store others wait for, not by a lock left to expire.
-        waiters: list[asyncio.Future[CacheOutcome[R] | None]] = []
-        work = asyncio.ensure_future(handing_over(self._get_or_compute(tenant, route, query, compute, params), waiters))
+        work = asyncio.ensure_future(self._get_or_compute(tenant, route, query, compute, params))
         self._running.add(work)
         work.add_done_callback(self._settled)
-        outcome = await outcome_of(work, waiters)
+        outcome = await asyncio.shield(work)
         if outcome is None:  # no cache to share the work with: computed here, so a caller that goes away cancels it
             self.stats.bypassed += 1
             return CacheOutcome(await compute(), "bypass", None)

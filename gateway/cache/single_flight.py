@@ -30,84 +30,17 @@ Finish = Callable[[T, str | None, str], Awaitable[None]]
 logger = logging.getLogger(__name__)
 
 
-# Steps of the event loop a computed value's store lets go first: the answer's way out (the cache's task, the
-# request's, the framework's send) takes fewer, so the store's command is sent after the answer has left.
-_STORE_AFTER_STEPS = 8
-
-
-async def _after_steps(steps: int, then: Callable[[], Awaitable[None]]) -> None:
-    for _ in range(steps):
-        await asyncio.sleep(0)
-    await then()
-
-
-async def handing_over(work: Awaitable[T], waiters: list[asyncio.Future[T]]) -> T:
-    """Awaits ``work`` (as the body of a task of its own) and hands its outcome to each waiter still waiting before
-    the task ends; a waiter that left (cancelled) is skipped, and the work goes on without it.
-
-    What ``asyncio.shield`` does for one caller, a loop step sooner: through a shield the task's end scheduled the
-    shield's callback, which scheduled the caller, two steps of the event loop after the value existed; a waiter set
-    here wakes one step after. A miss's answer came out through two of these (the response cache's task, then the
-    single flight's): ~20-40 µs a step in a serving gateway, on every miss's path (issue 17)."""
-    try:
-        value = await work
-    except BaseException as exc:
-        for waiter in waiters:
-            _fail(waiter, exc)
-        raise
-    for waiter in waiters:
-        _give(waiter, value)
-    return value
-
-
-async def outcome_of(task: asyncio.Future[T], waiters: list[asyncio.Future[T]]) -> T:
-    """``task``'s outcome for a caller that must not cancel it by going away: ``task`` runs :func:`handing_over` with
-    ``waiters``. Awaiting this cancels only the caller's own waiter."""
-    if task.done():  # already handed over (or the task ended before its body ran): its own outcome
-        return task.result()
-    waiter: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-    waiters.append(waiter)
-    task.add_done_callback(partial(_unless_handed_over, waiter))
-    return await waiter
-
-
-def _unless_handed_over(waiter: asyncio.Future[T], task: asyncio.Future[T]) -> None:
-    """A task cancelled before its body ran never hands anything over: its waiters get its outcome here instead, as
-    a shield's caller would (otherwise a no-op: the body settled them first)."""
-    if task.cancelled():
-        _fail(waiter, asyncio.CancelledError())
-    elif (error := task.exception()) is not None:
-        _fail(waiter, error)
-    else:
-        _give(waiter, task.result())
-
-
-def _give(waiter: asyncio.Future[T], value: T) -> None:
-    if not waiter.done():  # a waiter that left (cancelled) is skipped
-        waiter.set_result(value)
-
-
-def _fail(waiter: asyncio.Future[Any], error: BaseException) -> None:
-    if waiter.done():
-        return
-    if isinstance(error, asyncio.CancelledError):
-        waiter.cancel()
-    else:
-        waiter.set_exception(error)
-
-
 class SingleFlight(Generic[T]):
     """Concurrent ``run`` calls with one key share one execution of the first caller's function.
 
-    With :meth:`run` the function runs in its own task and each caller awaits its own waiter of it (:func:`outcome_of`,
-    a shield that wakes the caller a loop step sooner): a caller that goes away (client disconnect) neither cancels
-    the work the others wait for nor loses the value it would have stored. With :meth:`run_here` it runs in the first
-    caller's task, for a caller no client cancels. Only in-flight work is shared; nothing is remembered after it.
+    With :meth:`run` the function runs in its own task and each caller awaits it through ``asyncio.shield``: a caller
+    that goes away (client disconnect) neither cancels the work the others wait for nor loses the value it would have
+    stored. With :meth:`run_here` it runs in the first caller's task, for a caller no client cancels (it saves a task
+    per miss). Only in-flight work is shared; nothing is remembered after it.
     """
 
     def __init__(self) -> None:
         self._flights: dict[str, asyncio.Future[T]] = {}
-        self._waiters: dict[str, list[asyncio.Future[T]]] = {}
         self._held: dict[str, asyncio.Future[None]] = {}
 
     def in_flight(self, key: str) -> bool:
@@ -122,30 +55,34 @@ class SingleFlight(Generic[T]):
         """The shared result, and whether this caller joined someone else's execution."""
         flight = self._flights.get(key)
         if flight is not None:
-            return await outcome_of(flight, self._waiters[key]), True
-        waiters: list[asyncio.Future[T]] = []
-        task = asyncio.create_task(handing_over(fn(), waiters), name=f"single-flight:{key}")
-        self._fly(key, task, waiters)
-        return await outcome_of(task, waiters), False
+            return await asyncio.shield(flight), True
+        task = asyncio.create_task(fn(), name=f"single-flight:{key}")
+        self._fly(key, task)
+        return await asyncio.shield(task), False
 
     async def run_here(self, key: str, fn: Callable[[], Coroutine[Any, Any, T]]) -> tuple[T, bool]:
         """:meth:`run`, with the first caller's function run in the caller's own task: for a caller whose task nobody
         cancels while others may have joined (the response cache's own task, ``ExactCache.get_or_compute``), since
-        cancelling it cancels the work and its joiners get the cancellation. A task of the flight's own cost a miss
-        two steps of the event loop (one to start it, one to hand its value back), ~20-40 µs each in a serving
-        gateway (issue 17); joiners are handed the value as :meth:`run`'s are."""
+        cancelling it cancels the work and its joiners get the cancellation."""
         flight = self._flights.get(key)
         if flight is not None:
-            return await outcome_of(flight, self._waiters[key]), True
-        # The flight is a future that the work's outcome is handed to first, like any joiner's waiter.
+            return await asyncio.shield(flight), True
+        # The joiners' view of the work: a future its outcome is set on.
         here: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        waiters = [here]
-        self._fly(key, here, waiters)
-        return await handing_over(fn(), waiters), False
+        self._fly(key, here)
+        try:
+            value = await fn()
+        except asyncio.CancelledError:
+            here.cancel()
+            raise
+        except BaseException as exc:
+            here.set_exception(exc)
+            raise
+        here.set_result(value)
+        return value, False
 
-    def _fly(self, key: str, flight: asyncio.Future[T], waiters: list[asyncio.Future[T]]) -> None:
+    def _fly(self, key: str, flight: asyncio.Future[T]) -> None:
         self._flights[key] = flight
-        self._waiters[key] = waiters
         flight.add_done_callback(partial(self._finished, key))
 
     def _finished(self, key: str, flight: asyncio.Future[T]) -> None:
@@ -160,7 +97,6 @@ class SingleFlight(Generic[T]):
     def _drop(self, key: str, flight: asyncio.Future[T]) -> None:
         if self._flights.get(key) is flight:
             del self._flights[key]
-            del self._waiters[key]
 
 
 def _as_follower(source: Source, shared: bool) -> Source:
@@ -269,10 +205,10 @@ class StampedeGuard(Generic[T]):
     ) -> tuple[T, Source]:
         """The value, as soon as it is computed: its store (which releases the lock) goes on after the answer.
 
-        The store was a Redis round trip on every miss's path, between the answer and the client (issue 17: ~0.2
-        ms). Nothing waits for it that needs it sooner: this process's identical requests join the flight, which
-        stays joinable until the store is done; other replicas wait for the lock to go, which the store releases;
-        the app drains stores under way before it closes the backend (:meth:`drain`).
+        The store is a Redis round trip the client need not wait for, and nothing that needs it sooner waits for it:
+        this process's identical requests join the flight, which stays joinable until the store is done; other
+        replicas wait for the lock to go, which the store releases; the app drains stores under way before it closes
+        the backend (:meth:`drain`).
         """
         try:
             async with self._renewing(lock, token):
@@ -280,7 +216,7 @@ class StampedeGuard(Generic[T]):
         except BaseException:
             await self._release(lock, token)
             raise
-        stored = asyncio.ensure_future(_after_steps(_STORE_AFTER_STEPS, partial(finish, value, lock, token)))
+        stored = asyncio.ensure_future(finish(value, lock, token))
         self._storing.add(stored)
         stored.add_done_callback(partial(self._stored, key))
         self._flight.hold(key, stored)

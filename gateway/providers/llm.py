@@ -28,6 +28,7 @@ import httpx
 import openai
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
+from langchain_openai import ChatOpenAI
 from pydantic import BaseModel, SecretStr, ValidationError
 
 from gateway.errors import (
@@ -39,7 +40,6 @@ from gateway.errors import (
     StreamInterruptedError,
 )
 from gateway.observability.recorder import Telemetry
-from gateway.providers.chat_openai import GatewayChatOpenAI
 from gateway.providers.deadline import deadline_after
 from gateway.providers.resilience import (
     BreakerState,
@@ -74,14 +74,13 @@ def build_chat_model(
     model: str | None = None,
     api_key: SecretStr | None = None,
     http_client: httpx.AsyncClient | None = None,
-) -> GatewayChatOpenAI:
+) -> ChatOpenAI:
     """One ``ChatOpenAI`` per upstream; only ``base_url``/model/key differ between local, prod and fallback.
 
     No SDK retries: :class:`ResilientUpstream` retries, so each retry is counted once and seen by the breaker.
-    :class:`GatewayChatOpenAI` is a ``ChatOpenAI`` without some per-call costs of the Chat Completions path.
     ``http_client``: the app's upstream client (:mod:`gateway.providers.upstream_http`); without it the SDK's own.
     """
-    return GatewayChatOpenAI(
+    return ChatOpenAI(
         model=model or llm.model,
         base_url=base_url or endpoint.base_url,
         api_key=api_key or endpoint.api_key,

@@ -1,12 +1,12 @@
-"""The HTTP client every model call goes out on: httpx's interface over aiohttp's connection pool (issue 17).
+"""The HTTP client every model call goes out on: httpx's interface, over aiohttp's connection pool or httpx's own.
 
-``ChatOpenAI`` and the OpenAI SDK under it speak httpx. httpx's own transport (httpcore and h11, in
-Python) parses each response and writes each request's headers and body in two socket sends; aiohttp
-parses in C and sends once. Under the SDK's httpx client, the ``httpx-aiohttp`` transport (the one the
-OpenAI SDK itself offers as ``DefaultAioHttpClient``) saves ~0.35-0.55 ms of CPU per model call, about
-a fifth of a ``ChatOpenAI`` call against a zero-latency upstream (``python -m tests.benchmarks.llm_layers``).
+``ChatOpenAI`` and the OpenAI SDK under it speak httpx; a custom transport is httpx's supported way to change what
+is under that interface. The ``httpx-aiohttp`` transport (the one the OpenAI SDK itself offers as
+``DefaultAioHttpClient``) parses responses in C and sends each request in one socket write, where httpx's own
+transport (httpcore and h11, in Python) parses in Python: ``GATEWAY_LLM_TRANSPORT`` chooses, and
+``tests/benchmarks/RESULTS.md`` gives what each costs per model call.
 
-Two things it gets wrong for this gateway, fixed here:
+Two things the aiohttp transport gets wrong for this gateway, fixed here:
 
 - **Errors.** Its exception map turns a refused or dropped connection into ``httpx.ConnectTimeout``
   (``ClientConnectorError`` is also a ``ClientConnectionError``, and that entry wins), so the SDK would
@@ -14,28 +14,18 @@ Two things it gets wrong for this gateway, fixed here:
   aiohttp's errors are translated as httpcore translates the same failures (:func:`translate`), for
   the request and for the response body as it streams.
 - **Proxies from the environment.** httpx reads ``HTTPS_PROXY``/``NO_PROXY`` only for its own transport,
-  and aiohttp reads them (and ``~/.netrc``) per request on a worker thread when ``trust_env`` is on: two
-  thread hand-offs per call, most of what the transport saves. So when the environment names a proxy,
-  the client is httpx's own (which routes by those variables, as the SDK's default client does), and
-  otherwise aiohttp's, with nothing read from the environment per request.
+  and aiohttp reads them (and ``~/.netrc``) per request on a worker thread when ``trust_env`` is on. So when
+  the environment names a proxy, the client is httpx's own (which routes by those variables, as the SDK's
+  default client does).
 
-The app's lifespan opens one client (:func:`upstream_client`, an :class:`UpstreamClient`: an
-``httpx.AsyncClient`` and so its own async context manager) for every upstream and closes it at shutdown; its
-aiohttp session is made on the first request, inside the serving event loop.
-
-One shortcut beside httpx's interface: :meth:`UpstreamTransport.post_read`, a POST read whole on the aiohttp
-pool itself, for ``GatewayChatOpenAI``'s plain calls (which build their own headers and body once). httpx's
-client around the transport (auth and redirect loops, the cookie jar's urllib emulation per response, the
-response stream wrappers) costs ~0.2 ms of CPU per call, as much as aiohttp's own request; without it the same
-headers (the client's, merged under the caller's) and body go out, redirects are followed as the client
-follows them (aiohttp's own loop), cookies live in the aiohttp session's jar, and failures are translated as
-here.
+The platform opens one client (:func:`upstream_client`) for every upstream and closes it at shutdown; the aiohttp
+session is made on the first request, inside the serving event loop.
 """
 
 from __future__ import annotations
 
 import urllib.request
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from typing import Literal
 
@@ -117,11 +107,11 @@ class _TranslatedStream(httpx.AsyncByteStream):
 
 
 class UpstreamTransport(AiohttpTransport):
-    """httpx-aiohttp's transport with httpcore's error translation, and a direct POST (:meth:`post_read`)."""
+    """httpx-aiohttp's transport with httpcore's error translation."""
 
     def get_client(self) -> aiohttp.ClientSession:
         """httpx-aiohttp's session, but with a cookie jar that keeps an IP-addressed upstream's cookies too (as
-        httpx's does: aiohttp's default jar drops them), so a direct POST sends back what httpx would have."""
+        httpx's does: aiohttp's default jar drops them)."""
         if self.client is not None:
             return super().get_client()
         connector = aiohttp.TCPConnector(
@@ -138,51 +128,11 @@ class UpstreamTransport(AiohttpTransport):
             response.stream = _TranslatedStream(response.stream)
         return response
 
-    async def post_read(
-        self,
-        url: httpx.URL,
-        content: bytes,
-        headers: Sequence[tuple[str, str]],
-        budget: httpx.Timeout,
-        *,
-        follow_redirects: bool,
-    ) -> httpx.Response:
-        """POST ``content`` to ``url`` on the aiohttp pool and read the whole response, without httpx's client.
 
-        ``budget`` is httpx's timeout, mapped as the transport maps it. ``headers`` go out as given (the caller
-        merges the client's own in); the body is left encoded, as this transport leaves it, for httpx's response
-        to decode. Failures raise the httpx errors :func:`translate` makes, with no ``request`` attached: the
-        caller builds one when it reports them.
-        """
-        if not isinstance(self.client, aiohttp.ClientSession):
-            self.client = self.get_client()
-        with _translating():
-            async with self.client.post(
-                str(url),
-                data=content,
-                headers=list(headers),
-                allow_redirects=follow_redirects,
-                auto_decompress=False,
-                compress=False,
-                timeout=aiohttp.ClientTimeout(sock_connect=budget.connect, sock_read=budget.read, connect=budget.pool),
-            ) as response:
-                body = await response.read()
-        extensions = {"http_version": b"HTTP/1.1", "reason_phrase": (response.reason or "").encode()}
-        return httpx.Response(response.status, headers=response.raw_headers, content=body, extensions=extensions)
-
-
-class UpstreamClient(httpx.AsyncClient):
-    """The model calls' httpx client; :attr:`direct` is its aiohttp transport (None on httpx's own)."""
-
-    def __init__(self, *, transport: UpstreamTransport | None = None, **options: object) -> None:
-        super().__init__(transport=transport, **options)  # type: ignore[arg-type]
-        self.direct = transport
-
-
-def upstream_client(transport: Transport, timeout_s: float) -> UpstreamClient:
+def upstream_client(transport: Transport, timeout_s: float) -> httpx.AsyncClient:
     """The httpx client for model calls: over aiohttp, or httpx's own transport (``GATEWAY_LLM_TRANSPORT=httpx``,
     or a proxy named by the environment)."""
     timeout = httpx.Timeout(timeout_s, connect=5.0)
     if transport == "httpx" or urllib.request.getproxies():
-        return UpstreamClient(timeout=timeout, limits=CONNECTIONS, follow_redirects=True)
-    return UpstreamClient(transport=UpstreamTransport(limits=CONNECTIONS), timeout=timeout, follow_redirects=True)
+        return httpx.AsyncClient(timeout=timeout, limits=CONNECTIONS, follow_redirects=True)
+    return httpx.AsyncClient(transport=UpstreamTransport(limits=CONNECTIONS), timeout=timeout, follow_redirects=True)

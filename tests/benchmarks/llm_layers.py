@@ -1,4 +1,4 @@
-"""What each layer of one model call costs in CPU, peeled one at a time (issue 17).
+"""What each layer of one model call costs in CPU, peeled one at a time.
 
     python -m tests.benchmarks.llm_layers [--calls 1000] [--rounds 3]
 
@@ -10,11 +10,9 @@ started and stopped here), so each row's difference from the one above it is wha
 - ``AsyncOpenAI create``: the OpenAI SDK (request transform, httpx, response models);
 - ``ChatOpenAI ainvoke``: LangChain around the SDK (callback manager, message conversion, a worker
   thread hop for every result, raw-response parsing);
-- ``GatewayChatOpenAI ainvoke``: the ``ChatOpenAI`` subclass the gateway builds
-  (:mod:`gateway.providers.chat_openai`: no thread hop, no SDK transform of the messages), so its row
-  less the one above is what that saves;
-- ``… over aiohttp``: the same model on the app's upstream client (:mod:`gateway.providers.upstream_http`:
-  httpx's interface over aiohttp's pool); the rows below are built on it, as the gateway is;
+- ``… over aiohttp``: the same model on the aiohttp transport (:mod:`gateway.providers.upstream_http`:
+  httpx's interface over aiohttp's pool), the gateway's choice with ``GATEWAY_LLM_TRANSPORT=aiohttp``; the
+  rows below are built on the app's default client;
 - ``LLMClient.chat``: this gateway's adapter (breaker, retries, deadline, usage accounting, metrics);
 - ``direct node`` and ``direct graph``: the ``answer_directly`` node as the route table runs it, and
   the same node run by LangGraph's loop (what one graph step costs).
@@ -42,7 +40,6 @@ from langgraph.runtime import Runtime
 from openai.types.chat import ChatCompletionMessageParam
 from pydantic import SecretStr
 
-from gateway.providers.chat_openai import GatewayChatOpenAI
 from gateway.providers.llm import LLMClient
 from gateway.providers.upstream_http import upstream_client
 from gateway.settings import ModelPrice
@@ -76,8 +73,7 @@ def variants(base_url: str, aiohttp_client: httpx.AsyncClient) -> dict[str, Call
     http = httpx.AsyncClient(timeout=30)
     sdk = openai.AsyncOpenAI(base_url=base_url, api_key="fake-key", max_retries=0, timeout=30)
     chat = ChatOpenAI(model=MODEL, base_url=base_url, api_key=SecretStr("fake-key"), max_retries=0, timeout=30)
-    ours = GatewayChatOpenAI(model=MODEL, base_url=base_url, api_key=SecretStr("fake-key"), max_retries=0, timeout=30)
-    over_aiohttp = GatewayChatOpenAI(
+    over_aiohttp = ChatOpenAI(
         model=MODEL,
         base_url=base_url,
         api_key=SecretStr("fake-key"),
@@ -86,7 +82,7 @@ def variants(base_url: str, aiohttp_client: httpx.AsyncClient) -> dict[str, Call
         http_async_client=aiohttp_client,
     )
     messages = [SystemMessage(SYSTEM), HumanMessage(QUESTION)]
-    client = LLMClient(over_aiohttp, model_name=MODEL, price=ModelPrice())
+    client = LLMClient(chat, model_name=MODEL, price=ModelPrice())
     context = DirectContext(llm=client)
     graph = build_graph()
 
@@ -107,8 +103,7 @@ def variants(base_url: str, aiohttp_client: httpx.AsyncClient) -> dict[str, Call
         "httpx POST": post,
         "AsyncOpenAI create": create,
         "ChatOpenAI ainvoke": lambda: chat.ainvoke(messages),
-        "GatewayChatOpenAI ainvoke": lambda: ours.ainvoke(messages),
-        "GatewayChatOpenAI ainvoke over aiohttp": lambda: over_aiohttp.ainvoke(messages),
+        "ChatOpenAI ainvoke over aiohttp": lambda: over_aiohttp.ainvoke(messages),
         "LLMClient.chat": lambda: client.chat(messages, node="answer_directly"),
         "direct node": node,
         "direct graph (LangGraph loop)": step,

@@ -6,7 +6,6 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
-from uuid import uuid4
 
 import msgspec
 import pytest
@@ -14,7 +13,7 @@ import pytest
 from gateway.cache.backend import CacheUnavailableError, MemoryBackend
 from gateway.cache.exact import ExactCache
 from gateway.cache.keys import lock_key
-from gateway.cache.single_flight import Loaded, SingleFlight, StampedeGuard, handing_over, outcome_of
+from gateway.cache.single_flight import SingleFlight
 from gateway.cache.versions import KnowledgeVersions
 from gateway.query.schemas import QueryResponse
 from tests.scripted import CountedCompute, query_response
@@ -83,20 +82,35 @@ async def test_a_miss_computes_and_stores_then_the_same_question_hits() -> None:
     assert (cache.stats.hits, cache.stats.misses, cache.stats.stores) == (1, 1, 1)
 
 
+class SlowStore(MemoryBackend):
+    """A backend whose stores wait until the test lets them go, as a slow Redis round trip would."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.let_go = asyncio.Event()
+
+    async def set_and_release(self, key: str, value: bytes, ttl_s: float, lock: str, token: str) -> None:
+        await self.let_go.wait()
+        await super().set_and_release(key, value, ttl_s, lock, token)
+
+
 async def test_the_answer_goes_before_its_store_and_a_repeat_meanwhile_shares_it() -> None:
     """The store (a Redis round trip) is off the miss's path: the caller has its answer while the store is still
     under way, and the same question asked meanwhile is served that answer instead of waiting for the store or
     computing again."""
-    backend = MemoryBackend()
+    backend = SlowStore()
     cache = make_cache(backend)
     compute = CountedCompute()
-    first = await cache.get_or_compute(tenant="acme", route="auto", query="What is X?", compute=compute)
+    first = await asyncio.wait_for(
+        cache.get_or_compute(tenant="acme", route="auto", query="What is X?", compute=compute), 5.0
+    )
     assert first.source == "computed"
     assert cache.stats.stores == 0  # answered; not stored yet
     assert cache.storing == 1
     second = await cache.get_or_compute(tenant="acme", route="auto", query="What is X?", compute=compute)
     assert (second.source, second.cached, second.value) == ("coalesced", True, first.value)
     assert compute.calls == 1
+    backend.let_go.set()
     await cache.drain()
     assert (cache.stats.stores, cache.storing) == (1, 0)
     third = await cache.get_or_compute(tenant="acme", route="auto", query="What is X?", compute=compute)
@@ -401,22 +415,6 @@ async def test_single_flight_shares_only_concurrent_work() -> None:
     assert (await flight.run("k", work))[0] == 3
 
 
-class LoopSteps:
-    """Counts the event loop's steps (a callback that reschedules itself each step) while it runs."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self._loop = asyncio.get_running_loop()
-        self._handle = self._loop.call_soon(self._tick)
-
-    def _tick(self) -> None:
-        self.count += 1
-        self._handle = self._loop.call_soon(self._tick)
-
-    def stop(self) -> None:
-        self._handle.cancel()
-
-
 async def test_single_flight_runs_the_first_callers_work_in_its_own_task_when_asked_and_shares_it() -> None:
     flight: SingleFlight[int] = SingleFlight()
     ran_in: list[asyncio.Task[Any] | None] = []
@@ -440,185 +438,3 @@ async def test_single_flight_runs_the_first_callers_work_in_its_own_task_when_as
     assert leaver.cancelled()
     assert ran_in == [owner]  # one execution, in the first caller's task: no task of the flight's own
     assert not flight.in_flight("k")
-
-
-async def test_a_handover_task_cancelled_before_it_ran_cancels_its_waiters_instead_of_leaving_them_waiting() -> None:
-    loop = asyncio.get_running_loop()
-    waiters: list[asyncio.Future[int]] = []
-    tasks: dict[str, asyncio.Future[int]] = {}
-
-    async def caller() -> int:
-        return await outcome_of(tasks["work"], waiters)
-
-    waiting = loop.create_task(caller())  # runs first: its waiter is registered before the work's body could run
-    never: asyncio.Future[int] = loop.create_future()
-    tasks["work"] = loop.create_task(handing_over(never, waiters))
-    tasks["work"].cancel()  # e.g. a shutdown cancelling every task: the body never runs, so it hands nothing over
-    with pytest.raises(asyncio.CancelledError):
-        await asyncio.wait_for(waiting, 1.0)
-    assert waiting.cancelled()
-
-
-async def test_a_computed_answer_reaches_its_caller_one_loop_step_after_it_is_computed() -> None:
-    """The response cache computes in a task of its own (a caller that goes away does not cancel it) and hands the
-    answer to the caller the next step: through ``asyncio.shield`` twice (that task's, then the single flight's own
-    task's) it took four."""
-    cache = make_cache(MemoryBackend())
-    steps = LoopSteps()
-    computed_at: list[int] = []
-
-    async def compute() -> QueryResponse:
-        computed_at.append(steps.count)
-        return query_response("a")
-
-    outcome = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)
-    resumed_at = steps.count
-    steps.stop()
-    assert outcome.source == "computed"
-    assert resumed_at - computed_at[0] <= 1
-    await cache.drain()
-
-
-async def load(
-    guard: StampedeGuard[str], backend: MemoryBackend, lookup: Callable[[], Awaitable[str | None]], compute: Compute
-) -> Loaded[str]:
-    """Key ``k`` as the response cache loads it: one look that takes the lock on a miss, then ``settle``, whose
-    ``finish`` releases the lock (``compute`` stores the value itself)."""
-    token = uuid4().hex
-    found = await lookup()
-    held = found is None and await backend.acquire_lock(lock_key("k"), token, guard.lock_ttl_s)
-
-    async def finish(_: str, lock: str | None, owner: str) -> None:
-        if lock is not None:
-            await backend.release_lock(lock, owner)
-
-    return await guard.settle("k", (found, held), token, lookup, compute, finish)
-
-
-async def test_a_second_replica_waits_for_the_lock_holder_instead_of_computing() -> None:
-    shared = MemoryBackend()  # both "replicas" see the same backend, as two processes see one Redis
-    store: dict[str, str] = {}
-    computed: list[str] = []
-
-    async def lookup() -> str | None:
-        return store.get("k")
-
-    def compute_as(replica: str, delay_s: float) -> Callable[[], Awaitable[str]]:
-        async def compute() -> str:
-            computed.append(replica)
-            await asyncio.sleep(delay_s)
-            store["k"] = f"from {replica}"
-            return store["k"]
-
-        return compute
-
-    one: StampedeGuard[str] = StampedeGuard(shared, poll_s=0.01)
-    two: StampedeGuard[str] = StampedeGuard(shared, poll_s=0.01)
-    first = asyncio.create_task(load(one, shared, lookup, compute_as("one", 0.1)))
-    await asyncio.sleep(0.02)
-    second = await load(two, shared, lookup, compute_as("two", 0))
-    assert (second.value, second.source) == ("from one", "hit")
-    assert (await first).source == "computed"
-    assert computed == ["one"]
-    await one.drain()
-    assert await shared.get(lock_key("k")) is None  # released
-
-
-async def test_a_dead_lock_holder_delays_others_only_until_its_lock_expires() -> None:
-    shared = MemoryBackend()
-    await shared.acquire_lock(lock_key("k"), "a replica that died", 0.1)
-    guard: StampedeGuard[str] = StampedeGuard(shared, poll_s=0.01, max_wait_s=5)
-
-    loop = asyncio.get_running_loop()
-    started = loop.time()
-    loaded = await load(guard, shared, nothing, returning("computed here"))
-    assert (loaded.value, loaded.source) == ("computed here", "computed")
-    assert 0.08 <= loop.time() - started < 1.0
-
-
-async def test_the_wait_for_another_replica_is_bounded() -> None:
-    shared = MemoryBackend()
-    await shared.acquire_lock(lock_key("k"), "a very slow replica", 60)
-    guard: StampedeGuard[str] = StampedeGuard(shared, poll_s=0.01, max_wait_s=0.1)
-
-    assert (await load(guard, shared, nothing, returning("computed anyway"))).value == "computed anyway"
-
-
-async def test_the_holder_keeps_a_short_lock_alive_while_it_computes() -> None:
-    shared = MemoryBackend()
-    guard: StampedeGuard[str] = StampedeGuard(shared, lock_ttl_s=0.06)
-    lock_seen: list[bool] = []
-
-    async def slow() -> str:
-        for _ in range(4):
-            await asyncio.sleep(0.05)
-            lock_seen.append(await shared.get(lock_key("k")) is not None)
-        return "done"
-
-    assert (await load(guard, shared, nothing, slow)).value == "done"
-    assert lock_seen == [True] * 4  # 0.2 s of work under a 0.06 s lock
-    await guard.drain()
-    assert await shared.get(lock_key("k")) is None
-
-
-class CountingVersions(MemoryBackend):
-    """Counts the version reads that reach the backend."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.version_reads = 0
-
-    async def get_version(self, key: str) -> int:
-        self.version_reads += 1
-        return await super().get_version(key)
-
-
-async def test_one_request_reads_each_tenants_version_once_and_the_next_request_reads_it_again() -> None:
-    backend = CountingVersions()
-    versions = KnowledgeVersions(backend, prefix="t")
-    cache = ExactCache(backend, versions, QueryResponse, prefix="t")
-
-    async def compute_reading_the_version_again() -> QueryResponse:
-        # What the router's in-memory probe does inside the computation (gateway.knowledge.matrices).
-        assert await versions.current("acme") == first
-        return query_response("computed")
-
-    with KnowledgeVersions.snapshot():
-        first = await versions.current("acme")
-        await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute_reading_the_version_again)
-        await versions.current("globex")
-        await versions.current("globex")
-    assert backend.version_reads == 2  # acme once (key, probe), globex once
-
-    await versions.bump("acme")  # another request's change, after this one ended
-    with KnowledgeVersions.snapshot():
-        assert await versions.current("acme") == first + 1
-    assert backend.version_reads == 3
-    await versions.current("acme")
-    await versions.current("acme")
-    assert backend.version_reads == 5  # outside a request every read reaches the backend
-
-
-async def test_a_change_made_inside_the_scope_is_read_back_new() -> None:
-    backend = CountingVersions()
-    versions = KnowledgeVersions(backend, prefix="t")
-    with KnowledgeVersions.snapshot():
-        before = await versions.current("acme")
-        bumped = await versions.acknowledge("acme")
-        assert await versions.current("acme") == bumped
-    assert bumped > before
-
-
-async def test_tasks_started_in_the_scope_share_its_versions_and_other_scopes_do_not() -> None:
-    backend = CountingVersions()
-    versions = KnowledgeVersions(backend, prefix="t")
-
-    async def request() -> list[int]:
-        with KnowledgeVersions.snapshot():
-            first = await versions.current("acme")
-            inner = await asyncio.create_task(versions.current("acme"))
-            return [first, inner]
-
-    results = await asyncio.gather(request(), request())
-    assert results[0] == results[1]
-    assert backend.version_reads == 2  # one per request, none for the tasks they started
