@@ -80,7 +80,7 @@ schemathesis: install
 	SCHEMATHESIS_MAX_EXAMPLES=200 $(PY) -m pytest tests/contract -s -q
 
 router-report: install
-	$(PY) -m routes.evaluate
+	$(PY) -m routes.training.evaluate
 
 clean:
 	rm -rf $(VENV) .data .pytest_cache .mypy_cache .ruff_cache

@@ -14,8 +14,8 @@ from pydantic import SecretStr
 from gateway.app import create_app
 from gateway.overrides import ProviderOverrides
 from gateway.providers.embeddings import USEEmbeddings
-from gateway.providers.scripted_chat import ScriptedChatModel
 from gateway.settings import Settings
+from tests.fakes.scripted_chat import ScriptedChatModel
 
 Responder = Callable[[list[BaseMessage], dict[str, Any]], str]
 

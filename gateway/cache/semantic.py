@@ -39,7 +39,7 @@ Vector: TypeAlias = np.ndarray[Any, np.dtype[np.float32]]
 EmbedFn: TypeAlias = Callable[[str], Awaitable[Any]]
 Guard: TypeAlias = Callable[[str, str], Contrast | None]
 
-# Calibrated with `python -m gateway.cache.evaluate_semantic` on gateway/cache/data/semantic_pairs.jsonl.
+# Calibrated with `python -m gateway.eval.semantic_cache` on gateway/cache/data/semantic_pairs.jsonl.
 DEFAULT_THRESHOLD = 0.87
 DEFAULT_BANDS = 24
 DEFAULT_BITS_PER_BAND = 12

@@ -2,7 +2,7 @@
 
 A logistic model over three features — embedding cosine, the share of the query's content terms
 found in the text, and the share found in the title — with terms from the project's one tokenizer
-(:mod:`pipelines.shared.text`), fitted on the shared dev data by ``python -m pipelines.corrective.calibrate``:
+(:mod:`pipelines.shared.text`), fitted on the shared dev data by ``python -m routes.training.calibrate_relevance``:
 
 - Latin script: HotpotQA gold vs distractor paragraphs and SQuAD v2 gold vs other paragraphs of the
   article (1,378 pairs, 296 relevant). Cross-validated AUC 0.76 (HotpotQA's distractors are chosen

@@ -28,11 +28,11 @@ from gateway.app import create_app
 from gateway.observability.logs import JsonFormatter
 from gateway.overrides import ProviderOverrides
 from gateway.providers.embeddings import USEEmbeddings
-from gateway.providers.scripted_chat import ScriptedChatModel
 from gateway.query.schemas import QueryRequest
 from gateway.query.service import QueryService
 from gateway.settings import Settings
 from tests.benchmarks.figures import percentile
+from tests.fakes.scripted_chat import ScriptedChatModel
 
 BODY = {"tenant": "bench", "query": "Hello, who are you?", "route": "direct"}
 

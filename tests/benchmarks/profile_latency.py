@@ -43,10 +43,10 @@ from gateway.profiles.service import ModelPool, Profiles
 from gateway.profiles.store import ProfileStore
 from gateway.providers.embeddings import USEEmbeddings
 from gateway.providers.llm import LLMClient
-from gateway.providers.scripted_chat import ScriptedChatModel, replies
 from gateway.settings import AssistantSettings, LLMEndpointSettings, ModelPrice, ProfileSettings, Settings
 from pipelines.direct.prompts import RULES
 from tests.benchmarks.figures import percentile
+from tests.fakes.scripted_chat import ScriptedChatModel, replies
 
 TENANT = "acme"
 PROFILE = AssistantProfile(

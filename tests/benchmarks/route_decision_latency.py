@@ -38,7 +38,6 @@ from gateway.knowledge.service import DenseSearch, KnowledgeBase
 from gateway.providers.embeddings import USE_DIMENSIONS, USEEmbeddings
 from gateway.providers.llm import LLMClient
 from gateway.providers.redis import ResilientRedis, open_redis
-from gateway.providers.scripted_chat import ScriptedChatModel
 from gateway.providers.vectorstores.base import ChunkRecord
 from gateway.providers.vectorstores.lance import LanceVectorStore
 from gateway.query.factory import probe_depth
@@ -52,6 +51,7 @@ from routes.probe import PROBE_DEPTH
 from routes.router import FrontRouter
 from routes.written_kb import load_written_kb
 from tests.benchmarks.figures import percentile
+from tests.fakes.scripted_chat import ScriptedChatModel
 
 TENANT = "bench"
 CHUNKS_PER_DOC = 20

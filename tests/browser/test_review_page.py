@@ -22,9 +22,9 @@ from pydantic import SecretStr
 from gateway.app import create_app
 from gateway.overrides import ProviderOverrides
 from gateway.providers.embeddings import USEEmbeddings
-from gateway.providers.scripted_chat import ScriptedChatModel
 from gateway.settings import ApiKeyConfig, Settings
 from tests.curation_support import FORM_RULES, NEW_ADDRESS, NEW_DOC, OLD_DOC, OTHER_DOCS, QUESTION, relocation_model
+from tests.fakes.scripted_chat import ScriptedChatModel
 from tests.ports import free_port
 
 pytestmark = pytest.mark.browser

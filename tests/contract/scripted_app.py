@@ -15,9 +15,9 @@ from litestar import Litestar
 
 from gateway.app import create_app
 from gateway.overrides import ProviderOverrides
-from gateway.providers.scripted_chat import ScriptedChatModel
 from gateway.settings import Settings
 from tests.chat_support import chat_model
+from tests.fakes.scripted_chat import ScriptedChatModel
 
 
 def create() -> Litestar:

@@ -14,9 +14,9 @@ from redis.asyncio import Redis
 
 from gateway.cache.backend import RedisBackend
 from gateway.cache.contrast import find_contrast
-from gateway.cache.evaluate_semantic import Pair, load_pairs
 from gateway.cache.semantic import DEFAULT_THRESHOLD, SemanticCache
 from gateway.cache.versions import KnowledgeVersions
+from gateway.eval.semantic_cache import Pair, load_pairs
 from gateway.providers.embeddings import USEEmbeddings
 from gateway.providers.redis import ResilientRedis
 from tests.integration.conftest import REDIS_TEST_URL

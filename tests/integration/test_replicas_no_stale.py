@@ -18,11 +18,11 @@ from litestar.testing import AsyncTestClient
 from gateway.app import create_app
 from gateway.overrides import ProviderOverrides
 from gateway.providers.embeddings import USEEmbeddings, embedding_dimensions
-from gateway.providers.scripted_chat import ScriptedChatModel
 from gateway.providers.vectorstores.base import ChunkRecord, VectorStore
 from gateway.providers.vectorstores.lance import LanceVectorStore
 from gateway.settings import Settings
 from pipelines.shared.deps import Passage
+from tests.fakes.scripted_chat import ScriptedChatModel
 from tests.redis_proxy import ThreadedProxy
 from tests.scripted import answer_with_first_passage
 

@@ -21,7 +21,6 @@ from gateway.knowledge.chunking import Chunker
 from gateway.knowledge.service import KnowledgeBase, NewDocument
 from gateway.providers.embeddings import USEEmbeddings
 from gateway.providers.llm import LLMClient
-from gateway.providers.scripted_chat import ScriptedChatModel
 from gateway.providers.vectorstores.memory import InMemoryVectorStore
 from gateway.providers.websearch import LocalStoreSearch
 from gateway.settings import ModelPrice
@@ -35,6 +34,7 @@ from pipelines.shared.generation import GroundingPolicy
 from pipelines.shared.relevance import relevance
 from pipelines.single_hop.state import SingleHopContext
 from routes.table import PipelineContexts, RoutePolicy, RouteTable
+from tests.fakes.scripted_chat import ScriptedChatModel
 from tests.scripted import schema_name
 
 TENANT = "acme"

@@ -17,9 +17,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from gateway.app import create_app
 from gateway.overrides import ProviderOverrides
 from gateway.providers.embeddings import USEEmbeddings
-from gateway.providers.scripted_chat import ScriptedChatModel
 from gateway.settings import Settings
 from tests.conftest import Responder, grounded_or_direct
+from tests.fakes.scripted_chat import ScriptedChatModel
 from tests.scripted import structured_reply
 from tests.unit.corrective_support import DOCS, TENANT
 

@@ -9,7 +9,6 @@ from dataclasses import replace
 import pytest
 
 from gateway.knowledge.service import KnowledgeBase
-from gateway.providers.scripted_chat import ScriptedChatModel
 from pipelines.corrective.policy import CorrectivePolicy
 from pipelines.shared import events as ev
 from pipelines.shared.deps import Passage
@@ -17,6 +16,7 @@ from pipelines.shared.prompts import ABSTAIN_EN
 from pipelines.shared.relevance import relevance
 from routes.probe import probe_of
 from routes.table import RouteTable
+from tests.fakes.scripted_chat import ScriptedChatModel
 from tests.unit.corrective_support import (
     ANSWERED,
     HEAVY_QUESTION,

@@ -11,8 +11,8 @@ from langchain_core.messages import BaseMessage
 from gateway.curation.evaluator import HybridEvaluator, Rule
 from gateway.errors import ClientError
 from gateway.providers.llm import LLMClient
-from gateway.providers.scripted_chat import ScriptedChatModel
 from gateway.settings import ModelPrice
+from tests.fakes.scripted_chat import ScriptedChatModel
 
 
 def _llm(reply: str) -> LLMClient:

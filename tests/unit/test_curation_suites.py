@@ -11,9 +11,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from gateway.app import create_app
 from gateway.overrides import ProviderOverrides
 from gateway.providers.embeddings import USEEmbeddings
-from gateway.providers.scripted_chat import ScriptedChatModel
 from gateway.settings import Settings
 from tests.curation_support import NEW_DOC, OLD_DOC, QUESTION, RULES, TENANT, ingest, relocation_model
+from tests.fakes.scripted_chat import ScriptedChatModel
 
 
 async def _history(client: AsyncTestClient[Any]) -> list[dict[str, Any]]:

@@ -11,7 +11,6 @@ import pytest
 from langchain_core.messages import BaseMessage
 
 from gateway.providers.llm import LLMClient
-from gateway.providers.scripted_chat import ScriptedChatModel
 from gateway.settings import ModelPrice
 from pipelines.shared.deps import Passage
 from routes.corpus import Case
@@ -21,6 +20,7 @@ from routes.llm_router import LLMRouter, describe
 from routes.probe import EMPTY_SIGNALS, PROBE_DEPTH, Probe, ProbeSignals, probe_of
 from routes.router import FrontRouter
 from routes.types import RouteDecision
+from tests.fakes.scripted_chat import ScriptedChatModel
 
 NOTHING = ProbeSignals(8, 8, 0.12, 0.03, 0.1, 0.05, 0.1, 0.05, 0.0, 0.0, 0.0, 0, 4)
 ONE_DOC = ProbeSignals(8, 6, 0.58, 0.2, 0.35, 0.9, 0.9, 0.0, 0.0, 1.0, 1.0, 1, 5)

@@ -13,9 +13,9 @@ from pydantic import BaseModel
 
 from gateway.errors import MalformedOutputError, ProviderError, ProviderTimeoutError, ProviderUnavailableError
 from gateway.providers.llm import LLMClient
-from gateway.providers.scripted_chat import ScriptedChatModel
 from gateway.settings import ModelPrice
 from pipelines.shared.deps import StructuredOutputError
+from tests.fakes.scripted_chat import ScriptedChatModel
 
 PROBLEM = "application/problem+json"
 REQUEST = httpx.Request("POST", "http://llm.test/v1/chat/completions")

@@ -17,9 +17,9 @@ from gateway.profiles.schemas import Language
 from gateway.profiles.service import ModelPool, Profiles
 from gateway.profiles.store import ProfileStore
 from gateway.providers.llm import LLMClient
-from gateway.providers.scripted_chat import ScriptedChatModel, replies
 from gateway.settings import AssistantSettings, LLMEndpointSettings, ModelPrice, ProfileSettings
 from pipelines.shared.persona import LANGUAGES, Assistant, question_language
+from tests.fakes.scripted_chat import ScriptedChatModel, replies
 
 HOSHI = AssistantProfile(tenant="acme", name="Hoshi", persona="the HR desk")
 

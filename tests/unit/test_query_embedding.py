@@ -25,11 +25,11 @@ from gateway.cache.backend import MemoryBackend
 from gateway.cache.embeddings import CachedEmbeddings
 from gateway.overrides import ProviderOverrides
 from gateway.providers.embeddings import USEEmbeddings
-from gateway.providers.scripted_chat import ScriptedChatModel
 from gateway.providers.use_onnx import EmbeddingRunError
 from gateway.providers.use_pieces import PieceLookup
 from gateway.settings import Settings
 from tests.conftest import grounded_or_direct
+from tests.fakes.scripted_chat import ScriptedChatModel
 from tests.unit.embedding_support import DelegatingEmbeddings
 
 

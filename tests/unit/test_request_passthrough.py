@@ -15,11 +15,11 @@ from gateway.chat.service import ChatService, PreparedChat
 from gateway.guardrails.vault import Vault
 from gateway.knowledge.query_vector import QueryVector
 from gateway.providers.llm import LLMClient
-from gateway.providers.scripted_chat import ScriptedChatModel
 from gateway.query.schemas import QueryRequest, QueryResponse
 from gateway.query.service import Admit, QueryService
 from gateway.settings import ModelPrice
 from pipelines.shared.followup import Turn
+from tests.fakes.scripted_chat import ScriptedChatModel
 from tests.scripted import query_response
 
 # What a client sends: every field, none at its default (the query with whitespace the edge strips).

@@ -34,8 +34,8 @@ from gateway.providers.resilience import (
     fault_of,
     parse_retry_after,
 )
-from gateway.providers.scripted_chat import ScriptedChatModel
 from gateway.settings import ModelPrice, Settings
+from tests.fakes.scripted_chat import ScriptedChatModel
 
 
 class Clock:

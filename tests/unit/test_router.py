@@ -15,13 +15,13 @@ import pytest
 
 from gateway.providers.embeddings import USEEmbeddings
 from gateway.providers.llm import LLMClient
-from gateway.providers.scripted_chat import ScriptedChatModel
 from gateway.settings import ModelPrice
 from routes.examples import HELD_BACK_PERCENT, Example, load_examples
 from routes.features import NAMES, active_cues, features
 from routes.llm_router import LLMRouter
 from routes.logistic_router import LogisticModel, LogisticRouter, artefact_path, fit, load_or_train
 from routes.types import ROUTES, RouteDecision
+from tests.fakes.scripted_chat import ScriptedChatModel
 
 MIN_HELD_BACK_ACCURACY = 0.85
 

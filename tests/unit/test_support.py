@@ -8,13 +8,13 @@ import pytest
 from langchain_core.messages import BaseMessage
 
 from gateway.providers.llm import LLMClient
-from gateway.providers.scripted_chat import ScriptedChatModel
 from gateway.settings import ModelPrice
 from pipelines.shared.deps import Passage
 from pipelines.shared.generation import GroundingPolicy, drop_phantom_citations, generate_grounded, states_nothing
 from pipelines.shared.persona import Assistant
 from pipelines.shared.prompts import ABSTAIN_EN, ABSTAIN_JA, ANSWER_CUE, ANSWER_CUE_JA, NOT_IN_CONTEXT
 from pipelines.shared.support import claim_terms, lexical_support, terms
+from tests.fakes.scripted_chat import ScriptedChatModel
 
 MIN_SUPPORT = GroundingPolicy().min_support
 

@@ -1,8 +1,8 @@
 """Leave one dataset out: does the router route sets it never saw?
 
-    python -m routes.evaluate_lodo [--data-dir ../shared/data/dev] [--jsquad-sample 200] [--classifier both]
+    python -m routes.training.evaluate_lodo [--data-dir ../shared/data/dev] [--jsquad-sample 200] [--classifier both]
 
-The held-back split of ``routes.evaluate`` comes from the same datasets the router trains on, so it
+The held-back split of ``routes.training.evaluate`` comes from the same datasets the router trains on, so it
 measures how well the router learnt each dataset's style. Here every source is excluded from training
 in turn (its questions *and* its documents: :class:`routes.corpus.Case` records both) and the router
 is measured on it alone: the recall of its true class, and where the rest went, per language. The

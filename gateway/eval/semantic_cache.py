@@ -1,4 +1,4 @@
-"""``python -m gateway.cache.evaluate_semantic [--pairs FILE] [--json OUT]``: calibrate the semantic cache.
+"""``python -m gateway.eval.semantic_cache [--pairs FILE] [--json OUT]``: calibrate the semantic cache.
 
 Embeds every pair of ``data/semantic_pairs.jsonl`` with the real multilingual USE model and reports,
 for each threshold from 0.85 to 0.97 and per language, how many paraphrases would be served (should

@@ -1,6 +1,6 @@
 """Fit the fast relevance scorer and show how the CRAG thresholds trade precision for recall.
 
-    python -m pipelines.corrective.calibrate --data-dir ../shared/data/dev
+    python -m routes.training.calibrate_relevance --data-dir ../shared/data/dev
 
 Pairs: every HotpotQA question with its 10 context paragraphs (the 2 supporting titles relevant,
 8 distractors not) and every answerable SQuAD v2 question with its paragraph (relevant) and 3 other

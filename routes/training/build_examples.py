@@ -6,7 +6,7 @@ Wikipedia article. multi_hop: every HotpotQA question. The passages are the SQuA
 the HotpotQA corpus: the knowledge-aware router trains on each question probed against its own set's
 passages as a tenant, so they ship beside the questions. Run it again after the shared data changes:
 
-    python -m routes.build_examples --data-dir ../shared/data/dev
+    python -m routes.training.build_examples --data-dir ../shared/data/dev
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import random
 from pathlib import Path
 
 SKR_SAMPLE = 300
-OUT = Path(__file__).parent / "data" / "dataset_examples.jsonl"
-PASSAGES_OUT = Path(__file__).parent / "data" / "dataset_passages.jsonl"
+OUT = Path(__file__).parents[1] / "data" / "dataset_examples.jsonl"
+PASSAGES_OUT = Path(__file__).parents[1] / "data" / "dataset_passages.jsonl"
 
 
 def build(data_dir: Path) -> list[dict[str, str]]:
