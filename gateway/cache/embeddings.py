@@ -104,7 +104,7 @@ class CachedEmbeddings(Embeddings):
             return None
         key = embedding_key(self._prefix, self._model, text)
         # Not made a list here: an answer-cache hit never reads it (the list of 512 floats was ~4 % of such a hit's
-        # CPU at c=32, issue 17); the reader's finish makes it one.
+        # CPU at c=32); the reader's finish makes it one.
         cached = self._vector(key, backend.peek(key))
         loop = asyncio.get_running_loop()
         if cached is not None:
@@ -119,7 +119,7 @@ class CachedEmbeddings(Embeddings):
             run = loop.create_future()
             run.set_exception(exc)
         # Counted once the run is under way: the lookup's metric and span (~0.02 ms of a serving loop, in place) no
-        # longer come before the run begins (issue 17). A memory peek has nothing to time.
+        # longer come before the run begins. A memory peek has nothing to time.
         self._looked_up("miss")
         self.misses += 1
 
@@ -129,7 +129,7 @@ class CachedEmbeddings(Embeddings):
         def keep(arrived: asyncio.Future[Vector]) -> None:
             """Kept as it arrives, read or not (an answer-cache hit lets the run go on: its vector is not wasted), one
             loop step on: this callback was added before the reader awaited, so it runs first, and the store would
-            come between the vector and the reader's decision (issue 17)."""
+            come between the vector and the reader's decision."""
             if not arrived.cancelled() and arrived.exception() is None:
                 loop.call_soon(store, arrived.result())
 

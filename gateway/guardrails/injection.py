@@ -131,7 +131,7 @@ class InjectionClassifier:
 
     scikit-learn fits the model; a prompt is then scored here, with the same arithmetic in plain Python: the
     fitted vectoriser's own analyser makes each word's n-grams (kept for the last ``WORD_NGRAMS`` words: the
-    analyser's per-character Python loop was most of a unique prompt's screening, issue 17), and each
+    analyser's per-character Python loop was most of a unique prompt's screening), and each
     vocabulary n-gram carries its idf and its idf times the model's coefficient. ``transform`` and
     ``predict_proba`` build sparse matrices and validate their input on every call (about a millisecond, most
     of a cache hit's CPU); the walk over one prompt's few hundred n-grams takes a fraction of that and gives

@@ -62,7 +62,7 @@ PRIMARY_SHARE = 0.5
 
 # A call's own parameters (``max_tokens``, ``response_format``), passed with the call as ``ainvoke``'s keyword
 # arguments: the same request as ``model.bind(**params)``, without a ``RunnableBinding`` (a pydantic model) built and
-# its config merged on every call (~40 µs of CPU, issue 17).
+# its config merged on every call (~40 µs of CPU).
 CallParams = Mapping[str, Any]
 
 

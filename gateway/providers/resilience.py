@@ -256,7 +256,7 @@ class ResilientUpstream:
         its protocol: a streamed answer cut short by one cannot be retried, for instance).
 
         The first attempt is made before tenacity is set up: almost every call succeeds at once, and tenacity's
-        retry state and action chain cost ~13 µs of CPU per call hot, ~30-50 µs in a serving process (issue 17). A
+        retry state and action chain cost ~13 µs of CPU per call hot, ~30-50 µs in a serving process. A
         first attempt that failed worth retrying is handed to tenacity as its first attempt's outcome (re-raised
         there, not made again), so the waits, retry reports and stops are tenacity's, as before."""
         first: BaseException | None = None

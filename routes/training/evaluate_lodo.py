@@ -82,7 +82,7 @@ Trainer = Callable[[Sequence[Case], Sequence[Example], Embedder, dict[str, Corpu
 
 
 class CurrentLogistic:
-    """The question-only router (before issue 13): logistic regression over the embedding and cues."""
+    """The question-only router (before the knowledge probe): logistic regression over the embedding and cues."""
 
     name = "question-only logistic (before)"
 

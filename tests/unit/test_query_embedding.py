@@ -162,15 +162,6 @@ async def test_a_failed_run_reaches_its_caller_and_the_next_run_goes_on(
         embeddings.embed_query("fails too")  # the sync API raises it as well
 
 
-def test_the_native_run_refuses_feeds_that_lack_an_input(embeddings: USEEmbeddings) -> None:
-    """The model starts runs on the native session, past the Python wrapper's checks of the feed names: a run that
-    lacks an input still fails, with a status the caller gets as an error, never a vector."""
-    model = embeddings._model
-    outcome: Future[str] = Future()
-    model._start(model._outputs, {}, lambda results, data, error: outcome.set_result(error), None, None)
-    assert "Missing Input" in outcome.result(timeout=30)
-
-
 async def test_a_caller_that_leaves_does_not_stop_the_others(embeddings: USEEmbeddings) -> None:
     leaving = asyncio.ensure_future(embeddings.aembed_query("gone"))
     staying = asyncio.ensure_future(embeddings.aembed_query("here"))
@@ -216,23 +207,6 @@ def test_a_failing_hand_over_is_logged_not_raised_into_onnx_runtimes_thread(
         assert embeddings._model.wait_idle(30)
     assert "handing an embedding over failed" in caplog.text
     assert embeddings.embed_query("still serving") == embeddings.embed_query("still serving")
-
-
-def test_onnx_runtimes_thread_keeps_one_python_thread_state_across_callbacks(embeddings: USEEmbeddings) -> None:
-    """A callback on ONNX Runtime's thread no longer makes (and deletes) a Python thread state each time: what one
-    callback leaves in a thread-local is there for the next, on the same native thread."""
-    local = threading.local()
-    seen: list[tuple[int, int | None]] = []
-
-    def done(vector: np.ndarray | None, error: BaseException | None) -> None:
-        seen.append((threading.get_native_id(), getattr(local, "calls", None)))
-        local.calls = len(seen)
-
-    for i in range(3):
-        embeddings._model.encode_async(f"Where is office {i} of the Osaka branch?", done)
-        assert embeddings._model.wait_idle(30)
-    assert len({thread for thread, _ in seen}) == 1  # one callback thread: the state kept is that thread's
-    assert [calls for _, calls in seen] == [None, 1, 2]
 
 
 def _new_pieces_text() -> str:
