@@ -19,8 +19,8 @@ from langgraph.errors import GraphRecursionError
 
 from pipelines.corrective.graph import build_graph as build_corrective
 from pipelines.corrective.state import CorrectiveContext, CorrectiveState
-from pipelines.direct.graph import build_graph as build_direct
-from pipelines.direct.state import DirectContext, DirectState
+from pipelines.direct.graph import run as run_direct
+from pipelines.direct.state import DirectContext
 from pipelines.shared.deps import ChatClient, LLMCall, Passage
 from pipelines.shared.events import Escalate, PipelineEvent, Stop, StopReason
 from pipelines.shared.persona import DEFAULT_ASSISTANT, Assistant
@@ -93,7 +93,6 @@ class RouteTable:
         makes the pipeline's time budget a deadline there, which every LLM call (and retry) inside respects."""
         self._contexts = contexts
         self._corrective_scope = corrective_scope
-        self._direct = build_direct()
         self._single_hop = build_single_hop()
         self._corrective = build_corrective()
         self._policy = policy
@@ -121,7 +120,8 @@ class RouteTable:
             direct = self._contexts.direct
             direct = replace(direct, llm=profile.llms.get("direct", direct.llm), assistant=profile.assistant)
             with self._telemetry.route("direct"):
-                state = DirectState(**await self._direct.ainvoke({"query": query, "tenant": tenant}, context=direct))
+                # One node, no branch: run without LangGraph's loop (pipelines/direct/graph.py says why).
+                state = await run_direct(query, tenant, direct)
             return _result(route, state)
         multi_hop_k = self._k(top_k, self._policy.multi_hop_top_k)
         if route == "multi_hop":

@@ -13,6 +13,9 @@ from gateway.providers.embeddings import USEEmbeddings
 from gateway.providers.llm import LLMClient
 from gateway.providers.vectorstores.memory import InMemoryVectorStore
 from gateway.settings import ModelPrice
+from pipelines.direct.graph import build_graph as build_direct_graph
+from pipelines.direct.graph import run as run_direct
+from pipelines.direct.state import DirectContext, DirectState
 from pipelines.shared.events import Assess, Evaluate, Generate, Retrieve, Stop
 from routes.table import RouteTable
 from tests.fakes.scripted_chat import ScriptedChatModel
@@ -54,6 +57,35 @@ async def test_direct_route_runs_one_node_and_no_retrieval(embeddings: USEEmbedd
     assert "Context passages" not in str(model.calls[0][0][-1].content)
     assert [c.node for c in result.llm_calls] == ["answer_directly"]
     assert result.llm_calls[0].cost_usd > 0
+
+
+async def test_the_direct_node_run_alone_ends_in_the_state_the_one_node_graph_ends_in() -> None:
+    """The route table runs ``answer_directly`` without LangGraph's loop: same final state, same model call."""
+    states, prompts = [], []
+    for through_graph in (True, False):
+        model = ScriptedChatModel(responder=cite_first)
+        context = DirectContext(llm=LLMClient(model, model_name="scripted", price=ModelPrice(input=1.0, output=2.0)))
+        if through_graph:
+            state = DirectState(
+                **await build_direct_graph().ainvoke({"query": "hello", "tenant": "acme"}, context=context)
+            )
+        else:
+            state = await run_direct("hello", "acme", context)
+        states.append(state)
+        prompts.append([m.content for m in model.calls[0][0]])
+    graph, alone = states
+    assert alone.answer == graph.answer == "Hi! I am the assistant."
+    assert alone.events == graph.events == [Generate(mode="direct")]
+    assert (alone.sources, alone.abstained, alone.query, alone.tenant) == (
+        graph.sources,
+        graph.abstained,
+        "hello",
+        "acme",
+    )
+    assert [(c.node, c.input_tokens, c.output_tokens) for c in alone.llm_calls] == [
+        (c.node, c.input_tokens, c.output_tokens) for c in graph.llm_calls
+    ]
+    assert prompts[0] == prompts[1]
 
 
 async def test_single_hop_retrieves_then_answers_with_the_cited_document(embeddings: USEEmbeddings) -> None:
