@@ -1,4 +1,4 @@
-"""This gateway's cache hits against LiteLLM's, in interleaved rounds (issue 17: hits at >= 7x its throughput).
+"""This gateway's cache hits against LiteLLM's, in interleaved rounds (hits at >= 7x its throughput).
 
     python -m tests.benchmarks.hits_vs_litellm [--rounds 4] [--duration 10] [--models gateway-auto]
 

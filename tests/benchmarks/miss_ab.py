@@ -1,4 +1,4 @@
-"""Two gateway variants' CPU per sequential miss, measured in alternating rounds (issue 17).
+"""Two gateway variants' CPU per sequential miss, measured in alternating rounds.
 
     python -m tests.benchmarks.miss_ab --b-env GATEWAY_LLM_TRANSPORT=httpx [--a-root DIR] [--b-root DIR]
                                        [--models gateway-direct gateway-auto] [--blocks 2] [--rounds 4]

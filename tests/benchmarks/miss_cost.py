@@ -1,4 +1,4 @@
-"""What a request costs this gateway itself, measured the way LiteLLM's proxy is measured (issue 17).
+"""What a request costs this gateway itself, measured the way LiteLLM's proxy is measured.
 
     python -m tests.benchmarks.miss_cost [--repeat 3] [--litellm results-litellm-….jsonl] [--out DIR]
 

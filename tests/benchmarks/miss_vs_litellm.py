@@ -1,8 +1,8 @@
-"""This gateway's sequential miss against LiteLLM's proxy, in interleaved rounds (issue 17's ratios).
+"""This gateway's sequential miss against LiteLLM's proxy, in interleaved rounds (ratios).
 
     python -m tests.benchmarks.miss_vs_litellm [--rounds 6] [--seq-n 300] [--gateway-env NAME=VALUE ...]
 
-Issue 17's targets are ratios to LiteLLM measured in one sitting. Run one after the other
+The targets are ratios to LiteLLM measured in one sitting. Run one after the other
 (``shared/perf/bench_litellm.sh``, then :mod:`tests.benchmarks.miss_cost`), the two sides see different
 minutes of this shared 2-core machine, whose speed swings by up to 2x within minutes: the same gateway
 commit measured 2.7 and 6.0 ms of CPU per ``direct`` miss a few minutes apart (``miss_ab``), LiteLLM

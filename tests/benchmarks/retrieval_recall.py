@@ -5,7 +5,7 @@
 No LLM. Each set is ingested as one tenant of the real embedded store (LanceDB in a temporary
 directory, the production chunker and embeddings), then every question with gold passages is asked
 through :meth:`gateway.knowledge.KnowledgeBase.search` twice, with hybrid search off and on, and a third
-time as a request runs it since issue 13: the router's dense probe (from the tenant's in-memory matrix,
+time as a request runs it: the router's dense probe (from the tenant's in-memory matrix,
 as deep as the gateway's default settings make it) and hybrid retrieval computed from the probe's
 ranking (:meth:`~gateway.knowledge.KnowledgeBase.search_reusing`, "hybrid from probe"). Recall@k
 is the share of a question's gold documents among the documents of its top-k chunks; "all@k" is the

@@ -1,7 +1,7 @@
 """The corrective graph on a Japanese knowledge base: every prompt that makes the model write says which language,
 and the groundedness check compares a Japanese answer's words instead of handing it to the critic.
 
-What the local 1.5B model did before (issue 14): told in English to answer again, it answered a Japanese question
+What the local 1.5B model did before: told in English to answer again, it answered a Japanese question
 in English; an English answer over Japanese passages can only be checked by the critic, which rejected correct
 answers ("1,800円 [2]" among them, read as English because it is mostly digits), and the run ended ``unsupported``
 with the evidence in hand. Its hop queries and rewrites were English too, which the Japanese keyword index cannot

@@ -276,7 +276,7 @@ async def test_route_decision_span_carries_the_probe_signals_without_text(
 
 
 def test_without_an_exporter_a_request_opens_no_span_below_the_server_span() -> None:
-    """Nothing exported: the pipeline's spans would record nothing, so they are the span they run in (issue 17);
+    """Nothing exported: the pipeline's spans would record nothing, so they are the span they run in;
     with an exporter each is its own span under it."""
     silent = Telemetry(None, build_tracer_provider(environ={}))
     exporter = InMemorySpanExporter()

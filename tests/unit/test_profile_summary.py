@@ -1,4 +1,4 @@
-"""The py-spy summary behind issue 17's profiles: packages by file path, the event loop's waits set apart."""
+"""The py-spy summary behind the miss-path profiles: packages by file path, the event loop's waits set apart."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A request's query vector begun as the question arrives (issue 17): used only for the very text routing reads,
+"""A request's query vector begun as the question arrives: used only for the very text routing reads,
 let go when nothing reads it, and begun only where the text never leaves the process."""
 
 from __future__ import annotations

