@@ -25,7 +25,7 @@ from gateway.cache.backend import MemoryBackend
 from gateway.cache.embeddings import CachedEmbeddings
 from gateway.overrides import ProviderOverrides
 from gateway.providers.embeddings import USEEmbeddings
-from gateway.providers.use_onnx import EmbeddingRunError
+from gateway.providers.use_onnx import EmbeddingRunError, USEOnnx
 from gateway.providers.use_pieces import PieceLookup
 from gateway.settings import Settings
 from tests.conftest import grounded_or_direct
@@ -209,15 +209,23 @@ def test_a_failing_hand_over_is_logged_not_raised_into_onnx_runtimes_thread(
     assert embeddings.embed_query("still serving") == embeddings.embed_query("still serving")
 
 
-def _new_pieces_text() -> str:
-    """A text whose pieces are (almost surely) not kept yet: a fresh random tail."""
-    return f"Where is office {uuid.uuid4().hex} of {uuid.uuid4().hex}?"
+def _new_pieces_text(model: USEOnnx | None = None) -> str:
+    """A text with a fresh random tail; given ``model``, one that has pieces ``model`` does not keep yet (a random
+    tail alone only almost surely has: earlier tests keep rows, and the number pieces are kept from the start)."""
+    while True:
+        text = f"Where is office {uuid.uuid4().hex} of {uuid.uuid4().hex}?"
+        if model is None:
+            return text
+        lookup = model.pieces.lookup(model._tokenize(text))
+        model.pieces.settle(lookup, None)  # unpins what the look pinned
+        if lookup.missing:
+            return text
 
 
 def test_the_vector_is_handed_over_before_its_new_rows_are_kept(embeddings: USEEmbeddings) -> None:
     """The caller waits for the vector, nobody for the rows: the rows are kept after the hand-over."""
     model = embeddings._model
-    text = _new_pieces_text()
+    text = _new_pieces_text(model)
     ids = model._tokenize(text)
     missing_at_hand_over: list[list[int]] = []
 
@@ -287,7 +295,7 @@ def test_rows_whose_keeper_never_settles_them_are_settled_when_the_model_goes_id
     """A keeper may never run what it was handed (an event loop that stopped first): waiting for the model settles
     it, so no row stays pinned and the computed rows are kept."""
     model = embeddings._model
-    text = _new_pieces_text()
+    text = _new_pieces_text(model)
     ids = model._tokenize(text)
     arrived: Future[np.ndarray] = Future()
     model.encode_async(text, lambda vector, error: arrived.set_result(vector), defer_rows=True)
@@ -306,7 +314,7 @@ def test_rows_that_cannot_be_kept_are_logged_and_the_vector_still_arrives(
     embeddings: USEEmbeddings, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     model = embeddings._model
-    text = _new_pieces_text()
+    text = _new_pieces_text(model)
     expected = USEEmbeddings(piece_rows=0).embed_array([text])[0]  # computed from scratch, nothing kept
 
     settle = model.pieces.settle
