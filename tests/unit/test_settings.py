@@ -45,10 +45,10 @@ def settings_variables() -> dict[str, tuple[str, str]]:
 
 
 def readme_variables() -> set[str]:
-    """The names in the README's settings table (``_SUFFIX`` shorthands expanded), plus any in the chart
+    """The names in the README's configuration tables (``_SUFFIX`` shorthands expanded), plus any in the chart
     and deploy files."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("\n## Settings\n", 1)[1].split("\n## ", 1)[0]
+    section = readme.split("\n## Configuration\n", 1)[1].split("\n## ", 1)[0]
     names: set[str] = set()
     for row in section.splitlines():
         if not row.startswith("| `"):
