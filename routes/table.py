@@ -13,9 +13,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphRecursionError
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.types import StreamWriter
 
 from pipelines.corrective.graph import build_graph as build_corrective
 from pipelines.corrective.state import CorrectiveContext, CorrectiveState
@@ -112,20 +115,25 @@ class RouteTable:
         allow_escalation: bool = True,
         probe: Probe | None = None,
         profile: RunProfile = DEFAULT_RUN,
+        writer: StreamWriter | None = None,
     ) -> RouteResult:
         """``probe`` is the router's search of the tenant's store: the first retrieval of single_hop and of the
         corrective pipeline is served from it, so a request searches the store once for both. ``profile``: the
-        tenant's assistant and models, set on each graph's context for this run."""
+        tenant's assistant and models, set on each graph's context for this run. ``writer``: a streamed request's
+        sink for the answer's text as each graph clears it (:class:`~pipelines.shared.events.AnswerText`), taken
+        from LangGraph's ``custom`` stream."""
+        live = writer is not None
         if route == "direct":
             direct = self._contexts.direct
-            direct = replace(direct, llm=profile.llms.get("direct", direct.llm), assistant=profile.assistant)
+            llm = profile.llms.get("direct", direct.llm)
+            direct = replace(direct, llm=llm, assistant=profile.assistant, live=live)
             with self._telemetry.route("direct"):
                 # One node, no branch: run without LangGraph's loop (pipelines/direct/graph.py says why).
-                state = await run_direct(query, tenant, direct)
+                state = await run_direct(query, tenant, direct, writer)
             return _result(route, state)
         multi_hop_k = self._k(top_k, self._policy.multi_hop_top_k)
         if route == "multi_hop":
-            return await self._run_corrective(query, tenant, multi_hop_k, query_vector, probe, profile)
+            return await self._run_corrective(query, tenant, multi_hop_k, query_vector, probe, profile, writer)
         with self._telemetry.route("single_hop"):
             initial = {
                 "query": query,
@@ -135,17 +143,16 @@ class RouteTable:
                 "allow_escalation": allow_escalation and self._policy.escalate_on_incorrect,
             }
             single_hop = self._contexts.single_hop
-            single_hop = replace(
-                single_hop, llm=profile.llms.get("single_hop", single_hop.llm), assistant=profile.assistant
-            )
+            llm = profile.llms.get("single_hop", single_hop.llm)
+            single_hop = replace(single_hop, llm=llm, assistant=profile.assistant, live=live)
             if probe is not None:
                 single_hop = replace(single_hop, retriever=ProbeFirstRetriever(single_hop.retriever, probe))
-            plain_state = SingleHopState(**await self._single_hop.ainvoke(initial, context=single_hop))
+            plain_state = SingleHopState(**await _run_graph(self._single_hop, initial, single_hop, None, writer))
         plain = _result("single_hop", plain_state)
         if not plain_state.escalate:
             return plain
         self._telemetry.escalation("single_hop", "multi_hop", "retrieval_incorrect")
-        corrective = await self._run_corrective(query, tenant, multi_hop_k, query_vector, probe, profile)
+        corrective = await self._run_corrective(query, tenant, multi_hop_k, query_vector, probe, profile, writer)
         escalate = Escalate(from_route="single_hop", to_route="multi_hop", reason="retrieval_incorrect")
         corrective.events = [*plain.events, escalate, *corrective.events]
         corrective.llm_calls = [*plain.llm_calls, *corrective.llm_calls]
@@ -160,9 +167,11 @@ class RouteTable:
         query_vector: list[float] | None,
         probe: Probe | None,
         profile: RunProfile,
+        writer: StreamWriter | None,
     ) -> RouteResult:
         context = self._contexts.corrective
-        context = replace(context, llm=profile.llms.get("multi_hop", context.llm), assistant=profile.assistant)
+        llm = profile.llms.get("multi_hop", context.llm)
+        context = replace(context, llm=llm, assistant=profile.assistant, live=writer is not None)
         if probe is not None:
             context = replace(context, retriever=ProbeFirstRetriever(context.retriever, probe))
         initial = {
@@ -175,7 +184,7 @@ class RouteTable:
         config = RunnableConfig(recursion_limit=self._policy.recursion_limit)
         try:
             with self._telemetry.route("multi_hop"), self._corrective_scope():
-                state = CorrectiveState(**await self._corrective.ainvoke(initial, context=context, config=config))
+                state = CorrectiveState(**await _run_graph(self._corrective, initial, context, config, writer))
         except GraphRecursionError:
             # Budgets end every loop first; reaching this means a routing bug, so say so plainly.
             return RouteResult(
@@ -187,6 +196,26 @@ class RouteTable:
                 stop_reason="recursion_limit",
             )
         return _result("multi_hop", state, stop_reason=state.stop_reason)
+
+
+async def _run_graph(
+    graph: CompiledStateGraph[Any, Any, Any, Any],
+    initial: dict[str, Any],
+    context: object,
+    config: RunnableConfig | None,
+    writer: StreamWriter | None,
+) -> dict[str, Any]:
+    """The graph's final state; with ``writer``, streamed, what its nodes write (``custom``) handed on as it comes."""
+    if writer is None:
+        final: dict[str, Any] = await graph.ainvoke(initial, context=context, config=config)
+        return final
+    state: dict[str, Any] = {}
+    async for mode, chunk in graph.astream(initial, context=context, config=config, stream_mode=["custom", "values"]):
+        if mode == "custom":
+            writer(chunk)
+        elif isinstance(chunk, dict):
+            state = chunk
+    return state
 
 
 def _result(route: Route, state: PipelineState, stop_reason: StopReason | None = None) -> RouteResult:

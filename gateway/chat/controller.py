@@ -24,6 +24,7 @@ from gateway.chat.validation import prepare_chat
 from gateway.errors import NotFoundError
 from gateway.profiles.model import WARNING_HEADER, client_instructions
 from gateway.settings import Settings
+from pipelines.shared.deps import TextSink
 
 STARTED = int(time.time())
 CHAT_EXAMPLES = [
@@ -148,9 +149,9 @@ class ChatController(Controller):
         prepared = dataclasses.replace(prepared, instructions=instructions)
         warned = {WARNING_HEADER: warning} if warning else {}
 
-        async def answer_and_charge() -> ChatAnswer:
-            """Charged here, as /v1/query is: once the answer is final, before it is sent."""
-            answer = await chat_service.answer(prepared, vector)
+        async def answer_and_charge(live: TextSink | None = None) -> ChatAnswer:
+            """Charged here, as /v1/query is: once the answer is final, before its last chunk is sent."""
+            answer = await chat_service.answer(prepared, vector, live)
             await access.limiter.charge(principal, answer.total_tokens)
             return answer
 

@@ -17,10 +17,11 @@ from gateway.guardrails.vault import Vault
 from gateway.knowledge.query_vector import QueryVector
 from gateway.profiles.model import AssistantProfile
 from gateway.providers.llm import LLMClient
-from gateway.providers.token_stream import rewrite_live
 from gateway.query.schemas import QueryRequest, QueryResponse
 from gateway.query.service import QueryService
 from gateway.query.steps import RewriteFollowup, StepEvent, render_steps
+from pipelines.shared.deps import TextSink
+from pipelines.shared.events import AnswerText
 from pipelines.shared.followup import Rewrite, Turn, rewrite_followup
 
 
@@ -104,11 +105,14 @@ class ChatService:
         query = prepared.query
         return None if prepared.history else await self._queries.begin_vector(query.query, query.route)
 
-    async def answer(self, prepared: PreparedChat, vector: QueryVector | None = None) -> ChatAnswer:
+    async def answer(
+        self, prepared: PreparedChat, vector: QueryVector | None = None, live: TextSink | None = None
+    ) -> ChatAnswer:
         """Every turn, and the client's system message when the profile takes it, is screened with one vault
-        (an address is one placeholder in all of them) before the follow-up rewrite, the first upstream call;
-        live tokens are restored as they stream. ``vector``: what :meth:`begin_vector` began for ``prepared`` (it
-        is let go here when the answer is done), else it is begun now, beside the screening."""
+        (an address is one placeholder in all of them) before the follow-up rewrite, the first upstream call.
+        ``vector``: what :meth:`begin_vector` began for ``prepared`` (it is let go here when the answer is done),
+        else it is begun now, beside the screening. ``live``: a streamed request's sink for the answer's text as the
+        route clears it, with the placeholders restored as it streams."""
         query, vault = prepared.query, Vault()
         if vector is None:
             vector = await self.begin_vector(prepared)
@@ -120,14 +124,17 @@ class ChatService:
             texts = texts[: len(turns)]
             history = [replace(turn, text=text) for turn, text in zip(prepared.history, texts, strict=False)]
             query = msgspec.structs.replace(query, query=texts[-1])
-            if vault:
-                rewrite_live(vault.streaming())
+            restoring = _Restoring(live, vault) if live is not None else None
             rewrite = None
             if history:
                 rewrite = await rewrite_followup(self._llm, history, query.query)
                 query = msgspec.structs.replace(query, query=rewrite.query)
                 rewrite = replace(rewrite, query=vault.restore(rewrite.query))
-            answer = await self._queries.answer(query, vault=vault, instructions=instructions, vector=vector)
+            answer = await self._queries.answer(
+                query, vault=vault, instructions=instructions, vector=vector, writer=restoring
+            )
+            if restoring is not None:
+                restoring.flush()
         finally:
             if vector is not None:
                 vector.release()
@@ -142,3 +149,24 @@ class ChatService:
             usage=answer.usage(),
             gateway=answer.gateway_info(prepared),
         )
+
+
+class _Restoring:
+    """The route's live answer text on its way to the client: the guardrails' placeholders back to their values. A
+    placeholder cut between two pieces is held until the next one (or :meth:`flush`) completes it."""
+
+    def __init__(self, sink: TextSink, vault: Vault) -> None:
+        self._sink = sink
+        self._restorer = vault.streaming() if vault else None
+
+    def __call__(self, item: object) -> None:
+        if not isinstance(item, AnswerText):
+            return
+        text = self._restorer.feed(item.text) if self._restorer is not None else item.text
+        if text:
+            self._sink(text)
+
+    def flush(self) -> None:
+        tail = self._restorer.flush() if self._restorer is not None else ""
+        if tail:
+            self._sink(tail)

@@ -1,18 +1,19 @@
 """Server-sent events for ``stream: true``: ``chat.completion.chunk`` objects, then ``data: [DONE]``.
 
-The answer runs in a task of its own with a :class:`TokenSink` in its context. Nodes whose output
-is the final answer as it is generated (the direct route's ``answer_directly``) stream their tokens
-live; every other answer (retrieval routes, whose grounding gates can still replace a draft, and
-cached answers) streams word by word once it is final, so a client never sees text the gateway
-then takes back. A failure before the end sends an OpenAI-style ``{"error": ...}`` event and no
-``[DONE]``: the ``openai`` client raises ``APIError`` on it instead of returning half an answer.
+The answer runs in a task of its own and hands this stream its text as the route clears it: the sentences of a
+grounded answer as each passes the support gate, the tokens of a direct one as they come
+(:class:`~pipelines.shared.events.AnswerText`, through LangGraph's ``custom`` stream). What the route did not
+stream (an answer served from a cache, one decided only at the end of the corrective pipeline, an abstention)
+follows sentence by sentence once the answer is final, so a client never sees text the gateway then takes back.
+The last chunk carries the ``gateway`` object, as the non-streamed answer does. A failure before the end sends an
+OpenAI-style ``{"error": ...}`` event and no ``[DONE]``: the ``openai`` client raises ``APIError`` on it instead of
+returning half an answer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -20,13 +21,10 @@ import msgspec
 
 from gateway.chat.errors import stream_error_body
 from gateway.chat.service import ChatAnswer, PreparedChat
-from gateway.providers.token_stream import TokenSink, streaming_into
+from pipelines.shared.deps import TextSink
+from pipelines.shared.sentences import split_sentences
 
 logger = logging.getLogger(__name__)
-
-# Nodes whose raw model output is the answer the client gets: nothing checks it afterwards.
-LIVE_NODES = frozenset({"answer_directly"})
-_WORDS = re.compile(r"\s*\S+")
 
 
 def _event(payload: dict[str, Any]) -> bytes:
@@ -66,23 +64,37 @@ class ChunkWriter:
         )
 
 
-async def stream_chat(answer: Callable[[], Awaitable[ChatAnswer]], prepared: PreparedChat) -> AsyncIterator[bytes]:
-    """``answer`` computes (and charges) the answer; live tokens reach the client while it runs."""
-    sink = TokenSink(LIVE_NODES)
+def sentence_chunks(text: str) -> list[str]:
+    """``text`` cut after each of its sentences; the pieces add up to ``text`` exactly."""
+    pieces: list[str] = []
+    at = 0
+    for sentence in split_sentences(text):
+        end = text.find(sentence.text, at) + len(sentence.text)
+        pieces.append(text[at:end])
+        at = end
+    if at < len(text):
+        pieces.append(text[at:])
+    return [piece for piece in pieces if piece]
+
+
+async def stream_chat(
+    answer: Callable[[TextSink], Awaitable[ChatAnswer]], prepared: PreparedChat
+) -> AsyncIterator[bytes]:
+    """``answer`` computes (and charges) the answer, handing the text it clears to the sink it is given."""
+    cleared: asyncio.Queue[str | None] = asyncio.Queue()
 
     async def run() -> ChatAnswer:
-        with streaming_into(sink):
-            try:
-                return await answer()
-            finally:
-                sink.close()
+        try:
+            return await answer(cleared.put_nowait)
+        finally:
+            cleared.put_nowait(None)
 
     task = asyncio.create_task(run(), name=f"chat:{prepared.id}")
     writer = ChunkWriter(prepared)
     sent = ""
     try:
         yield writer.chunk({"role": "assistant", "content": ""})
-        while (delta := await sink.queue.get()) is not None:
+        while (delta := await cleared.get()) is not None:
             if not sent:
                 delta = delta.lstrip()
             if delta:
@@ -96,10 +108,10 @@ async def stream_chat(answer: Callable[[], Awaitable[ChatAnswer]], prepared: Pre
             return
         text, streamed = final.response.answer, sent.rstrip()
         if not text.startswith(streamed):
-            # Live tokens are only streamed where nothing replaces the answer afterwards; if that ever
-            # changes, say so loudly rather than silently appending a second answer.
-            logger.error("chat stream %s: final answer differs from the streamed tokens", prepared.id)
-        for piece in _WORDS.findall(text[len(streamed) :] if text.startswith(streamed) else ""):
+            # Routes stream only text nothing replaces afterwards; if that ever changes, say so loudly rather than
+            # silently appending a second answer.
+            logger.error("chat stream %s: final answer differs from the streamed text", prepared.id)
+        for piece in sentence_chunks(text[len(streamed) :] if text.startswith(streamed) else ""):
             yield writer.chunk({"content": piece})
         yield writer.chunk({}, "stop", gateway=msgspec.to_builtins(final.gateway_info(prepared)))
         if prepared.include_usage:

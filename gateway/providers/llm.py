@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 import openai
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_openai import ChatOpenAI
 from pydantic import BaseModel, SecretStr, ValidationError
 
@@ -50,9 +50,8 @@ from gateway.providers.resilience import (
     fault_of,
     parse_retry_after,
 )
-from gateway.providers.token_stream import active_sink, call_model
 from gateway.settings import LLMEndpointSettings, LLMSettings, ModelPrice
-from pipelines.shared.deps import ChatReply, LLMCall, SchemaT
+from pipelines.shared.deps import ChatReply, LLMCall, SchemaT, TextSink
 
 PROVIDER = "llm"
 PRIMARY = "primary"
@@ -220,8 +219,11 @@ class LLMClient:
                 retry = math.ceil(breaker.retry_after_s())
                 raise ProviderUnavailableError(f"circuit open (probing again in {retry}s)", provider=PROVIDER)
 
-    async def chat(self, messages: list[BaseMessage], *, node: str, max_tokens: int | None = None) -> ChatReply:
-        text, call = await self._invoke({"max_tokens": max_tokens} if max_tokens else {}, messages, node, max_tokens)
+    async def chat(
+        self, messages: list[BaseMessage], *, node: str, max_tokens: int | None = None, on_text: TextSink | None = None
+    ) -> ChatReply:
+        params = {"max_tokens": max_tokens} if max_tokens else {}
+        text, call = await self._invoke(params, messages, node, max_tokens, on_text)
         return ChatReply(text=text, call=call)
 
     async def structured(
@@ -248,17 +250,24 @@ class LLMClient:
         return error
 
     async def _invoke(
-        self, params: CallParams, messages: list[BaseMessage], node: str, max_tokens: int | None = None
+        self,
+        params: CallParams,
+        messages: list[BaseMessage],
+        node: str,
+        max_tokens: int | None = None,
+        on_text: TextSink | None = None,
     ) -> tuple[str, LLMCall]:
         """The reply's text (read once, for the caller and the span) and its accounting."""
         with self._telemetry.llm_call(node, self.model_name, messages, max_tokens) as span:
-            message, call = await self._call(params, messages, node)
+            message, call = await self._call(params, messages, node, on_text)
             text = _text_of(message)
             span.done(call, text)
         self._telemetry.llm_usage(call)
         return text, call
 
-    async def _call(self, params: CallParams, messages: list[BaseMessage], node: str) -> tuple[AIMessage, LLMCall]:
+    async def _call(
+        self, params: CallParams, messages: list[BaseMessage], node: str, on_text: TextSink | None = None
+    ) -> tuple[AIMessage, LLMCall]:
         """The primary, through its breaker and retries; the fallback when the primary cannot answer."""
         deadline = deadline_after(self._timeout_s)
         failed: tuple[Upstream, ProviderError] | None = None
@@ -273,7 +282,7 @@ class LLMClient:
                 self._telemetry.fell_back(previous.name, upstream.name, fault.reason)
 
             async def attempt(seconds_left: float, upstream: Upstream = upstream) -> tuple[AIMessage, LLMCall]:
-                return await self._attempt(upstream, params, messages, node, seconds_left)
+                return await self._attempt(upstream, params, messages, node, seconds_left, on_text)
 
             try:
                 return await upstream.resilience.call(attempt, deadline=own_deadline)
@@ -285,23 +294,29 @@ class LLMClient:
         raise failed[1]
 
     async def _attempt(
-        self, upstream: Upstream, params: CallParams, messages: list[BaseMessage], node: str, seconds_left: float
+        self,
+        upstream: Upstream,
+        params: CallParams,
+        messages: list[BaseMessage],
+        node: str,
+        seconds_left: float,
+        on_text: TextSink | None = None,
     ) -> tuple[AIMessage, LLMCall]:
         """One call to one upstream within ``seconds_left``, its failure translated into a gateway error."""
         started = time.perf_counter()
-        sink = active_sink(node)
-        streamed_before = len(sink.streamed) if sink is not None else 0
+        delivered = _Delivered(on_text)
 
         def cut_short(exc: BaseException) -> StreamInterruptedError | None:
-            """Part of this attempt's answer already reached the client: it cannot be retried or replaced."""
-            if sink is None or len(sink.streamed) == streamed_before:
+            """Part of this attempt's answer was handed over (and may have reached a client): it cannot be retried
+            or replaced."""
+            if not delivered.any:
                 return None
             detail = f"LLM stream broke off in node {node} after part of the answer was sent ({type(exc).__name__})"
             return StreamInterruptedError(detail, provider=PROVIDER, upstream=upstream.name)
 
         try:
             async with asyncio.timeout(seconds_left if math.isfinite(seconds_left) else None):
-                message = await call_model(upstream.model, messages, node, params)
+                message = await _ask(upstream.model, messages, params, delivered)
         except (openai.LengthFinishReasonError, openai.ContentFilterFinishReasonError) as exc:
             # The structured reply was cut off (max_tokens) or filtered: malformed output, not a failed request.
             call = self._account(upstream, node, _completion_usage(exc), time.perf_counter() - started)
@@ -336,6 +351,44 @@ class LLMClient:
             duration_s=duration,
             cost_usd=cost,
         )
+
+
+class _Delivered:
+    """The text deltas of one attempt, handed to the caller's sink as they arrive; remembers whether any was."""
+
+    def __init__(self, sink: TextSink | None) -> None:
+        self.sink = sink
+        self.any = False
+
+    def __call__(self, delta: str) -> None:
+        if delta and self.sink is not None:
+            self.any = True
+            self.sink(delta)
+
+
+async def _ask(
+    model: BaseChatModel, messages: list[BaseMessage], params: CallParams, delivered: _Delivered
+) -> AIMessage:
+    """``ainvoke``, or, when the caller takes the text as it comes, ``astream`` merged into one message.
+
+    Chunks are summed the way LangChain merges them, so the result carries the usage metadata of the final
+    chunk (``stream_usage``) exactly as an ``ainvoke`` result does.
+    """
+    if delivered.sink is None:
+        message: AIMessage = await model.ainvoke(messages, **params)
+        return message
+    merged: AIMessageChunk | None = None
+    async for chunk in model.astream(messages, **params):
+        merged = chunk if merged is None else merged + chunk
+        delivered(_text_of(chunk, strip=False))
+    if merged is None:
+        return AIMessage(content="")
+    return AIMessage(
+        content=merged.content,
+        usage_metadata=merged.usage_metadata,
+        response_metadata=merged.response_metadata,
+        id=merged.id,
+    )
 
 
 def _share(deadline: float, share: float) -> float:
@@ -383,12 +436,13 @@ async def ping_llm(http: httpx.AsyncClient, base_url: str, api_key: SecretStr, t
         raise ProviderUnavailableError(f"LLM endpoint {url} answered HTTP {response.status_code}", provider=PROVIDER)
 
 
-def _text_of(message: BaseMessage) -> str:
+def _text_of(message: BaseMessage, *, strip: bool = True) -> str:
     content = message.content
     if isinstance(content, str):
-        return content.strip()
-    parts = [p.get("text", "") if isinstance(p, dict) else str(p) for p in content]
-    return "".join(parts).strip()
+        text = content
+    else:
+        text = "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content)
+    return text.strip() if strip else text
 
 
 def _strip_fences(text: str) -> str:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import msgspec
+from langgraph.types import StreamWriter
 
 from gateway.cache.backend import CacheUnavailableError
 from gateway.cache.exact import ExactCache
@@ -116,6 +117,7 @@ class QueryService:
         vault: Vault | None = None,
         instructions: str = "",
         vector: QueryVector | None = None,
+        writer: StreamWriter | None = None,
     ) -> QueryResponse:
         """Every answer path (``/v1/query``, chat completions) comes through here: one span and one count each.
 
@@ -140,7 +142,7 @@ class QueryService:
                     screened_query = self.screen(request.tenant, [request.query], vault)[0]
                     request = msgspec.structs.replace(request, query=screened_query)
                 self._telemetry.query_text(scope, request.query)
-                response = await self._answer(request, instructions, vector)
+                response = await self._answer(request, instructions, vector, writer)
             finally:
                 vector.release()
             self._telemetry.answered(scope, route=response.route, cached=response.cached, answer=response.answer)
@@ -152,15 +154,17 @@ class QueryService:
     async def answer_fresh(self, request: QueryRequest) -> QueryResponse:
         """An answer computed now, past both answer caches and unrecorded: a curator's re-run of a question."""
         profile = await self._profiles.get(request.tenant)
-        asked = Asked(request, time.perf_counter(), profile, "", QueryVector(self._knowledge.embed_query))
+        asked = Asked(request, time.perf_counter(), profile, "", QueryVector(self._knowledge.embed_query), None)
         response = await self._compute(asked)
         return msgspec.structs.replace(response, response_id=new_response_id())
 
-    async def _answer(self, request: QueryRequest, instructions: str, vector: QueryVector) -> QueryResponse:
+    async def _answer(
+        self, request: QueryRequest, instructions: str, vector: QueryVector, writer: StreamWriter | None
+    ) -> QueryResponse:
         started = time.perf_counter()
         profile = await self._profiles.get(request.tenant)
         profile.check_requested(request.route)
-        asked = Asked(request, started, profile, instructions, vector)
+        asked = Asked(request, started, profile, instructions, vector, writer)
         if self._cache is None:
             return await self._compute(asked)
         outcome = await self._cache.get_or_compute(
@@ -221,6 +225,7 @@ class QueryService:
             # retrieval fuses it with the keyword hits (KnowledgeBase.search_reusing).
             probe=decision.probe,
             profile=self._profiles.run_profile(asked.profile, asked.instructions),
+            writer=asked.writer,
         )
         routed = [RouteQuery(route=decision.route, classifier=decision.classifier)] if router_calls else []
         clamped = [RouteClamp(from_route=decision.route, to_route=route)] if route != decision.route else []
@@ -272,6 +277,7 @@ class Asked:
     profile: AssistantProfile
     instructions: str  # a chat client's system message, used where the profile allows it
     vectors: QueryVector  # begun as the request arrived, or on first read
+    writer: StreamWriter | None  # a streamed request's sink for the answer's text as it is cleared
 
     def key_params(self) -> KeyParams:
         """What keys a cached answer besides the question: the request's knobs and the profile's digest, so a

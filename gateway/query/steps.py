@@ -26,6 +26,7 @@ from pipelines.shared.events import (
     SearchHop,
     SearchMore,
     Stop,
+    Withhold,
 )
 
 
@@ -92,6 +93,9 @@ def step_text(event: StepEvent) -> str:
             return f"refine(strips from {strips}/{passages} passages)"
         case Generate(mode=mode, abstention=abstention):
             return _ANSWER_STEPS[mode] + (f" (abstained: {abstention})" if abstention is not None else "")
+        case Withhold(index=index, reason=reason, missing=missing):
+            why = f"{reason.replace('_', ' ')}" + (f": {', '.join(missing)}" if missing else "")
+            return f"withhold(sentence {index + 1}): {why}"
         case Check():
             return _check_text(event)
         case Escalate(from_route=source, to_route=target, reason=reason):

@@ -7,7 +7,6 @@ cheap check cannot settle it.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Annotated
 
@@ -29,14 +28,16 @@ from pipelines.corrective.prompts import (
     USEFUL_SYSTEM,
     USEFUL_USER,
 )
+from pipelines.shared.citations import CITATION_MARKER
 from pipelines.shared.deps import ChatClient, LLMCall, Passage, StructuredOutputError
-from pipelines.shared.generation import CITATION_MARKER, format_context, states_nothing
+from pipelines.shared.events import Withhold
+from pipelines.shared.generation import format_context
 from pipelines.shared.persona import LANGUAGES
 from pipelines.shared.prompts import ABSTAIN_EN, ABSTAIN_JA, NOT_IN_CONTEXT
-from pipelines.shared.support import lexical_support
+from pipelines.shared.sentence_gate import Judged, joined
+from pipelines.shared.sentences import split_sentences
 from pipelines.shared.text import has_cjk, same_script
 
-_CLAIM_SPLIT = re.compile(r"(?<=[.!?。！？])\s*")
 # The "claim" an answer that states nothing (citation numbers alone, or a sentence broken off before its
 # answer) is doubted for: regeneration_note, cautious_answer and the graph know it is none.
 CITATIONS_ONLY = "the answer states nothing (citation numbers or an unfinished sentence)"
@@ -66,36 +67,58 @@ class Critique:
 
 
 def claims_of(answer: str) -> list[str]:
-    return [c.strip() for c in _CLAIM_SPLIT.split(answer) if len(c.strip()) > 3]
+    """The answer's sentences, cut as the sentence gate cuts them (so "3.5" or "Dr." split nothing)."""
+    return [s.text for s in split_sentences(answer) if len(s.text) > 3]
+
+
+@dataclass(slots=True)
+class Grounding:
+    """IsSup over a gated draft: the answer it leaves (``answer``), the sentences still withheld, and whether an
+    answer is left at all (``ok``); ``detail``: the doubted claims a regeneration is told about."""
+
+    ok: bool
+    answer: str
+    withheld: list[Withhold] = field(default_factory=list)
+    detail: list[str] = field(default_factory=list)
+    calls: list[LLMCall] = field(default_factory=list)
 
 
 async def check_grounded(
-    llm: ChatClient, question: str, answer: str, evidence: list[Passage], min_support: float, calls_left: int
-) -> Critique:
-    if states_nothing(answer):
-        return Critique(ok=False, detail=[CITATIONS_ONLY])
-    texts = [p.text for p in evidence]
-    # Across scripts (an English answer over Japanese passages) words cannot be compared, so every
-    # claim goes to the critic; within a script only the claims the lexical check doubts do. The script is
-    # read from letters: "1,800円 [2]" is a Japanese answer, not an English one.
-    cross_script = not same_script(answer, " ".join(texts))
-    doubtful = [
-        c for c in claims_of(answer) if cross_script or not lexical_support(c, question, texts).supported(min_support)
-    ]
-    if not doubtful:
-        return Critique(ok=True)
+    llm: ChatClient, question: str, drafted: list[Judged], evidence: list[Passage], calls_left: int
+) -> Grounding:
+    """The gate withheld the draft's sentences it doubts; the critic is asked once, about the whole draft, whether
+    those are in fact supported, and its "all supported" puts them back. Across scripts (an English answer over
+    Japanese passages) the gate compares nothing, so every sentence is doubted. The script is read from letters:
+    "1,800円 [2]" is a Japanese answer, not an English one."""
+    withheld = [j.withheld for j in drafted if j.withheld is not None]
+    passed = [j for j in drafted if j.withheld is None]
+    answer = joined(passed)
+    doubted = [j for j in drafted if j.withheld is not None and j.withheld.reason == "unsupported"]
+    cross_script = bool(passed) and not same_script(answer, " ".join(p.text for p in evidence))
+    if not doubted and not cross_script:
+        return Grounding(ok=bool(answer), answer=answer, withheld=withheld, detail=[] if answer else [CITATIONS_ONLY])
+    claims = [j.text for j in drafted if j in doubted or (cross_script and j.withheld is None)]
     if calls_left < 1:
-        return Critique(ok=False, detail=doubtful)
+        # No call to clear a doubt: what the gate withheld stays withheld, and an unchecked translation is not sent.
+        ok = bool(answer) and not cross_script
+        return Grounding(ok=ok, answer=answer if ok else "", withheld=withheld, detail=claims)
     messages = [
         SystemMessage(GROUNDED_SYSTEM),
-        HumanMessage(GROUNDED_USER.format(evidence=format_context(evidence), answer=answer)),
+        HumanMessage(GROUNDED_USER.format(evidence=format_context(evidence), answer=joined(drafted))),
     ]
     try:
         verdict, call = await llm.structured(messages, GroundednessCheck, node="check_grounded")
     except StructuredOutputError as exc:
-        return Critique(ok=False, detail=doubtful, calls=[exc.call] if exc.call else [])
+        calls = [exc.call] if exc.call else []
+        ok = bool(answer) and not cross_script
+        return Grounding(ok=ok, answer=answer if ok else "", withheld=withheld, detail=claims, calls=calls)
     unsupported = [c for c in verdict.unsupported_claims if c.strip()]
-    return Critique(ok=not unsupported, detail=unsupported, calls=[call])
+    if not unsupported:
+        kept = [j for j in drafted if j.withheld is None or j.withheld.reason == "unsupported"]
+        still = [w for w in withheld if w.reason != "unsupported"]
+        return Grounding(ok=True, answer=joined(kept), withheld=still, calls=[call])
+    ok = bool(answer) and not cross_script
+    return Grounding(ok=ok, answer=answer if ok else "", withheld=withheld, detail=unsupported, calls=[call])
 
 
 def regeneration_note(unsupported: list[str], language: str | None = None) -> str:

@@ -25,10 +25,12 @@ from pipelines.corrective.routing import (
     budget_stop,
     calls_left,
     can_plan_hop,
+    commits,
     decide,
     trust_note,
 )
 from pipelines.corrective.state import AnswerSnapshot, CorrectiveContext, CorrectiveState, merge_passages
+from pipelines.shared.citations import cited_passages
 from pipelines.shared.deps import Passage
 from pipelines.shared.events import (
     Check,
@@ -221,26 +223,37 @@ async def refine(state: CorrectiveState, runtime: Run) -> Update:
 
 
 async def generate(state: CorrectiveState, runtime: Run) -> Update:
+    """An answer from the refined strips through the sentence gate. A generation the graph will not take back (see
+    :func:`~pipelines.corrective.routing.commits`) is *committed*: in a live run its sentences stream as they pass,
+    and once one has, the run ends on this answer. Streamed or not, the graph decides alike."""
     ctx = runtime.context
     language = ctx.assistant.answer_language(state.query)
     feedback = critique.regeneration_note(state.unsupported_claims, language)
+    committing = commits(state, ctx, regenerating=bool(feedback))
     draft = await draft_answer(
         ctx.llm,
         with_found_facts(state.query, state.hop_facts),
         state.strips,
         node="generate",
+        min_support=ctx.policy.grounding.min_support,
         feedback=feedback,
         max_tokens=ctx.policy.grounding.max_tokens,
         assistant=ctx.assistant,
+        live=runtime.stream_writer if ctx.live and committing else None,
     )
+    committed = committing and bool(draft.text) and draft.found
     return {
         "answer": draft.text,
         "sources": draft.cited,
         "context": state.strips,
         "abstained": not draft.found,
+        "drafted": draft.judged,
         "regenerated": bool(feedback),
+        "committed": committed,
         "answered_with": len(state.evidence),
-        "events": [Generate(mode="regenerate" if feedback else "answer")],
+        # A committed answer's withheld sentences are final now; any other's once the groundedness critic has seen
+        # them (it may put them back).
+        "events": [Generate(mode="regenerate" if feedback else "answer"), *(draft.withheld if committed else [])],
         "llm_calls": [draft.call],
     }
 
@@ -250,17 +263,25 @@ async def check_grounded(state: CorrectiveState, runtime: Run) -> Update:
     if state.abstained:
         skipped = Check(critic="grounded", outcome="skipped", note="no answer found")
         return decide(state, {"grounded": True, "events": [skipped]}, ctx, after_grounded)
-    min_support = ctx.policy.grounding.min_support
-    result = await critique.check_grounded(
-        ctx.llm, state.query, state.answer, state.strips, min_support, calls_left(state, ctx)
-    )
+    if state.committed:
+        # Every sentence of it passed the gate, and some may have reached the client: nothing takes it back. It is the
+        # answer the usefulness critic trusts (commits() chose it so), and the events say so as for any trusted one.
+        checks = [
+            Check(critic="grounded", outcome="passed"),
+            Check(critic="useful", outcome="skipped", note=note_of(state, ctx)),
+        ]
+        final = {"grounded": True, "useful": True, "best": _snapshot(state), "events": checks}
+        return decide(state, final, ctx, after_grounded)
+    result = await critique.check_grounded(ctx.llm, state.query, state.drafted, state.strips, calls_left(state, ctx))
     if not result.ok:
         ctx.telemetry.groundedness_failure()
     outcome: CheckOutcome = "passed" if result.ok else "failed"
     update: Update = {
+        "answer": result.answer,
+        "sources": cited_passages(result.answer, state.strips) or list(state.strips) if result.answer else [],
         "grounded": result.ok,
         "unsupported_claims": result.detail,
-        "events": [Check(critic="grounded", outcome=outcome, claims=tuple(result.detail))],
+        "events": [*result.withheld, Check(critic="grounded", outcome=outcome, claims=tuple(result.detail))],
         "llm_calls": result.calls,
     }
     if result.ok and state.best is None:
@@ -312,6 +333,11 @@ async def finish(state: CorrectiveState, runtime: Run) -> Update:
     if best is not None and not state.useful and best.answer != state.answer:
         return {**_restored(best), "events": [Generate(mode="keep_best"), stop]}
     return {"events": [stop]}
+
+
+def note_of(state: CorrectiveState, ctx: CorrectiveContext) -> str:
+    """Why the usefulness critic is not asked about a committed answer."""
+    return trust_note(state, ctx) or ""
 
 
 def _snapshot(state: CorrectiveState) -> AnswerSnapshot:

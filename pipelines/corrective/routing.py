@@ -8,7 +8,7 @@ and ``stop_reason`` once the run is bound to end, so nothing is worked out again
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pipelines.corrective.critique import CITATIONS_ONLY
 from pipelines.corrective.state import CorrectiveContext, CorrectiveState, NextStep
@@ -83,7 +83,7 @@ def can_plan_hop(state: CorrectiveState, ctx: CorrectiveContext) -> bool:
     return (
         state.hops < ctx.policy.max_hops
         and not state.hop_done
-        and not state.answer
+        and state.answered_with < 0  # no generation yet (one whose every sentence was withheld left no text)
         and bool(state.evidence or state.candidates)
         and budget_stop(state, ctx, needed=2) is None
     )
@@ -105,7 +105,7 @@ def after_evaluate(state: CorrectiveState, ctx: CorrectiveContext) -> Decision:
     wants_more = state.verdict != "correct" and state.rewrites < ctx.policy.max_rewrites and not planned(state, ctx)
     if wants_more and budget_stop(state, ctx, needed=2) is None:
         return Decision("rewrite_query", loop=f"retrieval_{state.verdict}")
-    if state.answer and len(state.evidence) == state.answered_with:
+    if len(state.evidence) == state.answered_with:
         # Nothing new was found since the last answer: another round would repeat it. An answer the
         # groundedness check rejected is never returned as it is.
         if state.grounded:
@@ -132,7 +132,7 @@ def after_refine(state: CorrectiveState, ctx: CorrectiveContext) -> Decision:
 
 
 def after_grounded(state: CorrectiveState, ctx: CorrectiveContext) -> Decision:
-    if state.grounded and trusted(state, ctx):
+    if state.committed or (state.grounded and trusted(state, ctx)):
         return Decision("finish", "answered")
     if state.grounded:
         return Decision("check_useful")
@@ -169,6 +169,13 @@ def trust_note(state: CorrectiveState, ctx: CorrectiveContext) -> str | None:
 
 def trusted(state: CorrectiveState, ctx: CorrectiveContext) -> bool:
     return trust_note(state, ctx) is not None
+
+
+def commits(state: CorrectiveState, ctx: CorrectiveContext, *, regenerating: bool) -> bool:
+    """Whether the generation about to run is final once any sentence of it passes the gate: the answer the
+    usefulness critic would trust (:func:`trust_note`), so no later round could replace it. Only such a generation
+    streams to a client; any other is sent once the run ends, when it is known to be the answer."""
+    return trust_note(replace(state, regenerated=regenerating), ctx) is not None
 
 
 def after_useful(state: CorrectiveState, ctx: CorrectiveContext) -> Decision:

@@ -17,6 +17,7 @@ from pipelines.shared.deps import ChatClient, Embedder, Passage, Retriever, WebS
 from pipelines.shared.events import StopReason
 from pipelines.shared.persona import DEFAULT_ASSISTANT, Assistant
 from pipelines.shared.relevance import Verdict
+from pipelines.shared.sentence_gate import Judged
 from pipelines.shared.state import PipelineState
 from pipelines.shared.telemetry import NO_TELEMETRY, PipelineTelemetry
 
@@ -63,6 +64,8 @@ class CorrectiveState(PipelineState):
     hop_facts: Annotated[list[str], operator.add] = field(default_factory=list)  # what each hop built on
     regenerated: bool = False
     answered_with: int = -1  # how much evidence the last answer was generated from
+    drafted: list[Judged] = field(default_factory=list)  # the last generation's sentences, as the gate judged them
+    committed: bool = False  # the answer is final: a generation commits() allowed passed a sentence
     grounded: bool = False
     useful: bool = False
     unsupported_claims: list[str] = field(default_factory=list)
@@ -84,4 +87,6 @@ class CorrectiveContext:
     policy: CorrectivePolicy
     assistant: Assistant = DEFAULT_ASSISTANT  # the tenant's, set per request by the route table
     telemetry: PipelineTelemetry = NO_TELEMETRY
+    # Whether the run streams: the answer's text goes to the run's stream writer as it is cleared to leave.
+    live: bool = False
     clock: Callable[[], float] = time.monotonic  # the time budget's clock; ``started_at`` is read on it

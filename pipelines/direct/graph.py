@@ -15,17 +15,22 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
+from langgraph.types import StreamWriter
 
 from pipelines.direct.prompts import RULES
 from pipelines.direct.state import DirectContext, DirectState
-from pipelines.shared.events import Generate
+from pipelines.shared.events import AnswerText, Generate
 from pipelines.shared.state import Update, advanced
 from pipelines.shared.telemetry import instrument
 
 
 async def answer_directly(state: DirectState, runtime: Runtime[DirectContext]) -> Update:
-    messages = [SystemMessage(runtime.context.assistant.system_prompt(RULES, state.query)), HumanMessage(state.query)]
-    reply = await runtime.context.llm.chat(messages, node="answer_directly")
+    """The model's answer, streamed token by token in a live run: there is no evidence to check it against."""
+    ctx = runtime.context
+    messages = [SystemMessage(ctx.assistant.system_prompt(RULES, state.query)), HumanMessage(state.query)]
+    writer = runtime.stream_writer
+    on_text = (lambda delta: writer(AnswerText(delta))) if ctx.live else None
+    reply = await ctx.llm.chat(messages, node="answer_directly", on_text=on_text)
     return {
         "answer": reply.text,
         "sources": [],
@@ -39,10 +44,12 @@ async def answer_directly(state: DirectState, runtime: Runtime[DirectContext]) -
 ANSWER_DIRECTLY = instrument("direct", "answer_directly", answer_directly)
 
 
-async def run(query: str, tenant: str, context: DirectContext) -> DirectState:
-    """The direct route's final state: its one node on a fresh state, the update merged as LangGraph merges it."""
+async def run(query: str, tenant: str, context: DirectContext, writer: StreamWriter | None = None) -> DirectState:
+    """The direct route's final state: its one node on a fresh state, the update merged as LangGraph merges it.
+    ``writer`` receives what a live run streams, as LangGraph's ``custom`` stream mode would."""
     state = DirectState(query=query, tenant=tenant)
-    return advanced(state, await ANSWER_DIRECTLY(state, Runtime(context=context)))
+    runtime = Runtime(context=context) if writer is None else Runtime(context=context, stream_writer=writer)
+    return advanced(state, await ANSWER_DIRECTLY(state, runtime))
 
 
 def build_graph() -> CompiledStateGraph[Any, Any, Any, Any]:

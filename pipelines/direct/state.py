@@ -20,3 +20,5 @@ class DirectContext:
     llm: ChatClient
     assistant: Assistant = DEFAULT_ASSISTANT  # the tenant's, set per request by the route table
     telemetry: PipelineTelemetry = NO_TELEMETRY
+    # Whether the run streams: the answer's text goes to the run's stream writer as it is cleared to leave.
+    live: bool = False

@@ -6,6 +6,7 @@ way (gateway -> routes -> pipelines) and graphs can be unit-tested with scripted
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -56,10 +57,19 @@ class StructuredOutputError(Exception):
     call: LLMCall | None = None
 
 
+TextSink = Callable[[str], None]
+
+
 class ChatClient(Protocol):
     """The only way pipelines talk to a language model."""
 
-    async def chat(self, messages: list[BaseMessage], *, node: str, max_tokens: int | None = None) -> ChatReply: ...
+    async def chat(
+        self, messages: list[BaseMessage], *, node: str, max_tokens: int | None = None, on_text: TextSink | None = None
+    ) -> ChatReply:
+        """``on_text``: the model is asked to stream, and gets each text delta as it arrives; the reply is the
+        whole text either way. A stream that breaks after a delta was handed over is never retried: what was
+        handed over may have reached a client."""
+        ...
 
     async def structured(
         self, messages: list[BaseMessage], schema: type[SchemaT], *, node: str

@@ -95,6 +95,30 @@ class Generate(Event, tag="generate", frozen=True):
     abstention: str | None = None  # why a grounded answer abstained, when the step should say so
 
 
+WithholdReason = Literal["unsupported", "states_nothing", "declined"]
+
+
+class Withhold(Event, tag="withhold", frozen=True):
+    """A sentence of the generated answer that was never sent: ``index`` counts the answer's sentences from 0.
+
+    ``unsupported``: it adds words or numbers the evidence lacks (``missing``, at most five); ``states_nothing``:
+    citation numbers alone, or a sentence broken off before its claim; ``declined``: the model said the passages
+    lack the answer after it had already answered from them.
+    """
+
+    index: int
+    sentence: str
+    reason: WithholdReason
+    missing: tuple[str, ...] = ()
+
+
+class AnswerText(msgspec.Struct, frozen=True):
+    """Text of the answer cleared to reach the client now (LangGraph's ``custom`` stream carries it): checked
+    sentences of a grounded answer, or the tokens of a direct one. Not an event: the answer holds the text."""
+
+    text: str
+
+
 class Check(Event, tag="check", frozen=True):
     """A Self-RAG critic's judgement. ``claims`` are the unsupported claims (``grounded``); ``note`` is
     what the answer misses (``useful``, failed) or why the check was skipped."""
@@ -125,6 +149,7 @@ PipelineEvent = (
     | SearchMore
     | Refine
     | Generate
+    | Withhold
     | Check
     | Escalate
     | Stop

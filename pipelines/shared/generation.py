@@ -1,18 +1,23 @@
 """Grounded answer generation and the checks around it, shared by retrieval pipelines.
 
 Two LLM-free gates keep a small model honest: passages below a relevance floor never reach it
-(no call at all when none is left), and an answer whose content is not in the passages is
-replaced by a plain "not in the knowledge base" (see :mod:`pipelines.shared.support`).
+(no call at all when none is left), and each sentence of its answer leaves only when its content is in the
+passages (:mod:`pipelines.shared.sentence_gate`); an answer none of whose sentences pass is replaced by a plain
+"not in the knowledge base". A streamed run sends each sentence as it passes, through LangGraph's stream writer.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from langgraph.types import StreamWriter
 
+from pipelines.shared.citations import cited_passages
 from pipelines.shared.deps import ChatClient, LLMCall, Passage
+from pipelines.shared.events import AnswerText, Withhold
 from pipelines.shared.persona import DEFAULT_ASSISTANT, Assistant
 from pipelines.shared.prompts import (
     ABSTAIN_EN,
@@ -21,19 +26,9 @@ from pipelines.shared.prompts import (
     ANSWER_CUE_JA,
     GROUNDED_SYSTEM,
     GROUNDED_USER,
-    NOT_IN_CONTEXT,
 )
-from pipelines.shared.support import lexical_support
-from pipelines.shared.text import has_cjk, tokens
-
-_CITATION = re.compile(r"\[(\d{1,2})(?:\s*,\s*(\d{1,2}))*\]")
-_NUMBERS = re.compile(r"\d{1,2}")
-# A citation marker with the space before it: removed from claims and from answers, whatever its numbers.
-CITATION_MARKER = re.compile(r"\s*\[\d{1,3}(?:\s*,\s*\d{1,3})*\]")
-_SPACE_BEFORE_STOP = re.compile(r"\s+([.,;:!?。])")
-# A last word after which an English sentence cannot end: the answer was cut off before it said anything.
-# Prepositions are not among them: "300 kg, as stated in [1]" is how small models cite.
-_DANGLING = frozenset(["is", "are", "was", "were", "be", "the", "an"])
+from pipelines.shared.sentence_gate import Judged, SentenceGate
+from pipelines.shared.text import has_cjk
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +46,7 @@ class GroundedAnswer:
     call: LLMCall | None
     note: str = ""
     context: list[Passage] = field(default_factory=list)
+    withheld: list[Withhold] = field(default_factory=list)
 
 
 # What a passage may not carry into a prompt: the end of the quoted block, and chat-template markers.
@@ -67,41 +63,6 @@ def _quoted(text: str) -> str:
     return _BREAKOUT.sub(" ", text)
 
 
-def cited_passages(answer: str, passages: list[Passage]) -> list[Passage]:
-    """Passages the answer cites by number, in citation order, without repeats."""
-    chosen: list[Passage] = []
-    for match in _CITATION.finditer(answer):
-        for number in _NUMBERS.findall(match.group(0)):
-            index = int(number) - 1
-            if 0 <= index < len(passages) and passages[index] not in chosen:
-                chosen.append(passages[index])
-    return chosen
-
-
-def drop_phantom_citations(answer: str, passages: int) -> str:
-    """The answer without citation markers of passages that do not exist.
-
-    A small model can fall into counting "[1] [2] ... [42]" until max_tokens; those markers cite
-    nothing, and left in they hide that the sentence before them never ended.
-    """
-
-    def keep(match: re.Match[str]) -> str:
-        numbers = [n for n in re.findall(r"\d+", match.group(0)) if 1 <= int(n) <= passages]
-        return f" [{', '.join(numbers)}]" if numbers else ""
-
-    cleaned = CITATION_MARKER.sub(keep, answer)
-    return _SPACE_BEFORE_STOP.sub(r"\1", cleaned).strip()
-
-
-def states_nothing(answer: str) -> bool:
-    """A reply that makes no claim, so every lexical check passes it: citation numbers alone ("[1] [2]"),
-    which small models produce over terse strips, or a sentence broken off before its answer
-    ("The maximum payload of the robot is [1]."). Words are the shared tokenizer's, so a Japanese
-    reply is its bigrams, not one space-less "word"."""
-    words = [w for w in tokens(_CITATION.sub(" ", answer)) if len(w) > 1 or has_cjk(w)]
-    return not words or words[-1] in _DANGLING
-
-
 def abstention_for(question: str, assistant: Assistant | None = None) -> str:
     """In the answer's language: the profile's fixed one (Japanese, else English), or the question's."""
     if assistant is not None and assistant.language is not None:
@@ -115,10 +76,40 @@ def relevant(passages: list[Passage], policy: GroundingPolicy) -> list[Passage]:
 
 @dataclass(frozen=True, slots=True)
 class Draft:
+    """A generation through the sentence gate: ``text`` holds the sentences that passed (the abstention when the
+    model found nothing, "" when none passed); ``withheld`` says which did not and why."""
+
     text: str
     cited: list[Passage]
     found: bool
     call: LLMCall
+    withheld: list[Withhold] = field(default_factory=list)
+    judged: list[Judged] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return self.found and not self.text
+
+    def emptiness(self) -> str:
+        """Why no sentence passed, as the generate step's abstention note says it."""
+        if all(w.reason == "states_nothing" for w in self.withheld):
+            return "model gave only citations"
+        missing = [term for w in self.withheld for term in w.missing]
+        return "unsupported by passages: " + ", ".join(list(dict.fromkeys(missing))[:5])
+
+
+def grounded_messages(
+    question: str, passages: list[Passage], feedback: str = "", assistant: Assistant = DEFAULT_ASSISTANT
+) -> list[BaseMessage]:
+    """Plain RAG's prompt: numbered passages, the question, the cue in the answer's language."""
+    cue = ANSWER_CUE_JA if assistant.answer_language(question) == "ja" else ANSWER_CUE
+    messages: list[BaseMessage] = [
+        SystemMessage(assistant.system_prompt(GROUNDED_SYSTEM, question)),
+        HumanMessage(GROUNDED_USER.format(context=format_context(passages), question=question, cue=cue)),
+    ]
+    if feedback:
+        messages.append(HumanMessage(feedback))
+    return messages
 
 
 async def draft_answer(
@@ -127,24 +118,40 @@ async def draft_answer(
     passages: list[Passage],
     *,
     node: str,
+    min_support: float,
     feedback: str = "",
     max_tokens: int | None = None,
     assistant: Assistant = DEFAULT_ASSISTANT,
+    live: StreamWriter | None = None,
 ) -> Draft:
-    """One generation over numbered passages, written by the tenant's ``assistant``; ``feedback`` asks for a
-    corrected second attempt."""
-    cue = ANSWER_CUE_JA if assistant.answer_language(question) == "ja" else ANSWER_CUE
-    messages: list[BaseMessage] = [
-        SystemMessage(assistant.system_prompt(GROUNDED_SYSTEM, question)),
-        HumanMessage(GROUNDED_USER.format(context=format_context(passages), question=question, cue=cue)),
-    ]
-    if feedback:
-        messages.append(HumanMessage(feedback))
-    reply = await llm.chat(messages, node=node, max_tokens=max_tokens)
-    text = drop_phantom_citations(reply.text, len(passages))
-    if NOT_IN_CONTEXT in text or not text:
-        return Draft(abstention_for(question, assistant), [], False, reply.call)
-    return Draft(text, cited_passages(text, passages) or list(passages), True, reply.call)
+    """One generation over numbered passages, written by the tenant's ``assistant``, through the sentence gate;
+    ``feedback`` asks for a corrected second attempt. ``live``: the run's stream writer, when this generation's
+    sentences go to the client as they pass (the model is then asked to stream)."""
+    messages = grounded_messages(question, passages, feedback, assistant)
+    gate = SentenceGate(question, [p.text for p in passages], len(passages), min_support)
+    reply = await llm.chat(messages, node=node, max_tokens=max_tokens, on_text=_sending(gate, live))
+    if live is None:
+        gate.feed(reply.text)
+    for piece in gate.close():
+        if live is not None:
+            live(AnswerText(piece))
+    if gate.declined and not gate.text:
+        return Draft(abstention_for(question, assistant), [], False, reply.call, gate.withheld, gate.judged)
+    text = gate.text
+    cited = cited_passages(text, passages) or list(passages)
+    return Draft(text, cited, True, reply.call, gate.withheld, gate.judged)
+
+
+def _sending(gate: SentenceGate, live: StreamWriter | None) -> Callable[[str], None] | None:
+    """What the model's text deltas go to while it streams: the gate, whose cleared sentences go to ``live``."""
+    if live is None:
+        return None
+
+    def on_text(delta: str) -> None:
+        for piece in gate.feed(delta):
+            live(AnswerText(piece))
+
+    return on_text
 
 
 async def generate_grounded(
@@ -155,23 +162,27 @@ async def generate_grounded(
     *,
     node: str,
     assistant: Assistant = DEFAULT_ASSISTANT,
+    live: StreamWriter | None = None,
 ) -> GroundedAnswer:
-    """Plain RAG with both LLM-free gates: relevance before the call, support after it."""
+    """Plain RAG with both LLM-free gates: relevance before the call, support sentence by sentence."""
     usable = relevant(passages, policy)
     if not usable:
         best = max((p.score for p in passages), default=0.0)
         note = f"no passage above relevance {policy.min_relevance} (best {best:.2f})"
         return GroundedAnswer(abstention_for(question, assistant), [], True, None, note)
-    draft = await draft_answer(llm, question, usable, node=node, max_tokens=policy.max_tokens, assistant=assistant)
+    draft = await draft_answer(
+        llm,
+        question,
+        usable,
+        node=node,
+        min_support=policy.min_support,
+        max_tokens=policy.max_tokens,
+        assistant=assistant,
+        live=live,
+    )
     if not draft.found:
-        return GroundedAnswer(draft.text, [], True, draft.call, "model found no answer", usable)
-    if states_nothing(draft.text):
-        return GroundedAnswer(
-            abstention_for(question, assistant), [], True, draft.call, "model gave only citations", usable
-        )
-    support = lexical_support(draft.text, question, [p.text for p in usable])
-    if not support.supported(policy.min_support):
-        unsupported = ", ".join((support.missing_numbers or support.missing)[:5])
-        note = f"unsupported by passages: {unsupported}"
-        return GroundedAnswer(abstention_for(question, assistant), [], True, draft.call, note, usable)
-    return GroundedAnswer(draft.text, draft.cited, False, draft.call, context=usable)
+        return GroundedAnswer(draft.text, [], True, draft.call, "model found no answer", usable, draft.withheld)
+    if draft.empty:
+        abstention = abstention_for(question, assistant)
+        return GroundedAnswer(abstention, [], True, draft.call, draft.emptiness(), usable, draft.withheld)
+    return GroundedAnswer(draft.text, draft.cited, False, draft.call, context=usable, withheld=draft.withheld)

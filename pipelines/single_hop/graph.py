@@ -43,14 +43,20 @@ def after_assess(state: SingleHopState) -> Literal["generate_answer", "__end__"]
 async def generate_answer(state: SingleHopState, runtime: Runtime[SingleHopContext]) -> Update:
     ctx = runtime.context
     result = await generate_grounded(
-        ctx.llm, state.query, state.passages, ctx.grounding, node="generate_answer", assistant=ctx.assistant
+        ctx.llm,
+        state.query,
+        state.passages,
+        ctx.grounding,
+        node="generate_answer",
+        assistant=ctx.assistant,
+        live=runtime.stream_writer if ctx.live else None,
     )
     return {
         "answer": result.answer,
         "sources": result.cited,
         "context": result.context,
         "abstained": result.abstained,
-        "events": [Generate(abstention=result.note if result.abstained else None)],
+        "events": [Generate(abstention=result.note if result.abstained else None), *result.withheld],
         "llm_calls": [result.call] if result.call else [],
     }
 

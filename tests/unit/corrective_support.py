@@ -54,6 +54,7 @@ DOCS = [
 K2_QUESTION = "What is the maximum payload of the Kumo Carrier K2?"  # k2 scores ~0.93, the rest ~0.03
 K2_ANSWER = "The Kumo Carrier K2 has a maximum payload of 150 kg [1]."
 K2_INVENTED = "The Kumo Carrier K2 has a maximum payload of 900 kg [1]."
+K2_WITHHELD = ev.Withhold(index=0, sentence=K2_INVENTED, reason="unsupported", missing=("900",))
 K2_EXPANSION = f"{K2_QUESTION} Kumo Carrier K2: {DOCS[0].text}"
 OFF_TOPIC = "Who painted the ceiling of the Sistine Chapel?"  # every document below 0.2
 CANTEEN_QUESTION = "What time does the canteen close?"  # canteen ~0.25 (the band), the rest below 0.2
@@ -104,6 +105,11 @@ K3_FACT = "Maximum payload: 300 kg"
 # The critics' judgements as events: supported, useful, and their failures.
 SUPPORTED_CHECK = ev.Check(critic="grounded", outcome="passed")
 USEFUL_CHECK = ev.Check(critic="useful", outcome="passed")
+
+
+def withheld(sentence: str, *missing: str, reason: ev.WithholdReason = "unsupported", index: int = 0) -> ev.Withhold:
+    """The sentence gate's event for a generated sentence it held back (``missing``: the terms the evidence lacks)."""
+    return ev.Withhold(index=index, sentence=sentence, reason=reason, missing=missing)
 
 
 def doubted(*claims: str) -> ev.Check:

@@ -22,6 +22,7 @@ from tests.unit.corrective_support import (
     K2_INVENTED,
     K2_QUESTION,
     K2_ROUND,
+    K2_WITHHELD,
     NO_EVIDENCE,
     OFF_TOPIC,
     OSAKA_FACT,
@@ -43,6 +44,7 @@ from tests.unit.corrective_support import (
     scores,
     unsupported,
     useless,
+    withheld,
 )
 
 # --- The LLM-call budget ----------------------------------------------------------------------------------------
@@ -65,6 +67,7 @@ async def test_one_call_budget_generates_then_cannot_check_and_falls_back(knowle
     state, _ = await run_graph(knowledge, Script(answers=[K2_INVENTED]), query=K2_QUESTION, policy=policy)
     assert state.events[3:] == [
         Generate(),
+        K2_WITHHELD,
         doubted(K2_INVENTED),  # the lexical doubt, unconfirmed: no call left
         Generate(mode="cautious"),
         Stop(reason="max_llm_calls"),
@@ -90,6 +93,7 @@ async def test_regeneration_needs_budget_and_the_last_check_falls_back_to_the_le
     if budget == 2:  # generate + critic: nothing left to regenerate with
         assert state.events[3:] == [
             Generate(),
+            K2_WITHHELD,
             doubted("900 kg"),
             Generate(mode="cautious"),
             Stop(reason="max_llm_calls"),  # the budget prevented the regeneration
@@ -100,8 +104,10 @@ async def test_regeneration_needs_budget_and_the_last_check_falls_back_to_the_le
     else:  # generate + critic + regenerate: the second check cannot ask the critic
         assert state.events[3:] == [
             Generate(),
+            K2_WITHHELD,
             doubted("900 kg"),
             Generate(mode="regenerate"),
+            K2_WITHHELD,
             doubted(K2_INVENTED),
             Generate(mode="cautious"),
             Stop(reason="unsupported"),  # the one regeneration happened and is still unsupported: no loop was cut
@@ -235,6 +241,7 @@ async def test_worst_case_loops_end_within_the_recursion_limit_when_calls_are_un
     state, model = await run_graph(knowledge, script, query=CANTEEN_QUESTION, policy=policy, top_k=1)
     generation_round = [
         Generate(),
+        withheld("The staff canteen closes at 23:00 [1].", "23"),
         doubted("closes at 23:00"),
         Generate(mode="regenerate"),
         SUPPORTED_CHECK,

@@ -24,6 +24,7 @@ from tests.unit.corrective_support import (
     K2_INVENTED,
     K2_QUESTION,
     K2_ROUND,
+    K2_WITHHELD,
     NOT_RELEVANT,
     SUPPORTED_CHECK,
     USEFUL,
@@ -43,12 +44,14 @@ from tests.unit.corrective_support import (
     scores,
     unsupported,
     useless,
+    withheld,
 )
 
 
-def regenerated_then_answered(*doubt: str) -> list[ev.PipelineEvent]:
-    """The events of an answer doubted (``doubt``: the unsupported claims), regenerated, then accepted."""
-    return [ev.Generate(), doubted(*doubt), ev.Generate(mode="regenerate"), *ANSWERED[1:]]
+def regenerated_then_answered(held: ev.Withhold, *doubt: str) -> list[ev.PipelineEvent]:
+    """The events of an answer whose sentence the gate ``held`` and the critic doubted (``doubt``: the unsupported
+    claims), regenerated, then accepted."""
+    return [ev.Generate(), held, doubted(*doubt), ev.Generate(mode="regenerate"), *ANSWERED[1:]]
 
 
 # --- Ungrounded answers -----------------------------------------------------------------------------------------
@@ -64,8 +67,10 @@ async def test_ungrounded_answer_is_regenerated_then_replaced_by_a_cautious_answ
     assert state.events == [
         *K2_ROUND,
         ev.Generate(),
+        K2_WITHHELD,
         doubted(claim),
         ev.Generate(mode="regenerate"),
+        K2_WITHHELD,
         doubted(claim),
         ev.Generate(mode="cautious"),
         ev.Stop(reason="unsupported"),
@@ -100,17 +105,19 @@ async def test_ungrounded_regeneration_with_rounds_left_searches_again_before_th
     state, _ = await run_graph(knowledge, script, query=K2_QUESTION, policy=CorrectivePolicy(max_rewrites=1))
     round_of_answers = [
         ev.Generate(),  # each round's first answer is a first answer, not a regeneration
+        K2_WITHHELD,
         doubted(claim),
         ev.Generate(mode="regenerate"),
+        K2_WITHHELD,
         doubted(claim),
     ]
-    assert state.events[: len(K2_ROUND) + 5] == [
+    assert state.events[: len(K2_ROUND) + 7] == [
         *K2_ROUND,
         *round_of_answers,
         ev.Rewrite(round=1, query="Kumo Carrier K2 specification"),
     ]
     # The new search finds nothing new: no second generation round; the rejected answer is never returned.
-    assert state.events[len(K2_ROUND) + 5 :] == [
+    assert state.events[len(K2_ROUND) + 7 :] == [
         ev.SearchMore(source="local", queries=2, new=0),
         ev.Evaluate(verdict="incorrect", kept=0, total=0, graded=0),
         ev.Generate(mode="cautious"),
@@ -149,7 +156,7 @@ async def test_regenerated_answer_that_is_supported_goes_on_to_the_usefulness_ch
 ) -> None:
     script = Script(answers=[K2_INVENTED, K2_ANSWER], grounded=[unsupported("payload of 900 kg")])
     state, model = await run_graph(knowledge, script, query=K2_QUESTION)
-    assert state.events[3:] == regenerated_then_answered("payload of 900 kg")
+    assert state.events[3:] == regenerated_then_answered(K2_WITHHELD, "payload of 900 kg")
     assert nodes(state) == ["generate", "check_grounded", "generate", "check_useful"]
     assert state.answer == K2_ANSWER
     assert state.grounded is True
@@ -164,7 +171,7 @@ async def test_answer_of_citations_alone_is_regenerated_with_a_request_for_a_sen
 ) -> None:
     script = Script(answers=["[1] [2]", K2_ANSWER])
     state, model = await run_graph(knowledge, script, query=K2_QUESTION)
-    assert state.events[3:] == regenerated_then_answered(CITATIONS_ONLY)
+    assert state.events[3:] == regenerated_then_answered(withheld("[1]", reason="states_nothing"), CITATIONS_ONLY)
     # No critic call for an answer that states nothing: the check is lexical.
     assert [kind(c) for c in model.calls] == ["generate", "generate", "UsefulnessCheck"]
     assert str(model.calls[1][0][-1].content) == EMPTY_ANSWER_NOTE
@@ -360,7 +367,7 @@ async def test_useless_answer_new_round_merges_the_documents_found_for_the_missi
 async def test_malformed_groundedness_check_keeps_the_lexical_doubt(knowledge: KnowledgeBase) -> None:
     script = Script(answers=[K2_INVENTED, K2_ANSWER], grounded=["The answer looks fine to me."])
     state, _ = await run_graph(knowledge, script, query=K2_QUESTION)
-    assert state.events[3:] == regenerated_then_answered(K2_INVENTED)
+    assert state.events[3:] == regenerated_then_answered(K2_WITHHELD, K2_INVENTED)
     assert nodes(state) == ["generate", "check_grounded", "generate", "check_useful"]
     assert state.answer == K2_ANSWER
 

@@ -8,7 +8,7 @@ from gateway.knowledge.service import KnowledgeBase
 from pipelines.corrective.policy import CorrectivePolicy
 from pipelines.corrective.rewrite import expanded_query
 from pipelines.shared.deps import Passage
-from pipelines.shared.events import Evaluate, Generate, Refine, Retrieve, Rewrite, SearchMore
+from pipelines.shared.events import Evaluate, Generate, Refine, Retrieve, Rewrite, SearchMore, Withhold
 from pipelines.shared.relevance import relevance
 from tests.unit.corrective_support import (
     ANSWERED,
@@ -177,19 +177,25 @@ async def test_bridge_judged_relevant_but_twice_unanswerable_sends_the_pipeline_
     state, model = await run_graph(aurora, script, query=AURORA_QUESTION, tenant=AURORA, top_k=1)
 
     empty = doubted("the answer states nothing (citation numbers or an unfinished sentence)")
-    assert state.events[:9] == [
+    assert state.events[:11] == [
         Retrieve(k=1, found=1),
         Evaluate(verdict="correct", kept=1, total=1, graded=1),
         Refine(strips=1, passages=1),
         Generate(),
+        Withhold(
+            index=0,
+            sentence="The maximum payload of the robot developed under Project Aurora is [1].",
+            reason="states_nothing",
+        ),
         empty,
         Generate(mode="regenerate"),
+        Withhold(index=0, sentence="[1]", reason="states_nothing"),
         empty,
         Rewrite(round=1, query="What is the maximum payload of the Kumo Carrier K3?"),
         SearchMore(source="local", queries=2, new=1),
     ]
     # The new round gets a first answer of its own (not a "regenerate" carrying the old round's complaint).
-    assert state.events[9:] == [
+    assert state.events[11:] == [
         Evaluate(
             verdict="correct", kept=1, total=1, graded=0
         ),  # the rewrite names the K3: its sheet scores above upper

@@ -19,7 +19,7 @@ from gateway.providers.embeddings import USEEmbeddings
 from pipelines.corrective.evaluator import evaluate_passages
 from pipelines.corrective.policy import CorrectivePolicy
 from pipelines.shared import events as ev
-from pipelines.shared.generation import states_nothing
+from pipelines.shared.citations import states_nothing
 from pipelines.shared.relevance import QueryScorer, fast_verdict
 from pipelines.shared.support import lexical_support
 from routes.written_kb import load_written_kb

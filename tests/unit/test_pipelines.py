@@ -16,7 +16,7 @@ from gateway.settings import ModelPrice
 from pipelines.direct.graph import build_graph as build_direct_graph
 from pipelines.direct.graph import run as run_direct
 from pipelines.direct.state import DirectContext, DirectState
-from pipelines.shared.events import Assess, Evaluate, Generate, Retrieve, Stop
+from pipelines.shared.events import Assess, Evaluate, Generate, Retrieve, Stop, Withhold
 from routes.table import RouteTable
 from tests.fakes.scripted_chat import ScriptedChatModel
 from tests.scripted import structured_reply
@@ -121,9 +121,10 @@ async def test_unsupported_answer_is_replaced_by_an_abstention(embeddings: USEEm
     result = await table.run("single_hop", query="What is the K2 payload?", tenant="acme", top_k=2, query_vector=None)
     assert result.abstained
     assert result.sources == []
-    generated = result.events[-1]
+    generated, held = result.events[-2:]
     assert isinstance(generated, Generate)
     assert generated.abstention == "unsupported by passages: 900"
+    assert held == Withhold(index=0, sentence="The payload is 900 kg [1].", reason="unsupported", missing=("900",))
     assert len(result.llm_calls) == 1  # the call was made and is still accounted for
 
 

@@ -10,6 +10,7 @@ from typing import Any, cast
 
 import msgspec
 import pytest
+from langgraph.types import StreamWriter
 
 from gateway.chat.service import ChatService, PreparedChat
 from gateway.guardrails.vault import Vault
@@ -47,6 +48,7 @@ class Recorder:
         vault: Vault | None = None,
         instructions: str = "",
         vector: QueryVector | None = None,
+        writer: StreamWriter | None = None,
     ) -> QueryResponse:
         self.requests.append(admit(request) if admit is not None else request)
         self.instructions.append(instructions)

@@ -9,8 +9,9 @@ from langchain_core.messages import BaseMessage
 
 from gateway.providers.llm import LLMClient
 from gateway.settings import ModelPrice
+from pipelines.shared.citations import drop_phantom_citations, states_nothing
 from pipelines.shared.deps import Passage
-from pipelines.shared.generation import GroundingPolicy, drop_phantom_citations, generate_grounded, states_nothing
+from pipelines.shared.generation import GroundingPolicy, generate_grounded
 from pipelines.shared.persona import Assistant
 from pipelines.shared.prompts import ABSTAIN_EN, ABSTAIN_JA, ANSWER_CUE, ANSWER_CUE_JA, NOT_IN_CONTEXT
 from pipelines.shared.support import claim_terms, lexical_support, terms

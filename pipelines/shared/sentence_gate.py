@@ -1,0 +1,109 @@
+"""The support gate, sentence by sentence: only sentences whose content is in the evidence leave the gateway.
+
+An answer checked whole passes when most of it is supported, so one invented sentence among grounded ones went
+out with its citation. Here each sentence (:mod:`pipelines.shared.sentences`) is checked on its own, with the
+project's LLM-free check (:func:`pipelines.shared.support.lexical_support`, English words and Japanese kanji and
+katakana bigrams, numbers by value) against the passages the generator was given, as it completes. A sentence that
+fails is withheld, with a :class:`~pipelines.shared.events.Withhold` event saying which and why, and the answer goes
+on with the later sentences that pass: ``python -m gateway.eval.sentence_gate`` measures why this policy and this
+check (false withholds, inserted sentences caught).
+
+The gate is the same object on both paths: a streamed answer is fed token by token and sends each sentence as it
+passes, a non-streamed one is fed whole; the splitter cuts both alike, so the two answers are the same text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pipelines.shared.citations import drop_phantom_citations, states_nothing
+from pipelines.shared.events import Withhold, WithholdReason
+from pipelines.shared.prompts import NOT_IN_CONTEXT
+from pipelines.shared.sentences import Sentence, SentenceSplitter
+from pipelines.shared.support import lexical_support
+
+MAX_MISSING = 5
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """One sentence's fate: passed (``reason`` None), or withheld and why."""
+
+    reason: WithholdReason | None
+    missing: tuple[str, ...] = ()
+
+
+def judge_sentence(sentence: str, question: str, evidence: list[str], min_support: float) -> Verdict:
+    """Whether one sentence (its citations already cleaned) may be sent."""
+    if NOT_IN_CONTEXT in sentence:
+        return Verdict("declined")
+    if states_nothing(sentence):
+        return Verdict("states_nothing")
+    support = lexical_support(sentence, question, evidence)
+    if support.supported(min_support):
+        return Verdict(None)
+    missing = dict.fromkeys((*support.missing_numbers, *support.missing))  # a number is a term too: once each
+    return Verdict("unsupported", tuple(missing)[:MAX_MISSING])
+
+
+@dataclass(frozen=True, slots=True)
+class Judged:
+    """One sentence of a generation and the gate's verdict on it (``withheld`` None: it was sent)."""
+
+    index: int
+    lead: str
+    text: str
+    withheld: Withhold | None
+
+
+def joined(sentences: list[Judged]) -> str:
+    """The answer the given sentences make, spaced as the model wrote them."""
+    pieces = [s.lead + s.text for s in sentences]
+    return "".join(pieces).lstrip()
+
+
+@dataclass(slots=True)
+class SentenceGate:
+    """Feed it the generator's text; it returns the text cleared to send, sentence by sentence.
+
+    ``passages``: how many numbered passages the prompt held (citations of others are dropped from a sentence).
+    """
+
+    question: str
+    evidence: list[str]
+    passages: int
+    min_support: float
+    withheld: list[Withhold] = field(default_factory=list)
+    judged: list[Judged] = field(default_factory=list)  # every sentence after a leading decline, in order
+    declined: bool = False
+    _sent: list[str] = field(default_factory=list)
+    _count: int = 0
+    _splitter: SentenceSplitter = field(default_factory=SentenceSplitter)
+
+    def feed(self, text: str) -> list[str]:
+        return [piece for sentence in self._splitter.feed(text) if (piece := self._admit(sentence))]
+
+    def close(self) -> list[str]:
+        return [piece for sentence in self._splitter.close() if (piece := self._admit(sentence))]
+
+    @property
+    def text(self) -> str:
+        """Every sentence sent so far, as the client received them."""
+        return "".join(self._sent)
+
+    def _admit(self, sentence: Sentence) -> str:
+        index, self._count = self._count, self._count + 1
+        text = drop_phantom_citations(sentence.text, self.passages)
+        verdict = judge_sentence(text, self.question, self.evidence, self.min_support)
+        if verdict.reason == "declined" and not self._sent:
+            self.declined = True  # the model found no answer: the abstention, not a withheld sentence
+            return ""
+        if verdict.reason is not None:
+            withheld = Withhold(index=index, sentence=text, reason=verdict.reason, missing=verdict.missing)
+            self.withheld.append(withheld)
+            self.judged.append(Judged(index, sentence.lead, text, withheld))
+            return ""
+        self.judged.append(Judged(index, sentence.lead, text, None))
+        piece = (sentence.lead if self._sent else "") + text
+        self._sent.append(piece)
+        return piece
