@@ -65,7 +65,7 @@ async def open_platform(settings: Settings, overrides: ProviderOverrides, stack:
     store = overrides.vector_store or await open_vector_store(settings.vector_store, embedding_dimensions(embeddings))
     stack.push_async_callback(store.close)
     endpoint = settings.llm_endpoint
-    upstream_http = await stack.enter_async_context(upstream_client(endpoint.transport, endpoint.timeout_s))
+    upstream_http = await stack.enter_async_context(upstream_client(endpoint.timeout_s))
     llm = open_llm_client(
         settings.llm, endpoint, telemetry=telemetry, chat_model=overrides.chat_model, http_client=upstream_http
     )

@@ -285,9 +285,6 @@ class LLMEndpointSettings(SettingsGroup):
     )
     # The budget of one LLM call, retries included (the corrective pipeline's budget caps it further).
     timeout_s: float = Field(120.0, gt=0)
-    # The HTTP client under the OpenAI SDK: aiohttp's pool behind httpx's interface (less CPU per call), or
-    # httpx's own transport (gateway.providers.upstream_http).
-    transport: Literal["aiohttp", "httpx"] = "aiohttp"
     # Retries after the first attempt (timeouts, refused connections, 408/409/429/5xx), with full-jitter
     # exponential backoff between retry_backoff_s and retry_max_backoff_s, or the upstream's Retry-After.
     max_retries: int = Field(2, ge=0)

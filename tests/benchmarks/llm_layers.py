@@ -10,9 +10,8 @@ started and stopped here), so each row's difference from the one above it is wha
 - ``AsyncOpenAI create``: the OpenAI SDK (request transform, httpx, response models);
 - ``ChatOpenAI ainvoke``: LangChain around the SDK (callback manager, message conversion, a worker
   thread hop for every result, raw-response parsing);
-- ``… over aiohttp``: the same model on the aiohttp transport (:mod:`gateway.providers.upstream_http`:
-  httpx's interface over aiohttp's pool), the gateway's choice with ``GATEWAY_LLM_TRANSPORT=aiohttp``; the
-  rows below are built on the app's default client;
+- ``… on the gateway's client``: the same model on the app's upstream client (:mod:`gateway.providers.upstream_http`),
+  the client the rows below are built on;
 - ``LLMClient.chat``: this gateway's adapter (breaker, retries, deadline, usage accounting, metrics);
 - ``direct node`` and ``direct graph``: the ``answer_directly`` node as the route table runs it, and
   the same node run by LangGraph's loop (what one graph step costs).
@@ -64,7 +63,7 @@ async def cpu_per_call(call: Call, calls: int) -> float:
     return 1000 * (time.process_time() - started) / calls
 
 
-def variants(base_url: str, aiohttp_client: httpx.AsyncClient) -> dict[str, Call]:
+def variants(base_url: str, upstream: httpx.AsyncClient) -> dict[str, Call]:
     wire: list[ChatCompletionMessageParam] = [
         {"role": "system", "content": SYSTEM},
         {"role": "user", "content": QUESTION},
@@ -73,16 +72,16 @@ def variants(base_url: str, aiohttp_client: httpx.AsyncClient) -> dict[str, Call
     http = httpx.AsyncClient(timeout=30)
     sdk = openai.AsyncOpenAI(base_url=base_url, api_key="fake-key", max_retries=0, timeout=30)
     chat = ChatOpenAI(model=MODEL, base_url=base_url, api_key=SecretStr("fake-key"), max_retries=0, timeout=30)
-    over_aiohttp = ChatOpenAI(
+    on_upstream = ChatOpenAI(
         model=MODEL,
         base_url=base_url,
         api_key=SecretStr("fake-key"),
         max_retries=0,
         timeout=30,
-        http_async_client=aiohttp_client,
+        http_async_client=upstream,
     )
     messages = [SystemMessage(SYSTEM), HumanMessage(QUESTION)]
-    client = LLMClient(chat, model_name=MODEL, price=ModelPrice())
+    client = LLMClient(on_upstream, model_name=MODEL, price=ModelPrice())
     context = DirectContext(llm=client)
     graph = build_graph()
 
@@ -103,7 +102,7 @@ def variants(base_url: str, aiohttp_client: httpx.AsyncClient) -> dict[str, Call
         "httpx POST": post,
         "AsyncOpenAI create": create,
         "ChatOpenAI ainvoke": lambda: chat.ainvoke(messages),
-        "ChatOpenAI ainvoke over aiohttp": lambda: over_aiohttp.ainvoke(messages),
+        "ChatOpenAI ainvoke on the gateway's client": lambda: on_upstream.ainvoke(messages),
         "LLMClient.chat": lambda: client.chat(messages, node="answer_directly"),
         "direct node": node,
         "direct graph (LangGraph loop)": step,
@@ -111,8 +110,8 @@ def variants(base_url: str, aiohttp_client: httpx.AsyncClient) -> dict[str, Call
 
 
 async def measure(base_url: str, calls: int, rounds: int) -> dict[str, list[float]]:
-    async with upstream_client("aiohttp", 30) as aiohttp_client:
-        return await _measure(variants(base_url, aiohttp_client), calls, rounds)
+    async with upstream_client(30) as upstream:
+        return await _measure(variants(base_url, upstream), calls, rounds)
 
 
 async def _measure(calls_of: dict[str, Call], calls: int, rounds: int) -> dict[str, list[float]]:

@@ -1,6 +1,6 @@
 """Two gateway variants' CPU per sequential miss, measured in alternating rounds.
 
-    python -m tests.benchmarks.miss_ab --b-env GATEWAY_LLM_TRANSPORT=httpx [--a-root DIR] [--b-root DIR]
+    python -m tests.benchmarks.miss_ab --b-env GATEWAY_EMBEDDING_PIECE_ROWS=0 [--a-root DIR] [--b-root DIR]
                                        [--models gateway-direct gateway-auto] [--blocks 2] [--rounds 4]
 
 :mod:`tests.benchmarks.miss_cost` prints the issue's table for one gateway, but its sequential CPU figure

@@ -11,6 +11,10 @@ mock of the client. Each chat request takes the next scripted :data:`Behaviour` 
   answer drops mid-body);
 - :class:`Echo`: answers with the last message it was sent (what a guardrail let through comes back).
 
+A request for structured output (``response_format``) is answered from ``structured`` (JSON per schema name),
+when given, without taking a scripted behaviour: graders and planners agree while the answer is what is scripted.
+Streamed tokens are logged with the time each was written (:attr:`FakeOpenAI.written`).
+
 Every request's messages are recorded (:attr:`FakeOpenAI.seen`): what the upstream was told.
 
 :meth:`FakeOpenAI.refuse` closes the listener, so connections are refused, until :meth:`restore`.
@@ -33,8 +37,11 @@ from tests.ports import free_port
 
 @dataclass(frozen=True)
 class Answer:
+    """``token_delay_s``: when streamed, the pause before each word-sized token (a model generating)."""
+
     text: str = "Hello from the upstream."
     delay_s: float = 0.0
+    token_delay_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -74,8 +81,16 @@ class Seen:
 class FakeOpenAI:
     """``with FakeOpenAI() as upstream:``; ``upstream.script(Status(503), Answer())``; ``upstream.base_url``."""
 
-    def __init__(self, default: Behaviour | None = None, *, name: str = "fake") -> None:
+    def __init__(
+        self,
+        default: Behaviour | None = None,
+        *,
+        name: str = "fake",
+        structured: dict[str, dict[str, Any]] | None = None,
+    ) -> None:
         self.port = free_port()
+        self.structured = structured
+        self.written: list[tuple[float, str]] = []  # (time.monotonic(), text) of each streamed token
         self.default: Behaviour = default or Answer()
         self.name = name
         self.seen: list[Seen] = []
@@ -193,6 +208,10 @@ def _handler(upstream: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             request = json.loads(self.rfile.read(length) or b"{}")
             model, stream = str(request.get("model", "")), bool(request.get("stream"))
             messages = tuple(str(m.get("content", "")) for m in request.get("messages", []) if isinstance(m, dict))
+            schema = (request.get("response_format") or {}).get("json_schema", {}).get("name")
+            if upstream.structured is not None and schema in upstream.structured:
+                self._json(200, json.loads(_completion(model, json.dumps(upstream.structured[schema]))))
+                return
             behaviour = upstream.next_behaviour(model, stream, messages)
             if isinstance(behaviour, Echo):
                 behaviour = Answer(behaviour.prefix + (messages[-1] if messages else ""))
@@ -214,13 +233,17 @@ def _handler(upstream: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
                 if behaviour.delay_s:
                     time.sleep(behaviour.delay_s)
                 if stream:
-                    self._stream(model, behaviour.text)
+                    self._stream(model, behaviour.text, token_delay_s=behaviour.token_delay_s)
                 else:
+                    # Generated at the same pace as a stream, sent whole at the end.
+                    for index, word in enumerate(behaviour.text.split(" ") if behaviour.token_delay_s else []):
+                        time.sleep(behaviour.token_delay_s)
+                        upstream.written.append((time.monotonic(), word if index == 0 else " " + word))
                     body = _completion(model, behaviour.text)
                     self._send(200, "application/json", {"Content-Length": str(len(body))})
                     self.wfile.write(body)
 
-        def _stream(self, model: str, text: str, cut_after: int | None = None) -> None:
+        def _stream(self, model: str, text: str, cut_after: int | None = None, token_delay_s: float = 0.0) -> None:
             self._send(200, "text/event-stream", {"Transfer-Encoding": "chunked"})
             self._write_chunk(_chunk(model, {"role": "assistant", "content": ""}))
             for sent, word in enumerate(text.split(" ")):
@@ -228,7 +251,11 @@ def _handler(upstream: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
                     self.wfile.flush()
                     self.close_connection = True
                     return  # no terminating chunk: the reader sees an incomplete chunked body
-                self._write_chunk(_chunk(model, {"content": word if sent == 0 else " " + word}))
+                if token_delay_s:
+                    time.sleep(token_delay_s)
+                token = word if sent == 0 else " " + word
+                self._write_chunk(_chunk(model, {"content": token}))
+                upstream.written.append((time.monotonic(), token))
             self._write_chunk(_chunk(model, {}, "stop"))
             self._write_chunk(
                 _chunk(model, {}, usage={"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17})
