@@ -97,8 +97,15 @@ def open_cache(
         lock_ttl_s=settings.lock_ttl_s,
         max_wait_s=settings.max_wait_s,
         events=events,
+        # An abstention is an answer that failed its checks (no passage, no supported sentence): never kept as
+        # though it were a good one, so the next asker gets a fresh try (a new document, a recovered model).
+        cacheable=_answered,
     )
     return CacheLayer(backend=backend, versions=versions, responses=responses, prefix=settings.prefix, events=events)
+
+
+def _answered(response: QueryResponse) -> bool:
+    return not response.abstained
 
 
 def open_semantic_cache(
