@@ -25,7 +25,7 @@ from pipelines.corrective.state import CorrectiveContext, CorrectiveState
 from pipelines.direct.graph import run as run_direct
 from pipelines.direct.state import DirectContext
 from pipelines.shared.deps import ChatClient, LLMCall, Passage
-from pipelines.shared.events import Escalate, PipelineEvent, Stop, StopReason
+from pipelines.shared.events import Escalate, PipelineEvent, Stop, StopReason, Withhold
 from pipelines.shared.persona import DEFAULT_ASSISTANT, Assistant
 from pipelines.shared.state import PipelineState
 from pipelines.shared.telemetry import NO_TELEMETRY, PipelineTelemetry
@@ -122,6 +122,35 @@ class RouteTable:
         tenant's assistant and models, set on each graph's context for this run. ``writer``: a streamed request's
         sink for the answer's text as each graph clears it (:class:`~pipelines.shared.events.AnswerText`), taken
         from LangGraph's ``custom`` stream."""
+        result = await self._run(
+            route,
+            query=query,
+            tenant=tenant,
+            top_k=top_k,
+            query_vector=query_vector,
+            allow_escalation=allow_escalation,
+            probe=probe,
+            profile=profile,
+            writer=writer,
+        )
+        for event in result.events:
+            if isinstance(event, Withhold):
+                self._telemetry.sentence_withheld(result.route, event.reason)
+        return result
+
+    async def _run(
+        self,
+        route: Route,
+        *,
+        query: str,
+        tenant: str,
+        top_k: int | None,
+        query_vector: list[float] | None,
+        allow_escalation: bool = True,
+        probe: Probe | None = None,
+        profile: RunProfile = DEFAULT_RUN,
+        writer: StreamWriter | None = None,
+    ) -> RouteResult:
         live = writer is not None
         if route == "direct":
             direct = self._contexts.direct

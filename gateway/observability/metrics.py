@@ -151,6 +151,13 @@ class GatewayMetrics:
             "Generated answers the groundedness check (Self-RAG IsSup) found unsupported by the evidence.",
             registry=r,
         )
+        self.sentences_withheld = Counter(
+            "gateway_sentences_withheld_total",
+            "Sentences of generated answers the sentence gate never sent, by route and reason (unsupported by the "
+            "evidence, stating nothing, declining after an answer); counted once the answer is final.",
+            ["route", "reason"],
+            registry=r,
+        )
         self.cache_requests = Counter(
             "gateway_cache_requests_total",
             "Cache lookups by layer and result; 'error' counts failed cache operations (served as misses).",

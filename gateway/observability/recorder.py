@@ -288,6 +288,10 @@ class Telemetry:
         if self.metrics is not None:
             self.metrics.groundedness_failures.inc()
 
+    def sentence_withheld(self, route: str, reason: str) -> None:
+        if self.metrics is not None:
+            self.metrics.sentences_withheld.labels(route, reason).inc()
+
     def escalation(self, from_route: str, to_route: str, reason: str) -> None:
         if self.metrics is not None:
             self.metrics.escalations.labels(from_route, to_route, reason).inc()

@@ -34,6 +34,10 @@ class PipelineTelemetry(Protocol):
 
     def groundedness_failure(self) -> None: ...
 
+    def sentence_withheld(self, route: str, reason: str) -> None:
+        """A sentence of the final answer the gate did not send (``reason``: a Withhold event's)."""
+        ...
+
     def escalation(self, from_route: str, to_route: str, reason: str) -> None: ...
 
 
@@ -63,6 +67,9 @@ class NoTelemetry:
         return None
 
     def groundedness_failure(self) -> None:
+        return None
+
+    def sentence_withheld(self, route: str, reason: str) -> None:
         return None
 
     def escalation(self, from_route: str, to_route: str, reason: str) -> None:

@@ -148,6 +148,8 @@ async def test_multi_hop_request_span_tree(settings: Settings, embeddings: USEEm
     # The loop and the failed critique are counted too.
     assert value(samples, "gateway_groundedness_failures_total") == 1
     assert value(samples, "gateway_corrective_loops_total", reason="unsupported_answer") == 1
+    # The invented draft's one sentence, withheld by the gate and confirmed by the critic.
+    assert value(samples, "gateway_sentences_withheld_total", route="multi_hop", reason="unsupported") == 1
 
 
 async def test_content_goes_into_spans_only_when_opted_in(settings: Settings, embeddings: USEEmbeddings) -> None:

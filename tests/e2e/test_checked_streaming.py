@@ -1,0 +1,110 @@
+"""Checked streaming on the real local model: the streamed text is the answer, at temperature 0 the same text as
+without streaming, and the cache replays it as it was streamed.
+
+Each question is asked three times: streamed on one tenant, not streamed on a second tenant holding the same
+documents (so neither is a cache hit), and streamed again on the first (the in-process cache's replay). English
+and Japanese, ``single_hop`` and ``multi_hop``: the written knowledge base's documents (``routes/data``), a SQuAD
+paragraph and a JSQuAD one.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+
+from gateway.eval.datasets import load
+from gateway.eval.sentence_answers import DATA
+from pipelines.shared.events import Generate, Withhold
+from routes.written_kb import load_written_kb
+from tests.scripted import events
+
+pytestmark = pytest.mark.e2e
+TIMEOUT = httpx.Timeout(660.0)  # past the gateway's 600 s budget (tests/e2e/conftest.py)
+
+
+def _paragraph(file: str, question_id: str) -> tuple[list[dict[str, str]], str]:
+    dataset = load(DATA / file)
+    question = next(q for q in dataset.questions if q.id == question_id)
+    documents = [d for d in dataset.documents if d["id"] in question.gold_doc_ids]
+    return documents, question.text
+
+
+def _written(lang: str) -> list[dict[str, str]]:
+    return [{"id": d.id, "title": d.title, "text": d.text} for d in load_written_kb().documents if d.lang == lang]
+
+
+SQUAD_DOCS, SQUAD_QUESTION = _paragraph("squad_v2_dev_normans.json", "56ddde6b9a695914005b9629")
+JSQUAD_DOCS, JSQUAD_QUESTION = _paragraph("jsquad_valid_sample.json", "a10336p0q1")
+CASES = {
+    "single_hop-en": ("gateway-single-hop", SQUAD_DOCS, SQUAD_QUESTION),
+    "single_hop-ja": ("gateway-single-hop", JSQUAD_DOCS, JSQUAD_QUESTION),
+    "multi_hop-en": (
+        "gateway-multi-hop",
+        _written("en"),
+        "How many people work at the office where the team that develops Beacon is based?",
+    ),
+    "multi_hop-ja": (
+        "gateway-multi-hop",
+        _written("ja"),
+        "1ユーザーあたり50GBのストレージが使えるプランでは、APIを1分間に何回まで呼び出せますか？",
+    ),
+}
+
+
+def _ingest(gateway_url: str, tenant: str, documents: list[dict[str, str]]) -> None:
+    body = {"tenant": tenant, "documents": [{"id": d["id"], "title": d["title"], "text": d["text"]} for d in documents]}
+    response = httpx.post(f"{gateway_url}/v1/documents", json=body, timeout=TIMEOUT)
+    assert response.status_code == 200, response.text
+
+
+def _chat(model: str, tenant: str, question: str, stream: bool) -> dict[str, Any]:
+    return {"model": model, "tenant": tenant, "stream": stream, "messages": [{"role": "user", "content": question}]}
+
+
+def _streamed(gateway_url: str, body: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
+    chunks: list[str] = []
+    final: dict[str, Any] = {}
+    with httpx.stream("POST", f"{gateway_url}/v1/chat/completions", json=body, timeout=TIMEOUT) as response:
+        assert response.status_code == 200
+        for line in response.iter_lines():
+            if not line.startswith("data: {"):
+                continue
+            payload = json.loads(line[6:])
+            assert "error" not in payload, payload
+            choice = payload["choices"][0] if payload.get("choices") else {}
+            if choice.get("delta", {}).get("content"):
+                chunks.append(choice["delta"]["content"])
+            if choice.get("finish_reason"):
+                final = payload["gateway"]
+    return chunks, final
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_streamed_equals_not_streamed_and_the_replay_equals_the_stream(gateway_url: str, case: str) -> None:
+    model, documents, question = CASES[case]
+    live, whole = f"stream-{case}", f"whole-{case}"
+    _ingest(gateway_url, live, documents)
+    _ingest(gateway_url, whole, documents)
+
+    chunks, info = _streamed(gateway_url, _chat(model, live, question, stream=True))
+    response = httpx.post(
+        f"{gateway_url}/v1/chat/completions", json=_chat(model, whole, question, stream=False), timeout=TIMEOUT
+    )
+    assert response.status_code == 200, response.text
+    completion = response.json()
+    replayed, replay_info = _streamed(gateway_url, _chat(model, live, question, stream=True))
+
+    text = "".join(chunks)
+    assert text == completion["choices"][0]["message"]["content"], (info["steps"], completion["gateway"]["steps"])
+    held = [e for e in events(info) if isinstance(e, Withhold)]
+    assert held == [e for e in events(completion["gateway"]) if isinstance(e, Withhold)]
+    assert any(isinstance(e, Generate) for e in events(info))
+    assert info["cached"] is False
+    if not info["abstained"]:  # an abstention is not kept (it failed its checks): asked again, it is computed again
+        assert replay_info["cached"] is True
+        assert replayed == chunks
+    else:
+        assert "".join(replayed) == text
