@@ -28,6 +28,7 @@ from typing import Any
 from langchain_core.messages import HumanMessage, SystemMessage
 
 from gateway.eval.datasets import load
+from gateway.eval.metrics import answer_in_prediction
 from gateway.eval.sentence_answers import DATA
 from gateway.local_llm.__main__ import DEFAULT_MODEL
 from gateway.local_llm.model import default_model_dir, prepare
@@ -56,6 +57,7 @@ class Case:
     question: str
     passages: list[str]
     answer: str  # the model's answer, citations as it wrote them
+    gold: list[str]
     insert: str  # an unrelated document's sentence, cited
     at: int  # where the insert goes, in sentences
 
@@ -82,6 +84,7 @@ def load_cases(path: Path, seed: int = SEED) -> list[Case]:
                 question=record["question"],
                 passages=[p["text"] for p in record["passages"]],
                 answer=answer,
+                gold=record["answers"],
                 insert=f"{sentence.rstrip()} [{rng.randint(1, len(record['passages']))}]",
                 at=rng.randint(0, count),
             )
@@ -176,6 +179,24 @@ async def judged(cases: list[Case], base_url: str, min_support: float, inserts: 
     return {lang: dict(row) for lang, row in figures.items()}
 
 
+def policies(cases: list[Case], min_support: float) -> dict[str, dict[str, float]]:
+    """What a failed sentence does to the answer, on the answers with an insert: the gold answer still in the reply
+    when the answer goes on with the later sentences that pass, and when it ends at the first failed one."""
+    figures: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for case in cases:
+        checked = gate(case, with_insert(case), min_support)
+        first_failed = min((w.index for w in checked.withheld), default=len(checked.judged))
+        going_on = checked.text
+        ending = "".join(j.lead + j.text for j in checked.judged if j.withheld is None and j.index < first_failed)
+        row = figures[case.lang]
+        row["answers"] += 1
+        row["own_answer"] += answer_in_prediction(case.answer, case.gold)
+        row["own_gated"] += answer_in_prediction(gate(case, case.answer, min_support).text, case.gold)
+        row["goes_on"] += answer_in_prediction(going_on, case.gold)
+        row["ends_there"] += answer_in_prediction(ending, case.gold)
+    return {lang: dict(row) for lang, row in figures.items()}
+
+
 def show(cases: list[Case], min_support: float) -> list[dict[str, Any]]:
     """Every withheld sentence of the answers themselves, for the hand check."""
     shown = []
@@ -214,6 +235,16 @@ def main() -> None:
                 f"| {threshold}{marker} | {lang} | {row['answers']} | {row['sentences']} | "
                 f"{row['withheld']} ({share:.1%}) | {row['caught']}/{row['inserts']} ({caught:.1%}) |"
             )
+    print(
+        "\nGold answer in the reply: the model's answers, gated; with an insert, gated, by what a failed sentence does"
+    )
+    print("| lang | answers | the model's own answer | the same, gated | with insert, gated: goes on | ends there |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for lang, kept in sorted(policies(cases, default).items()):
+        print(
+            f"| {lang} | {kept['answers']:.0f} | {kept['own_answer']:.0f} | {kept['own_gated']:.0f} | "
+            f"{kept['goes_on']:.0f} | {kept['ends_there']:.0f} |"
+        )
     if args.show:
         for item in show(cases, default):
             print(json.dumps(item, ensure_ascii=False))

@@ -26,6 +26,12 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--ctx-size", type=int, default=0, help="total context over all slots; 0: the model's")
     parser.add_argument("--parallel", type=int, default=1, help="slots decoding concurrently")
     parser.add_argument("--alias", default="", help="model name the API reports")
+    parser.add_argument(
+        "--no-cache-prompt",
+        dest="cache_prompt",
+        action="store_false",
+        help="never reuse a previous prompt's KV cache (slower; decoding no longer depends on what ran before)",
+    )
     parser.add_argument("--version", action="store_true", help="print the wheel's version and exit")
     args = parser.parse_args(argv)
     if not args.version and not args.model:
@@ -48,6 +54,7 @@ def server_params(args: argparse.Namespace) -> Any:
     params.cpuparams_batch.n_threads = args.threads
     params.n_ctx = args.ctx_size
     params.n_parallel = args.parallel
+    params.cache_prompt = args.cache_prompt
     if args.alias:
         params.model_alias = {args.alias}
     return params

@@ -89,6 +89,11 @@ class ServerConfig:
     context: int = 8192
     parallel: int = 2
     alias: str = LOCAL_MODEL
+    # llama.cpp reuses the KV cache of a previous prompt's shared prefix: far faster on the pipelines' repeated
+    # instructions, but logits computed in a different batch split are not bit-identical, so at temperature 0
+    # the same request can decode differently depending on what ran before. Off only where that matters more
+    # than speed (a test that compares two answers token for token).
+    prompt_cache: bool = True
 
     @property
     def base_url(self) -> str:
@@ -111,6 +116,7 @@ class ServerConfig:
             str(self.parallel),
             "--alias",
             self.alias,
+            *([] if self.prompt_cache else ["--no-cache-prompt"]),
         ]
 
     def command(self) -> list[str]:

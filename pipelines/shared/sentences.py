@@ -2,8 +2,10 @@
 
 A sentence ends at a line break, at Japanese ``。！？``, or at English ``. ! ?`` followed by a space and a
 word that can start a sentence; a citation marker after the stop (``... in 1066. [2]``) stays with the sentence
-it cites. A stop is not an end after an abbreviation ("Dr.", "e.g."), an initial ("J. K. Rowling"), a list
-number ("2. Then"), or inside a number or a name ("3.5", "example.com"): nothing but a space follows a real stop.
+it cites, and a citation with no stop before it ends an English sentence when a capitalised word follows
+("Navvulata [1] It was..."). A stop is not an end after an abbreviation ("Dr.", "e.g."), an initial ("J. K.
+Rowling"), a list number ("2. Then"), or inside a number or a name ("3.5", "example.com"): nothing but a space
+follows a real stop.
 
 The splitter is incremental and decides an end only once it has seen the character after it, so the sentences
 of an answer fed token by token are exactly those of the whole answer fed at once: streaming and non-streaming
@@ -74,6 +76,10 @@ _CITATION = re.compile(r"\s*\[\d{1,3}(?:\s*,\s*\d{1,3})*\]")
 _CITATION_PREFIX = re.compile(r"\s*(?:\[(?:\d{1,3}(?:\s*,\s*\d{0,3})*)?)?$")
 _WORD_BEFORE = re.compile(r"([A-Za-z][A-Za-z.]*)$")
 _LIST_NUMBER = re.compile(r"^\s*(?:\d{1,3}|[A-Za-z])$")
+# A cited fragment without a full stop ("Navvulata [1]") ends where a capitalised word follows its citation: else an
+# invented sentence after it would be checked, and withheld, together with it.
+_CITATION_TAIL = re.compile(r"\[\d{1,3}(?:\s*,\s*\d{1,3})*\]$")
+_NEW_LATIN_SENTENCE = re.compile(r"\s+[A-Z]")
 _MORE = object()  # the stop's fate depends on text not yet arrived
 
 
@@ -127,6 +133,13 @@ def _first_end(buffer: str) -> int | None:
         if char == "\n":
             if buffer[start:index].strip():
                 return index
+            continue
+        if char == "]" and _CITATION_TAIL.search(buffer, start, index + 1):
+            rest = buffer[index + 1 :]
+            if not rest.strip():
+                return None  # the next word decides
+            if _NEW_LATIN_SENTENCE.match(rest):
+                return index + 1
             continue
         if char in _CJK_STOPS or char in _LATIN_STOPS:
             end = _end_after_stop(buffer, start, index)

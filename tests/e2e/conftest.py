@@ -19,11 +19,8 @@ from tests.ports import free_port
 MODEL = "qwen2.5-coder-1.5b-instruct-q4_k_m"
 
 
-@pytest.fixture(scope="session")
-def llm_base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    model_path = prepare(MODEL, default_model_dir())
-    log = tmp_path_factory.mktemp("llm") / "llama-server.log"
-    server = LocalLLMServer(ServerConfig(model_path=model_path, port=free_port()), log_path=log)
+def _serve_model(config: ServerConfig, log: Path) -> Iterator[str]:
+    server = LocalLLMServer(config, log_path=log)
     server.start(timeout_s=300)
     try:
         yield server.config.base_url
@@ -31,10 +28,8 @@ def llm_base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         server.stop()
 
 
-@pytest.fixture(scope="session")
-def gateway_url(llm_base_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def _serve_gateway(llm_base_url: str, workdir: Path) -> Iterator[str]:
     port = free_port()
-    workdir = tmp_path_factory.mktemp("gateway")
     env = {
         **os.environ,
         "GATEWAY_PORT": str(port),
@@ -55,6 +50,33 @@ def gateway_url(llm_base_url: str, tmp_path_factory: pytest.TempPathFactory) -> 
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def llm_base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    config = ServerConfig(model_path=prepare(MODEL, default_model_dir()), port=free_port())
+    yield from _serve_model(config, tmp_path_factory.mktemp("llm") / "llama-server.log")
+
+
+@pytest.fixture(scope="session")
+def gateway_url(llm_base_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    yield from _serve_gateway(llm_base_url, tmp_path_factory.mktemp("gateway"))
+
+
+@pytest.fixture(scope="module")
+def repeatable_gateway_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A gateway on a model server whose answer to a request never depends on the requests before it.
+
+    For tests that compare two answers token for token. llama.cpp's prompt cache and the batching of two
+    slots change the logits in the last bits, which at temperature 0 can flip a near-tie; one slot and no
+    prompt cache make a request decode the same whatever ran before. Module-scoped: it is slower, and only
+    such a comparison should pay for it.
+    """
+    config = ServerConfig(
+        model_path=prepare(MODEL, default_model_dir()), port=free_port(), parallel=1, prompt_cache=False
+    )
+    for llm_url in _serve_model(config, tmp_path_factory.mktemp("llm-repeatable") / "llama-server.log"):
+        yield from _serve_gateway(llm_url, tmp_path_factory.mktemp("gateway-repeatable"))
 
 
 def _wait_ready(url: str, process: subprocess.Popen[bytes], log: Path) -> None:

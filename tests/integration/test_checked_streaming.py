@@ -4,21 +4,28 @@ from the Redis cache."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from typing import Any
 
+import httpx
 import msgspec
 import pytest
+import uvicorn
 from litestar.testing import AsyncTestClient
 
+from gateway.app import create_app
+from gateway.overrides import ProviderOverrides
 from gateway.providers.embeddings import USEEmbeddings
 from gateway.query.steps import StepEvent
 from gateway.settings import Settings
 from pipelines.shared.events import Withhold
 from tests.fakes.openai_server import Answer, FakeOpenAI
 from tests.integration.test_llm_faults import against, gateway
+from tests.ports import free_port
 
 REDIS_TEST_URL = os.environ.get("REDIS_TEST_URL", "redis://127.0.0.1:6379/15")
 DOCUMENT = (
@@ -110,3 +117,54 @@ async def test_a_cached_answer_replays_as_the_same_stream_and_an_abstention_is_n
     assert again == first  # the same chunks: one per checked sentence
     assert [g["gateway"]["abstained"] for g in gone] == [True, True]
     assert [g["gateway"]["cached"] for g in gone] == [False, False]
+
+
+@asynccontextmanager
+async def served(settings: Settings, embeddings: USEEmbeddings) -> AsyncIterator[str]:
+    """The app behind a real uvicorn server in this event loop: a client that hangs up is a real disconnect, which
+    the in-memory test client cannot make."""
+    port = free_port()
+    app = create_app(settings, ProviderOverrides(embeddings=embeddings))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, lifespan="on"))
+    serving = asyncio.create_task(server.serve())
+    try:
+        while not server.started:
+            if serving.done():
+                serving.result()  # raises why it did not start
+            await asyncio.sleep(0.01)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await serving
+
+
+async def test_an_abandoned_stream_is_finished_checked_and_stored_whole(
+    settings: Settings, embeddings: USEEmbeddings, prefix: str
+) -> None:
+    """The client hangs up after the first sentence. The answer is not cut there: the shared computation goes on, its
+    checked whole is stored, and the next asker (streamed or not) gets all of it, at the cost of the one generation."""
+    slow = Answer(" ".join(SENTENCES), token_delay_s=0.02)
+    with FakeOpenAI(slow, structured=AGREEABLE) as upstream:
+        cached = against(settings, upstream).replace(
+            redis={"url": REDIS_TEST_URL}, cache={"enabled": True, "prefix": prefix}
+        )
+        async with served(cached, embeddings) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
+            documents = {"documents": [{"id": "k9", "title": "Kumo Carrier K9", "text": DOCUMENT}]}
+            assert (await client.post("/v1/documents", json=documents)).status_code == 200
+            body = chat("gateway-single-hop", stream=True)
+            received: list[str] = []
+            async with client.stream("POST", "/v1/chat/completions", json=body) as response:
+                async for line in response.aiter_lines():
+                    delta = json.loads(line[6:])["choices"][0]["delta"] if line.startswith("data: {") else {}
+                    if delta.get("content"):
+                        received.append(delta["content"])
+                        break  # hang up after the first sentence
+            whole = (await client.post("/v1/chat/completions", json=chat("gateway-single-hop", stream=False))).json()
+            replay = await client.post("/v1/chat/completions", json=body)
+    assert [c.strip() for c in received] == SENTENCES[:1]
+    assert whole["choices"][0]["message"]["content"] == CHECKED  # whole, not the abandoned stream's first sentence
+    assert withheld(whole["gateway"])[0].sentence == INVENTED
+    replayed = [json.loads(line[6:]) for line in replay.text.splitlines() if line.startswith("data: {")]
+    assert "".join(p["choices"][0]["delta"].get("content") or "" for p in replayed if p.get("choices")) == CHECKED
+    assert next(p["gateway"]["cached"] for p in replayed if p.get("choices") and p["choices"][0]["finish_reason"])
+    assert upstream.calls == 1  # the abandoned stream's generation is the one every later answer came from

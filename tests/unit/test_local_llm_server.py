@@ -87,6 +87,8 @@ def test_the_embedded_server_accepts_the_flags_the_project_passes(tmp_path: Path
     args = embedded.parse(config.arguments())
     assert (args.model, args.host, args.port) == (str(config.model_path), config.host, 43123)
     assert (args.threads, args.ctx_size, args.parallel, args.alias) == (3, 4096, 2, config.alias)
+    assert args.cache_prompt
+    assert not embedded.parse(ServerConfig(model_path=config.model_path, prompt_cache=False).arguments()).cache_prompt
 
 
 def test_command_is_the_server_then_its_flags(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -108,6 +110,8 @@ def test_server_params_carry_the_flags(tmp_path: Path) -> None:
     assert (params.model.path, params.hostnames, params.port) == (str(tmp_path / "m.gguf"), ["127.0.0.1"], 43124)
     assert (params.cpuparams.n_threads, params.cpuparams_batch.n_threads) == (2, 2)
     assert params.model_alias == {"m"}
+    assert params.cache_prompt
+    assert not embedded.server_params(embedded.parse(["--model", "m.gguf", "--no-cache-prompt"])).cache_prompt
 
 
 @pytest.mark.parametrize(("exit_code", "expected"), [(0, 0), (3, 3)])
