@@ -17,6 +17,7 @@ from gateway.local_llm.server import LocalLLMServer, ServerConfig
 from tests.ports import free_port
 
 MODEL = "qwen2.5-coder-1.5b-instruct-q4_k_m"
+REPEATABLE_BUDGET_S = 1800
 
 
 def _serve_model(config: ServerConfig, log: Path) -> Iterator[str]:
@@ -28,7 +29,7 @@ def _serve_model(config: ServerConfig, log: Path) -> Iterator[str]:
         server.stop()
 
 
-def _serve_gateway(llm_base_url: str, workdir: Path) -> Iterator[str]:
+def _serve_gateway(llm_base_url: str, workdir: Path, **settings: str) -> Iterator[str]:
     port = free_port()
     env = {
         **os.environ,
@@ -39,6 +40,7 @@ def _serve_gateway(llm_base_url: str, workdir: Path) -> Iterator[str]:
         # These tests check what the real model makes of the pipelines, not how fast a shared 2-core machine
         # runs it (speed is for tests/benchmarks): a loaded CI box must not turn the 90 s budget into the answer.
         "GATEWAY_BUDGET_MAX_SECONDS": "600",
+        **settings,
     }
     env.pop("REDIS_URL", None)
     log = (workdir / "gateway.log").open("wb")
@@ -76,7 +78,15 @@ def repeatable_gateway_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator
         model_path=prepare(MODEL, default_model_dir()), port=free_port(), parallel=1, prompt_cache=False
     )
     for llm_url in _serve_model(config, tmp_path_factory.mktemp("llm-repeatable") / "llama-server.log"):
-        yield from _serve_gateway(llm_url, tmp_path_factory.mktemp("gateway-repeatable"))
+        # Every prompt is read from its first token: a Japanese generation prompt alone can take 150 s on a busy
+        # 2-core machine, past the default per-call timeout.
+        workdir = tmp_path_factory.mktemp("gateway-repeatable")
+        yield from _serve_gateway(
+            llm_url,
+            workdir,
+            GATEWAY_LLM_TIMEOUT_S=str(REPEATABLE_BUDGET_S),
+            GATEWAY_BUDGET_MAX_SECONDS=str(REPEATABLE_BUDGET_S),
+        )
 
 
 def _wait_ready(url: str, process: subprocess.Popen[bytes], log: Path) -> None:

@@ -21,10 +21,11 @@ from gateway.eval.datasets import load
 from gateway.eval.sentence_answers import DATA
 from pipelines.shared.events import Generate, Withhold
 from routes.written_kb import load_written_kb
+from tests.e2e.conftest import REPEATABLE_BUDGET_S
 from tests.scripted import events
 
 pytestmark = pytest.mark.e2e
-TIMEOUT = httpx.Timeout(660.0)  # past the gateway's 600 s budget (tests/e2e/conftest.py)
+TIMEOUT = httpx.Timeout(REPEATABLE_BUDGET_S + 60.0)  # past the repeatable gateway's budget
 
 
 def _paragraph(file: str, question_id: str) -> tuple[list[dict[str, str]], str]:
@@ -34,8 +35,22 @@ def _paragraph(file: str, question_id: str) -> tuple[list[dict[str, str]], str]:
     return documents, question.text
 
 
-def _written(lang: str) -> list[dict[str, str]]:
-    return [{"id": d.id, "title": d.title, "text": d.text} for d in load_written_kb().documents if d.lang == lang]
+def _written(lang: str, ids: set[str] | None = None) -> list[dict[str, str]]:
+    documents = [d for d in load_written_kb().documents if d.lang == lang and (ids is None or d.id in ids)]
+    return [{"id": d.id, "title": d.title, "text": d.text} for d in documents]
+
+
+# The company's teams, products and offices (two of them the bridge, the rest look-alikes), not the whole knowledge
+# base: the model server here reads every prompt from its first token, and eight long passages double the cost.
+HALVORSEN = {
+    "en-beacon",
+    "en-beacon-lite",
+    "en-team-telemetry",
+    "en-team-warehouse",
+    "en-lisbon",
+    "en-austin",
+    "en-rotterdam",
+}
 
 
 SQUAD_DOCS, SQUAD_QUESTION = _paragraph("squad_v2_dev_normans.json", "56ddde6b9a695914005b9629")
@@ -45,7 +60,7 @@ CASES = {
     "single_hop-ja": ("gateway-single-hop", JSQUAD_DOCS, JSQUAD_QUESTION),
     "multi_hop-en": (
         "gateway-multi-hop",
-        _written("en"),
+        _written("en", HALVORSEN),
         "How many people work at the office where the team that develops Beacon is based?",
     ),
     "multi_hop-ja": (
