@@ -21,7 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from gateway.ingest.client import GatewayFiles, IngestError, Outcome
 from gateway.ingest.plan import Plan, batches, plan, walk
 
-DEFAULT_URL = "http://127.0.0.1:8080"
+DEFAULT_URL = "http://127.0.0.1:8000"
 BATCH_FILES = 16
 BATCH_BYTES = 16 * 1024 * 1024  # well under the gateway's default 64 MB upload limit
 
