@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from typing import Any
 
-from litestar import Litestar
+from litestar import Litestar, Router
 from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
@@ -28,7 +28,7 @@ from gateway.curation.factory import KnowledgeChanges, open_curation_store, star
 from gateway.curation.pages import ReviewController, template_config
 from gateway.errors import handle_exception
 from gateway.guardrails.service import Guardrails
-from gateway.knowledge.controller import DocumentController
+from gateway.knowledge.controller import DocumentController, FileController
 from gateway.knowledge.factory import load_sample_kb, open_knowledge
 from gateway.knowledge.service import KnowledgeBase
 from gateway.observability.http import trace_requests
@@ -128,6 +128,8 @@ def create_app(settings: Settings | None = None, overrides: ProviderOverrides | 
         route_handlers=[
             QueryController,
             DocumentController,
+            # Uploads carry whole files, far past a JSON request's limit: their own, per file and per upload.
+            Router("/", route_handlers=[FileController], request_max_body_size=settings.limits.max_upload_bytes),
             HealthController,
             ChatController,
             MetricsController,

@@ -269,10 +269,13 @@ DESCRIPTIONS = {
 }
 
 
-def problem_responses(*statuses: int) -> dict[int, ResponseSpec]:
+def problem_responses(*statuses: int, described: dict[int, str] | None = None) -> dict[int, ResponseSpec]:
+    """The problem responses an operation documents; ``described`` says what a status means there, where that
+    differs from the rest of the API (a file upload's 413 and 422)."""
+    descriptions = {**DESCRIPTIONS, **(described or {})}
     return {
         status: ResponseSpec(
-            ProblemDetails, description=DESCRIPTIONS[status], media_type=PROBLEM_JSON, generate_examples=False
+            ProblemDetails, description=descriptions[status], media_type=PROBLEM_JSON, generate_examples=False
         )
         for status in statuses
     }

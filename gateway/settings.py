@@ -253,6 +253,11 @@ class RequestLimits(SettingsGroup):
     max_query_chars: int = Field(4000, ge=1)
     max_documents_per_request: int = Field(256, ge=1)
     max_document_chars: int = Field(500_000, ge=1)
+    # File uploads (POST /v1/files) have their own body limit: a folder's files, a 1,000-page PDF.
+    max_upload_bytes: int = Field(64 * 1024 * 1024, ge=1024)
+    max_file_bytes: int = Field(32 * 1024 * 1024, ge=1024)
+    # A .docx's parts, unpacked: refused past this before anything is inflated (a zip bomb).
+    max_unpacked_bytes: int = Field(128 * 1024 * 1024, ge=1024)
 
 
 class ChatSettings(SettingsGroup):

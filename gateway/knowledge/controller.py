@@ -1,18 +1,31 @@
-"""``POST /v1/documents`` (upsert by id) and ``DELETE /v1/documents/{id}``."""
+"""``POST /v1/documents`` (upsert by id), ``DELETE /v1/documents/{id}``, and files: ``POST /v1/files`` (multipart
+upload of Markdown, text, HTML, PDF, DOCX, JSONL) and ``GET /v1/files`` (what came from which file, by hash)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
-from litestar import Controller, delete, post
+import msgspec
+from litestar import Controller, delete, get, post
+from litestar.datastructures import UploadFile
 from litestar.di import NamedDependency
-from litestar.params import JSONBody, PathParameter, QueryParameter
+from litestar.enums import RequestEncodingType
+from litestar.params import Body, JSONBody, PathParameter, QueryParameter
 
 from gateway.access.guard import BEARER, require
 from gateway.access.keys import Principal
-from gateway.errors import NotFoundError, problem_responses
-from gateway.knowledge.schemas import DeleteResponse, DocumentsRequest, DocumentsResponse
+from gateway.errors import ClientError, NotFoundError, problem_responses
+from gateway.knowledge.files.formats import FileLimits
+from gateway.knowledge.schemas import (
+    DeleteResponse,
+    DocumentsRequest,
+    DocumentsResponse,
+    FilesResponse,
+    IndexedFilesResponse,
+)
 from gateway.knowledge.service import KnowledgeBase
+from gateway.knowledge.uploads import Upload, indexed_files, ingest_files
 from gateway.knowledge.validation import valid_documents
 from gateway.providers.vectorstores.base import TENANT_PATTERN
 from gateway.settings import Settings
@@ -42,19 +55,99 @@ class DocumentController(Controller):
         return DocumentsResponse(upserted=result.upserted, chunks=result.chunks)
 
     @delete(
-        "/{doc_id:str}",
+        "/{doc_id:path}",
         status_code=200,
         summary="Delete a document and all its chunks",
+        description="The id may hold slashes: a file's document is named by its path (`manuals/billing.md`).",
         responses=problem_responses(400, 401, 403, 404, 429, 502, 503, 504),
     )
     async def remove(
         self,
-        doc_id: Annotated[str, PathParameter(max_length=256)],
+        doc_id: Annotated[Path, PathParameter()],
         knowledge: NamedDependency[KnowledgeBase],
         principal: NamedDependency[Principal],
         tenant: Annotated[str, QueryParameter(pattern=TENANT_PATTERN)] = "default",
     ) -> DeleteResponse:
         tenant = principal.tenant_for(tenant)
-        if not await knowledge.delete(tenant, doc_id):
-            raise NotFoundError(f"Tenant {tenant!r} has no document {doc_id!r}.")
-        return DeleteResponse(deleted=doc_id, tenant=tenant)
+        document = str(doc_id).removeprefix("/")
+        if not document or len(document) > 256:
+            raise ClientError("A document id is 1 to 256 characters.")
+        if not await knowledge.delete(tenant, document):
+            raise NotFoundError(f"Tenant {tenant!r} has no document {document!r}.")
+        return DeleteResponse(deleted=document, tenant=tenant)
+
+
+class FilesRefusedError(ClientError):
+    """No file of an upload could be indexed: the status is the files' own when they agree (one file: its own)."""
+
+    title = "No file indexed"
+
+    def __init__(self, response: FilesResponse) -> None:
+        statuses = {f.status for f in response.files}
+        self.status_code = statuses.pop() if len(statuses) == 1 else 422
+        reasons = "; ".join(f"{f.file}: {f.reason}" for f in response.files)
+        super().__init__(f"No file was indexed. {reasons}", files=[msgspec.to_builtins(f) for f in response.files])
+
+
+class FileController(Controller):
+    path = "/v1/files"
+    tags = ["documents"]
+    before_request = require("admin")
+    security = [{BEARER: []}]
+
+    @post(
+        "/",
+        status_code=200,
+        summary="Upload files (Markdown, text, HTML, PDF, DOCX, JSONL); each replaces its earlier chunks",
+        description=(
+            "Each part's file name is its path, the id of the document it becomes (a JSONL file's lines keep their "
+            "own ids). Readable files are indexed together as one knowledge change; a file that cannot be is refused "
+            "whole (413 too large, 415 unsupported type, 422 unreadable) and listed with its reason. The response is "
+            "200 when any file was indexed, else the refused files' status."
+        ),
+        responses=problem_responses(
+            400,
+            401,
+            403,
+            413,
+            415,
+            422,
+            429,
+            502,
+            503,
+            504,
+            described={
+                413: "The upload is over GATEWAY_MAX_UPLOAD_BYTES, or its only files are over the per-file limits",
+                415: "No file is of a supported type",
+                422: "No file could be read (corrupt, encrypted, not text); each file's reason is in 'files'",
+            },
+        ),
+    )
+    async def upload(
+        self,
+        data: Annotated[list[UploadFile], Body(media_type=RequestEncodingType.MULTI_PART)],
+        knowledge: NamedDependency[KnowledgeBase],
+        settings: NamedDependency[Settings],
+        principal: NamedDependency[Principal],
+        tenant: Annotated[str, QueryParameter(pattern=TENANT_PATTERN)] = "default",
+    ) -> FilesResponse:
+        tenant = principal.tenant_for(tenant)
+        limits = settings.limits
+        if not data:
+            raise ClientError("No files in the upload: send them as multipart/form-data file parts.")
+        uploads = [Upload(name=f.filename or "", data=await f.read()) for f in data]
+        file_limits = FileLimits(max_file_bytes=limits.max_file_bytes, max_unpacked_bytes=limits.max_unpacked_bytes)
+        response = await ingest_files(knowledge, tenant, uploads, limits, file_limits)
+        if not response.indexed:
+            raise FilesRefusedError(response)
+        return response
+
+    @get("/", summary="The files a tenant's documents came from, with their content hashes")
+    async def listing(
+        self,
+        knowledge: NamedDependency[KnowledgeBase],
+        principal: NamedDependency[Principal],
+        tenant: Annotated[str, QueryParameter(pattern=TENANT_PATTERN)] = "default",
+    ) -> IndexedFilesResponse:
+        tenant = principal.tenant_for(tenant)
+        return IndexedFilesResponse(tenant=tenant, files=await indexed_files(knowledge, tenant))

@@ -26,9 +26,11 @@ from typing import Any, TypeVar
 
 from langchain_core.embeddings import Embeddings
 
+from gateway.cache.backend import CacheUnavailableError
 from gateway.cache.versions import KnowledgeVersions
 from gateway.errors import ProviderError
-from gateway.knowledge.chunking import Chunker
+from gateway.knowledge.chunking import Chunker, Piece
+from gateway.knowledge.files.sections import Section
 from gateway.knowledge.matrices import TenantMatrices
 from gateway.knowledge.query_vector import StartedEmbedding
 from gateway.providers.vectorstores.base import ChunkRecord, VectorStore
@@ -42,16 +44,20 @@ HYBRID_DEPTH = 3
 
 @dataclass(frozen=True, slots=True)
 class NewDocument:
+    """A document to index: plain ``text``, or a file's ``sections`` (then chunked section by section)."""
+
     id: str
     text: str
     title: str = ""
     metadata: dict[str, Any] = field(default_factory=dict)
+    sections: tuple[Section, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class IngestResult:
     upserted: int
     chunks: int
+    chunks_by_document: dict[str, int] = field(default_factory=dict)
 
 
 # Told which documents of a tenant changed, after the write (the curation store's ``stale`` diagnosis).
@@ -99,17 +105,33 @@ class KnowledgeBase:
         await self._versions.acknowledge(tenant)
         return result
 
+    def _pieces(self, document: NewDocument) -> list[Piece]:
+        if document.sections:
+            return self._chunker.split_sections(document.sections)
+        return [Piece(text) for text in self._chunker.split(document.text)]
+
     async def ingest(self, tenant: str, documents: Sequence[NewDocument]) -> IngestResult:
-        planned: list[tuple[NewDocument, list[str]]] = [(d, self._chunker.split(d.text)) for d in documents]
-        texts = [_embedding_text(doc.title, chunk) for doc, chunks in planned for chunk in chunks]
+        """Index ``documents``, each replacing its earlier chunks, as one change of the tenant's knowledge."""
+        planned = [(d, self._pieces(d)) for d in documents]
+        texts = [_embedding_text(doc.title, piece) for doc, pieces in planned for piece in pieces]
         vectors = await self._embed_documents(texts)
         total = await self._change(tenant, lambda: self._store_all(tenant, planned, vectors))
         if self._on_change is not None:
             await self._on_change(tenant, [doc.id for doc, _ in planned])
-        return IngestResult(upserted=len(planned), chunks=total)
+        by_document = {doc.id: len(pieces) for doc, pieces in planned}
+        return IngestResult(upserted=len(planned), chunks=total, chunks_by_document=by_document)
+
+    async def version(self, tenant: str) -> int | None:
+        """The tenant's knowledge version (what a change moves on), None where no cache keeps versions."""
+        if self._versions is None:
+            return None
+        try:
+            return await self._versions.current(tenant)
+        except CacheUnavailableError:
+            return None  # the change itself was acknowledged; only this read failed
 
     async def _store_all(
-        self, tenant: str, planned: list[tuple[NewDocument, list[str]]], vectors: list[list[float]]
+        self, tenant: str, planned: list[tuple[NewDocument, list[Piece]]], vectors: list[list[float]]
     ) -> int:
         position = 0
         total = 0
@@ -119,11 +141,11 @@ class KnowledgeBase:
                     doc_id=doc.id,
                     index=i,
                     title=doc.title or doc.id,
-                    text=chunk,
+                    text=piece.text,
                     vector=vectors[position + i],
-                    metadata=doc.metadata,
+                    metadata={**doc.metadata, "section": piece.heading} if piece.heading else doc.metadata,
                 )
-                for i, chunk in enumerate(chunks)
+                for i, piece in enumerate(chunks)
             ]
             position += len(chunks)
             total += len(records)
@@ -224,8 +246,9 @@ def _embedding_error(error: Exception) -> Exception:
     return ProviderError(f"embedding failed: {error}", provider="embeddings")
 
 
-def _embedding_text(title: str, chunk: str) -> str:
-    return f"{title}\n{chunk}" if title else chunk
+def _embedding_text(title: str, piece: Piece) -> str:
+    """The title and the heading path name what a chunk's text often only refers to ("they are retried")."""
+    return "\n".join(part for part in (title, piece.heading, piece.text) if part)
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,7 @@ class Source(msgspec.Struct):
     id: str
     title: str
     score: float
+    section: str = ""  # the best chunk's heading path in its file ("Billing › Failed payments"); "" for plain text
 
 
 class Usage(msgspec.Struct):

@@ -347,7 +347,10 @@ def _sources(passages: list[Passage]) -> list[Source]:
         if passage.doc_id not in best or passage.score > best[passage.doc_id].score:
             best[passage.doc_id] = passage
     ordered = sorted(best.values(), key=lambda p: p.score, reverse=True)
-    return [Source(id=p.doc_id, title=p.title, score=round(p.score, 4)) for p in ordered]
+    return [
+        Source(id=p.doc_id, title=p.title, score=round(p.score, 4), section=str(p.metadata.get("section", "")))
+        for p in ordered
+    ]
 
 
 def _usage(calls: list[LLMCall]) -> Usage:

@@ -1,0 +1,1 @@
+"""``python -m gateway.ingest``: keep a tenant's knowledge in step with folders of files, through the HTTP API."""
