@@ -3,6 +3,7 @@ upload of Markdown, text, HTML, PDF, DOCX, JSONL) and ``GET /v1/files`` (what ca
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -77,6 +78,13 @@ class DocumentController(Controller):
         return DeleteResponse(deleted=document, tenant=tenant)
 
 
+@dataclass
+class FileUploadForm:
+    """The multipart form: one part named ``files`` per file, its file name the file's path."""
+
+    files: list[UploadFile]
+
+
 class FilesRefusedError(ClientError):
     """No file of an upload could be indexed: the status is the files' own when they agree (one file: its own)."""
 
@@ -125,7 +133,7 @@ class FileController(Controller):
     )
     async def upload(
         self,
-        data: Annotated[list[UploadFile], Body(media_type=RequestEncodingType.MULTI_PART)],
+        data: Annotated[FileUploadForm, Body(media_type=RequestEncodingType.MULTI_PART)],
         knowledge: NamedDependency[KnowledgeBase],
         settings: NamedDependency[Settings],
         principal: NamedDependency[Principal],
@@ -133,16 +141,21 @@ class FileController(Controller):
     ) -> FilesResponse:
         tenant = principal.tenant_for(tenant)
         limits = settings.limits
-        if not data:
-            raise ClientError("No files in the upload: send them as multipart/form-data file parts.")
-        uploads = [Upload(name=f.filename or "", data=await f.read()) for f in data]
+        files = [f for f in data.files if isinstance(f, UploadFile)]
+        if not files:
+            raise ClientError("No files in the upload: send them as multipart/form-data parts named 'files'.")
+        uploads = [Upload(name=f.filename or "", data=await f.read()) for f in files]
         file_limits = FileLimits(max_file_bytes=limits.max_file_bytes, max_unpacked_bytes=limits.max_unpacked_bytes)
         response = await ingest_files(knowledge, tenant, uploads, limits, file_limits)
         if not response.indexed:
             raise FilesRefusedError(response)
         return response
 
-    @get("/", summary="The files a tenant's documents came from, with their content hashes")
+    @get(
+        "/",
+        summary="The files a tenant's documents came from, with their content hashes",
+        responses=problem_responses(400, 401, 403, 429, 502, 503),
+    )
     async def listing(
         self,
         knowledge: NamedDependency[KnowledgeBase],

@@ -133,3 +133,20 @@ async def test_a_tenant_admin_key_uploads_and_lists_only_its_own_tenant(
     assert [f["file"] for f in listed.json()["files"]] == ["en/handbook.md"]
     assert other.status_code == 403
     assert chatbot.status_code == 403  # a query key changes no knowledge
+
+
+@pytest.mark.parametrize(
+    "request_kwargs",
+    [
+        {},
+        {"headers": {"content-type": "multipart/form-data; boundary=x"}, "content": b"--x--\r\n"},
+        {"data": {"files": "not a file"}},
+    ],
+)
+async def test_an_upload_without_file_parts_is_a_400_problem(
+    make_client: Callable[..., Any], request_kwargs: dict[str, Any]
+) -> None:
+    async with make_client() as (client, _):
+        response = await client.post("/v1/files?tenant=docs", **request_kwargs)
+    assert response.status_code == 400, response.text
+    assert response.headers["content-type"].startswith("application/problem+json")
