@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.eval.datasets import Dataset, load
-from gateway.local_llm.__main__ import DEFAULT_MODEL
-from gateway.local_llm.model import default_model_dir, prepare
+from gateway.local_llm.model import DEFAULT_MODEL, default_model_dir, prepare
 from gateway.local_llm.server import LocalLLMServer, ServerConfig, is_healthy
 from gateway.providers.llm import open_llm_client
 from gateway.settings import LLMEndpointSettings, LLMSettings

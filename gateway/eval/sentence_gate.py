@@ -30,8 +30,7 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from gateway.eval.datasets import load
 from gateway.eval.metrics import answer_in_prediction
 from gateway.eval.sentence_answers import DATA
-from gateway.local_llm.__main__ import DEFAULT_MODEL
-from gateway.local_llm.model import default_model_dir, prepare
+from gateway.local_llm.model import DEFAULT_MODEL, default_model_dir, prepare
 from gateway.local_llm.server import LocalLLMServer, ServerConfig, is_healthy
 from gateway.providers.llm import LLMClient, open_llm_client
 from gateway.settings import LLMEndpointSettings, LLMSettings

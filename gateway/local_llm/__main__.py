@@ -8,10 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gateway.local_llm.model import MODELS, default_model_dir, prepare
+from gateway.local_llm.model import DEFAULT_MODEL, MODELS, default_model_dir, prepare
 from gateway.local_llm.server import ServerConfig, find_server, is_healthy, wait_until_healthy
 
-DEFAULT_MODEL = "qwen2.5-coder-1.5b-instruct-q4_k_m"
 CHECK_TIMEOUT_S = 60.0
 
 

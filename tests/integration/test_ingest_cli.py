@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.ingest.__main__ import main
+from gateway.ingest.cli import main
 from gateway.providers.embeddings import USEEmbeddings
 from gateway.settings import Settings
 from tests.integration.test_checked_streaming import served
