@@ -17,7 +17,6 @@ from litestar.params import Body, JSONBody, PathParameter, QueryParameter
 from gateway.access.guard import BEARER, require
 from gateway.access.keys import Principal
 from gateway.errors import ClientError, NotFoundError, problem_responses
-from gateway.knowledge.files.formats import FileLimits
 from gateway.knowledge.schemas import (
     DeleteResponse,
     DocumentsRequest,
@@ -140,13 +139,11 @@ class FileController(Controller):
         tenant: Annotated[str, QueryParameter(pattern=TENANT_PATTERN)] = "default",
     ) -> FilesResponse:
         tenant = principal.tenant_for(tenant)
-        limits = settings.limits
         files = [f for f in data.files if isinstance(f, UploadFile)]
         if not files:
             raise ClientError("No files in the upload: send them as multipart/form-data parts named 'files'.")
         uploads = [Upload(name=f.filename or "", data=await f.read()) for f in files]
-        file_limits = FileLimits(max_file_bytes=limits.max_file_bytes, max_unpacked_bytes=limits.max_unpacked_bytes)
-        response = await ingest_files(knowledge, tenant, uploads, limits, file_limits)
+        response = await ingest_files(knowledge, tenant, uploads, settings.limits)
         if not response.indexed:
             raise FilesRefusedError(response)
         return response

@@ -14,10 +14,12 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gateway.knowledge.files.formats import FileLimits, read_file
+from gateway.errors import ClientError
+from gateway.knowledge.files.formats import read_file
 from gateway.knowledge.files.sections import FileRejectedError, ParsedDocument
 from gateway.knowledge.schemas import FileOutcome, FilesResponse, IndexedFile
 from gateway.knowledge.service import KnowledgeBase, NewDocument
+from gateway.knowledge.validation import check_limits
 from gateway.settings import RequestLimits
 
 
@@ -29,28 +31,25 @@ class Upload:
 
 def _checked(documents: list[ParsedDocument], taken: set[str], limits: RequestLimits) -> list[ParsedDocument]:
     """The documents a readable file adds, once they meet the limits every knowledge write obeys."""
-    if len(documents) > limits.max_documents_per_request:
-        raise FileRejectedError(f"{len(documents)} documents; the maximum is {limits.max_documents_per_request}")
+    try:
+        check_limits({d.id: sum(len(s.text) for s in d.sections) for d in documents}, limits)
+    except ClientError as refused:
+        raise FileRejectedError(refused.detail) from refused
     for document in documents:
-        size = sum(len(s.text) for s in document.sections)
-        if size > limits.max_document_chars:
-            raise FileRejectedError(
-                f"document {document.id!r} has {size} characters of text; the maximum is {limits.max_document_chars}"
-            )
         if document.id in taken:
             raise FileRejectedError(f"document {document.id!r} comes from another file of this upload too")
     return documents
 
 
 async def ingest_files(
-    knowledge: KnowledgeBase, tenant: str, uploads: Sequence[Upload], limits: RequestLimits, files: FileLimits
+    knowledge: KnowledgeBase, tenant: str, uploads: Sequence[Upload], limits: RequestLimits
 ) -> FilesResponse:
     outcomes: list[FileOutcome] = []
     accepted: list[tuple[int, list[ParsedDocument]]] = []
     taken: set[str] = set()
     for upload in uploads:
         try:
-            documents = _checked(await asyncio.to_thread(read_file, upload.name, upload.data, files), taken, limits)
+            documents = _checked(await asyncio.to_thread(read_file, upload.name, upload.data, limits), taken, limits)
         except FileRejectedError as refused:
             outcomes.append(FileOutcome(file=upload.name, status=refused.status, reason=refused.reason))
             continue

@@ -41,7 +41,7 @@ from gateway.app import create_app
 from gateway.eval.datasets import load
 from gateway.eval.sentence_answers import DATA
 from gateway.knowledge.chunking import Chunker
-from gateway.knowledge.files.formats import FileLimits, read_file
+from gateway.knowledge.files.formats import read_file
 from gateway.overrides import ProviderOverrides
 from gateway.providers.embeddings import USEEmbeddings
 from gateway.providers.vectorstores.base import ChunkRecord
@@ -163,7 +163,7 @@ def pdf_readers() -> list[str]:
 
 
 async def phases(files: list[tuple[str, bytes]], settings: Settings, embeddings: USEEmbeddings) -> list[str]:
-    limits = FileLimits(max_file_bytes=settings.limits.max_file_bytes, max_unpacked_bytes=10**9)
+    limits = settings.limits
     timings: dict[str, float] = {}
     started = time.perf_counter()
     documents = [d for name, data in files for d in read_file(name, data, limits)]

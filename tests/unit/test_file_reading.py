@@ -11,7 +11,7 @@ import pytest
 from pypdf import PdfWriter
 
 from gateway.knowledge.chunking import Chunker
-from gateway.knowledge.files.formats import FileLimits, read_file
+from gateway.knowledge.files.formats import read_file
 from gateway.knowledge.files.sections import (
     FileRejectedError,
     OversizeFileError,
@@ -19,9 +19,10 @@ from gateway.knowledge.files.sections import (
     UnreadableFileError,
     UnsupportedFileError,
 )
+from gateway.settings import RequestLimits
 from tests.sample_files import FACTS, OTHER, sample, with_part, word
 
-LIMITS = FileLimits(max_file_bytes=1_000_000, max_unpacked_bytes=5_000_000)
+LIMITS = RequestLimits(max_file_bytes=1_000_000, max_unpacked_bytes=5_000_000)
 
 
 def fact_section(kind: str, lang: str) -> Section:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import posixpath
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from gateway.knowledge.files.docx import read_docx
@@ -25,6 +24,7 @@ from gateway.knowledge.files.sections import (
     UnsupportedFileError,
 )
 from gateway.knowledge.files.text import decode, read_jsonl, read_text
+from gateway.settings import RequestLimits
 
 SUPPORTED = {
     ".md": "markdown",
@@ -37,12 +37,6 @@ SUPPORTED = {
     ".docx": "docx",
     ".jsonl": "jsonl",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class FileLimits:
-    max_file_bytes: int
-    max_unpacked_bytes: int  # a .docx's parts, unpacked
 
 
 def document_path(name: str) -> str:
@@ -69,7 +63,7 @@ def _one(path: str, title: str, sections: list[Section]) -> list[ParsedDocument]
     return [ParsedDocument(path, title or PurePosixPath(path).stem, sections)]
 
 
-def read_file(name: str, data: bytes, limits: FileLimits) -> list[ParsedDocument]:
+def read_file(name: str, data: bytes, limits: RequestLimits) -> list[ParsedDocument]:
     """The documents in one uploaded file, each tagged with the file's path and content hash.
 
     Raises a :class:`~gateway.knowledge.files.sections.FileRejectedError` saying why a file cannot be indexed.
