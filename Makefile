@@ -43,11 +43,13 @@ promtool:
 	  rc=$$?; if [ -n "$$guard" ]; then rm -f /usr/sbin/policy-rc.d; fi; exit $$rc; }
 
 # chromium drives the review page's browser test (Playwright's Python client launches Debian's binary;
-# never `playwright install`). Debian package `chromium`; needs root and apt.
+# never `playwright install`). Debian packages `chromium` and `fonts-noto-cjk` (without it Japanese renders
+# as boxes in the screenshots the browser tests write); needs root and apt.
 chromium:
-	@test -x /usr/bin/chromium || { \
-	  echo "chromium not found: installing the Debian package chromium"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; }
+	@{ test -x /usr/bin/chromium && test -d /usr/share/fonts/opentype/noto; } || { \
+	  echo "chromium or fonts-noto-cjk not found: installing the Debian packages"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	    chromium fonts-noto-cjk; }
 
 # The production image (deploy/Dockerfile) without a registry or a container daemon: buildah on a Python
 # base made from Debian bookworm packages, both cached under ~/.cache/rag-gateway by their inputs (see

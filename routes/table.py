@@ -10,6 +10,7 @@ graph's runtime context (clients, policies, telemetry), also built once, at invo
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
@@ -71,6 +72,18 @@ class RunProfile:
 DEFAULT_RUN = RunProfile()
 
 
+@dataclass(frozen=True, slots=True)
+class StepTime:
+    """When one step of a run started and ended (``time.perf_counter`` seconds), and how many of the run's events
+    it added: a graph node's task, as LangGraph's ``tasks`` stream reports it, or the table's own step between
+    graphs. The events of a run are the steps' events in this order, so a step's events are the next ``events``."""
+
+    name: str
+    started: float
+    ended: float
+    events: int
+
+
 @dataclass(slots=True)
 class RouteResult:
     route: Route
@@ -82,6 +95,7 @@ class RouteResult:
     context: list[Passage] = field(default_factory=list)
     stop_reason: StopReason | None = None
     escalated_from: Route | None = None
+    steps: list[StepTime] = field(default_factory=list)
 
 
 class RouteTable:
@@ -158,8 +172,9 @@ class RouteTable:
             direct = replace(direct, llm=llm, assistant=profile.assistant, live=live)
             with self._telemetry.route("direct"):
                 # One node, no branch: run without LangGraph's loop (pipelines/direct/graph.py says why).
+                started = time.perf_counter()
                 state = await run_direct(query, tenant, direct, writer)
-            return _result(route, state)
+            return _result(route, state, [StepTime("direct", started, time.perf_counter(), len(state.events))])
         multi_hop_k = self._k(top_k, self._policy.multi_hop_top_k)
         if route == "multi_hop":
             return await self._run_corrective(query, tenant, multi_hop_k, query_vector, probe, profile, writer)
@@ -176,14 +191,17 @@ class RouteTable:
             single_hop = replace(single_hop, llm=llm, assistant=profile.assistant, live=live)
             if probe is not None:
                 single_hop = replace(single_hop, retriever=ProbeFirstRetriever(single_hop.retriever, probe))
-            plain_state = SingleHopState(**await _run_graph(self._single_hop, initial, single_hop, None, writer))
-        plain = _result("single_hop", plain_state)
+            final, steps = await _run_graph(self._single_hop, initial, single_hop, None, writer)
+            plain_state = SingleHopState(**final)
+        plain = _result("single_hop", plain_state, steps)
         if not plain_state.escalate:
             return plain
         self._telemetry.escalation("single_hop", "multi_hop", "retrieval_incorrect")
+        escalated_at = time.perf_counter()
         corrective = await self._run_corrective(query, tenant, multi_hop_k, query_vector, probe, profile, writer)
         escalate = Escalate(from_route="single_hop", to_route="multi_hop", reason="retrieval_incorrect")
         corrective.events = [*plain.events, escalate, *corrective.events]
+        corrective.steps = [*plain.steps, StepTime("escalate", escalated_at, escalated_at, 1), *corrective.steps]
         corrective.llm_calls = [*plain.llm_calls, *corrective.llm_calls]
         corrective.escalated_from = "single_hop"
         return corrective
@@ -211,9 +229,11 @@ class RouteTable:
             "started_at": context.clock(),
         }
         config = RunnableConfig(recursion_limit=self._policy.recursion_limit)
+        started = time.perf_counter()
         try:
             with self._telemetry.route("multi_hop"), self._corrective_scope():
-                state = CorrectiveState(**await _run_graph(self._corrective, initial, context, config, writer))
+                final, steps = await _run_graph(self._corrective, initial, context, config, writer)
+                state = CorrectiveState(**final)
         except GraphRecursionError:
             # Budgets end every loop first; reaching this means a routing bug, so say so plainly.
             return RouteResult(
@@ -223,8 +243,9 @@ class RouteTable:
                 abstained=True,
                 events=[Stop(reason="recursion_limit")],
                 stop_reason="recursion_limit",
+                steps=[StepTime("stop", started, time.perf_counter(), 1)],
             )
-        return _result("multi_hop", state, stop_reason=state.stop_reason)
+        return _result("multi_hop", state, steps, stop_reason=state.stop_reason)
 
 
 async def _run_graph(
@@ -233,21 +254,41 @@ async def _run_graph(
     context: object,
     config: RunnableConfig | None,
     writer: StreamWriter | None,
-) -> dict[str, Any]:
-    """The graph's final state; with ``writer``, streamed, what its nodes write (``custom``) handed on as it comes."""
-    if writer is None:
-        final: dict[str, Any] = await graph.ainvoke(initial, context=context, config=config)
-        return final
+) -> tuple[dict[str, Any], list[StepTime]]:
+    """The graph's final state and when each of its nodes ran; with ``writer``, what its nodes write (``custom``)
+    handed on as it comes.
+
+    LangGraph's ``tasks`` stream says when a node's task starts (its input) and ends (its writes): the waterfall of
+    a run is read from it as it happens, the nodes left as they are.
+    """
+    modes = ["tasks", "values", "custom"] if writer is not None else ["tasks", "values"]
     state: dict[str, Any] = {}
-    async for mode, chunk in graph.astream(initial, context=context, config=config, stream_mode=["custom", "values"]):
-        if mode == "custom":
+    started: dict[str, float] = {}
+    steps: list[StepTime] = []
+    async for mode, chunk in graph.astream(initial, context=context, config=config, stream_mode=modes):
+        if mode == "custom" and writer is not None:
             writer(chunk)
-        elif isinstance(chunk, dict):
+        elif mode == "values" and isinstance(chunk, dict):
             state = chunk
-    return state
+        elif mode == "tasks" and isinstance(chunk, dict):
+            if "input" in chunk:
+                started[chunk["id"]] = time.perf_counter()
+            elif chunk.get("id") in started:
+                added = (chunk.get("result") or {}).get("events")
+                steps.append(
+                    StepTime(
+                        chunk["name"],
+                        started.pop(chunk["id"]),
+                        time.perf_counter(),
+                        len(added) if isinstance(added, list) else 0,
+                    )
+                )
+    return state, steps
 
 
-def _result(route: Route, state: PipelineState, stop_reason: StopReason | None = None) -> RouteResult:
+def _result(
+    route: Route, state: PipelineState, steps: list[StepTime], stop_reason: StopReason | None = None
+) -> RouteResult:
     return RouteResult(
         route=route,
         answer=state.answer,
@@ -257,4 +298,5 @@ def _result(route: Route, state: PipelineState, stop_reason: StopReason | None =
         llm_calls=state.llm_calls,
         context=state.context,
         stop_reason=stop_reason,
+        steps=steps,
     )

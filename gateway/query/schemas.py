@@ -20,6 +20,10 @@ class QueryRequest(msgspec.Struct, kw_only=True):
     allow_escalation: Annotated[
         bool, Meta(description="Let single_hop escalate to the corrective pipeline when retrieval fails.")
     ] = True
+    include_passages: Annotated[
+        bool,
+        Meta(description="Return the numbered passages the answer's [n] citations point to, with their text."),
+    ] = False
 
 
 class RouteRequestBody(msgspec.Struct, kw_only=True):
@@ -34,11 +38,49 @@ class Source(msgspec.Struct):
     section: str = ""  # the best chunk's heading path in its file ("Billing › Failed payments"); "" for plain text
 
 
+class Passage(msgspec.Struct):
+    """One passage as the generator was given it: the answer's citation ``[n]`` is this passage."""
+
+    n: int
+    chunk_id: str
+    doc_id: str
+    title: str
+    section: str
+    score: float
+    text: str
+
+
+class TimedStep(msgspec.Struct):
+    """One step of the request on the gateway's clock: the router's decision (``route``), a pipeline node, or an
+    escalation; ``events`` are the indexes of the response's ``events`` the step added."""
+
+    name: str
+    start_ms: float
+    ms: float
+    events: list[int]
+
+
 class Usage(msgspec.Struct):
     llm_calls: int
     input_tokens: int
     output_tokens: int
     cost_usd: float
+
+
+class RouteProbe(msgspec.Struct, kw_only=True):
+    """What one search of the tenant's knowledge base said about the query: the signals the router read."""
+
+    tenant: str
+    depth: Annotated[int, Meta(description="Passages asked for (at least what retrieval uses, so it can reuse them).")]
+    signals: Annotated[
+        dict[str, float],
+        Meta(
+            description="top_score, margin, coverage of the query's terms by the best document and by the top "
+            "documents together, the share a second document adds, how many documents cover its parts, ..."
+        ),
+    ]
+    covering_documents: Annotated[list[str], Meta(description="Document ids that cover the query's parts, in order.")]
+    documents: Annotated[list[Source], Meta(description="The probe's documents, best chunk's score, best first.")]
 
 
 class QueryResponse(msgspec.Struct):
@@ -69,22 +111,16 @@ class QueryResponse(msgspec.Struct):
         str | None,
         Meta(description="This answer's id, new on every response (cached ones too): what POST /v1/feedback names."),
     ] = None
-
-
-class RouteProbe(msgspec.Struct, kw_only=True):
-    """What one search of the tenant's knowledge base said about the query: the signals the router read."""
-
-    tenant: str
-    depth: Annotated[int, Meta(description="Passages asked for (at least what retrieval uses, so it can reuse them).")]
-    signals: Annotated[
-        dict[str, float],
-        Meta(
-            description="top_score, margin, coverage of the query's terms by the best document and by the top "
-            "documents together, the share a second document adds, how many documents cover its parts, ..."
-        ),
-    ]
-    covering_documents: Annotated[list[str], Meta(description="Document ids that cover the query's parts, in order.")]
-    documents: Annotated[list[Source], Meta(description="The probe's documents, best chunk's score, best first.")]
+    timeline: Annotated[
+        list[TimedStep],
+        Meta(description="When each step ran, in ms from the request's arrival (a cached answer: when it was made)."),
+    ] = []
+    probe: Annotated[
+        RouteProbe | None, Meta(description="What the router's search of the knowledge base said; null if none ran.")
+    ] = None
+    passages: Annotated[
+        list[Passage] | None, Meta(description="The numbered passages, when the request set include_passages.")
+    ] = None
 
 
 class RouteResponse(msgspec.Struct, kw_only=True):

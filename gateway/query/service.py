@@ -31,11 +31,12 @@ from gateway.profiles.model import AssistantProfile
 from gateway.profiles.service import Profiles
 from gateway.query.schemas import QueryRequest, QueryResponse, RouteProbe, RouteResponse, Source, Usage
 from gateway.query.steps import RouteClamp, RouteQuery, SemanticCacheHit, StepEvent, render_steps
+from gateway.query.timeline import numbered, waterfall
 from gateway.settings import AssistantSettings, ProfileSettings
 from pipelines.shared.deps import LLMCall, Passage
 from routes.probe import PROBE_DEPTH, Probe
 from routes.router import FrontRouter
-from routes.table import RouteTable
+from routes.table import RouteTable, StepTime
 from routes.types import RouteDecision, RouteRequest
 
 Admit = Callable[[QueryRequest], QueryRequest]
@@ -196,7 +197,7 @@ class QueryService:
             if found is not None:
                 served = _served_from_cache(found, asked.started)
                 events: list[StepEvent] = [SemanticCacheHit(similarity=hit.similarity)]
-                return msgspec.structs.replace(served, steps=render_steps(events), events=events)
+                return msgspec.structs.replace(served, steps=render_steps(events), events=events, timeline=[])
         response = await self._compute(asked, vector=vector)
         ttl = self._cache.ttl_for(response.route) if self._cache is not None else 0
         if ttl > 0 and not response.abstained:
@@ -206,6 +207,7 @@ class QueryService:
 
     async def _compute(self, asked: Asked, *, vector: list[float] | None = None) -> QueryResponse:
         request, query = asked.request, asked.request.query
+        routing = time.perf_counter()
         if vector is None and self._router.reads_vector(request.route):
             # One embedding per request at most, shared by the router's probe and retrieval (the semantic cache
             # hands its own in); a forced ``direct`` reads no vector, so it embeds nothing. What the router reads of
@@ -213,6 +215,7 @@ class QueryService:
             self._router.read_question(query, request.route)
             vector = await asked.vectors.of(query)
         decision, router_calls = await self._decide(query, request, vector)
+        routed_at = time.perf_counter()
         route = asked.profile.clamp(decision.route)
         result = await self._table.run(
             route,
@@ -230,6 +233,7 @@ class QueryService:
         routed = [RouteQuery(route=decision.route, classifier=decision.classifier)] if router_calls else []
         clamped = [RouteClamp(from_route=decision.route, to_route=route)] if route != decision.route else []
         events: list[StepEvent] = [*routed, *clamped, *result.events]
+        routing_step = StepTime("route", routing, routed_at, len(routed) + len(clamped))
         return QueryResponse(
             answer=result.answer,
             route=result.route,
@@ -247,6 +251,9 @@ class QueryService:
             stop_reason=result.stop_reason,
             escalated_from=result.escalated_from,
             events=events,
+            timeline=waterfall(asked.started, routing_step, result.steps),
+            probe=None if decision.probe is None else _route_probe(decision.probe),
+            passages=numbered(result.context) if request.include_passages else None,
         )
 
     async def _decide(
@@ -286,6 +293,8 @@ class Asked:
             "top_k": self.request.top_k,
             "allow_escalation": self.request.allow_escalation,
             **self.profile.key_params(self.instructions),
+            # Only when asked: answers cached before the option keep their keys.
+            **({"include_passages": True} if self.request.include_passages else {}),
         }
 
 

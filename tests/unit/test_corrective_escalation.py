@@ -90,6 +90,13 @@ async def test_single_hop_with_incorrect_retrieval_escalates_to_the_corrective_p
     assert doc_ids(result.sources) == ["k2"]
     assert result.stop_reason == "answered"
     assert not result.abstained
+    # The waterfall: every event belongs to the step that added it, in order, and steps follow each other in time.
+    owners = [step.name for step in result.steps for _ in range(step.events)]
+    assert len(owners) == len(result.events)
+    assert owners[:4] == ["retrieve", "assess_retrieval", "escalate", "retrieve"]
+    assert owners[owners.index("escalate") + 1 :].count("generate") == 1
+    assert all(a.ended <= b.started for a, b in zip(result.steps, result.steps[1:], strict=False))
+    assert all(step.ended >= step.started for step in result.steps)
 
 
 async def test_escalated_request_with_nothing_to_find_ends_without_evidence(knowledge: KnowledgeBase) -> None:

@@ -100,6 +100,18 @@ def encrypted_pdf() -> bytes:
     return out.getvalue()
 
 
+@pytest.mark.parametrize("lang", ["en", "ja"])
+def test_a_pdf_locked_by_an_owner_password_only_is_read(lang: str) -> None:
+    """Exported manuals often carry an owner password (no printing, no editing) and open without one: AES needs
+    pypdf's crypto extra to decrypt them with the empty user password."""
+    writer = PdfWriter(clone_from=io.BytesIO(sample("pdf", lang)[1]))
+    writer.encrypt(user_password="", owner_password="owner-only", algorithm="AES-256")
+    out = io.BytesIO()
+    writer.write(out)
+    (document,) = read_file("locked.pdf", out.getvalue(), LIMITS)
+    assert FACTS[lang].answer in "".join(s.text for s in document.sections).replace("\n", "")
+
+
 def zip_bomb() -> bytes:
     """A .docx whose one extra part inflates from about 100 KB to 100 MB."""
     return with_part(word(FACTS["en"]), "word/media/padding.bin", b"\0" * 100_000_000)
