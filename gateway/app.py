@@ -23,9 +23,10 @@ from gateway.access.guard import SECURITY_SCHEMES, open_access, provide_principa
 from gateway.cache.versions import ChangeNotAcknowledgedError
 from gateway.chat.controller import ChatController
 from gateway.chat.service import ChatService
+from gateway.console.controller import console_router, template_config
+from gateway.console.sessions import console_cookies
 from gateway.curation.controller import CurationController, EvalSuiteController, FeedbackController, provide_curation
 from gateway.curation.factory import KnowledgeChanges, open_curation_store, start_curation
-from gateway.curation.pages import ReviewController, template_config
 from gateway.errors import handle_exception
 from gateway.guardrails.service import Guardrails
 from gateway.knowledge.controller import DocumentController, FileController
@@ -124,6 +125,7 @@ def _from_state(name: str) -> Provide:
 def create_app(settings: Settings | None = None, overrides: ProviderOverrides | None = None) -> Litestar:
     settings = settings or Settings()
     overrides = overrides or ProviderOverrides()
+    console = console_cookies(settings.console, settings.server.host) if settings.console.enabled else None
     return Litestar(
         route_handlers=[
             QueryController,
@@ -136,11 +138,11 @@ def create_app(settings: Settings | None = None, overrides: ProviderOverrides | 
             FeedbackController,
             CurationController,
             EvalSuiteController,
-            ReviewController,
             ProfileController,
+            *([console_router(console, settings)] if console is not None else []),
         ],
         template_config=template_config(),
-        middleware=[trace_requests],
+        middleware=[trace_requests, *([console.session.middleware] if console is not None else [])],
         lifespan=[_lifespan(settings, overrides)],
         dependencies={
             **{name: _from_state(name) for name in STATE_DEPENDENCIES},

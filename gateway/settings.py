@@ -421,6 +421,21 @@ class AccessSettings(SettingsGroup):
     rate_limit_fail_closed: bool = False
 
 
+class ConsoleSettings(SettingsGroup):
+    """The web console at /console: signed-in sessions (an encrypted, HttpOnly, SameSite=Strict cookie) and CSRF
+    tokens, both keyed by ``secret``. Unset, each process draws its own at start: sessions then end with the
+    process and do not cross replicas, so set it (any long random string) wherever more than one pod serves."""
+
+    model_config = SettingsConfigDict(env_prefix="GATEWAY_CONSOLE_")
+    shapes_answers = False
+
+    enabled: bool = True
+    secret: SecretStr | None = None
+    session_max_age_s: int = Field(8 * 3600, ge=60)
+    # Cookies marked Secure (sent over HTTPS only); unset: Secure unless the server listens on loopback only.
+    secure_cookies: bool | None = None
+
+
 class ObservabilitySettings(SettingsGroup):
     """Prometheus at /metrics, OpenTelemetry spans (OTLP export via the standard OTEL_* variables), logs."""
 
@@ -539,6 +554,7 @@ class Settings(BaseModel):
     web_search: WebSearchSettings = Field(default_factory=WebSearchSettings)
     access: AccessSettings = Field(default_factory=AccessSettings)
     observability: ObservabilitySettings = Field(default_factory=ObservabilitySettings)
+    console: ConsoleSettings = Field(default_factory=ConsoleSettings)
     curation: CurationSettings = Field(default_factory=CurationSettings)
     guard: GuardrailSettings = Field(default_factory=GuardrailSettings)
 

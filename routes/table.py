@@ -19,7 +19,7 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphRecursionError
 from langgraph.graph.state import CompiledStateGraph
-from langgraph.types import StreamWriter
+from langgraph.types import StreamMode, StreamWriter
 
 from pipelines.corrective.graph import build_graph as build_corrective
 from pipelines.corrective.state import CorrectiveContext, CorrectiveState
@@ -261,7 +261,7 @@ async def _run_graph(
     LangGraph's ``tasks`` stream says when a node's task starts (its input) and ends (its writes): the waterfall of
     a run is read from it as it happens, the nodes left as they are.
     """
-    modes = ["tasks", "values", "custom"] if writer is not None else ["tasks", "values"]
+    modes: list[StreamMode] = ["tasks", "values", "custom"] if writer is not None else ["tasks", "values"]
     state: dict[str, Any] = {}
     started: dict[str, float] = {}
     steps: list[StepTime] = []

@@ -75,36 +75,38 @@ class RequireScope:
         if access.keys.open:
             connection.state[PRINCIPAL] = ANONYMOUS
             return
-        principal = self._identify(access, connection)
-        decision = await access.limiter.admit(principal)
-        if not decision.allowed:
-            what = (
-                f"{decision.limit} requests per minute"
-                if decision.verdict == "requests"
-                else f"its daily budget of {decision.limit} tokens"
-            )
-            raise RateLimitedError(
-                f"The API key {principal.name!r} exceeded {what}; retry after {decision.retry_after_s} s.",
-                retry_after_s=decision.retry_after_s,
-                code="rate_limit_exceeded" if decision.verdict == "requests" else "daily_token_budget_exceeded",
-            )
-        connection.state[PRINCIPAL] = principal
+        connection.state[PRINCIPAL] = await admit(access, identify(access.keys, presented_key(connection), self.scope))
 
-    def _identify(self, access: Access, connection: ASGIConnection[Any, Any, Any, Any]) -> Principal:
-        """The presented key's principal, if it holds the scope (a keyed app: open mode admits everyone)."""
-        key = presented_key(connection)
-        if key is None:
-            raise AuthenticationError(
-                "No API key: send it as 'Authorization: Bearer <key>' (or in the 'x-api-key' header)."
-            )
-        principal = access.keys.lookup(key)
-        if principal is None:
-            raise AuthenticationError("The API key is not valid.")
-        if not principal.allows(self.scope):
-            raise PermissionDeniedError(
-                f"The API key {principal.name!r} lacks the {self.scope!r} scope for this endpoint."
-            )
-        return principal
+
+def identify(keys: KeyRing, key: str | None, scope: Scope) -> Principal:
+    """The presented key's principal, if it holds ``scope`` (a keyed app: open mode admits everyone)."""
+    if key is None:
+        raise AuthenticationError(
+            "No API key: send it as 'Authorization: Bearer <key>' (or in the 'x-api-key' header)."
+        )
+    principal = keys.lookup(key)
+    if principal is None:
+        raise AuthenticationError("The API key is not valid.")
+    if not principal.allows(scope):
+        raise PermissionDeniedError(f"The API key {principal.name!r} lacks the {scope!r} scope for this endpoint.")
+    return principal
+
+
+async def admit(access: Access, principal: Principal) -> Principal:
+    """``principal``, once its rate and daily token budget admit one more request."""
+    decision = await access.limiter.admit(principal)
+    if not decision.allowed:
+        what = (
+            f"{decision.limit} requests per minute"
+            if decision.verdict == "requests"
+            else f"its daily budget of {decision.limit} tokens"
+        )
+        raise RateLimitedError(
+            f"The API key {principal.name!r} exceeded {what}; retry after {decision.retry_after_s} s.",
+            retry_after_s=decision.retry_after_s,
+            code="rate_limit_exceeded" if decision.verdict == "requests" else "daily_token_budget_exceeded",
+        )
+    return principal
 
 
 def require(scope: Scope) -> RequireScope:

@@ -94,6 +94,14 @@ class KeyRing:
     def open(self) -> bool:
         return not self._entries
 
+    def named(self, name: str) -> tuple[str, Principal] | None:
+        """The key called ``name``: a digest of its configured digest (what a signed-in session remembers, so a key
+        replaced under the same name ends the sessions it opened) and its principal."""
+        for configured, principal in self._entries:
+            if principal.name == name:
+                return hashlib.sha256(configured).hexdigest()[:32], principal
+        return None
+
     def lookup(self, presented: str) -> Principal | None:
         digest = hashlib.sha256(presented.encode("utf-8")).digest()
         found: Principal | None = None

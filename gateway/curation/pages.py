@@ -1,25 +1,22 @@
 """The curators' review page: open gaps with their evidence, a form to add a verified document to a
 gap, and the before/after result. Server-rendered (Jinja2 templates), plain HTML forms, no script.
 
-The page sits behind the admin scope like the curation API; a browser sends the key in the
-``x-api-key`` header (an authenticating proxy, or the browser's extension/automation, adds it).
+The page is part of the console (mounted under ``/console``): a curator signs in there once, or an
+authenticating proxy presents an admin key in a header; its form carries the console's CSRF token.
 """
 
 from __future__ import annotations
 
-from importlib import resources
-from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 from litestar import Controller, get, post
 from litestar.di import NamedDependency
 from litestar.enums import RequestEncodingType
 from litestar.params import Body, PathParameter
 from litestar.response import Template
-from litestar.template.config import TemplateConfig
 
-from gateway.access.guard import require
 from gateway.access.keys import Principal
+from gateway.console.sessions import ConsoleAccess
 from gateway.curation.controller import TenantParam
 from gateway.curation.evaluator import Rule, RuleKind
 from gateway.curation.schemas import gap_out, iso, resolution_out
@@ -30,13 +27,6 @@ from gateway.knowledge.validation import valid_documents
 from gateway.settings import Settings
 
 FORM_RULES: tuple[RuleKind, ...] = ("must_contain", "must_not_contain", "pattern")
-
-
-def template_config() -> TemplateConfig[Any]:
-    from litestar.plugins.jinja import JinjaTemplateEngine
-
-    directory = Path(str(resources.files("gateway.curation") / "templates"))
-    return TemplateConfig(directory=directory, engine=JinjaTemplateEngine)
 
 
 def form_rules(form: dict[str, str]) -> list[Rule]:
@@ -57,7 +47,7 @@ def form_rules(form: dict[str, str]) -> list[Rule]:
 
 class ReviewController(Controller):
     path = "/review"
-    before_request = require("admin")
+    before_request = ConsoleAccess("admin")
     include_in_schema = False
 
     @get("/")

@@ -14,6 +14,7 @@ from gateway.access.__main__ import main as access_cli
 from gateway.access.guard import RequireScope
 from gateway.access.keys import KeyRing, OpenAccessError, check_exposure, hash_key
 from gateway.app import create_app
+from gateway.console.sessions import ConsoleAccess
 from gateway.settings import AccessSettings, ApiKeyConfig, Settings
 from tests.chat_support import ACME_ADMIN_KEY, ACME_KEY, GLOBEX_KEY, bearer, chat_model, keyed, openai_client
 
@@ -332,11 +333,15 @@ def test_every_api_route_checks_keys_before_it_reads_a_request(settings: Setting
         for handler in route.route_handlers:
             assert not handler.cache, route.path
             hook = handler.resolve_before_request()
-            if isinstance(hook, RequireScope):
+            if isinstance(hook, RequireScope | ConsoleAccess):
                 scopes[route.path] = hook.scope
             else:
                 assert hook is None, route.path
                 open_paths.add(route.path)
-    assert {p for p in open_paths if not p.startswith("/schema")} == {"/healthz", "/readyz", "/metrics"}
+    # The console's sign-in pages are open: they are how a browser gets a session.
+    console_open = {"/console", "/console/sign-in", "/console/sign-out"}
+    assert {p for p in open_paths if not p.startswith("/schema")} == {"/healthz", "/readyz", "/metrics", *console_open}
     assert scopes["/v1/chat/completions"] == scopes["/v1/query"] == scopes["/v1/models"] == "query"
-    assert scopes["/v1/documents"] == scopes["/v1/assistant-profile"] == scopes["/review"] == "admin"
+    assert scopes["/v1/documents"] == scopes["/v1/assistant-profile"] == scopes["/console/review"] == "admin"
+    assert scopes["/console/knowledge"] == "admin"
+    assert scopes["/console/playground"] == "query"

@@ -5,6 +5,7 @@ training pairs, and the ranking and generation diagnoses."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -119,12 +120,16 @@ async def test_the_review_page_escapes_what_users_asked(make_client: Callable[..
         await client.post(
             "/v1/feedback", json={"tenant": "page", "response_id": answer["response_id"], "rating": "down"}
         )
-        page = await client.get("/review/", params={"tenant": "page"})
+        sign_in = await client.get("/console/sign-in")
+        token = re.search(r'name="csrf-token" content="([^"]+)"', sign_in.text)
+        assert token is not None
+        await client.post("/console/sign-in", data={"tenant": "page", "_csrf_token": token.group(1)})
+        page = await client.get("/console/review/", params={"tenant": "page"})
         assert page.status_code == 200
         assert page.headers["content-type"].startswith("text/html")
         assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page.text
-        assert "<script>" not in page.text
-        assert f'action="/review/gaps/gap_{answer["response_id"]}/resolve"' in page.text
+        assert "<script>alert" not in page.text
+        assert f'action="/console/review/gaps/gap_{answer["response_id"]}/resolve"' in page.text
 
 
 async def test_chat_completions_return_an_id_to_rate(make_client: Callable[..., Any]) -> None:

@@ -1,0 +1,229 @@
+"""The console's pages: sign-in, the playground, the knowledge base; the review page is mounted beside them.
+
+Server-rendered (Jinja2), plain forms; the one script is the knowledge page's uploader, which sends each file on
+its own so each shows its progress and outcome. Handlers stay thin: the query service answers, the knowledge base
+ingests and deletes, :mod:`gateway.console.service` reads listings and draws the answer.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from os import PathLike
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import quote, urlencode
+
+import msgspec
+from litestar import Controller, Request, Response, Router, get, post
+from litestar.di import NamedDependency
+from litestar.enums import RequestEncodingType
+from litestar.middleware import DefineMiddleware
+from litestar.middleware.csrf import CSRFMiddleware
+from litestar.params import Body, QueryParameter
+from litestar.response import Redirect, Template
+from litestar.template.config import TemplateConfig
+
+from gateway.access.guard import Access
+from gateway.access.keys import Principal
+from gateway.console.schemas import AskForm, DeleteForm, SignInForm, UploadForm
+from gateway.console.service import Catalogue, linked_answer, waterfall
+from gateway.console.sessions import (
+    CONSOLE_PATH,
+    ConsoleAccess,
+    ConsoleCookies,
+    SignInRequiredError,
+    session_for_key,
+    session_for_tenant,
+)
+from gateway.curation.pages import ReviewController
+from gateway.errors import ClientError, GatewayError, NotFoundError, handle_exception
+from gateway.knowledge.controller import FilesRefusedError
+from gateway.knowledge.schemas import FilesResponse
+from gateway.knowledge.service import KnowledgeBase
+from gateway.knowledge.uploads import Upload, ingest_files
+from gateway.query.schemas import QueryRequest
+from gateway.query.service import QueryService
+from gateway.query.validation import clean_query
+from gateway.settings import Settings
+from routes.types import RouteRequest
+
+ROUTES: tuple[RouteRequest, ...] = ("auto", "direct", "single_hop", "multi_hop")
+HOME = f"{CONSOLE_PATH}/playground"
+
+
+class SignInController(Controller):
+    path = "/"
+
+    @get("/", include_in_schema=False)
+    async def home(self) -> Redirect:
+        return Redirect(HOME)
+
+    @get("/sign-in", include_in_schema=False)
+    async def sign_in_page(
+        self, access: NamedDependency[Access], next_page: Annotated[str, QueryParameter(name="next")] = ""
+    ) -> Template:
+        return Template("console/sign_in.html", context={"open": access.keys.open, "next": _local(next_page)})
+
+    @post("/sign-in", include_in_schema=False, status_code=303)
+    async def sign_in(
+        self,
+        request: Request[Any, Any, Any],
+        data: Annotated[SignInForm, Body(media_type=RequestEncodingType.URL_ENCODED)],
+        access: NamedDependency[Access],
+    ) -> Response[Any]:
+        try:
+            session = session_for_tenant(data.tenant) if access.keys.open else session_for_key(access.keys, data.key)
+        except GatewayError as exc:
+            context = {"open": access.keys.open, "next": _local(data.next), "error": exc.detail}
+            return Template("console/sign_in.html", context=context, status_code=exc.status_code)
+        request.set_session(session)
+        return Redirect(_local(data.next) or HOME, status_code=303)
+
+    @post("/sign-out", include_in_schema=False, status_code=303)
+    async def sign_out(self, request: Request[Any, Any, Any]) -> Redirect:
+        request.clear_session()
+        return Redirect(f"{CONSOLE_PATH}/sign-in", status_code=303)
+
+
+class PlaygroundController(Controller):
+    path = "/playground"
+    before_request = ConsoleAccess("query")
+
+    @get("/", include_in_schema=False)
+    async def page(self, principal: NamedDependency[Principal]) -> Template:
+        return Template(
+            "console/playground.html", context={"tenant": principal.tenant, "form": AskForm(), "routes": ROUTES}
+        )
+
+    @post("/", include_in_schema=False, status_code=200)
+    async def ask(
+        self,
+        data: Annotated[AskForm, Body(media_type=RequestEncodingType.URL_ENCODED)],
+        query_service: NamedDependency[QueryService],
+        settings: NamedDependency[Settings],
+        principal: NamedDependency[Principal],
+        access: NamedDependency[Access],
+    ) -> Template:
+        route = next((r for r in ROUTES if r == data.route), None)
+        if route is None:
+            raise ClientError(f"Unknown route {data.route!r}: one of {', '.join(ROUTES)}.")
+        query = clean_query(data.query, settings.limits)
+        request = QueryRequest(query=query, tenant=principal.tenant, route=route, include_passages=True)
+        response = await query_service.answer(request)
+        await access.limiter.charge(principal, response.usage.input_tokens + response.usage.output_tokens)
+        context = {
+            "tenant": principal.tenant,
+            "form": data,
+            "routes": ROUTES,
+            "response": response,
+            "answer": linked_answer(response.answer, response.passages or []),
+            "bars": waterfall(response),
+            "events": [msgspec.to_builtins(e) for e in response.events],
+        }
+        return Template("console/playground.html", context=context)
+
+
+class KnowledgePagesController(Controller):
+    path = "/knowledge"
+    before_request = ConsoleAccess("admin")
+
+    @get("/", include_in_schema=False)
+    async def documents(
+        self,
+        knowledge: NamedDependency[KnowledgeBase],
+        principal: NamedDependency[Principal],
+        search: Annotated[str, QueryParameter(name="q", max_length=200)] = "",
+        deleted: Annotated[str, QueryParameter(max_length=1000)] = "",
+    ) -> Template:
+        tenant = principal.tenant
+        context = {
+            "tenant": tenant,
+            "search": search,
+            "deleted": deleted,
+            "documents": await Catalogue(knowledge).documents(tenant, search),
+            "version": await knowledge.version(tenant),
+        }
+        return Template("console/knowledge.html", context=context)
+
+    @get("/document", include_in_schema=False)
+    async def document(
+        self,
+        knowledge: NamedDependency[KnowledgeBase],
+        principal: NamedDependency[Principal],
+        doc_id: Annotated[str, QueryParameter(name="id", min_length=1, max_length=1000)],
+    ) -> Template:
+        chunks = await Catalogue(knowledge).chunks(principal.tenant, doc_id)
+        if chunks == []:
+            raise NotFoundError(f"Tenant {principal.tenant!r} has no document {doc_id!r}.")
+        context = {"tenant": principal.tenant, "doc_id": doc_id, "chunks": chunks}
+        return Template("console/document.html", context=context)
+
+    @post("/files", include_in_schema=False, status_code=200)
+    async def upload(
+        self,
+        data: Annotated[UploadForm, Body(media_type=RequestEncodingType.MULTI_PART)],
+        knowledge: NamedDependency[KnowledgeBase],
+        settings: NamedDependency[Settings],
+        principal: NamedDependency[Principal],
+    ) -> FilesResponse:
+        """The uploader's endpoint: the API's upload for the signed-in tenant (JSON, each file's outcome)."""
+        files = [f for f in data.files if hasattr(f, "read")]
+        if not files:
+            raise ClientError("No files in the upload.")
+        uploads = [Upload(name=f.filename or "", data=await f.read()) for f in files]
+        response = await ingest_files(knowledge, principal.tenant, uploads, settings.limits)
+        if not response.indexed:
+            raise FilesRefusedError(response)
+        return response
+
+    @post("/delete", include_in_schema=False, status_code=303)
+    async def delete(
+        self,
+        data: Annotated[DeleteForm, Body(media_type=RequestEncodingType.URL_ENCODED)],
+        knowledge: NamedDependency[KnowledgeBase],
+        principal: NamedDependency[Principal],
+    ) -> Redirect:
+        if not await knowledge.delete(principal.tenant, data.doc_id):
+            raise NotFoundError(f"Tenant {principal.tenant!r} has no document {data.doc_id!r}.")
+        return Redirect(f"{CONSOLE_PATH}/knowledge/?{urlencode({'deleted': data.doc_id})}", status_code=303)
+
+
+def console_error(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    """The console's errors: the same problem details as the API's (one mapping), as a page for a browser's page
+    request, as JSON for the uploader; a page that needs a session sends the browser to sign in."""
+    if isinstance(exc, SignInRequiredError) and request.method == "GET":
+        return Redirect(f"{CONSOLE_PATH}/sign-in?next={quote(request.url.path)}")
+    problem = handle_exception(request, exc)
+    if "application/json" in request.headers.get("accept", ""):
+        return problem
+    content = problem.content if isinstance(problem.content, dict) else {}
+    return Template(
+        "console/error.html", context=content, status_code=problem.status_code or 500, headers=problem.headers
+    )
+
+
+def template_config() -> TemplateConfig[Any]:
+    """The console's templates (``console/…``) and the review page's, which extend the console's layout."""
+    from litestar.plugins.jinja import JinjaTemplateEngine
+
+    packages = ("gateway.console", "gateway.curation")
+    directories: list[Path | PathLike[Any] | str] = [Path(str(resources.files(p) / "templates")) for p in packages]
+    return TemplateConfig(directory=directories, engine=JinjaTemplateEngine)
+
+
+def console_router(cookies: ConsoleCookies, settings: Settings) -> Router:
+    """The console under /console, with its CSRF middleware and its error pages (its sessions' middleware is the
+    app's: ``cookies.session.middleware``)."""
+    return Router(
+        CONSOLE_PATH,
+        route_handlers=[SignInController, PlaygroundController, KnowledgePagesController, ReviewController],
+        middleware=[DefineMiddleware(CSRFMiddleware, config=cookies.csrf)],
+        exception_handlers={Exception: console_error},
+        request_max_body_size=settings.limits.max_upload_bytes,
+        include_in_schema=False,
+    )
+
+
+def _local(path: str) -> str:
+    """A page of the console to go to after signing in; anything else (another site) is dropped."""
+    return path if path.startswith(CONSOLE_PATH + "/") else ""

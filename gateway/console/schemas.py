@@ -1,0 +1,65 @@
+"""What the console's pages show and what its forms send: plain dataclasses, rendered by the templates."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from litestar.datastructures import UploadFile
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentRow:
+    """One document of a tenant's knowledge base as the knowledge page lists it."""
+
+    id: str
+    title: str
+    source: str  # the file it came from ("" for documents sent as JSON)
+    chunks: int
+    sections: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkView:
+    """One stored chunk of a document: its place, the heading path it sits under, its text."""
+
+    index: int
+    chunk_id: str
+    section: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Bar:
+    """One row of the playground's waterfall: a step's offset and length as shares of the request."""
+
+    name: str
+    start_ms: float
+    ms: float
+    left_pct: float
+    width_pct: float
+    events: list[str]
+
+
+@dataclass
+class SignInForm:
+    key: str = ""
+    tenant: str = ""
+    next: str = ""
+
+
+@dataclass
+class AskForm:
+    query: str = ""
+    route: str = "auto"
+
+
+@dataclass
+class DeleteForm:
+    doc_id: str = ""
+
+
+@dataclass
+class UploadForm:
+    """One or more files, each part's file name its path (a folder's files keep their relative paths)."""
+
+    files: list[UploadFile] = field(default_factory=list)
