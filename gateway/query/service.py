@@ -233,6 +233,8 @@ class QueryService:
         routed = [RouteQuery(route=decision.route, classifier=decision.classifier)] if router_calls else []
         clamped = [RouteClamp(from_route=decision.route, to_route=route)] if route != decision.route else []
         events: list[StepEvent] = [*routed, *clamped, *result.events]
+        # Before routing: the tenant's profile and the answer caches' lookups (a miss, or this would not run).
+        lookup = StepTime("cache_lookup" if self._cache is not None else "profile", asked.started, routing, 0)
         routing_step = StepTime("route", routing, routed_at, len(routed) + len(clamped))
         return QueryResponse(
             answer=result.answer,
@@ -251,7 +253,7 @@ class QueryService:
             stop_reason=result.stop_reason,
             escalated_from=result.escalated_from,
             events=events,
-            timeline=waterfall(asked.started, routing_step, result.steps),
+            timeline=waterfall(asked.started, [lookup, routing_step, *result.steps]),
             probe=None if decision.probe is None else _route_probe(decision.probe),
             passages=numbered(result.context) if request.include_passages else None,
         )

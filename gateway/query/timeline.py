@@ -14,15 +14,12 @@ from pipelines.shared.deps import Passage as Retrieved
 from routes.table import StepTime
 
 
-def waterfall(started: float, route: StepTime, steps: Sequence[StepTime]) -> list[TimedStep]:
-    """``route``: the router's step (its events come first in a response); ``steps``: the route table's, in order.
-
-    Where the steps' event counts do not add up to the events (a step the table did not time), the steps keep their
-    times and lose their event indexes rather than point at the wrong events.
-    """
+def waterfall(started: float, steps: Sequence[StepTime]) -> list[TimedStep]:
+    """``steps`` in the order their events appear in the response: the gateway's (lookup, route), then the route
+    table's; ``started``: when the service took the request."""
     timed: list[TimedStep] = []
     index = 0
-    for step in (route, *steps):
+    for step in steps:
         timed.append(
             TimedStep(
                 name=step.name,

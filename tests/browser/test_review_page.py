@@ -1,21 +1,19 @@
 """The curators' review page in a real headless browser: Debian's chromium driven by Playwright.
 
-The relocation scenario on a live gateway (uvicorn, scripted model, SQLite store, an admin API key):
-the gap shows up on the page diagnosed ``knowledge_gap``; the curator fills in the new-address
-document and the rules and submits; the result page shows the gap closed with the score risen and the
-breakdown; the next identical query through the API answers with the new address, uncached.
+The relocation scenario on a live gateway (uvicorn, scripted model, SQLite store, an admin API key): the curator
+signs in to the console with the key; the gap shows up on the page diagnosed ``knowledge_gap``; the curator fills
+in the new-address document and the rules and submits; the result page shows the gap closed with the score risen
+and the breakdown; the next identical query through the API answers with the new address, uncached.
 """
 
 from __future__ import annotations
 
 import hashlib
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 from playwright.async_api import async_playwright
 from pydantic import SecretStr
 
@@ -23,21 +21,12 @@ from gateway.app import create_app
 from gateway.overrides import ProviderOverrides
 from gateway.providers.embeddings import USEEmbeddings
 from gateway.settings import ApiKeyConfig, Settings
+from tests.browser.conftest import CHROMIUM, CHROMIUM_ARGS, serving
 from tests.curation_support import FORM_RULES, NEW_ADDRESS, NEW_DOC, OLD_DOC, OTHER_DOCS, QUESTION, relocation_model
 from tests.fakes.scripted_chat import ScriptedChatModel
-from tests.ports import free_port
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 KEY = "curator-key-for-the-browser-test"
 
 
@@ -54,20 +43,8 @@ def live_gateway(settings: Settings, embeddings: USEEmbeddings, tmp_path: Path) 
     app = create_app(
         configured, ProviderOverrides(chat_model=ScriptedChatModel(responder=relocation_model), embeddings=embeddings)
     )
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    # Start-up trains the injection classifier and opens the stores: on a loaded 2-core machine that has taken
-    # over 30 s, so wait up to 120 s (it returns as soon as the server is up).
-    for _ in range(2400):
-        if server.started or not thread.is_alive():
-            break
-        threading.Event().wait(0.05)
-    assert server.started, "the gateway did not start"
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=15)
+    with serving(app) as url:
+        yield url
 
 
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed: run `make chromium`")
@@ -87,11 +64,12 @@ async def test_a_curator_closes_the_relocation_gap_from_the_review_page(live_gat
     async with async_playwright() as playwright:
         browser = await playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
-            unauthorised = await browser.new_page()
-            assert (await unauthorised.goto(f"{live_gateway}/review/")).status == 401  # type: ignore[union-attr]
-            context = await browser.new_context(extra_http_headers=headers)
-            page = await context.new_page()
-            await page.goto(f"{live_gateway}/review/")
+            page = await browser.new_page()
+            await page.goto(f"{live_gateway}/console/review/")  # no session: the console asks to sign in first
+            assert "/console/sign-in" in page.url
+            await page.fill("input[name=key]", KEY)
+            await page.click("button[type=submit]")
+            await page.wait_for_url("**/console/review**")
             gap = page.locator("section.gap").first
             assert await gap.get_attribute("data-diagnosis") == "knowledge_gap"
             assert QUESTION in await gap.locator("h2").inner_text()

@@ -203,7 +203,7 @@ async def test_the_playground_shows_route_waterfall_evidence_and_linked_citation
         assert page.status_code == 200
         assert 'id="route">single_hop<' in page.text
         steps = re.findall(r'class="row step" data-step="([^"]+)"', page.text)
-        assert steps[:2] == ["route", "retrieve"]
+        assert steps[:3] == ["cache_lookup", "route", "retrieve"]
         assert "generate_answer" in steps
         assert re.search(r'<a class="cite" href="#passage-1">1</a>', page.text)
         assert 'id="passage-1"' in page.text
