@@ -103,6 +103,9 @@ GATEWAY_CURATION_DATABASE_URL: {{ .curationDatabaseUrl | b64enc | quote }}
 {{- if .apiKeys }}
 GATEWAY_API_KEYS: {{ .apiKeys | toJson | b64enc | quote }}
 {{- end }}
+{{- if .consoleSecret }}
+GATEWAY_CONSOLE_SECRET: {{ .consoleSecret | b64enc | quote }}
+{{- end }}
 {{- end }}
 {{- end }}
 

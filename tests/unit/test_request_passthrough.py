@@ -30,6 +30,7 @@ SAMPLE: dict[str, Any] = {
     "route": "direct",
     "top_k": 7,
     "allow_escalation": False,
+    "include_passages": True,
 }
 
 
