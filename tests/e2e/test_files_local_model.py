@@ -1,5 +1,5 @@
-"""Files in, answered on the real local model: a Word file in English and a PDF in Japanese, each uploaded through
-``POST /v1/files`` to a tenant of its own and asked the fact it holds; the best source names its section path."""
+"""Files in, answered on the real local model: a Word file and a PDF in English, a PDF in Japanese, each uploaded
+through ``POST /v1/files`` to a tenant of its own and asked the fact it holds; the best source names its section."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ pytestmark = pytest.mark.e2e
 TIMEOUT = httpx.Timeout(660.0)  # past the gateway's 600 s budget (tests/e2e/conftest.py)
 
 
-@pytest.mark.parametrize(("kind", "lang"), [("docx", "en"), ("pdf", "ja")])
+@pytest.mark.parametrize(("kind", "lang"), [("docx", "en"), ("pdf", "en"), ("pdf", "ja")])
 def test_an_uploaded_file_answers_its_question_from_its_section(gateway_url: str, kind: str, lang: str) -> None:
     fact = FACTS[lang]
     tenant = f"files-{kind}-{lang}"

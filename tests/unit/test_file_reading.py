@@ -12,6 +12,7 @@ from pypdf import PdfWriter
 
 from gateway.knowledge.chunking import Chunker
 from gateway.knowledge.files.formats import read_file
+from gateway.knowledge.files.pdf import unwrap
 from gateway.knowledge.files.sections import (
     FileRejectedError,
     OversizeFileError,
@@ -164,3 +165,17 @@ def test_an_external_entity_in_a_docx_is_never_resolved(tmp_path: Path) -> None:
     (document,) = read_file("x.docx", with_part(word(FACTS["en"]), "word/document.xml", body), LIMITS)
     assert "Before" in document.sections[0].text
     assert "TOP-SECRET-VALUE" not in " ".join(s.text for s in document.sections)
+
+
+@pytest.mark.parametrize(
+    ("page", "read"),
+    [
+        ("retries the charge after four\ndays. Then", "retries the charge after four days. Then"),
+        ("lifts\n150 kg (see\n[2])", "lifts 150 kg (see [2])"),
+        ("Steps:\n1. Open the app\n2. Save", "Steps:\n1. Open the app\n2. Save"),
+        ("The end.\nNext Heading", "The end.\nNext Heading"),
+        ("五日後に自動で再請\n求します。\n第二章", "五日後に自動で再請求します。\n第二章"),
+    ],
+)
+def test_a_pdf_pages_soft_line_breaks_are_joined_and_its_real_ones_kept(page: str, read: str) -> None:
+    assert unwrap(page) == read

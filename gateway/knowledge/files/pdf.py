@@ -9,11 +9,25 @@ refused rather than guessed at (an empty user password, which only restricts pri
 from __future__ import annotations
 
 import io
+import re
 
 from pypdf import PdfReader
 from pypdf.errors import PyPdfError
 
 from gateway.knowledge.files.sections import Section, UnreadableFileError
+
+# A PDF's line breaks are where the page's column ended, not where a thought did: "retries the charge after four\n
+# days." reads to a small model as two fragments. A break inside a sentence is a space in Latin text (the next line
+# going on in lower case, a number or a bracket) and nothing between Japanese characters; a break after a full stop,
+# before a capital, a bullet or a list item's number stays.
+_LATIN_WRAP = re.compile(r"(?<=[^\s.!?:;])\n(?=[a-z(\[\"']|\d(?!\d*[.)]\s))")
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uff01-\uff5e、"
+_CJK_WRAP = re.compile(rf"(?<=[{_CJK}])\n(?=[{_CJK}])")
+
+
+def unwrap(text: str) -> str:
+    """The page's text with its soft line breaks joined (see above)."""
+    return _CJK_WRAP.sub("", _LATIN_WRAP.sub(" ", text))
 
 
 def _outline_pages(reader: PdfReader) -> dict[int, tuple[str, ...]]:
@@ -54,7 +68,7 @@ def read_pdf(data: bytes) -> tuple[str, list[Section]]:
         path: tuple[str, ...] = ()
         for number, page in enumerate(reader.pages):
             path = headings.get(number, path)
-            text = page.extract_text() or ""
+            text = unwrap(page.extract_text() or "")
             if text.strip():
                 sections.append(Section((*path, f"p. {number + 1}"), text.strip()))
     except UnreadableFileError:
