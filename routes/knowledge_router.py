@@ -45,6 +45,8 @@ DIRECT_CUES = ("greeting", "transform", "about_assistant", "code", "arithmetic")
 # others, i.e. they carried dataset style.
 SPREAD_SIGNALS = ("second_document_share",)
 RETRIEVE: Route = "single_hop"  # stage 1's label for "search the knowledge base" (stage 2 says how)
+# Stage 2 answers multi_hop at this probability unless the tenant's routing was recalibrated from its traffic.
+DEFAULT_MULTI_HOP_THRESHOLD = 0.5
 
 
 @dataclass(frozen=True)
@@ -138,7 +140,10 @@ class KnowledgeRouter:
     def __init__(self, model: KnowledgeModel) -> None:
         self._model = model
 
-    def classify(self, query: str, probe: Probe) -> RouteDecision:
+    def classify(
+        self, query: str, probe: Probe, multi_hop_threshold: float = DEFAULT_MULTI_HOP_THRESHOLD
+    ) -> RouteDecision:
+        """``multi_hop_threshold``: the tenant's, where an operator recalibrated it from the tenant's own traffic."""
         if probe.empty:
             reason = "the tenant's knowledge base returned nothing for this question"
             return RouteDecision("direct", 1.0, reason, self.name, probe)
@@ -154,10 +159,16 @@ class KnowledgeRouter:
             reason = f"p(retrieve)={p_retrieve:.2f}: {found}{cue_text}"
             return RouteDecision("direct", 1.0 - p_retrieve, reason, self.name, probe)
         spread = _probabilities(self._model.spread, spread_row(s))
-        route: Route = "multi_hop" if spread.get("multi_hop", 0.0) >= 0.5 else "single_hop"
+        p_multi = spread.get("multi_hop", 0.0)
+        route: Route = "multi_hop" if p_multi >= multi_hop_threshold else "single_hop"
+        threshold = (
+            ""
+            if multi_hop_threshold == DEFAULT_MULTI_HOP_THRESHOLD
+            else f" (tenant threshold {multi_hop_threshold:.2f})"
+        )
         reason = (
-            f"p(retrieve)={p_retrieve:.2f}: {found}; p(multi_hop)={spread.get('multi_hop', 0.0):.2f}: a second "
+            f"p(retrieve)={p_retrieve:.2f}: {found}; p(multi_hop)={p_multi:.2f}{threshold}: a second "
             f"document holds {s.second_document_share:.2f} of the words the best one lacks, "
             f"{s.covering_documents} documents cover the question's parts{cue_text}"
         )
-        return RouteDecision(route, p_retrieve * spread.get(route, 0.0), reason, self.name, probe)
+        return RouteDecision(route, p_retrieve * spread.get(route, 0.0), reason, self.name, probe, p_multi_hop=p_multi)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from pipelines.shared.deps import LLMCall, Retriever
 from routes.features import active_cues
-from routes.knowledge_router import KnowledgeRouter
+from routes.knowledge_router import DEFAULT_MULTI_HOP_THRESHOLD, KnowledgeRouter
 from routes.llm_router import LLMRouter
 from routes.probe import PROBE_DEPTH, Probe, probe_of, question_terms
 from routes.types import RouteDecision, RouteRequest
@@ -55,9 +55,15 @@ class FrontRouter:
         return requested != "direct"
 
     async def decide(
-        self, query: str, requested: RouteRequest, vector: Sequence[float] | None, tenant: str
+        self,
+        query: str,
+        requested: RouteRequest,
+        vector: Sequence[float] | None,
+        tenant: str,
+        multi_hop_threshold: float = DEFAULT_MULTI_HOP_THRESHOLD,
     ) -> tuple[RouteDecision, list[LLMCall]]:
-        """``vector`` may be None only when :meth:`reads_vector` says the decision does not read it."""
+        """``vector`` may be None only when :meth:`reads_vector` says the decision does not read it.
+        ``multi_hop_threshold``: the tenant's, for the knowledge-aware classifier."""
         if requested == "direct":
             return RouteDecision(requested, 1.0, "route requested by the caller", "override"), []
         if vector is None:
@@ -70,4 +76,4 @@ class FrontRouter:
         if self.mode == "llm":
             decision, call = await self._llm.classify(query, probe)
             return decision, [call]
-        return self._knowledge.classify(query, probe), []
+        return self._knowledge.classify(query, probe, multi_hop_threshold), []

@@ -22,3 +22,6 @@ class RouteDecision:
     reason: str
     classifier: str
     probe: Probe | None = None
+    # The knowledge-aware classifier's probability that a second document holds a part of the question: what a
+    # tenant's recalibrated threshold is compared with (None where no such model decided).
+    p_multi_hop: float | None = None

@@ -1,4 +1,5 @@
-"""``POST /v1/feedback``, ``GET /v1/knowledge-gaps``, a gap's resolution and the training-pair export."""
+"""``POST /v1/feedback``, ``GET /v1/knowledge-gaps``, a gap's resolution, route outcomes and their recalibration,
+and the training-pair export."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from litestar.params import JSONBody, PathParameter, QueryParameter
 from gateway.access.guard import BEARER, require
 from gateway.access.keys import Principal
 from gateway.curation.schemas import (
+    CalibrationOut,
     EvalCaseOut,
     EvalCaseRequest,
     EvalRunOut,
@@ -20,10 +22,13 @@ from gateway.curation.schemas import (
     FeedbackRequest,
     FeedbackResponse,
     GapsResponse,
+    RecalibrationRequest,
     ResolutionOut,
     ResolutionRequest,
+    RouteOutcomesOut,
     SuiteName,
     gap_out,
+    iso,
     resolution_out,
     rules_of,
     run_out,
@@ -31,6 +36,7 @@ from gateway.curation.schemas import (
 from gateway.curation.service import Curation
 from gateway.errors import ClientError, NotFoundError, problem_responses
 from gateway.knowledge.validation import valid_documents
+from gateway.profiles.service import Profiles
 from gateway.providers.vectorstores.base import TENANT_PATTERN
 from gateway.settings import Settings
 
@@ -108,6 +114,59 @@ class CurationController(Controller):
         documents = valid_documents(data.documents, settings.limits)
         resolution = await curation.resolve(principal.tenant_for(data.tenant), gap_id, documents, rules_of(data.rules))
         return resolution_out(resolution)
+
+    @get(
+        "/route-outcomes",
+        summary="What routed answers showed about their routes: the tenant's route accuracy estimate",
+        responses=problem_responses(400, 401, 403, 404, 503),
+    )
+    async def route_outcomes(
+        self,
+        curation: NamedDependency[Curation],
+        principal: NamedDependency[Principal],
+        tenant: TenantParam = "default",
+        days: Annotated[float, QueryParameter(gt=0, le=365)] = 30.0,
+    ) -> RouteOutcomesOut:
+        report = await curation.route_report(principal.tenant_for(tenant), days)
+        return RouteOutcomesOut(
+            tenant=report.tenant,
+            since=iso(report.since),
+            counts=report.counts,
+            disliked=report.disliked,
+            accuracy_estimate=None if report.accuracy is None else round(report.accuracy, 4),
+            multi_hop_threshold=report.multi_hop_threshold,
+            calibrated=report.calibrated,
+        )
+
+    @post(
+        "/route-outcomes/recalibration",
+        status_code=200,
+        summary="Propose (or, with apply, set) the tenant's routing threshold from its route outcomes",
+        responses=problem_responses(
+            400, 401, 403, 404, 409, 503, described={409: "Too few route outcomes to recalibrate on (min_outcomes)"}
+        ),
+    )
+    async def recalibrate(
+        self,
+        data: JSONBody[RecalibrationRequest],
+        curation: NamedDependency[Curation],
+        profiles: NamedDependency[Profiles],
+        principal: NamedDependency[Principal],
+        tenant: TenantParam = "default",
+    ) -> CalibrationOut:
+        tenant = principal.tenant_for(tenant)
+        found = await curation.recalibrate(tenant, days=data.days, min_outcomes=data.min_outcomes, apply=data.apply)
+        if data.apply:
+            profiles.forget(tenant)  # this process routes by it from the next request; others within their TTL
+        return CalibrationOut(
+            tenant=tenant,
+            outcomes=found.outcomes,
+            current_threshold=found.current_threshold,
+            multi_hop_threshold=round(found.multi_hop_threshold, 6),
+            accuracy_before=found.accuracy_before,
+            accuracy_after=found.accuracy_after,
+            applied=data.apply,
+        )
 
     @get(
         "/training-pairs",

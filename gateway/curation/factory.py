@@ -13,7 +13,7 @@ from typing import get_args
 
 from gateway.curation.evaluator import HybridEvaluator
 from gateway.curation.gaps import Diagnoser, Diagnosis
-from gateway.curation.records import AnswerRecorder, Count
+from gateway.curation.records import AnswerRecorder, Count, CountRoute
 from gateway.curation.service import Curation
 from gateway.curation.store import CurationStore, change_recorder
 from gateway.curation.suites import SuiteRunner
@@ -89,6 +89,13 @@ def _counter(metrics: GatewayMetrics | None) -> Count | None:
     return lambda outcome: counter.labels(outcome).inc()
 
 
+def _route_counter(metrics: GatewayMetrics | None) -> CountRoute | None:
+    if metrics is None:
+        return None
+    counter = metrics.route_outcomes
+    return lambda tenant, verdict: counter.labels(tenant, verdict).inc()
+
+
 async def start_curation(
     settings: Settings,
     store: CurationStore,
@@ -106,6 +113,7 @@ async def start_curation(
         queue_size=group.queue_size,
         recent=group.recent_answers,
         count=_counter(telemetry.metrics),
+        count_route=_route_counter(telemetry.metrics),
         tracer=telemetry.tracer,
     )
     diagnoser = Diagnoser(knowledge, store, deep_k=group.deep_search_k, relevant=settings.corrective.upper)

@@ -24,6 +24,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Tracer
 
 from gateway.curation.models import AnswerRecord, RetrievedDocument
+from gateway.curation.routing import RouteOutcome, route_outcome
 from gateway.curation.store import CurationStore
 from gateway.errors import GatewayError
 from gateway.query.schemas import QueryRequest, QueryResponse
@@ -33,6 +34,7 @@ logger = logging.getLogger(__name__)
 
 Embed = Callable[[str], Awaitable[list[float]]]
 Count = Callable[[str], None]  # outcome: recorded / counted / dropped
+CountRoute = Callable[[str, str], None]  # tenant, route verdict
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +79,8 @@ class Answered:
     # The request's trace: the background write (its embedding, its store call) joins it instead of starting
     # root spans of its own that belong to no request.
     trace_context: Context | None = None
+    needs_human: bool = False  # recorded whole, for curation
+    route: RouteOutcome | None = None  # what it showed about its route, written beside
 
 
 def to_record(answered: Answered, embedding: list[float], extra_reasons: tuple[str, ...] = ()) -> AnswerRecord:
@@ -110,6 +114,7 @@ class AnswerRecorder:
         queue_size: int,
         recent: int,
         count: Count | None = None,
+        count_route: CountRoute | None = None,
         tracer: Tracer | None = None,
     ) -> None:
         self._tracer = tracer or trace.NoOpTracer()
@@ -119,19 +124,27 @@ class AnswerRecorder:
         self._recent: OrderedDict[str, Answered] = OrderedDict()
         self._recent_size = recent
         self._count = count or (lambda _: None)
+        self._count_route = count_route or (lambda _tenant, _verdict: None)
         self._failing = False
 
     def observe(self, request: QueryRequest, response: QueryResponse) -> None:
         """Called on the answer path: never awaits, never raises."""
-        answered = Answered(request.tenant, request.query, response, time.time(), otel_context.get_current())
+        at = time.time()
+        needs_human = bool(assess(response).reasons)
+        route = route_outcome(request, response, at)
+        answered = Answered(request.tenant, request.query, response, at, otel_context.get_current(), needs_human, route)
         self._remember(answered)
-        if not assess(response).reasons:
+        if route is not None:
+            self._count_route(route.tenant, route.verdict)
+        if not needs_human:
             self._count("counted")
+        if not needs_human and route is None:
             return
         try:
             self._queue.put_nowait(answered)
         except asyncio.QueueFull:
-            self._count("dropped")
+            if needs_human:
+                self._count("dropped")
             self._warn_once("curation queue full: an answer that needs a human was not recorded")
 
     def _remember(self, answered: Answered) -> None:
@@ -173,16 +186,20 @@ class AnswerRecorder:
 
     async def _write_record(self, answered: Answered) -> None:
         try:
-            record = to_record(answered, await self._embed(answered.question))
-            await self._store.add_records([record])
+            if answered.route is not None:
+                await self._store.add_route_outcomes([answered.route])
+            if answered.needs_human:
+                await self._store.add_records([to_record(answered, await self._embed(answered.question))])
         except GatewayError as exc:  # the store's and the embeddings' failures, translated at their boundary
-            self._count("dropped")
+            if answered.needs_human:  # the count is of answers that need a human; an outcome is only logged
+                self._count("dropped")
             self._warn_once(f"curation store write failed, answers are counted and dropped until it recovers: {exc}")
             return
         if self._failing:
             logger.info("curation store writes recovered")
             self._failing = False
-        self._count("recorded")
+        if answered.needs_human:
+            self._count("recorded")
 
     def _warn_once(self, message: str) -> None:
         if not self._failing:

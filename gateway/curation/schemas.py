@@ -149,3 +149,32 @@ def run_out(run: EvalRun) -> EvalRunOut:
         started_at=iso(run.started_at),
         finished_at=iso(run.finished_at),
     )
+
+
+class RouteOutcomesOut(msgspec.Struct, kw_only=True):
+    tenant: str
+    since: str
+    counts: Annotated[
+        dict[str, int],
+        Meta(description="right; over_routed: multi_hop where one document answered; under_routed: escalated."),
+    ]
+    disliked: Annotated[int, Meta(description="Of those, answers rated down (reported, not used to recalibrate).")]
+    accuracy_estimate: Annotated[float | None, Meta(description="right / all outcomes; null without any.")]
+    multi_hop_threshold: float
+    calibrated: Annotated[bool, Meta(description="Whether an operator applied a recalibrated threshold.")]
+
+
+class RecalibrationRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    apply: Annotated[bool, Meta(description="false: only say what the outcomes propose; true: store it.")] = False
+    days: Annotated[float, Meta(gt=0, le=365)] = 30.0
+    min_outcomes: Annotated[int, Meta(ge=1, le=100_000)] = 20
+
+
+class CalibrationOut(msgspec.Struct, kw_only=True):
+    tenant: str
+    outcomes: int
+    current_threshold: float
+    multi_hop_threshold: float
+    accuracy_before: Annotated[float, Meta(description="Share of the outcomes the current threshold routes right.")]
+    accuracy_after: Annotated[float, Meta(description="The same with the proposed threshold.")]
+    applied: bool

@@ -11,8 +11,9 @@ from dataclasses import asdict, dataclass
 from gateway.curation.evaluator import HybridEvaluator, Rule
 from gateway.curation.gaps import Diagnoser, Gap, cluster
 from gateway.curation.models import EvalCase, Feedback, Rating, Resolution
-from gateway.curation.records import AnswerRecorder, assess, to_record
+from gateway.curation.records import AnswerRecorder, to_record
 from gateway.curation.resolution import resolve
+from gateway.curation.routing import Calibration, RouteReport, recalibrate_tenant, route_report
 from gateway.curation.store import CurationStore
 from gateway.curation.suites import SuiteRunner
 from gateway.curation.training import pairs, to_jsonl
@@ -56,6 +57,18 @@ class Curation:
         self._queries = queries
         self.suites.attach(queries)
 
+    async def route_report(self, tenant: str, days: float) -> RouteReport:
+        """The tenant's route outcomes, those of answers still on their way to the store included."""
+        await self.recorder.drain()
+        return await route_report(self.store, tenant, days, time.time())
+
+    async def recalibrate(self, tenant: str, *, days: float, min_outcomes: int, apply: bool) -> Calibration:
+        """The threshold the tenant's outcomes propose (stored with ``apply``: an operator's decision, never ours)."""
+        await self.recorder.drain()
+        return await recalibrate_tenant(
+            self.store, tenant, days=days, min_outcomes=min_outcomes, apply=apply, now=time.time()
+        )
+
     async def gaps(self, tenant: str) -> list[Gap]:
         records = await self.store.open_records(tenant)
         gaps = cluster(records, self.settings.cluster_similarity)
@@ -83,7 +96,7 @@ class Curation:
         if self._queries is not None:  # kept for curators: personal data masked like the questions on record
             comment, expected_answer = self._queries.mask_at_rest(tenant, [comment, expected_answer])
         recent = self.recorder.recent(response_id=response_id, trace_id=trace_id)
-        if recent is not None and assess(recent.response).reasons:
+        if recent is not None and (recent.needs_human or recent.route is not None):
             await self.recorder.drain()  # it is on its way to the store: rate the record, not a copy
         record = await self.store.find_record(response_id=response_id, trace_id=trace_id)
         if record is not None and record.tenant != tenant:
@@ -91,6 +104,8 @@ class Curation:
         if recent is not None and recent.tenant != tenant:
             recent = None
         recorded = record is not None
+        if rating == "down" and recent is not None and recent.route is not None:
+            await self.store.mark_route_disliked(recent.route.id)
         if rating == "down" and record is not None:
             await self.store.mark_rated_down(record.id, expected_answer)
         elif rating == "down" and recent is not None:

@@ -23,7 +23,17 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from gateway.curation.models import AnswerRecord, EvalCase, EvalRun, Feedback, Resolution
-from gateway.curation.tables import answer_records, document_changes, eval_cases, eval_runs, feedback, resolutions
+from gateway.curation.routing import Calibration, RouteOutcome
+from gateway.curation.tables import (
+    answer_records,
+    document_changes,
+    eval_cases,
+    eval_runs,
+    feedback,
+    resolutions,
+    route_calibrations,
+    route_outcomes,
+)
 from gateway.errors import ProviderUnavailableError
 
 logger = logging.getLogger(__name__)
@@ -215,6 +225,80 @@ class CurationStore:
             rows = (await connection.execute(query)).mappings().all()
         return [EvalRun.from_row(row) for row in rows]
 
+    # --- route outcomes and calibrations ---------------------------------------------------------
+
+    async def add_route_outcomes(self, outcomes: Sequence[RouteOutcome]) -> None:
+        if not outcomes:
+            return
+        rows = [
+            {
+                "id": o.id,
+                "tenant": o.tenant,
+                "classified_route": o.classified_route,
+                "served_route": o.served_route,
+                "verdict": o.verdict,
+                "p_multi_hop": o.p_multi_hop,
+                "disliked": o.disliked,
+                "created_at": o.created_at,
+            }
+            for o in outcomes
+        ]
+        async with self._connection(write=True) as connection:
+            await connection.execute(route_outcomes.insert(), rows)
+
+    async def mark_route_disliked(self, response_id: str) -> None:
+        async with self._connection(write=True) as connection:
+            await connection.execute(
+                update(route_outcomes).where(route_outcomes.c.id == response_id).values(disliked=True)
+            )
+
+    async def route_outcomes(self, tenant: str, since: float) -> list[RouteOutcome]:
+        query = (
+            select(route_outcomes)
+            .where(route_outcomes.c.tenant == tenant, route_outcomes.c.created_at >= since)
+            .order_by(route_outcomes.c.created_at)
+        )
+        async with self._connection(write=False) as connection:
+            rows = (await connection.execute(query)).mappings().all()
+        return [
+            RouteOutcome(
+                id=row["id"],
+                tenant=row["tenant"],
+                classified_route=row["classified_route"],
+                served_route=row["served_route"],
+                verdict=row["verdict"],
+                p_multi_hop=row["p_multi_hop"],
+                created_at=float(row["created_at"]),
+                disliked=bool(row["disliked"]),
+            )
+            for row in rows
+        ]
+
+    async def calibration(self, tenant: str) -> Calibration | None:
+        """The tenant's applied calibration (its threshold as both current and proposed), if an operator set one."""
+        query = select(route_calibrations).where(route_calibrations.c.tenant == tenant)
+        async with self._connection(write=False) as connection:
+            row = (await connection.execute(query)).mappings().first()
+        if row is None:
+            return None
+        threshold = float(row["multi_hop_threshold"])
+        return Calibration(
+            tenant, int(row["outcomes"]), threshold, threshold, row["accuracy_before"], row["accuracy_after"]
+        )
+
+    async def set_calibration(self, calibration: Calibration) -> None:
+        values = {
+            "multi_hop_threshold": calibration.multi_hop_threshold,
+            "outcomes": calibration.outcomes,
+            "accuracy_before": calibration.accuracy_before,
+            "accuracy_after": calibration.accuracy_after,
+            "calibrated_at": time.time(),
+        }
+        tenant = calibration.tenant
+        async with self._connection(write=True) as connection:
+            await connection.execute(delete(route_calibrations).where(route_calibrations.c.tenant == tenant))
+            await connection.execute(route_calibrations.insert().values(tenant=tenant, **values))
+
     # --- retention --------------------------------------------------------------------------------
 
     async def purge(self, retention_days: int, now: float | None = None) -> int:
@@ -224,6 +308,7 @@ class CurationStore:
             gone = await connection.execute(delete(answer_records).where(answer_records.c.created_at < cutoff))
             await connection.execute(delete(feedback).where(feedback.c.created_at < cutoff))
             await connection.execute(delete(resolutions).where(resolutions.c.created_at < cutoff))
+            await connection.execute(delete(route_outcomes).where(route_outcomes.c.created_at < cutoff))
         return int(gone.rowcount or 0)
 
 

@@ -111,3 +111,30 @@ assistant_profiles = Table(
     Column("version", Integer, nullable=False),
     Column("updated_at", Float, nullable=False),
 )
+
+# What each routed answer showed about its route afterwards (gateway.curation.routing): one row per answer the
+# router decided, purged with the answer records. ``p_multi_hop`` is what a recalibration sets a threshold on.
+route_outcomes = Table(
+    "curation_route_outcomes",
+    metadata,
+    Column("id", String(64), primary_key=True),  # the response id
+    Column("tenant", String(64), nullable=False, index=True),
+    Column("classified_route", String(32), nullable=False),
+    Column("served_route", String(32), nullable=False),
+    Column("verdict", String(16), nullable=False),
+    Column("p_multi_hop", Float),
+    Column("disliked", Boolean, nullable=False),
+    Column("created_at", Float, nullable=False, index=True),
+)
+
+# A tenant's routing thresholds, set by an operator's recalibration from its outcomes (never automatically).
+route_calibrations = Table(
+    "route_calibrations",
+    metadata,
+    Column("tenant", String(64), primary_key=True),
+    Column("multi_hop_threshold", Float, nullable=False),
+    Column("outcomes", Integer, nullable=False),
+    Column("accuracy_before", Float, nullable=False),
+    Column("accuracy_after", Float, nullable=False),
+    Column("calibrated_at", Float, nullable=False),
+)

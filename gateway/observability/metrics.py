@@ -132,6 +132,13 @@ class GatewayMetrics:
             ["outcome"],
             registry=r,
         )
+        self.route_outcomes = Counter(
+            "gateway_route_outcomes_total",
+            "Routed answers by what they showed about their route afterwards (right, over_routed: multi_hop where one "
+            "document answered, under_routed: single_hop escalated), per tenant: the route accuracy estimate.",
+            ["tenant", "verdict"],
+            registry=r,
+        )
         self.eval_score = Gauge(
             "gateway_eval_score",
             "Score (0-1) of the last run of each evaluation suite (run on demand and after knowledge changes).",

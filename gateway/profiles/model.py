@@ -36,6 +36,10 @@ class AssistantProfile:
     allowed_routes: tuple[Route, ...] = ROUTES
     route_models: dict[Route, str] = field(default_factory=dict)
     allow_system_messages: bool = False
+    # The router's threshold on p(multi_hop) for this tenant, as an operator recalibrated it from the tenant's route
+    # outcomes (gateway.curation.routing); None: the router's default. Kept apart from the profile's own fields:
+    # writing a profile never resets it.
+    multi_hop_threshold: float | None = None
     configured: bool = False
     version: int = 0
     updated_at: float | None = None
@@ -47,7 +51,7 @@ class AssistantProfile:
         and any change (a renamed assistant, another model) starts fresh keys on every replica, with nothing to
         delete. A content digest rather than the version: a profile deleted and created again restarts its
         version, and would meet the answers of its namesake."""
-        shaping = {
+        shaping: dict[str, object] = {
             "name": self.name,
             "persona": self.persona,
             "instructions": self.instructions,
@@ -55,6 +59,8 @@ class AssistantProfile:
             "allowed_routes": sorted(self.allowed_routes),
             "route_models": dict(sorted(self.route_models.items())),
         }
+        if self.multi_hop_threshold is not None:  # only when set: profiles without one keep their digests
+            shaping["multi_hop_threshold"] = self.multi_hop_threshold
         encoded = json.dumps(shaping, sort_keys=True, ensure_ascii=True).encode()
         object.__setattr__(self, "digest", hashlib.sha256(encoded).hexdigest()[:16])
 

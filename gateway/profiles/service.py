@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from langchain_core.language_models import BaseChatModel
 
@@ -104,12 +104,15 @@ class Profiles:
         try:
             async with asyncio.timeout(self.settings.load_timeout_s):
                 stored = await self.store.get(tenant)
+                threshold = await self.store.multi_hop_threshold(tenant)
         except (ProviderUnavailableError, TimeoutError) as exc:
             profile = known.profile if known is not None else self.default(tenant)
             kept = "the last known profile" if known is not None else "the default profile"
             logger.warning("profile store unavailable for tenant %r (%s): answering with %s", tenant, exc, kept)
         else:
             profile = stored if stored is not None else self.default(tenant)
+            if threshold is not None:
+                profile = replace(profile, multi_hop_threshold=threshold)
         self._entries[tenant] = _Entry(profile, self._clock() + self.settings.cache_ttl_s)
         return profile
 

@@ -15,7 +15,7 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from gateway.curation.tables import assistant_profiles
+from gateway.curation.tables import assistant_profiles, route_calibrations
 from gateway.errors import ProviderUnavailableError
 from gateway.profiles.model import AssistantProfile
 from routes.types import ROUTES, Route
@@ -41,6 +41,13 @@ class ProfileStore:
         async with self._connection(write=False) as connection:
             row = (await connection.execute(query)).mappings().first()
         return _profile(row) if row is not None else None
+
+    async def multi_hop_threshold(self, tenant: str) -> float | None:
+        """The tenant's recalibrated routing threshold (``gateway.curation.routing``), if an operator applied one."""
+        query = select(route_calibrations.c.multi_hop_threshold).where(route_calibrations.c.tenant == tenant)
+        async with self._connection(write=False) as connection:
+            value = (await connection.execute(query)).scalar()
+        return None if value is None else float(value)
 
     async def put(self, profile: AssistantProfile) -> AssistantProfile:
         """Stores ``profile`` as the tenant's (its ``version`` and ``updated_at`` are the store's): the stored one."""

@@ -121,6 +121,10 @@ class QueryResponse(msgspec.Struct):
     passages: Annotated[
         list[Passage] | None, Meta(description="The numbered passages, when the request set include_passages.")
     ] = None
+    p_multi_hop: Annotated[
+        float | None,
+        Meta(description="The router's probability that a second document holds a part of the question (null: none)."),
+    ] = None
 
 
 class RouteResponse(msgspec.Struct, kw_only=True):

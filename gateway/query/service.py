@@ -214,7 +214,7 @@ class QueryService:
             # the text alone is read first, while the vector may still be on its way.
             self._router.read_question(query, request.route)
             vector = await asked.vectors.of(query)
-        decision, router_calls = await self._decide(query, request, vector)
+        decision, router_calls = await self._decide(query, request, vector, asked.profile)
         routed_at = time.perf_counter()
         route = asked.profile.clamp(decision.route)
         result = await self._table.run(
@@ -256,14 +256,19 @@ class QueryService:
             timeline=waterfall(asked.started, [lookup, routing_step, *result.steps]),
             probe=None if decision.probe is None else _route_probe(decision.probe),
             passages=numbered(result.context) if request.include_passages else None,
+            p_multi_hop=decision.p_multi_hop,  # unrounded: a recalibrated threshold is compared with it
         )
 
     async def _decide(
-        self, query: str, request: QueryRequest, vector: list[float] | None
+        self, query: str, request: QueryRequest, vector: list[float] | None, profile: AssistantProfile
     ) -> tuple[RouteDecision, list[LLMCall]]:
-        """The router's decision, in its own span with the probe's signals."""
+        """The router's decision, in its own span with the probe's signals; with the tenant's recalibrated
+        threshold where an operator set one."""
         with self._telemetry.routing() as span:
-            decision, router_calls = await self._router.decide(query, request.route, vector, request.tenant)
+            threshold = profile.multi_hop_threshold
+            decision, router_calls = await self._router.decide(
+                query, request.route, vector, request.tenant, *([] if threshold is None else [threshold])
+            )
             probe = decision.probe
             self._telemetry.decided(
                 span,

@@ -27,5 +27,5 @@ def test_the_migrate_command_brings_a_database_to_head(tmp_path: Path, monkeypat
         "curation_eval_runs",
         "assistant_profiles",
     }
-    assert version == "0003"
+    assert version == "0004"
     assert main(["upgrade"]) == 2

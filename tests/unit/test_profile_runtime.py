@@ -48,6 +48,9 @@ class SlowStore(ProfileStore):
             raise ProviderUnavailableError("database down", provider="profile_store")
         return self.profile
 
+    async def multi_hop_threshold(self, tenant: str) -> float | None:
+        return None  # read in the same load as the profile; the calibration tests cover it
+
 
 def profiles(store: ProfileStore | None, clock: Clock, **settings: float) -> Profiles:
     return Profiles(store, AssistantSettings(), ProfileSettings(**settings), clock=clock)
