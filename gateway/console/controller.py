@@ -37,10 +37,9 @@ from gateway.console.sessions import (
 )
 from gateway.curation.pages import ReviewController
 from gateway.errors import ClientError, GatewayError, NotFoundError, handle_exception
-from gateway.knowledge.controller import FilesRefusedError
+from gateway.knowledge.controller import index_uploaded
 from gateway.knowledge.schemas import FilesResponse
 from gateway.knowledge.service import KnowledgeBase
-from gateway.knowledge.uploads import Upload, ingest_files
 from gateway.query.schemas import QueryRequest
 from gateway.query.service import QueryService
 from gateway.query.validation import clean_query
@@ -167,14 +166,7 @@ class KnowledgePagesController(Controller):
         principal: NamedDependency[Principal],
     ) -> FilesResponse:
         """The uploader's endpoint: the API's upload for the signed-in tenant (JSON, each file's outcome)."""
-        files = [f for f in data.files if hasattr(f, "read")]
-        if not files:
-            raise ClientError("No files in the upload.")
-        uploads = [Upload(name=f.filename or "", data=await f.read()) for f in files]
-        response = await ingest_files(knowledge, principal.tenant, uploads, settings.limits)
-        if not response.indexed:
-            raise FilesRefusedError(response)
-        return response
+        return await index_uploaded(knowledge, principal.tenant, data.files, settings.limits)
 
     @post("/delete", include_in_schema=False, status_code=303)
     async def delete(

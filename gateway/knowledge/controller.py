@@ -28,7 +28,7 @@ from gateway.knowledge.service import KnowledgeBase
 from gateway.knowledge.uploads import Upload, indexed_files, ingest_files
 from gateway.knowledge.validation import valid_documents
 from gateway.providers.vectorstores.base import TENANT_PATTERN
-from gateway.settings import Settings
+from gateway.settings import RequestLimits, Settings
 
 
 class DocumentController(Controller):
@@ -96,6 +96,21 @@ class FilesRefusedError(ClientError):
         super().__init__(f"No file was indexed. {reasons}", files=[msgspec.to_builtins(f) for f in response.files])
 
 
+async def index_uploaded(
+    knowledge: KnowledgeBase, tenant: str, parts: list[UploadFile], limits: RequestLimits
+) -> FilesResponse:
+    """An upload's files indexed for ``tenant`` (the API's and the console's): each file's outcome, or the refused
+    files' problem when none could be indexed."""
+    files = [f for f in parts if isinstance(f, UploadFile)]
+    if not files:
+        raise ClientError("No files in the upload: send them as multipart/form-data parts named 'files'.")
+    uploads = [Upload(name=f.filename or "", data=await f.read()) for f in files]
+    response = await ingest_files(knowledge, tenant, uploads, limits)
+    if not response.indexed:
+        raise FilesRefusedError(response)
+    return response
+
+
 class FileController(Controller):
     path = "/v1/files"
     tags = ["documents"]
@@ -138,15 +153,7 @@ class FileController(Controller):
         principal: NamedDependency[Principal],
         tenant: Annotated[str, QueryParameter(pattern=TENANT_PATTERN)] = "default",
     ) -> FilesResponse:
-        tenant = principal.tenant_for(tenant)
-        files = [f for f in data.files if isinstance(f, UploadFile)]
-        if not files:
-            raise ClientError("No files in the upload: send them as multipart/form-data parts named 'files'.")
-        uploads = [Upload(name=f.filename or "", data=await f.read()) for f in files]
-        response = await ingest_files(knowledge, tenant, uploads, settings.limits)
-        if not response.indexed:
-            raise FilesRefusedError(response)
-        return response
+        return await index_uploaded(knowledge, principal.tenant_for(tenant), data.files, settings.limits)
 
     @get(
         "/",
