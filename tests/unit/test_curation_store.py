@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.curation.__main__ import main
+from gateway.curation.cli import main
 
 
 def test_the_migrate_command_brings_a_database_to_head(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from gateway.curation.__main__ import main
+from gateway.curation.cli import main
 from gateway.curation.routing import RouteOutcome, recalibrate, route_outcome
 from gateway.query.schemas import QueryRequest, QueryResponse, Source
 from gateway.settings import Settings
