@@ -63,7 +63,15 @@ class DocumentController(Controller):
     )
     async def remove(
         self,
-        doc_id: Annotated[Path, PathParameter()],
+        # Litestar documents a ``path`` parameter as a URI; it is a document id (a file's id is its path, slashes
+        # and all): said so, so clients and contract tests send ids, not URLs.
+        doc_id: Annotated[
+            Path,
+            PathParameter(
+                description="The document's id; a file's is its path (slashes allowed).",
+                schema_extra={"format": "path", "minLength": 1, "maxLength": 256},
+            ),
+        ],
         knowledge: NamedDependency[KnowledgeBase],
         principal: NamedDependency[Principal],
         tenant: Annotated[str, QueryParameter(pattern=TENANT_PATTERN)] = "default",
