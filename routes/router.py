@@ -60,10 +60,10 @@ class FrontRouter:
         requested: RouteRequest,
         vector: Sequence[float] | None,
         tenant: str,
-        multi_hop_threshold: float = DEFAULT_MULTI_HOP_THRESHOLD,
+        multi_hop_threshold: float | None = None,
     ) -> tuple[RouteDecision, list[LLMCall]]:
         """``vector`` may be None only when :meth:`reads_vector` says the decision does not read it.
-        ``multi_hop_threshold``: the tenant's, for the knowledge-aware classifier."""
+        ``multi_hop_threshold``: the tenant's, for the knowledge-aware classifier (None: the router's default)."""
         if requested == "direct":
             return RouteDecision(requested, 1.0, "route requested by the caller", "override"), []
         if vector is None:
@@ -76,4 +76,5 @@ class FrontRouter:
         if self.mode == "llm":
             decision, call = await self._llm.classify(query, probe)
             return decision, [call]
-        return self._knowledge.classify(query, probe, multi_hop_threshold), []
+        threshold = DEFAULT_MULTI_HOP_THRESHOLD if multi_hop_threshold is None else multi_hop_threshold
+        return self._knowledge.classify(query, probe, threshold), []

@@ -265,9 +265,8 @@ class QueryService:
         """The router's decision, in its own span with the probe's signals; with the tenant's recalibrated
         threshold where an operator set one."""
         with self._telemetry.routing() as span:
-            threshold = profile.multi_hop_threshold
             decision, router_calls = await self._router.decide(
-                query, request.route, vector, request.tenant, *([] if threshold is None else [threshold])
+                query, request.route, vector, request.tenant, profile.multi_hop_threshold
             )
             probe = decision.probe
             self._telemetry.decided(
