@@ -8,6 +8,9 @@ A question's route depends on the tenant it is asked of, so every labelled case 
   policies and the Japanese SaaS manual; ``place``: the invented towns, rivers, painters and
   festivals) -> their labelled route. The two groups share no documents, so leaving one group out
   leaves out its questions *and* its documents;
+- the written redundant sets' questions asked of their language's tenant -> ``single_hop``: each fact is told by
+  2-4 documents in other words (outlets, a policy and its FAQ, manual editions), so several documents cover a
+  question without any of them holding a *different* part of it;
 - the written ``direct`` examples (conversation, transforms, arithmetic, general knowledge) asked of
   every tenant -> ``direct``;
 - questions asked of a tenant that holds nothing on them -> ``direct``: the NQ-style SKR questions
@@ -34,6 +37,7 @@ from routes.types import Route
 from routes.written_kb import load_written_kb
 
 PASSAGES_FILE = "dataset_passages.jsonl"
+REDUNDANT_FILES = {"redundant_en": "redundant_kb_en.json", "redundant_ja": "redundant_kb_ja.json"}
 PLACE_DOCS = frozenset(
     {
         "en-aldern",
@@ -133,7 +137,16 @@ def load_tenants(split: Split = _whole) -> dict[str, CorpusTenant]:
     for doc in kb.documents:
         group = "written_place" if doc.id in PLACE_DOCS else "written_org"
         by_source.setdefault(group, []).append(SourceDocument(doc.id, doc.title, doc.text))
+    for tenant, raw in _redundant_sets().items():
+        by_source[tenant] = [SourceDocument(d["id"], d["title"], d["text"]) for d in raw["documents"]]
     return {name: CorpusTenant(name, tuple(docs), split) for name, docs in by_source.items()}
+
+
+def _redundant_sets() -> dict[str, Any]:
+    return {
+        tenant: json.loads((resources.files("routes") / "data" / name).read_text(encoding="utf-8"))
+        for tenant, name in REDUNDANT_FILES.items()
+    }
 
 
 def written_group(supporting: Iterable[str]) -> str:
@@ -154,6 +167,11 @@ def own_cases(examples: Sequence[Example]) -> list[Case]:
     for q in load_written_kb().questions:
         group = written_group(q.supporting)
         cases.append(Case(q.question, q.route, q.lang, group, frozenset({group}), q.supporting))
+    for tenant, raw in _redundant_sets().items():
+        cases += [
+            Case(q["question"], "single_hop", q["lang"], tenant, frozenset({tenant}), tuple(q["supporting"]))
+            for q in raw["questions"]
+        ]
     return cases
 
 
@@ -176,6 +194,7 @@ def direct_cases(examples: Sequence[Example], tenants: Iterable[str]) -> list[Ca
     cases += [
         Case(c.text, "direct", c.lang, OFF_TENANT[c.tenant], c.sources | {OFF_TENANT[c.tenant]})
         for c in own_cases(examples)
+        if c.tenant in OFF_TENANT
     ]
     return cases
 

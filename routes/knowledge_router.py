@@ -24,14 +24,14 @@ from pathlib import Path
 
 import numpy as np
 
-from routes.corpus import PASSAGES_FILE, Case, CorpusTenant, EmbedTexts, all_cases, load_tenants
+from routes.corpus import PASSAGES_FILE, REDUNDANT_FILES, Case, CorpusTenant, EmbedTexts, all_cases, load_tenants
 from routes.features import FEATURE_VERSION, active_cues
 from routes.logistic_router import LogisticModel, cached_model, fit_matrix
 from routes.probe import PROBE_DEPTH, Probe, ProbeSignals, read_signals
 from routes.types import Route, RouteDecision
 from routes.written_kb import KB_FILE
 
-SIGNAL_VERSION = 3
+SIGNAL_VERSION = 4
 # Stage 1, retrieve or not: is anything in the store about this question, and is it a request that
 # needs no documents at all (conversation, transforms, code, arithmetic)? What the top documents hold
 # *together* answers that; whether one document holds it all is stage 2's question (with the best
@@ -40,10 +40,12 @@ SIGNAL_VERSION = 3
 RETRIEVE_SIGNALS = ("top_score", "margin", "union_coverage", "entity_union_coverage")
 DIRECT_CUES = ("greeting", "transform", "about_assistant", "code", "arithmetic")
 # Stage 2, one document or several: does a second document hold a part of the question the best one
-# lacks? Leave-one-dataset-out kept this one signal: adding the spread's other measures (coverage
-# gain, covering documents) or the comparison / both cues won on some held-out sets and lost more on
-# others, i.e. they carried dataset style.
-SPREAD_SIGNALS = ("second_document_share",)
+# lacks, other than by retelling the same facts (see ``routes.probe``: shared figures)? Leave-one-dataset-out kept
+# this one signal: adding the spread's other measures (coverage gain, covering documents), the comparison / both
+# cues, or measures of how alike the top documents are (shared names or words, their vectors' cosine) won on some
+# held-out sets and lost more on others, i.e. they carried dataset style. Without the repetition discount, the
+# written redundant sets (each fact told by 2-4 documents) went 62-73% to ``multi_hop``.
+SPREAD_SIGNALS = ("distinct_second_share",)
 RETRIEVE: Route = "single_hop"  # stage 1's label for "search the knowledge base" (stage 2 says how)
 # Stage 2 answers multi_hop at this probability unless the tenant's routing was recalibrated from its traffic.
 DEFAULT_MULTI_HOP_THRESHOLD = 0.5
@@ -94,7 +96,8 @@ def fit_knowledge(cases: Sequence[Case], signals: Sequence[ProbeSignals]) -> Kno
 def training_files() -> list[bytes]:
     """Every file the training tenants' passages come from: a changed document retrains the router instead of
     reusing an artefact trained on the old text."""
-    return [(resources.files("routes") / "data" / name).read_bytes() for name in (PASSAGES_FILE, KB_FILE)]
+    names = (PASSAGES_FILE, KB_FILE, *REDUNDANT_FILES.values())
+    return [(resources.files("routes") / "data" / name).read_bytes() for name in names]
 
 
 def artefact_path(cache_dir: Path, cases: Sequence[Case], embedding_model: str, chunking: str, stage: str) -> Path:
@@ -169,6 +172,7 @@ class KnowledgeRouter:
         reason = (
             f"p(retrieve)={p_retrieve:.2f}: {found}; p(multi_hop)={p_multi:.2f}{threshold}: a second "
             f"document holds {s.second_document_share:.2f} of the words the best one lacks, "
-            f"{s.covering_documents} documents cover the question's parts{cue_text}"
+            f"{s.covering_documents} documents cover the question's parts, the best and that second one share "
+            f"{s.shared_figures} figures{cue_text}"
         )
         return RouteDecision(route, p_retrieve * spread.get(route, 0.0), reason, self.name, probe, p_multi_hop=p_multi)

@@ -31,9 +31,9 @@ how many documents cover its parts. Little similarity and coverage means the kno
 nothing on it ("direct"); a second document holding what the first lacks suggests "multi_hop".
 Answer in JSON with route, confidence (0 to 1) and a short reason."""
 
-_NOTHING = ProbeSignals(12, 12, 0.12, 0.03, 0.1, 0.0, 0.1, 0.1, 0.0, 0.0, 0.0, 0, 2)
-_ONE_DOC = ProbeSignals(12, 6, 0.58, 0.2, 0.35, 0.8, 0.8, 0.0, 0.0, 1.0, 1.0, 1, 5)
-_TWO_DOCS = ProbeSignals(12, 7, 0.49, 0.09, 0.46, 0.55, 0.9, 0.35, 0.35, 0.5, 1.0, 2, 11)
+_NOTHING = ProbeSignals(12, 12, 0.12, 0.03, 0.1, 0.0, 0.1, 0.1, 0.0, 0.0, 0.0, 0, 2, 0, 0.0)
+_ONE_DOC = ProbeSignals(12, 6, 0.58, 0.2, 0.35, 0.8, 0.8, 0.0, 0.0, 1.0, 1.0, 1, 5, 0, 0.0)
+_TWO_DOCS = ProbeSignals(12, 7, 0.49, 0.09, 0.46, 0.55, 0.9, 0.35, 0.35, 0.5, 1.0, 2, 11, 0, 0.35)
 EXAMPLES: list[tuple[str, ProbeSignals, str]] = [
     ("Thanks, that helped!", _NOTHING, '{"route": "direct", "confidence": 0.97, "reason": "thanks, no lookup"}'),
     (
@@ -57,7 +57,8 @@ def describe(signals: ProbeSignals) -> str:
         f"Knowledge base search: best similarity {signals.top_score:.2f} (margin {signals.margin:.2f}); "
         f"question words covered by the best document {signals.best_coverage:.2f}, by the top "
         f"{signals.documents} documents {signals.union_coverage:.2f}; a second document adds "
-        f"{signals.second_document_share:.2f}; {signals.covering_documents} documents cover its parts."
+        f"{signals.second_document_share:.2f} ({signals.shared_figures} figures repeated from the best one); "
+        f"{signals.covering_documents} documents cover its parts."
     )
 
 

@@ -23,7 +23,16 @@ looks at the passages one search returns, with the query vector the request alre
 - ``entity_coverage``: the same for name-like terms (capitalised words, katakana runs, numbers),
   which carry the parts of a comparison ("older, A or B?");
 - ``covering_documents``: how many documents a greedy cover of the question's terms needs, each adding
-  a part of the question the ones before it did not hold.
+  a part of the question the ones before it did not hold;
+- ``shared_figures`` / ``distinct_second_share``: whether the document holding that second part *repeats* the best
+  one. Knowledge bases tell one fact many times (outlets on one event, a policy and its FAQ, manual editions),
+  each in its own words, so a paraphrase leaves words of the question to a sibling and the lexical signals above
+  read a "second part" where there is only a second telling. Two tellings of one fact state the same figures
+  (dates, amounts, counts, durations) beyond those the question gives; a document holding a *different* part of a
+  question rarely repeats the first one's figures, and when it does it is one (the year a company was founded,
+  in the company's page and its founder's). Shared names do not tell the two apart: a bridge's second document
+  names the bridge entity the first one mentions. ``distinct_second_share`` is the second part's share, or none
+  where the two documents share ``REPEATED_FIGURES`` figures the question does not give.
 
 The passages travel with the signals (:class:`Probe`) so retrieval can reuse them instead of
 searching the store a second time. The probe may search deeper than the signals read (``depth`` vs
@@ -56,6 +65,13 @@ MIN_PART_SHARE = 0.1
 
 # Capitalised Latin words, katakana runs (names and loanwords in Japanese), numbers.
 _NAME_LIKE = re.compile(r"\b[A-Z][^\W_]+|[\u30a0-\u30ff]{2,}|\d+")
+# Figures (digit runs of the normalised text: full-width digits are ASCII there, "1,800" is "1800").
+_FIGURE = re.compile(r"\d+")
+# Shared figures at which the document holding the question's second part counts as a retelling of the best one.
+# One is no evidence: leave-one-dataset-out found single shared years and small counts between the two documents
+# of HotpotQA and written-KB bridge questions (2 of 5 multi-hop questions that share any figure share two or more;
+# 4 of 5 redundant Japanese questions do).
+REPEATED_FIGURES = 2
 # Words that name the kind of answer asked for ("in what year", "how many", "what is it called"): the
 # answer's document holds the answer, not these words, and a distractor that happens to hold "year" is
 # not the second part of the question.
@@ -99,6 +115,8 @@ class ProbeSignals:
     entity_union_coverage: float
     covering_documents: int
     question_terms: int
+    shared_figures: int
+    distinct_second_share: float
 
     def vector(self) -> list[float]:
         return [float(v) for v in astuple(self)]
@@ -108,7 +126,7 @@ class ProbeSignals:
 
 
 SIGNAL_NAMES: tuple[str, ...] = tuple(f.name for f in fields(ProbeSignals))
-EMPTY_SIGNALS = ProbeSignals(0, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0, 0)
+EMPTY_SIGNALS = ProbeSignals(0, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0, 0, 0, 0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,15 +206,25 @@ def _name_terms(text: str) -> set[str]:
     return {name for name in found if name not in EN_STOPWORDS}
 
 
+@dataclass(frozen=True, slots=True)
+class _PassageView:
+    body: str  # normalised title and text
+    words: frozenset[str]
+    terms: frozenset[str]  # stemmed content terms
+    figures: frozenset[str]
+
+
 @functools.lru_cache(maxsize=PASSAGE_VIEWS)
-def _passage_view(title: str, text: str) -> tuple[str, frozenset[str], frozenset[str]]:
+def _passage_view(title: str, text: str) -> _PassageView:
     """A passage's normalised text (title and body), its words and its (stemmed) content terms: a pure function of
     the passage, kept for the passages probes keep finding. Reading them again for every request was ~14 % of an
     ``auto`` miss's CPU (normalising and tokenizing 8 chunks of ~700 characters), for the same answer each time.
     Keyed by the two strings as they are, not joined: a passage's strings are the same objects from one probe to
     the next, whose hashes Python keeps, where a joined copy was rebuilt and hashed anew for each of them."""
     body = f"{title}\n{text}"
-    return normalise(body), frozenset(tokens(body)), frozenset(_terms(body))
+    normalised = normalise(body)
+    figures = frozenset(_FIGURE.findall(normalised))
+    return _PassageView(normalised, frozenset(tokens(body)), frozenset(_terms(body)), figures)
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +236,7 @@ class QuestionTerms:
     names: frozenset[str]
     wanted_parts: _Wanted
     name_parts: _Wanted
+    figures: frozenset[str]
 
 
 @functools.lru_cache(maxsize=QUESTIONS_KEPT)
@@ -215,7 +244,8 @@ def question_terms(question: str) -> QuestionTerms:
     """A pure function of the question, kept: the request path reads it while the query vector is still being
     computed (``FrontRouter.read_question``), and the probe's signals then find it here."""
     wanted, names = frozenset(question_words(question)), frozenset(_name_terms(question))
-    return QuestionTerms(wanted, names, _Wanted.of(wanted), _Wanted.of(names))
+    figures = frozenset(_FIGURE.findall(normalise(question)))
+    return QuestionTerms(wanted, names, _Wanted.of(wanted), _Wanted.of(names), figures)
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,12 +293,14 @@ def read_signals(question: str, passages: Sequence[Passage]) -> tuple[ProbeSigna
     doc_terms: dict[str, set[str]] = {}
     doc_names: dict[str, set[str]] = {}
     doc_score: dict[str, float] = {}
+    doc_figures: dict[str, set[str]] = {}
     doc_id: dict[str, str] = {}  # a source's best passage's document id, for the cover
     for passage in passages:
         source = _source(passage)
-        body_norm, body_words, terms = _passage_view(passage.title, passage.text)
-        doc_terms.setdefault(source, set()).update(wanted_parts.held(body_norm, terms))
-        doc_names.setdefault(source, set()).update(name_parts.held(body_norm, body_words))
+        view = _passage_view(passage.title, passage.text)
+        doc_terms.setdefault(source, set()).update(wanted_parts.held(view.body, view.terms))
+        doc_names.setdefault(source, set()).update(name_parts.held(view.body, view.words))
+        doc_figures.setdefault(source, set()).update(view.figures)
         doc_score[source] = max(doc_score.get(source, -1.0), passage.score)
         doc_id.setdefault(source, passage.doc_id)
     scores = [p.score for p in passages]
@@ -281,7 +313,15 @@ def read_signals(question: str, passages: Sequence[Passage]) -> tuple[ProbeSigna
     cover = _greedy_cover(wanted, doc_terms)
     best_doc = max(doc_terms, key=lambda d: len(doc_terms[d] & wanted))
     missing = wanted - doc_terms[best_doc]
-    second = max((len(terms & missing) for d, terms in doc_terms.items() if d != best_doc), default=0)
+    # The document holding most of what the best one lacks (ties: the one holding more of the question).
+    supplier = max(
+        (d for d in doc_terms if d != best_doc),
+        key=lambda d: (len(doc_terms[d] & missing), len(doc_terms[d] & wanted)),
+        default=None,
+    )
+    second = len(doc_terms[supplier] & missing) if supplier is not None else 0
+    shared = len((doc_figures[best_doc] & doc_figures[supplier]) - asked.figures) if supplier is not None else 0
+    second_share = second / len(wanted) if wanted else 0.0
     signals = ProbeSignals(
         passages=len(passages),
         documents=len(doc_terms),
@@ -291,11 +331,13 @@ def read_signals(question: str, passages: Sequence[Passage]) -> tuple[ProbeSigna
         best_coverage=best,
         union_coverage=union,
         coverage_gain=union - best,
-        second_document_share=second / len(wanted) if wanted else 0.0,
+        second_document_share=second_share,
         entity_coverage=max((_share(n, names) for n in doc_names.values()), default=0.0),
         entity_union_coverage=_share(union_names, names),
         covering_documents=len(cover),
         question_terms=len(wanted),
+        shared_figures=shared,
+        distinct_second_share=0.0 if shared >= REPEATED_FIGURES else second_share,
     )
     return signals, tuple(doc_id[source] for source in cover)
 

@@ -26,14 +26,13 @@ import random
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
 from pipelines.shared.deps import Passage
-from routes.corpus import Case, CorpusTenant, SourceDocument, all_cases, load_tenants
+from routes.corpus import REDUNDANT_FILES, Case, CorpusTenant, SourceDocument, all_cases, load_tenants
 from routes.examples import Example, load_examples
 from routes.knowledge_router import KnowledgeRouter, case_signals, fit_knowledge
 from routes.logistic_router import LogisticRouter, fit
@@ -132,30 +131,6 @@ def _jsquad(data_dir: Path, sample: int, split: Callable[[str], list[str]]) -> t
     return CorpusTenant("jsquad", docs, split), Source("JSQuAD sample (test only)", tuple(cases), None)
 
 
-REDUNDANT_FILES = {"en": "redundant_kb_en.json", "ja": "redundant_kb_ja.json"}
-
-
-def _redundant(split: Callable[[str], list[str]]) -> list[tuple[CorpusTenant, Source]]:
-    """The written redundant sets: each question answered by every one of 2-4 documents telling the same story in
-    other words (outlets, a policy and its FAQ, manual versions), asked of its language's tenant; test only."""
-    found: list[tuple[CorpusTenant, Source]] = []
-    for lang, name in REDUNDANT_FILES.items():
-        path = Path(str(resources.files("routes") / "data" / name))
-        if not path.exists():
-            continue
-        raw = json.loads(path.read_text(encoding="utf-8"))
-        tenant = f"redundant_{lang}"
-        docs = tuple(SourceDocument(d["id"], d["title"], d["text"]) for d in raw["documents"])
-        cases = tuple(
-            Case(q["question"], "single_hop", lang, tenant, frozenset({tenant}), tuple(q["supporting"]))
-            for q in raw["questions"]
-        )
-        found.append(
-            (CorpusTenant(tenant, docs, split), Source(f"redundant KB {lang.upper()} (test only)", cases, None))
-        )
-    return found
-
-
 def sources(cases: Sequence[Case], examples: Sequence[Example], jsquad: Source) -> list[Source]:
     def own(tag: str) -> tuple[Case, ...]:
         return tuple(c for c in cases if c.sources == {tag} and c.tenant == tag)
@@ -171,6 +146,8 @@ def sources(cases: Sequence[Case], examples: Sequence[Example], jsquad: Source) 
         Source("HotpotQA", own("hotpotqa"), "hotpotqa"),
         Source("written KB, org group", own("written_org"), "written_org"),
         Source("written KB, place group", own("written_place"), "written_place"),
+        Source("written redundant KB EN", own("redundant_en"), "redundant_en"),
+        Source("written redundant KB JA", own("redundant_ja"), "redundant_ja"),
         Source("written direct EN (asked of the org tenant)", direct("en"), "written_direct_en"),
         Source("written direct JA (asked of the org tenant)", direct("ja"), "written_direct_ja"),
         Source(
@@ -230,33 +207,34 @@ def evaluate(
 def tenant_recalibration(
     cases: Sequence[Case], sources_: Sequence[Source], embed: Embedder, tenants: dict[str, CorpusTenant]
 ) -> list[str]:
-    """What a tenant's recalibration (``gateway.curation.routing``) does on questions it never saw: the router
-    trained on every training case; each test-only set's questions split in two by a hash of the text; the first
+    """What a tenant's recalibration (``gateway.curation.routing``) does on questions it never saw: for each written
+    redundant set, the router trained without it; its questions split in two by a hash of the text; the first
     half's routes become outcomes (``multi_hop`` on a single-hop question: over_routed, as the planner shows it; the
     rest right), the threshold is recalibrated on them and the second half is routed with it. The same threshold
     applied to the multi-hop sets shows why it stays the tenant's own."""
     from gateway.curation.routing import RouteOutcome, recalibrate  # deferred: the gateway's recalibration
 
-    router = KnowledgeRouter(fit_knowledge(cases, case_signals(cases, tenants, embed)))
-
-    def p_multi(case: Case) -> float:
-        vector = embed([case.text])[0]
-        probe = probe_of("eval", case.text, tenants[case.tenant].search(embed, vector, PROBE_DEPTH), PROBE_DEPTH)
-        decision = router.classify(case.text, probe)
-        return decision.p_multi_hop if decision.p_multi_hop is not None else 0.0
-
-    def recall(tested: Sequence[Case], threshold: float) -> float:
-        return sum((p_multi(c) >= threshold) == (c.route == "multi_hop") for c in tested) / len(tested)
-
     multi = [c for c in cases if c.route == "multi_hop"]
     lines = [
-        "| test-only set | calibrated on | threshold | single_hop recall, held-out half: before -> after | "
-        "multi-hop sets' recall with it (if it were global) |",
+        "| set (router trained without it) | calibrated on | threshold | single_hop recall, held-out half: "
+        "before -> after | multi-hop sets' recall with it (if it were global) |",
         "|---|---|---|---|---|",
     ]
     for source in sources_:
-        if source.excludes is not None or not source.cases or source.cases[0].route != "single_hop":
+        if source.excludes not in REDUNDANT_FILES:
             continue
+        train = [c for c in cases if source.excludes not in c.sources]
+        router = KnowledgeRouter(fit_knowledge(train, case_signals(train, tenants, embed)))
+
+        def p_multi(case: Case, router: KnowledgeRouter = router) -> float:
+            vector = embed([case.text])[0]
+            passages = tenants[case.tenant].search(embed, vector, PROBE_DEPTH)
+            decision = router.classify(case.text, probe_of("eval", case.text, passages, PROBE_DEPTH))
+            return decision.p_multi_hop if decision.p_multi_hop is not None else 0.0
+
+        def recall(tested: Sequence[Case], threshold: float, p_multi: Callable[[Case], float] = p_multi) -> float:
+            return sum((p_multi(c) >= threshold) == (c.route == "multi_hop") for c in tested) / len(tested)
+
         halves = [c for c in source.cases if hash_half(c.text) == 0], [c for c in source.cases if hash_half(c.text)]
         outcomes = [
             RouteOutcome(
@@ -270,8 +248,7 @@ def tenant_recalibration(
             )
             for i, c in enumerate(halves[0])
         ]
-        found = recalibrate("t", outcomes, None)
-        t = found.multi_hop_threshold
+        t = recalibrate("t", outcomes, None).multi_hop_threshold
         lines.append(
             f"| {source.name} | {len(outcomes)} | {t:.3f} | {recall(halves[1], 0.5):.3f} -> {recall(halves[1], t):.3f} "
             f"| {recall(multi, 0.5):.3f} -> {recall(multi, t):.3f} |"
@@ -342,9 +319,6 @@ def main() -> None:
     trainers = before + ([KnowledgeAware] if args.classifier in ("after", "both") else [])
     report: dict[str, list[dict[str, Any]]] = {}
     all_sources = sources(cases, examples, jsquad)
-    for tenant, source in _redundant(split):
-        tenants[tenant.name] = tenant
-        all_sources.append(source)
     for trainer in trainers:
         rows: list[Row] = []
         for source in all_sources:

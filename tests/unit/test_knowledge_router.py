@@ -22,9 +22,9 @@ from routes.router import FrontRouter
 from routes.types import RouteDecision
 from tests.fakes.scripted_chat import ScriptedChatModel
 
-NOTHING = ProbeSignals(8, 8, 0.12, 0.03, 0.1, 0.05, 0.1, 0.05, 0.0, 0.0, 0.0, 0, 4)
-ONE_DOC = ProbeSignals(8, 6, 0.58, 0.2, 0.35, 0.9, 0.9, 0.0, 0.0, 1.0, 1.0, 1, 5)
-TWO_DOCS = ProbeSignals(8, 7, 0.5, 0.09, 0.46, 0.55, 0.95, 0.4, 0.4, 0.5, 1.0, 2, 9)
+NOTHING = ProbeSignals(8, 8, 0.12, 0.03, 0.1, 0.05, 0.1, 0.05, 0.0, 0.0, 0.0, 0, 4, 0, 0.0)
+ONE_DOC = ProbeSignals(8, 6, 0.58, 0.2, 0.35, 0.9, 0.9, 0.0, 0.0, 1.0, 1.0, 1, 5, 0, 0.0)
+TWO_DOCS = ProbeSignals(8, 7, 0.5, 0.09, 0.46, 0.55, 0.95, 0.4, 0.4, 0.5, 1.0, 2, 9, 0, 0.4)
 
 
 def _jitter(signals: ProbeSignals, i: int) -> ProbeSignals:
@@ -34,6 +34,7 @@ def _jitter(signals: ProbeSignals, i: int) -> ProbeSignals:
         top_score=signals.top_score + step,
         best_coverage=max(0.0, signals.best_coverage + step),
         second_document_share=max(0.0, signals.second_document_share + step),
+        distinct_second_share=max(0.0, signals.distinct_second_share + step),
     )
 
 

@@ -53,6 +53,62 @@ def test_japanese_is_compared_by_words_not_spaces() -> None:
     assert cover[0] in {"plans", "failure"}
 
 
+def test_a_second_telling_of_the_same_facts_is_not_a_second_part() -> None:
+    # Two outlets report one closure in their own words: the second holds words of the question the first lacks
+    # ("mainland", "service"), but it states the same date and fleet size: a retelling, not another part.
+    question = "When will the car ferry between the mainland and Saltmere return to service?"
+    ledger = passage(
+        "ledger",
+        "Ostrel Line halts Saltmere car ferry crossings; sailings resume on 14 March. "
+        "The line carries 900 vehicles a week.",
+        0.5,
+        "Harbour Ledger",
+    )
+    courier = passage(
+        "courier",
+        "Boats to the mainland will not return to service before 14 March, the operator "
+        "said; 900 vehicles a week use the route.",
+        0.45,
+        "Valley Courier",
+    )
+    signals, _ = read_signals(question, [ledger, courier])
+    assert signals.second_document_share > 0.1
+    assert signals.shared_figures == 2
+    assert signals.distinct_second_share == 0.0
+    # The bridge above shares no figure: its second part counts whole.
+    bridge, _ = read_signals(
+        "How many people work at the office where the team that develops Beacon is based?", [BEACON, LISBON, TRAVEL]
+    )
+    assert bridge.shared_figures == 0
+    assert bridge.distinct_second_share == pytest.approx(bridge.second_document_share)
+    # One shared figure is a coincidence a bridge has (the year its office opened, in the team's page too).
+    team = passage("beacon", "Beacon is developed by the Telemetry team, based since 2016 in the Lisbon office.", 0.61)
+    year, _ = read_signals(
+        "How many people work at the office where the team that develops Beacon is based?", [team, LISBON]
+    )
+    assert year.shared_figures == 1
+    assert year.second_document_share > 0.1
+    assert year.distinct_second_share == pytest.approx(year.second_document_share)
+
+
+def test_figures_the_question_gives_are_not_a_retelling() -> None:
+    # Both documents mention the year the question names: that is the question's figure, not a repeated fact.
+    question = "プロプランの料金と、2024年に決済に失敗してから編集できなくなるまでの日数は？"
+    plans = passage("plans", "2024年のプロプランの月額料金は1ユーザーあたり1,200円です。", 0.5, "料金プラン")
+    failure = passage(
+        "failure", "2024年以降、決済に失敗すると7日後にタスクの編集ができなくなります。", 0.45, "決済失敗"
+    )
+    signals, _ = read_signals(question, [plans, failure])
+    assert signals.shared_figures == 0
+    assert signals.distinct_second_share == pytest.approx(signals.second_document_share)
+    # The FAQ retelling the failure page (the same 7 days, and the same ¥1,200 written full-width) is one.
+    faq = passage(
+        "faq", "よくある質問：１，２００円のプロプランで支払いできないと、7日で編集不可になります。", 0.4, "FAQ"
+    )
+    retold, _ = read_signals("決済に失敗したら何日で編集できなくなりますか", [failure, faq])
+    assert retold.shared_figures >= 1
+
+
 def test_a_name_inside_a_longer_katakana_run_counts_as_found() -> None:
     doc = passage("mobile", "タスクノートモバイルアプリはiOSとAndroidに対応しています。", 0.4)
     signals, _ = read_signals("タスクノートはAndroidで使えますか", [doc])

@@ -1,9 +1,10 @@
 """Routing that learns from a tenant's own traffic: outcomes recorded per answer, a report, and an operator's
 recalibration that routes the tenant's repeated-knowledge questions right while other tenants stay as they were.
 
-The tenant's knowledge base is three outlets' reports of one ferry delay (the same facts in different words) and an
-unrelated report: the router's probe reads "a second document holds words the best one lacks" and sends the
-questions to ``multi_hop``, whose planner finds the first round sufficient and whose answer cites one report.
+The tenant's knowledge base is three outlets' reports of one ferry delay (the same facts in different words, dates
+written out, so the probe finds no figure two reports repeat) and an unrelated report: the router's probe reads "a
+second document holds words the best one lacks" and sends the questions to ``multi_hop``, whose planner finds the
+first round sufficient and whose answer cites one report.
 """
 
 from __future__ import annotations
@@ -26,20 +27,20 @@ DOCS = [
     {
         "id": "ledger-kestrel",
         "title": "Harbour Ledger: Kestrel Lines postpones Norhaven crossing",
-        "text": "Kestrel Lines has postponed its Norhaven crossing until 14 March after storm damage to the pier, "
-        "the operator said on Monday.",
+        "text": "Kestrel Lines has postponed its Norhaven crossing until the middle of March after storm damage to the "
+        "pier, the operator said on Monday.",
     },
     {
         "id": "courier-kestrel",
         "title": "Valley Courier: ferry sailings from the harbour delayed",
-        "text": "Ferry sailings from the old harbour are delayed: the first boat will leave again on 14 March, once "
+        "text": "Ferry sailings from the old harbour are delayed: the first boat will leave again in mid-March, once "
         "repairs to the landing stage are finished.",
     },
     {
         "id": "gazette-kestrel",
         "title": "Coast Gazette: storm halts Kestrel ferry",
-        "text": "The Kestrel ferry will not sail before 14 March. A winter storm damaged the landing at Norhaven "
-        "harbour last week.",
+        "text": "The Kestrel ferry will not sail before the ides of March. A winter storm damaged the landing at "
+        "Norhaven harbour last week.",
     },
     {
         "id": "ledger-bakery",

@@ -49,9 +49,15 @@ def test_build_artefact_fails_loudly_when_it_cannot_write(tmp_path: Path) -> Non
 
 
 def test_a_changed_knowledge_base_document_is_another_artefact(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """The written KB's documents are training tenants: editing one must retrain, not reuse the old artefact."""
+    """The written documents are training tenants: editing one must retrain, not reuse the old artefact."""
     cases = all_cases()
     before = artefact_path(tmp_path, cases, "fake-64", "c700o100", "spread")
-    passages, kb = knowledge_router.training_files()
-    monkeypatch.setattr(knowledge_router, "training_files", lambda: [passages, kb.replace("開発".encode(), b"dev")])
+    passages, kb, *redundant = knowledge_router.training_files()
+    edited = kb.replace("開発".encode(), b"dev")
+    monkeypatch.setattr(knowledge_router, "training_files", lambda: [passages, edited, *redundant])
+    assert artefact_path(tmp_path, cases, "fake-64", "c700o100", "spread") != before
+    # A retelling edited in a redundant set is a change too (the stories teach repeated knowledge).
+    ja = redundant[-1].replace("運休".encode(), "欠航".encode())
+    assert ja != redundant[-1]
+    monkeypatch.setattr(knowledge_router, "training_files", lambda: [passages, kb, *redundant[:-1], ja])
     assert artefact_path(tmp_path, cases, "fake-64", "c700o100", "spread") != before
