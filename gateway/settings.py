@@ -156,6 +156,9 @@ class RetrievalSettings(SettingsGroup):
     escalate_below: float = Field(0.12, ge=0.0, le=1.0)
     # Dense and keyword (BM25) rankings fused by reciprocal rank; off: dense only. See gateway.knowledge.
     hybrid_search: bool = True
+    # Hybrid search also follows the entity links of its first passages (pipelines.shared.links): the passages
+    # about what they mention join the fusion, so a bridge question's second hop is found without the planner.
+    entity_links: bool = True
 
 
 class GroundingSettings(SettingsGroup):

@@ -53,6 +53,7 @@ def open_knowledge(
         versions=versions,
         on_change=changes,
         hybrid=settings.retrieval.hybrid_search,
+        links=settings.retrieval.entity_links,
         matrices=matrices,
     )
 

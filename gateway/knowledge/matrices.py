@@ -79,6 +79,8 @@ class TenantMatrix:
     # of the ~25 passages every probe returns). Parsed once per distinct text: a document's chunks share theirs.
     metadata: tuple[dict[str, Scalar] | None, ...]
     nbytes: int
+    # Rows about each entity key (the links' targets): a linked search scores only these rows.
+    about: dict[str, np.ndarray[Any, np.dtype[np.intp]]]
 
     @classmethod
     def of(cls, version: int, chunks: StoredChunks) -> TenantMatrix:
@@ -89,8 +91,38 @@ class TenantMatrix:
         parsed = {raw: _flat(raw) for raw in set(chunks.metadata)}
         metadata = tuple(parsed[raw] for raw in chunks.metadata)
         parsed_bytes = sys.getsizeof(metadata) + sum(_dict_bytes(v) for v in parsed.values() if v is not None)
-        nbytes = unit.nbytes + sum(_string_bytes(column) for column in text) + parsed_bytes
-        return cls(version, chunks, unit, metadata, nbytes)
+        rows: dict[str, list[int]] = {}
+        if len(chunks.about) == len(chunks):
+            for i, keys in enumerate(chunks.about):
+                for key in keys:
+                    rows.setdefault(key, []).append(i)
+        about = {key: np.asarray(found, dtype=np.intp) for key, found in rows.items()}
+        about_bytes = sum(sys.getsizeof(key) + found.nbytes for key, found in about.items()) + sys.getsizeof(about)
+        nbytes = unit.nbytes + sum(_string_bytes(column) for column in text) + parsed_bytes + about_bytes
+        return cls(version, chunks, unit, metadata, nbytes, about)
+
+    def linked(self, keys: Sequence[str], vector: Sequence[float], k: int) -> list[Passage]:
+        """The ``k`` chunks about any of ``keys`` of highest cosine to ``vector``: the store's linked search."""
+        found = [self.about[key] for key in keys if key in self.about]
+        if not found or k <= 0:
+            return []
+        rows = np.unique(np.concatenate(found))
+        query = np.asarray(vector, dtype=np.float32)
+        query = query / max(float(np.sqrt(query @ query)), 1e-12)
+        scores = self.unit[rows] @ query
+        order = np.argsort(-scores, kind="stable")[:k]
+        return [self._passage(int(rows[i]), float(scores[i])) for i in order]
+
+    def _passage(self, i: int, score: float) -> Passage:
+        c, flat = self.chunks, self.metadata[i]
+        return Passage(
+            chunk_id=c.chunk_ids[i],
+            doc_id=c.doc_ids[i],
+            title=c.titles[i],
+            text=c.texts[i],
+            score=score,
+            metadata=dict(flat) if flat is not None else json.loads(c.metadata[i]),
+        )
 
     def top(self, vector: Sequence[float], k: int) -> list[Passage]:
         """The ``k`` chunks of highest cosine to ``vector``, best first: the store's exact search."""
@@ -106,21 +138,8 @@ class TenantMatrix:
             order = head[np.argsort(-scores[head], kind="stable")]
         else:
             order = np.argsort(-scores, kind="stable")
-        c, metadata = self.chunks, self.metadata
-        passages = []
-        for i, score in zip(order.tolist(), scores[order].tolist(), strict=True):  # Python floats, read in one call
-            flat = metadata[i]
-            passages.append(
-                Passage(
-                    chunk_id=c.chunk_ids[i],
-                    doc_id=c.doc_ids[i],
-                    title=c.titles[i],
-                    text=c.texts[i],
-                    score=score,
-                    metadata=dict(flat) if flat is not None else json.loads(c.metadata[i]),
-                )
-            )
-        return passages
+        # Python ints and floats, each read in one call
+        return [self._passage(i, score) for i, score in zip(order.tolist(), scores[order].tolist(), strict=True)]
 
 
 class TenantMatrices:
@@ -152,6 +171,19 @@ class TenantMatrices:
 
     async def search(self, tenant: str, vector: Sequence[float], k: int) -> list[Passage] | None:
         """The exact top ``k`` from memory, or None: the caller searches the store (not warm, or no version)."""
+        entry = await self._current(tenant)
+        return None if entry is None else entry.top(vector, k)
+
+    async def linked_search(
+        self, tenant: str, keys: Sequence[str], vector: Sequence[float], k: int
+    ) -> list[Passage] | None:
+        """The store's ``linked_search`` from memory, or None as :meth:`search`."""
+        entry = await self._current(tenant, counted=False)
+        return None if entry is None else entry.linked(keys, vector, k)
+
+    async def _current(self, tenant: str, *, counted: bool = True) -> TenantMatrix | None:
+        """The tenant's matrix when it is current, else None and a load started. ``counted``: a probe's search
+        (``hits`` / ``misses`` count the searches the router's probes make)."""
         if self._unsupported or self.max_bytes <= 0:
             return None
         try:
@@ -161,9 +193,9 @@ class TenantMatrices:
         entry = self._entries.get(tenant)
         if entry is not None and entry.version == version:
             self._entries.move_to_end(tenant)
-            self.hits += 1
-            return entry.top(vector, k)
-        self.misses += 1
+            self.hits += counted
+            return entry
+        self.misses += counted
         if self._too_big.get(tenant) != version and tenant not in self._loading:
             task = asyncio.create_task(self._load(tenant, version), name=f"tenant-matrix-{tenant}")
             self._loading[tenant] = task

@@ -1,13 +1,14 @@
-"""Supporting-passage recall of retrieval alone, dense vs hybrid (dense + BM25, reciprocal rank fusion).
+"""Supporting-passage recall of retrieval alone: dense, hybrid (dense + BM25, reciprocal rank fusion), hybrid + links.
 
-    python -m tests.benchmarks.retrieval_recall [--data-dir ../shared/data/dev] [--k 4 8] [--batched]
+    python -m tests.benchmarks.retrieval_recall [--data-dir ../shared/data/dev] [--k 4 8 12] [--batched]
 
 No LLM. Each set is ingested as one tenant of the real embedded store (LanceDB in a temporary
 directory, the production chunker and embeddings), then every question with gold passages is asked
-through :meth:`gateway.knowledge.KnowledgeBase.search` twice, with hybrid search off and on, and a third
+through :meth:`gateway.knowledge.KnowledgeBase.search` (once per k, as a route asks for its own k) with
+hybrid search off, on, and on with the entity links followed (:mod:`pipelines.shared.links`), and a fourth
 time as a request runs it: the router's dense probe (from the tenant's in-memory matrix,
-as deep as the gateway's default settings make it) and hybrid retrieval computed from the probe's
-ranking (:meth:`~gateway.knowledge.KnowledgeBase.search_reusing`, "hybrid from probe"). Recall@k
+as deep as the gateway's default settings make it) and hybrid retrieval with links computed from the probe's
+ranking (:meth:`~gateway.knowledge.KnowledgeBase.search_reusing`, "hybrid + links from probe"). Recall@k
 is the share of a question's gold documents among the documents of its top-k chunks; "all@k" is the
 share of questions with every gold document retrieved (what a two-hop answer needs). Sets: HotpotQA
 (bridge and comparison questions over the shared 994-title corpus), the JSQuAD sample (each
@@ -83,9 +84,10 @@ async def measure(
         if batched:
             vectors = list(await asyncio.gather(*(embeddings.aembed_query(q) for q in questions)))
         results: dict[str, list[float]] = {}
-        for mode in ("dense", "hybrid", "hybrid from probe"):
+        for mode in ("dense", "hybrid", "hybrid + links", "hybrid + links from probe"):
             knowledge.hybrid = mode != "dense"
-            if mode == "hybrid from probe":
+            knowledge.links = "links" in mode
+            if mode.endswith("from probe"):
                 knowledge.matrices = TenantMatrices(store, KnowledgeVersions(MemoryBackend()), 1 << 30)
                 assert await knowledge.matrices.warm(TENANT)
             # The gateway's probe, or as deep as the deepest k here needs to be computed from it (the probe serves
@@ -94,17 +96,17 @@ async def measure(
             recall = {k: 0.0 for k in ks}
             complete = {k: 0 for k in ks}
             for (question, gold), given in zip(recall_set.questions, vectors, strict=True):
-                if mode == "hybrid from probe":
-                    vector = given if given is not None else await knowledge.embed_query(question)
-                    dense = await knowledge.dense_search(TENANT, question, probing, vector=vector)
-                    reused = await knowledge.search_reusing(
-                        TENANT, question, depth, vector=vector, dense=dense, depth=probing
-                    )
-                    assert reused is not None, "the probe is too shallow for this k"
-                    found = reused
-                else:
-                    found = await knowledge.search(TENANT, question, depth, vector=given)
+                vector = given if given is not None else await knowledge.embed_query(question)
+                dense = await knowledge.dense_search(TENANT, question, probing, vector=vector)
                 for k in ks:
+                    if mode.endswith("from probe"):
+                        reused = await knowledge.search_reusing(
+                            TENANT, question, k, vector=vector, dense=dense, depth=probing
+                        )
+                        assert reused is not None, "the probe is too shallow for this k"
+                        found = reused
+                    else:
+                        found = await knowledge.search(TENANT, question, k, vector=vector)
                     docs = {p.doc_id for p in found[:k]}
                     recall[k] += len(gold & docs) / len(gold)
                     complete[k] += gold <= docs
@@ -117,7 +119,7 @@ async def measure(
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", type=Path, default=Path("../shared/data/dev"))
-    parser.add_argument("--k", type=int, nargs="+", default=[4, 8])
+    parser.add_argument("--k", type=int, nargs="+", default=[4, 8, 12])
     parser.add_argument("--batched", action="store_true", help="embed each set's questions concurrently, as served")
     args = parser.parse_args()
     embeddings = USEEmbeddings()

@@ -45,6 +45,19 @@ def _cosine(a: list[float], b: list[float]) -> float:
     return 0.0 if norms == 0 else sum(x * y for x, y in zip(a, b, strict=True)) / norms
 
 
+def _matches(where: Any, metadata: dict[str, Any]) -> bool:
+    """Pinecone's ``{"field": {"$in": [...]}}``, the one filter the gateway sends: a list-of-strings field matches
+    when any of its strings is listed. Anything else is refused, so the adapter cannot lean on more."""
+    if not isinstance(where, dict) or len(where) != 1:
+        raise _BadRequest("the fake implements one {field: {$in: [...]}} filter")
+    ((field, condition),) = where.items()
+    if not isinstance(condition, dict) or set(condition) != {"$in"} or not isinstance(condition["$in"], list):
+        raise _BadRequest("the fake implements $in only")
+    value = metadata.get(field)
+    held = value if isinstance(value, list) else [value]
+    return any(item in condition["$in"] for item in held)
+
+
 def _flat_metadata(value: Any) -> dict[str, Any]:
     """Pinecone accepts only strings, numbers, booleans and lists of strings as metadata values."""
     if value is None:
@@ -127,11 +140,11 @@ class FakePinecone:
         return {"upsertedCount": len(staged)}
 
     def _query(self, payload: dict[str, Any], _: dict[str, list[str]]) -> dict[str, Any]:
-        if "filter" in payload:
-            raise _BadRequest("the fake does not implement metadata filters")
         top_k = int(payload["topK"])
         namespace = payload.get("namespace", "")
         stored = self.namespaces.get(namespace, {})
+        if "filter" in payload:
+            stored = {vid: v for vid, v in stored.items() if _matches(payload["filter"], v["metadata"])}
         if "vector" in payload:
             query = self._values(payload["vector"])
         elif payload.get("id") in stored:

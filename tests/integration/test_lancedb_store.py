@@ -96,3 +96,57 @@ async def test_hybrid_search_fuses_a_keyword_only_hit_into_the_top_k(tmp_path: P
     fused = reciprocal_rank_fusion([dense, keyword], 2)
     assert [p.doc_id for p in fused] == ["named", "near"]
     assert fused[0].score == pytest.approx(0.0, abs=1e-5)  # still the cosine, not a fused score
+
+
+def about(doc: str, keys: tuple[str, ...], vector: list[float]) -> ChunkRecord:
+    return ChunkRecord(doc_id=doc, index=0, title=doc, text=f"{doc} text", vector=vector, about=keys)
+
+
+@pytest.mark.parametrize("store_kind", ["lancedb", "memory"])
+async def test_linked_search_finds_the_chunks_about_the_keys_and_survives_a_restart(
+    tmp_path: Path, store_kind: str
+) -> None:
+    store = await LanceVectorStore.open(tmp_path, 3) if store_kind == "lancedb" else InMemoryVectorStore()
+    await store.replace_document("acme", "quill", [about("quill", ("mara quill",), [0, 1, 0])])
+    await store.replace_document("acme", "lights", [about("lights", ("harbour lights",), [1, 0, 0])])
+    await store.replace_document("acme", "dunmore", [about("dunmore", ("dunmore", "ダンモア"), [0, 0, 1])])
+    await store.replace_document("acme", "it's", [about("it's", ("it's",), [1, 0, 0])])  # a quote in a key
+
+    found = await store.linked_search("acme", ["ダンモア", "mara quill", "it's"], [0, 0.6, 0.8], 5)
+    assert [p.doc_id for p in found] == ["dunmore", "quill", "it's"]
+    assert await store.linked_search("acme", ["nobody"], [1, 0, 0], 5) == []
+    assert await store.linked_search("globex", ["mara quill"], [1, 0, 0], 5) == []
+    if isinstance(store, LanceVectorStore):
+        await store.close()
+        reopened = await LanceVectorStore.open(tmp_path, 3)
+        assert [p.doc_id for p in await reopened.linked_search("acme", ["mara quill"], [1, 0, 0], 5)] == ["quill"]
+        exported = await reopened.export_chunks("acme")
+        assert exported is not None
+        assert dict(zip(exported.doc_ids, exported.about, strict=True))["dunmore"] == ("dunmore", "ダンモア")
+
+
+async def test_a_table_written_before_links_existed_keeps_working_without_them(tmp_path: Path) -> None:
+    import lancedb
+    import pyarrow as pa
+
+    old = pa.schema(
+        [
+            pa.field("chunk_id", pa.string()),
+            pa.field("doc_id", pa.string()),
+            pa.field("chunk_index", pa.int32()),
+            pa.field("title", pa.string()),
+            pa.field("text", pa.string()),
+            pa.field("terms", pa.string()),
+            pa.field("metadata", pa.string()),
+            pa.field("vector", pa.list_(pa.float32(), 3)),
+        ]
+    )
+    db = await lancedb.connect_async(str(tmp_path))
+    await db.create_table("kb_acme", schema=old)
+    store = await LanceVectorStore.open(tmp_path, 3)
+    await store.replace_document("acme", "quill", [about("quill", ("mara quill",), [0, 1, 0])])
+    assert [p.doc_id for p in await store.search("acme", [0, 1, 0], 5)] == ["quill"]
+    assert await store.linked_search("acme", ["mara quill"], [0, 1, 0], 5) == []
+    exported = await store.export_chunks("acme")
+    assert exported is not None
+    assert exported.about == []

@@ -77,6 +77,21 @@ async def test_search_ranks_by_cosine_similarity(store: PineconeVectorStore) -> 
     assert hits[0].score > hits[1].score > hits[2].score
 
 
+async def test_linked_search_finds_the_chunks_about_the_keys_by_cosine(store: PineconeVectorStore) -> None:
+    def about(doc_id: str, keys: tuple[str, ...], vector: list[float]) -> list[ChunkRecord]:
+        return [ChunkRecord(doc_id, 0, doc_id, f"{doc_id} text", vector, {}, keys)]
+
+    await store.replace_document("acme", "temple", about("temple", ("shirley temple",), [0, 1, 0, 0]))
+    await store.replace_document("acme", "kiss", about("kiss", ("kiss and tell",), [1, 0, 0, 0]))
+    await store.replace_document("acme", "black", about("black", ("shirley temple black", "black"), [0, 0, 1, 0]))
+
+    hits = await store.linked_search("acme", ["shirley temple", "black"], [0, 0.6, 0.8, 0], k=5)
+
+    assert [h.doc_id for h in hits] == ["black", "temple"]
+    assert await store.linked_search("acme", ["nobody"], [1, 0, 0, 0], k=5) == []
+    assert await store.linked_search("other", ["shirley temple"], [1, 0, 0, 0], k=5) == []
+
+
 async def test_reupsert_with_fewer_chunks_removes_leftovers(store: PineconeVectorStore, fake: FakePinecone) -> None:
     await store.replace_document("acme", "doc", _chunks("doc", [[1, 0, 0, 0]] * 3))
     new = [ChunkRecord("doc", 0, "v2", "only chunk", [0, 1, 0, 0])]
@@ -152,7 +167,7 @@ async def test_metadata_round_trips_through_flat_pinecone_metadata(
     assert hit.metadata == metadata
     assert (hit.title, hit.text) == ("doc title", "doc chunk 0")
     stored = fake.namespaces["acme"]["doc#0"]["metadata"]
-    assert set(stored) == {"doc_id", "chunk_index", "title", "text", "metadata_json"}
+    assert set(stored) == {"doc_id", "chunk_index", "title", "text", "metadata_json", "about"}
     assert isinstance(stored["metadata_json"], str)
 
 

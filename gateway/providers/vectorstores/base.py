@@ -30,6 +30,9 @@ class ChunkRecord:
     text: str
     vector: Sequence[float]
     metadata: dict[str, Any] = field(default_factory=dict)
+    # What the chunk is about (its document title's keys, :func:`pipelines.shared.links.about_keys`): where a
+    # link from a passage that mentions one of them leads. Stored beside the vector so links survive restarts.
+    about: tuple[str, ...] = ()
 
     @property
     def chunk_id(self) -> str:
@@ -49,6 +52,8 @@ class StoredChunks:
     texts: list[str]
     metadata: list[str]  # JSON objects
     vectors: np.ndarray[Any, np.dtype[np.float32]]
+    # Each chunk's ``about`` keys (the entity links' targets); empty where the store keeps none.
+    about: list[tuple[str, ...]] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.chunk_ids)
@@ -83,6 +88,12 @@ class VectorStore(ABC):
         Stores without a keyword index return nothing, and retrieval is dense alone (see
         :mod:`.pinecone_store` for what a Pinecone deployment does instead).
         """
+        return []
+
+    async def linked_search(self, tenant: str, keys: Sequence[str], vector: Sequence[float], k: int) -> list[Passage]:
+        """The chunks about any of ``keys`` (their stored ``about``), best cosine to ``vector`` first: where the
+        links of the passages a search found lead (:mod:`pipelines.shared.links`). Stores that keep no ``about``
+        (tables written before it existed) return nothing, and retrieval follows no links."""
         return []
 
     # Whether ``export_chunks`` lists a tenant (the in-memory matrices can then search it): read at start-up, where the

@@ -13,6 +13,10 @@ stopwords: LanceDB's own tokenizers split Japanese on nothing (``simple``) or ne
 (``icu``), and the index must cut words exactly as the queries and the relevance checks do. Rows
 written after the index was built are searched too (unindexed rows are scanned) until
 ``optimize`` folds them in. Tables created before this column existed search dense only.
+
+Entity links (:mod:`pipelines.shared.links`) are an ``about`` column (a list of keys per chunk) filtered with
+``array_has_any`` in a cosine search; tables created before it existed follow no links, and their writes leave
+the column out (a row is written with the table's own schema).
 """
 
 from __future__ import annotations
@@ -81,9 +85,11 @@ class LanceVectorStore(VectorStore):
                 pa.field("text", pa.string()),
                 pa.field("terms", pa.string()),
                 pa.field("metadata", pa.string()),
+                pa.field("about", pa.list_(pa.string())),
                 pa.field("vector", pa.list_(pa.float32(), dimensions)),
             ]
         )
+        self._columns: dict[str, pa.Schema] = {}  # each open table's own schema: older tables lack later columns
 
     @classmethod
     async def open(cls, path: Path, dimensions: int) -> LanceVectorStore:
@@ -125,6 +131,7 @@ class LanceVectorStore(VectorStore):
                 "text": c.text,
                 "terms": index_terms(c.title, c.text),
                 "metadata": json.dumps(c.metadata, ensure_ascii=False),
+                "about": list(c.about),
                 "vector": [float(x) for x in c.vector],
             }
             for c in chunks
@@ -134,12 +141,13 @@ class LanceVectorStore(VectorStore):
                 table = await self._table(tenant, create=True)
                 assert table is not None
                 if rows:
+                    schema = await self._schema_of(table)
                     await (
                         table.merge_insert("chunk_id")
                         .when_matched_update_all()
                         .when_not_matched_insert_all()
                         .when_not_matched_by_source_delete(f"doc_id = {_sql_string(doc_id)}")
-                        .execute(pa.Table.from_pylist(rows, schema=self._schema))
+                        .execute(pa.Table.from_pylist(rows, schema=schema))
                     )
                 else:
                     await table.delete(f"doc_id = {_sql_string(doc_id)}")
@@ -191,6 +199,34 @@ class LanceVectorStore(VectorStore):
         norm = max(float(np.linalg.norm(query)), 1e-12)
         return [_passage(row, _cosine(row["vector"], query, norm)) for row in rows]
 
+    async def linked_search(self, tenant: str, keys: Sequence[str], vector: Sequence[float], k: int) -> list[Passage]:
+        check_tenant(tenant)
+        if not keys:
+            return []
+        try:
+            table = await self._table(tenant, create=False)
+            if table is None or "about" not in (await self._schema_of(table)).names:
+                return []
+            wanted = ", ".join(_sql_string(key) for key in keys)
+            rows = await (
+                table.vector_search(list(vector))
+                .distance_type("cosine")
+                .where(f"array_has_any(about, make_array({wanted}))")
+                .limit(k)
+                .to_list()
+            )
+        except Exception as exc:
+            raise ProviderError(f"LanceDB linked search failed: {exc}", provider=PROVIDER) from exc
+        return [_passage(row, 1.0 - float(row["_distance"])) for row in rows]
+
+    async def _schema_of(self, table: Any) -> pa.Schema:
+        """The table's own columns (read once per open table): rows are written with it, so a table created before
+        a column existed keeps working without it."""
+        name = table.name
+        if name not in self._columns:
+            self._columns[name] = await table.schema()
+        return self._columns[name]
+
     async def _has_keyword_index(self, tenant: str, table: Any) -> bool:
         indices = await table.list_indices()
         if any("terms" in index.columns for index in indices):
@@ -217,6 +253,8 @@ class LanceVectorStore(VectorStore):
             table = await self._table(tenant, create=False)
             if table is None:
                 return StoredChunks([], [], [], [], [], np.zeros((0, self._dimensions), dtype=np.float32))
+            if "about" in (await self._schema_of(table)).names:
+                columns.append("about")
             data = await table.query().select(columns).to_arrow()
         except Exception as exc:
             raise ProviderError(f"LanceDB export failed: {exc}", provider=PROVIDER) from exc
@@ -229,6 +267,7 @@ class LanceVectorStore(VectorStore):
             texts=data.column("text").to_pylist(),
             metadata=[m or "{}" for m in data.column("metadata").to_pylist()],
             vectors=vectors,
+            about=[tuple(a or ()) for a in data.column("about").to_pylist()] if "about" in columns else [],
         )
 
     async def count_chunks(self, tenant: str) -> int:

@@ -43,6 +43,12 @@ class InMemoryVectorStore(VectorStore):
         order = [i for i in sorted(range(len(chunks)), key=lambda i: -bm25[i]) if bm25[i] > 0][:k]
         return _passages(chunks, _cosines(chunks, vector), order)
 
+    async def linked_search(self, tenant: str, keys: Sequence[str], vector: Sequence[float], k: int) -> list[Passage]:
+        wanted = set(keys)
+        chunks = [c for c in self._all(tenant) if wanted.intersection(c.about)]
+        scores = _cosines(chunks, vector)
+        return _passages(chunks, scores, [int(i) for i in np.argsort(-scores)[:k]])
+
     exports_chunks = True
 
     async def export_chunks(self, tenant: str) -> StoredChunks | None:
@@ -55,6 +61,7 @@ class InMemoryVectorStore(VectorStore):
             texts=[c.text for c in chunks],
             metadata=[json.dumps(c.metadata, ensure_ascii=False) for c in chunks],
             vectors=vectors,
+            about=[c.about for c in chunks],
         )
 
     async def ping(self) -> None:

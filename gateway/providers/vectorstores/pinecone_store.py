@@ -152,6 +152,8 @@ class PineconeVectorStore(VectorStore):
                 "title": chunk.title,
                 "text": chunk.text,
                 "metadata_json": json.dumps(chunk.metadata, ensure_ascii=False, default=str),
+                # A list of strings is flat metadata Pinecone filters on natively: the entity links' lookup.
+                "about": list(chunk.about),
             },
         }
 
@@ -195,13 +197,21 @@ class PineconeVectorStore(VectorStore):
                 return  # the namespace vanished meanwhile: nothing left to delete
 
     async def search(self, tenant: str, vector: Sequence[float], k: int) -> list[Passage]:
+        return await self._query(tenant, vector, k, None)
+
+    async def linked_search(self, tenant: str, keys: Sequence[str], vector: Sequence[float], k: int) -> list[Passage]:
+        if not keys:
+            return []
+        return await self._query(tenant, vector, k, {"about": {"$in": list(keys)}})
+
+    async def _query(self, tenant: str, vector: Sequence[float], k: int, where: dict[str, Any] | None) -> list[Passage]:
         namespace = check_tenant(tenant)
         if k <= 0:
             return []
         values = self._values(vector, "query vector")
         with _upstream("query"):
             response = await self._index.query(
-                vector=values, top_k=min(k, QUERY_TOP_K_MAX), namespace=namespace, include_metadata=True
+                vector=values, top_k=min(k, QUERY_TOP_K_MAX), namespace=namespace, include_metadata=True, filter=where
             )
         passages = []
         for match in response.matches:
