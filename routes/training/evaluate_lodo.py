@@ -334,7 +334,7 @@ def main() -> None:
             if found is not None:
                 print(f"| {source.name} | {found[0]} | {found[1]:.3f} | {found[2]:.3f} |")
     if args.recalibration:
-        print("Per-tenant recalibration on held-out halves (router trained on every training case)")
+        print("Per-tenant recalibration on held-out halves (router trained without the set)")
         print("\n".join(tenant_recalibration(cases, all_sources, embed, tenants)))
     if args.out:
         args.out.write_text(json.dumps(report, indent=2))

@@ -73,8 +73,11 @@ def test_a_second_telling_of_the_same_facts_is_not_a_second_part() -> None:
     )
     signals, _ = read_signals(question, [ledger, courier])
     assert signals.second_document_share > 0.1
-    assert signals.shared_figures == 2
+    assert signals.shared_figures == 3  # 14, March, 900
     assert signals.distinct_second_share == 0.0
+    # A date alone is two figures, its day and its month, as in Japanese (3月14日).
+    dated = passage("courier", "Boats to the mainland will not return to service before 14 March.", 0.45, "Courier")
+    assert read_signals(question, [ledger, dated])[0].distinct_second_share == 0.0
     # The bridge above shares no figure: its second part counts whole.
     bridge, _ = read_signals(
         "How many people work at the office where the team that develops Beacon is based?", [BEACON, LISBON, TRAVEL]
