@@ -65,9 +65,12 @@ MIN_PART_SHARE = 0.1
 
 # Capitalised Latin words, katakana runs (names and loanwords in Japanese), numbers.
 _NAME_LIKE = re.compile(r"\b[A-Z][^\W_]+|[\u30a0-\u30ff]{2,}|\d+")
-# Figures: digit runs of the normalised text (full-width digits are ASCII there, "1,800" is "1800") and English month
-# names, so "14 March" is two figures as Japanese "3月14日" is ("May" is left out: it is more often a verb).
-_FIGURE = re.compile(r"\d+|\b(?:january|february|march|april|june|july|august|september|october|november|december)\b")
+# Figures: numbers of the normalised text (full-width digits are ASCII there, "1,800" is "1800"; "2.1" and "10:30" are
+# one figure each) and English month names, so "14 March" is two figures as Japanese "3月14日" is ("May" is left out:
+# it is more often a verb).
+_FIGURE = re.compile(
+    r"\d+(?:[.:]\d+)*|\b(?:january|february|march|april|june|july|august|september|october|november|december)\b"
+)
 # Shared figures at which the document holding the question's second part counts as a retelling of the best one.
 # One is no evidence: leave-one-dataset-out's probes found single shared years and small counts between the two
 # documents of HotpotQA and written-KB bridge questions. Of the questions whose two documents share any figure, two

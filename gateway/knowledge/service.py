@@ -20,6 +20,7 @@ the store), and a dense ranking the router's probe already made is reused rather
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -39,10 +40,14 @@ from pipelines.shared.deps import Passage
 from pipelines.shared.fusion import reciprocal_rank_fusion
 from pipelines.shared.links import about_keys, mention_keys
 
+logger = logging.getLogger(__name__)
+
 T = TypeVar("T")
 HYBRID_DEPTH = 3
 # The passages whose links a search follows: the head of its own ranking, where the first hop's passage is.
 LINK_SEEDS = 4
+# Keys one linked search sends at most (a store's filter list stays small; HotpotQA's seeds mention ~60 names).
+MAX_LINK_KEYS = 512
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,12 +236,18 @@ class KnowledgeBase:
         keys -= own
         if not keys:
             return []
-        wanted = sorted(keys)
+        # Longest first: a long name is more specific than the single words inside it.
+        wanted = sorted(keys, key=lambda key: (-len(key), key))[:MAX_LINK_KEYS]
         if self.matrices is not None:
             found = await self.matrices.linked_search(tenant, wanted, vector, k)
             if found is not None:
                 return found
-        return await self.store.linked_search(tenant, wanted, vector, k)
+        try:
+            return await self.store.linked_search(tenant, wanted, vector, k)
+        except ProviderError as exc:
+            # The links add to a search that already has its two rankings: without them it is the hybrid search.
+            logger.warning("entity links not followed for tenant %r: %s", tenant, exc)
+            return []
 
     async def embed_texts(self, texts: list[str]) -> list[list[float]]:
         """Embeds strips and other short texts for scoring (not for storage)."""

@@ -24,6 +24,9 @@ from pipelines.shared.text import EN_STOPWORDS, content_words, has_cjk, normalis
 
 # Longest run of words taken as one name ("The Mississippi Institute of Arts and Letters" is seven).
 MAX_NAME_WORDS = 7
+# A run longer than this is Title Case text (a heading, a list of products), not a name: its words are taken one by one
+# and in pairs, so a passage written in Title Case does not yield hundreds of spans.
+MAX_RUN_WORDS = 12
 # A Japanese word shorter than this is a grammatical piece or a single common kanji, not a name.
 MIN_CJK_KEY = 2
 # Lower-case words that may sit inside a name ("Institute of Arts and Letters", "Leonardo da Vinci").
@@ -70,10 +73,11 @@ def _name_runs(text: str) -> list[list[str]]:
 def _spans(run: list[str]) -> set[str]:
     """Every contiguous span of a run that starts and ends on a capitalised word, single stopwords left out."""
     out: set[str] = set()
+    longest = MAX_NAME_WORDS if len(run) <= MAX_RUN_WORDS else 2
     for start in range(len(run)):
         if not _is_name_word(run[start]):
             continue
-        for end in range(start, min(len(run), start + MAX_NAME_WORDS)):
+        for end in range(start, min(len(run), start + longest)):
             if not _is_name_word(run[end]):
                 continue
             key = _key(" ".join(run[start : end + 1]))

@@ -4,16 +4,20 @@ upserts and deletes; the same links from the store and from the in-memory matrix
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 from langchain_core.embeddings import DeterministicFakeEmbedding
 
 from gateway.cache.backend import MemoryBackend
 from gateway.cache.versions import KnowledgeVersions
+from gateway.errors import ProviderError
 from gateway.knowledge.chunking import Chunker
 from gateway.knowledge.matrices import TenantMatrices
 from gateway.knowledge.service import KnowledgeBase, NewDocument
 from gateway.providers.embeddings import USEEmbeddings
 from gateway.providers.vectorstores.memory import InMemoryVectorStore
+from pipelines.shared.deps import Passage
 from pipelines.shared.links import about_keys, mention_keys
 from pipelines.shared.text import content_terms
 
@@ -34,6 +38,9 @@ def test_a_text_mentions_its_names_and_every_shorter_name_inside_them() -> None:
     )
     assert {"shirley temple", "shirley temple black", "temple black", "ghana", "institute of arts and letters"} <= keys
     assert not {"the", "in", "1972"} & keys
+    # Title Case text is not one long name: a 60-word run gives its words and pairs, not every span of seven.
+    heading = " ".join(f"Word{i}" for i in range(60))
+    assert len(mention_keys(heading)) == 60 + 59
     assert {"ミナトソフト", "佐伯遥", "代表取締役"} <= mention_keys(
         "タスクノートを提供する会社はミナトソフトで、代表取締役は佐伯遥です。"
     )
@@ -179,3 +186,19 @@ async def test_the_in_memory_matrix_follows_the_same_links_as_the_store(warm: bo
     else:
         assert from_matrix is None  # not warm: the store answers
     assert {p.doc_id for p in from_store} == {"quill"}
+
+
+async def test_a_store_failing_to_follow_links_leaves_the_hybrid_search() -> None:
+    class NoLinks(InMemoryVectorStore):
+        async def linked_search(
+            self, tenant: str, keys: Sequence[str], vector: Sequence[float], k: int
+        ) -> list[Passage]:
+            raise ProviderError("linked search refused", provider="vector_store")
+
+    embeddings = DeterministicFakeEmbedding(size=16)
+    plain = KnowledgeBase(embeddings, InMemoryVectorStore(), Chunker(700, 100), links=False)
+    failing = KnowledgeBase(embeddings, NoLinks(), Chunker(700, 100), links=True)
+    for knowledge in (plain, failing):
+        await knowledge.ingest("films", [FILM, ACTRESS, *DISTRACTORS])
+    expected = [p.chunk_id for p in await plain.search("films", QUESTION, 8)]
+    assert [p.chunk_id for p in await failing.search("films", QUESTION, 8)] == expected

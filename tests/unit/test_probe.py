@@ -105,11 +105,15 @@ def test_figures_the_question_gives_are_not_a_retelling() -> None:
     assert signals.shared_figures == 0
     assert signals.distinct_second_share == pytest.approx(signals.second_document_share)
     # The FAQ retelling the failure page (the same 7 days, and the same ¥1,200 written full-width) is one.
+    priced = passage(
+        "failure", "プロプラン（1,200円）の決済に失敗すると7日後に編集ができなくなります。", 0.45, "決済失敗"
+    )
     faq = passage(
         "faq", "よくある質問：１，２００円のプロプランで支払いできないと、7日で編集不可になります。", 0.4, "FAQ"
     )
-    retold, _ = read_signals("決済に失敗したら何日で編集できなくなりますか", [failure, faq])
-    assert retold.shared_figures >= 1
+    retold, _ = read_signals("プロプランの決済に失敗したら、何日で編集できなくなりますか", [priced, faq])
+    assert retold.shared_figures == 2
+    assert retold.distinct_second_share == 0.0
 
 
 def test_a_name_inside_a_longer_katakana_run_counts_as_found() -> None:

@@ -201,7 +201,7 @@ class LanceVectorStore(VectorStore):
 
     async def linked_search(self, tenant: str, keys: Sequence[str], vector: Sequence[float], k: int) -> list[Passage]:
         check_tenant(tenant)
-        if not keys:
+        if not keys or k <= 0:
             return []
         try:
             table = await self._table(tenant, create=False)
