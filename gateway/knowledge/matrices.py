@@ -193,9 +193,11 @@ class TenantMatrices:
         entry = self._entries.get(tenant)
         if entry is not None and entry.version == version:
             self._entries.move_to_end(tenant)
-            self.hits += counted
+            if counted:
+                self.hits += 1
             return entry
-        self.misses += counted
+        if counted:
+            self.misses += 1
         if self._too_big.get(tenant) != version and tenant not in self._loading:
             task = asyncio.create_task(self._load(tenant, version), name=f"tenant-matrix-{tenant}")
             self._loading[tenant] = task

@@ -81,11 +81,17 @@ DISTRACTORS = [
 ]
 
 
+async def unlinked(documents: list[NewDocument]) -> KnowledgeBase:
+    """The films tenant on the real embeddings, links off until a test turns them on."""
+    knowledge = KnowledgeBase(USEEmbeddings(), InMemoryVectorStore(), Chunker(700, 100), links=False)
+    await knowledge.ingest("films", documents)
+    return knowledge
+
+
 async def test_the_second_hop_is_found_through_the_links_alone() -> None:
     # The actress's page shares no content word with the question: only the film's page names her.
     assert not set(content_terms(QUESTION)) & set(content_terms(f"{ACTRESS.title}\n{ACTRESS.text}"))
-    knowledge = KnowledgeBase(USEEmbeddings(), InMemoryVectorStore(), Chunker(700, 100), links=False)
-    await knowledge.ingest("films", [FILM, ACTRESS, *DISTRACTORS])
+    knowledge = await unlinked([FILM, ACTRESS, *DISTRACTORS])
     without = await knowledge.search("films", QUESTION, 4)
     assert "lights" in {p.doc_id for p in without}
     assert "quill" not in {p.doc_id for p in await knowledge.search("films", QUESTION, 8)}
@@ -130,8 +136,7 @@ JA_DISTRACTORS = [
 async def test_the_second_hop_is_found_through_japanese_names_too() -> None:
     # The actress's page shares no content word with the question; the film's page names her (水野 + カオリ).
     assert not set(content_terms(JA_QUESTION)) & set(content_terms(f"{JA_ACTRESS.title}\n{JA_ACTRESS.text}"))
-    knowledge = KnowledgeBase(USEEmbeddings(), InMemoryVectorStore(), Chunker(700, 100), links=False)
-    await knowledge.ingest("films", [JA_FILM, JA_ACTRESS, *JA_DISTRACTORS])
+    knowledge = await unlinked([JA_FILM, JA_ACTRESS, *JA_DISTRACTORS])
     first = await knowledge.search("films", JA_QUESTION, 4)
     assert "asagiri" in {p.doc_id for p in first}
     assert "mizuno" not in {p.doc_id for p in await knowledge.search("films", JA_QUESTION, 8)}
