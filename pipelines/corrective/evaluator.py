@@ -1,5 +1,6 @@
-"""CRAG's retrieval evaluator as a cascade: the fast scorer for every document, the LLM grader
-only for documents in the uncertain band between the lower and upper thresholds."""
+"""CRAG's retrieval evaluator as a cascade: a first stage without the LLM for every document (the round judge, or
+the fast scorer per passage), the LLM grader only for documents in the uncertain band between the lower and upper
+thresholds."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pydantic import BaseModel, Field
 from pipelines.corrective.policy import CorrectivePolicy
 from pipelines.corrective.prompts import GRADE_SYSTEM, GRADE_USER
 from pipelines.shared.deps import ChatClient, LLMCall, Passage, StructuredOutputError
+from pipelines.shared.judge import judge_round
 from pipelines.shared.relevance import QueryScorer, Verdict
 from pipelines.shared.strips import split_strips
 from pipelines.shared.support import lexical_support
@@ -71,6 +73,18 @@ async def grade(llm: ChatClient, scorer: QueryScorer, question: str, passage: Pa
     return verdict.relevant and grounded_fact, call
 
 
+def first_stage(
+    policy: CorrectivePolicy, queries: list[str], scorers: list[QueryScorer], passages: list[Passage]
+) -> list[float]:
+    """Each passage's probability of answering, the better over ``queries`` (the question, and a follow-up
+    round's own query)."""
+    if policy.judge is None:
+        return [max(scorer.score(p.title, p.text, p.score) for scorer in scorers) for p in passages]
+    judge = policy.judge
+    judged = [judge_round(judge, query, passages) for query in queries]
+    return [max(per_query) for per_query in zip(*judged, strict=True)]
+
+
 async def _try_grade(
     llm: ChatClient, scorer: QueryScorer, question: str, passage: Passage
 ) -> tuple[bool, LLMCall] | StructuredOutputError:
@@ -89,7 +103,7 @@ async def evaluate_passages(
     *,
     scoring_query: str | None = None,
 ) -> Evaluation:
-    """Score ``passages`` (fast scorer), grade the uncertain ones (LLM), take CRAG's action.
+    """Score ``passages`` (first stage), grade the uncertain ones (LLM), take CRAG's action.
 
     ``scoring_query`` marks a follow-up round: its documents are scored against both the question
     and the query that found them (a second-hop document matches the follow-up, not the question),
@@ -99,7 +113,7 @@ async def evaluate_passages(
     """
     queries = [question] if scoring_query in (None, question) else [question, scoring_query]
     scorers = [QueryScorer.of(policy.relevance, q) for q in queries]
-    scores = [max(scorer.score(p.title, p.text, p.score) for scorer in scorers) for p in passages]
+    scores = first_stage(policy, queries, scorers, passages)
     relevant = [p for p, s in zip(passages, scores, strict=True) if s >= policy.upper]
     band = sorted(((s, i) for i, s in enumerate(scores) if policy.lower <= s < policy.upper), key=lambda pair: -pair[0])
     exploring = False

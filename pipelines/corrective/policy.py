@@ -5,12 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pipelines.shared.generation import GroundingPolicy
+from pipelines.shared.judge import JudgeModel
 from pipelines.shared.relevance import RelevanceModel
 
 
 @dataclass(frozen=True, slots=True)
 class CorrectivePolicy:
-    # CRAG evaluator, on the fast scorer's probability: a document above ``upper`` is relevant, one
+    # CRAG evaluator, on the first stage's probability: a document above ``upper`` is relevant, one
     # below ``lower`` is not; in between the LLM grader decides (at most ``max_graded`` per round).
     upper: float = 0.5
     lower: float = 0.2
@@ -50,4 +51,9 @@ class CorrectivePolicy:
     recursion_limit: int = 40
     top_k: int = 6
     relevance: RelevanceModel = field(default_factory=RelevanceModel)
+    # The evaluator's first stage reads each round as a whole (:mod:`pipelines.shared.judge`), telling the page
+    # asked about from its neighbours; None scores each passage alone with ``relevance``, CRAG's own cascade. The
+    # service sets it from settings (GATEWAY_EVALUATOR_JUDGE, on); the bare policy keeps the per-passage scorer
+    # so the cascade's mechanics can be tested on scores that do not move with the round.
+    judge: JudgeModel | None = None
     grounding: GroundingPolicy = field(default_factory=GroundingPolicy)

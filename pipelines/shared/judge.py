@@ -1,0 +1,103 @@
+"""Whether each passage of a retrieval round answers the question, judged against the round's other passages.
+
+The fast scorer (:mod:`pipelines.shared.relevance`) looks at one passage at a time, so a page about a
+neighbouring case (changing plan mid-month, beside cancelling mid-month) that shares most of the question's
+words scores as high as the page asked about. A reader tells them apart by the words that *differ* between
+the candidates: "cancel" in the question, in one page and not the others, says more than "month", which all
+of them have. The judge reads the round as a whole: besides each passage's cosine and word overlap (whole
+text, title, best sentence, best two-sentence window), it weighs the question's terms by how few of the
+round's passages hold them and scores each passage by its margin over the best of the others.
+
+Fitted by ``python -m routes.training.fit_judge`` (logistic regression, coefficients copied here) on the
+shared dev data and the written near-miss sets, with rounds that lack their answering passage, so that
+the best of a round where nothing answers is not promoted by its margin alone. The measured figures are
+in ``routes/training/README.md``. No multilingual cross-encoder ships inside a package this service can
+install, so the judge is this model over features; the LLM grader still decides what it leaves uncertain.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence, Set
+from dataclasses import dataclass, field
+
+from pipelines.shared.deps import Passage
+from pipelines.shared.relevance import RelevanceModel, overlap
+from pipelines.shared.sentences import split_sentences
+from pipelines.shared.support import mostly_cjk, terms
+
+# Feature order: cosine, overlap, title overlap, best sentence, best two-sentence window, distinctive
+# coverage, cosine margin, distinctive-coverage margin. Japanese drops the title (a JSQuAD question and its
+# negatives share the article's title, so it cannot be fitted there).
+FEATURES = ("cosine", "overlap", "title", "sentence", "window", "distinctive", "cosine_margin", "distinctive_margin")
+CJK_FEATURES = tuple(name for name in FEATURES if name != "title")
+
+
+@dataclass(frozen=True, slots=True)
+class JudgeModel:
+    latin_intercept: float = -2.9924
+    latin_weights: tuple[float, ...] = (1.5552, -2.5034, 2.3407, 1.8356, 0.4712, 3.1839, 4.3072, 2.2804)
+    cjk_intercept: float = -4.5055
+    cjk_weights: tuple[float, ...] = (1.8015, 1.1268, 1.4923, 0.8519, 2.4937, 2.1058, 5.8596)
+    # A passage in the other script than the question: its words cannot match, only the cosine speaks.
+    relevance: RelevanceModel = field(default_factory=RelevanceModel)
+
+    def probability(self, features: dict[str, float], *, cjk: bool) -> float:
+        if cjk:
+            z = self.cjk_intercept + sum(w * features[n] for w, n in zip(self.cjk_weights, CJK_FEATURES, strict=True))
+        else:
+            z = self.latin_intercept + sum(w * features[n] for w, n in zip(self.latin_weights, FEATURES, strict=True))
+        return 1.0 / (1.0 + math.exp(-z))
+
+
+def _best_span(query_terms: Set[str], text: str) -> tuple[float, float]:
+    """Overlap of the best sentence and of the best two consecutive sentences: the answer sits in one place."""
+    sentences = [s.text for s in split_sentences(text) if s.text.strip()] or [text]
+    single = max(overlap(query_terms, s) for s in sentences)
+    window = max(overlap(query_terms, " ".join(sentences[i : i + 2])) for i in range(len(sentences)))
+    return single, window
+
+
+def round_features(query: str, passages: Sequence[Passage]) -> list[dict[str, float]]:
+    """Each passage's features within its round (the margins compare it with the best of the others)."""
+    query_terms = frozenset(terms(query))
+    held = [terms(f"{p.title} {p.text}") for p in passages]
+    count = len(passages)
+    # Fewer of the round's passages holding a term, more it tells them apart; a term none holds still counts
+    # against them all (the question asks for something the round lacks).
+    weight = {t: math.log(1 + count / (sum(t in h for h in held) + 0.5)) for t in query_terms}
+    total = sum(weight.values()) or 1.0
+    rows: list[dict[str, float]] = []
+    for passage, words in zip(passages, held, strict=True):
+        sentence, window = _best_span(query_terms, passage.text)
+        rows.append(
+            {
+                "cosine": passage.score,
+                "overlap": overlap(query_terms, passage.text),
+                "title": overlap(query_terms, passage.title),
+                "sentence": sentence,
+                "window": window,
+                "distinctive": sum(weight[t] for t in query_terms if t in words) / total,
+            }
+        )
+    for index, row in enumerate(rows):
+        others = rows[:index] + rows[index + 1 :]
+        row["cosine_margin"] = row["cosine"] - max((o["cosine"] for o in others), default=row["cosine"])
+        row["distinctive_margin"] = row["distinctive"] - max(
+            (o["distinctive"] for o in others), default=row["distinctive"]
+        )
+    return rows
+
+
+def judge_round(model: JudgeModel, query: str, passages: Sequence[Passage]) -> list[float]:
+    """The probability that each passage answers ``query``, in the order given."""
+    if not passages:
+        return []
+    cjk = mostly_cjk(query)
+    scores: list[float] = []
+    for passage, features in zip(passages, round_features(query, passages), strict=True):
+        if cjk != mostly_cjk(passage.text):
+            scores.append(model.relevance.cross_script_probability(passage.score))
+        else:
+            scores.append(model.probability(features, cjk=cjk))
+    return scores

@@ -1,0 +1,211 @@
+"""Fit the round judge (:mod:`pipelines.shared.judge`) and measure it against the fast scorer it refines.
+
+    python -m routes.training.fit_judge --data-dir ../shared/data/dev
+
+Rounds: each HotpotQA question with its 10 paragraphs (the 2 supporting ones answer), each answerable SQuAD v2
+and JSQuAD question with its paragraph and 3 others of the article, and each written near-miss case
+(``routes/data/near_miss_{en,ja}.json``) with its judged pages (``correct`` answers; ``ambiguous`` and
+``incorrect`` do not). Every round also appears without its answering passages, so that a round where nothing
+answers teaches the margins not to promote its best.
+
+Measured out of sample: AUC per shared source by 5-fold cross-validation over questions; the near-miss sets
+leave one domain out (a manual the fit never saw). Evaluator accuracy is CRAG's three actions per page against
+the labels, at the policy's thresholds (``upper`` 0.5, ``lower`` 0.2). Prints the coefficients to copy into
+``JudgeModel``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import roc_auc_score
+
+from gateway.providers.embeddings import USEEmbeddings
+from pipelines.shared.deps import Passage
+from pipelines.shared.judge import CJK_FEATURES, FEATURES, round_features
+from pipelines.shared.relevance import RelevanceModel, overlap
+from pipelines.shared.support import mostly_cjk, terms
+
+NEAR_MISS = Path(__file__).resolve().parents[1] / "data"
+LABELS = {"correct": 1.0, "ambiguous": 0.5, "incorrect": 0.0}
+SHARED = ("hotpotqa", "squad", "jsquad")
+UPPER, LOWER = 0.5, 0.2
+
+
+@dataclass(frozen=True, slots=True)
+class Round:
+    source: str  # hotpotqa, squad, jsquad, near_miss_en, near_miss_ja
+    domain: str  # the unit left out together
+    kind: str
+    question: str
+    pages: list[tuple[str, str, float]]  # title, text, label
+    answerless: bool = False
+
+
+def shared_rounds(data_dir: Path, seed: int = 0) -> Iterator[Round]:
+    for item in json.loads((data_dir / "hotpotqa_train.json").read_text(encoding="utf-8")):
+        gold = {title for title, _ in item["supporting_facts"]}
+        pages = [(title, "".join(sentences), float(title in gold)) for title, sentences in item["context"]]
+        yield Round("hotpotqa", "hotpotqa", item.get("type", ""), item["question"], pages)
+    rng = random.Random(seed)
+    for name, source in (("squad_v2_dev_normans.json", "squad"), ("jsquad_valid_sample.json", "jsquad")):
+        for article in json.loads((data_dir / name).read_text(encoding="utf-8"))["data"]:
+            yield from _article_rounds(article, source, rng)
+
+
+def _article_rounds(article: dict[str, Any], source: str, rng: random.Random) -> Iterator[Round]:
+    paragraphs = [p["context"] for p in article["paragraphs"]]
+    for index, paragraph in enumerate(article["paragraphs"]):
+        others = [j for j in range(len(paragraphs)) if j != index]
+        for qa in paragraph["qas"]:
+            if qa.get("is_impossible"):
+                continue
+            negatives = [(article["title"], paragraphs[j], 0.0) for j in rng.sample(others, min(3, len(others)))]
+            yield Round(source, source, "", qa["question"], [(article["title"], paragraph["context"], 1.0), *negatives])
+
+
+def near_miss_rounds(lang: str) -> Iterator[Round]:
+    raw = json.loads((NEAR_MISS / f"near_miss_{lang}.json").read_text(encoding="utf-8"))
+    documents = {d["id"]: d for d in raw["documents"]}
+    for case in raw["cases"]:
+        pages = [
+            (documents[j["doc"]]["title"], documents[j["doc"]]["text"], LABELS[j["label"]]) for j in case["judgements"]
+        ]
+        yield Round(f"near_miss_{lang}", f"{lang}:{case['domain']}", case["kind"], case["question"], pages)
+
+
+def with_answerless(rounds: list[Round]) -> list[Round]:
+    extra = []
+    for r in rounds:
+        rest = [page for page in r.pages if page[2] < 1.0]
+        if len(rest) >= 2:
+            extra.append(Round(r.source, r.domain, r.kind, r.question, rest, answerless=True))
+    return rounds + extra
+
+
+@dataclass(slots=True)
+class Table:
+    """One row per page: the judge's features, the fast scorer's probability, the label and where it came from."""
+
+    x: np.ndarray
+    baseline: np.ndarray
+    label: np.ndarray
+    cjk: np.ndarray
+    source: np.ndarray
+    domain: np.ndarray
+    kind: np.ndarray
+    answerless: np.ndarray
+    group: np.ndarray
+
+
+def table(rounds: list[Round], embeddings: USEEmbeddings) -> Table:
+    questions = list(dict.fromkeys(r.question for r in rounds))
+    texts = list(dict.fromkeys(f"{title}\n{text}" for r in rounds for title, text, _ in r.pages))
+    q_vectors = dict(zip(questions, embeddings.embed_array(questions), strict=True))
+    p_vectors = dict(zip(texts, embeddings.embed_array(texts), strict=True))
+    relevance = RelevanceModel()
+    rows: dict[str, list[Any]] = {k: [] for k in ("x", "b", "y", "cjk", "src", "dom", "kind", "none", "group")}
+    for number, r in enumerate(rounds):
+        cjk = mostly_cjk(r.question)
+        passages = [
+            Passage(str(i), str(i), title, text, float(q_vectors[r.question] @ p_vectors[f"{title}\n{text}"]))
+            for i, (title, text, _) in enumerate(r.pages)
+        ]
+        query_terms = terms(r.question)
+        for passage, features, (_, _, label) in zip(passages, round_features(r.question, passages), r.pages, strict=True):
+            rows["x"].append([features[n] for n in FEATURES])
+            rows["b"].append(
+                relevance.probability(
+                    passage.score, overlap(query_terms, passage.text), overlap(query_terms, passage.title), cjk=cjk
+                )
+            )
+            rows["y"].append(label)
+            for key, value in (("cjk", cjk), ("src", r.source), ("dom", r.domain), ("kind", r.kind)):
+                rows[key].append(value)
+            rows["none"].append(r.answerless)
+            rows["group"].append(number)
+    return Table(*(np.asarray(rows[k]) for k in ("x", "b", "y", "cjk", "src", "dom", "kind", "none", "group")))
+
+
+def columns(cjk: bool) -> list[int]:
+    return [FEATURES.index(n) for n in (CJK_FEATURES if cjk else FEATURES)]
+
+
+def fit(t: Table, rows: np.ndarray, cjk: bool) -> LogisticRegression:
+    return LogisticRegression(max_iter=2000).fit(t.x[rows][:, columns(cjk)], t.label[rows] == 1.0)
+
+
+def out_of_sample(t: Table) -> np.ndarray:
+    """Every page scored by a model that never saw its question (shared) or its manual (near-miss)."""
+    scores = np.zeros(len(t.label))
+    near_miss = np.char.startswith(t.source.astype(str), "near_miss")
+    fold = t.group % 5
+    for cjk in (False, True):
+        script = t.cjk == cjk
+        for k in range(5):
+            test = script & ~near_miss & (fold == k)
+            scores[test] = fit(t, script & (fold != k), cjk).predict_proba(t.x[test][:, columns(cjk)])[:, 1]
+        for domain in np.unique(t.domain[near_miss & script]):
+            test = near_miss & (t.domain == domain)
+            scores[test] = fit(t, script & (t.domain != domain), cjk).predict_proba(t.x[test][:, columns(cjk)])[:, 1]
+    return scores
+
+
+def actions(p: np.ndarray) -> np.ndarray:
+    return np.where(p >= UPPER, 1.0, np.where(p < LOWER, 0.0, 0.5))
+
+
+def report(t: Table, after: np.ndarray) -> None:
+    print("relevance AUC (answering page vs the others), before -> after")
+    for source in SHARED:
+        rows = t.source == source
+        before_auc = roc_auc_score(t.label[rows] == 1.0, t.baseline[rows])
+        print(f"  {source:<8} {before_auc:.3f} -> {roc_auc_score(t.label[rows] == 1.0, after[rows]):.3f}")
+    print("near-miss evaluator accuracy (correct/ambiguous/incorrect per page), before -> after")
+    for lang in ("en", "ja"):
+        rows = (t.source == f"near_miss_{lang}") & ~t.answerless
+        for kind in ["all", *sorted(set(t.kind[rows]))]:
+            sel = rows if kind == "all" else rows & (t.kind == kind)
+            b = (actions(t.baseline[sel]) == t.label[sel]).mean()
+            a = (actions(after[sel]) == t.label[sel]).mean()
+            print(f"  {lang} {kind:<13} n={sel.sum():>3} {b:.3f} -> {a:.3f}")
+        answering = rows & (t.label == 1.0)
+        wrong = rows & (t.label == 0.0)
+        print(
+            f"  {lang} answering page judged correct {(t.baseline[answering] >= UPPER).mean():.3f} -> "
+            f"{(after[answering] >= UPPER).mean():.3f}; wrong page judged correct "
+            f"{(t.baseline[wrong] >= UPPER).mean():.3f} -> {(after[wrong] >= UPPER).mean():.3f}"
+        )
+    for name, rows in (("shared", np.isin(t.source, SHARED)), ("near-miss", ~np.isin(t.source, SHARED))):
+        sel = rows & t.answerless
+        print(
+            f"rounds with no answering page ({name}): a page judged correct "
+            f"{(t.baseline[sel] >= UPPER).mean():.3f} -> {(after[sel] >= UPPER).mean():.3f}"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-dir", type=Path, default=Path("../shared/data/dev"))
+    args = parser.parse_args()
+    rounds = [*shared_rounds(args.data_dir), *near_miss_rounds("en"), *near_miss_rounds("ja")]
+    t = table(with_answerless(rounds), USEEmbeddings())
+    report(t, out_of_sample(t))
+    latin, cjk = fit(t, ~t.cjk, False), fit(t, t.cjk, True)
+    print(
+        f"JudgeModel(latin_intercept={latin.intercept_[0]:.4f}, "
+        f"latin_weights=({', '.join(f'{w:.4f}' for w in latin.coef_[0])}), "
+        f"cjk_intercept={cjk.intercept_[0]:.4f}, cjk_weights=({', '.join(f'{w:.4f}' for w in cjk.coef_[0])}))"
+    )
+
+
+if __name__ == "__main__":
+    main()
