@@ -27,8 +27,8 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, mode
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pipelines.corrective.policy import CorrectivePolicy
-from pipelines.shared.judge import JudgeModel
 from pipelines.shared.generation import GroundingPolicy
+from pipelines.shared.judge import JudgeModel
 
 LOCAL_MODEL = "qwen2.5-coder-1.5b-instruct-q4_k_m"
 

@@ -103,8 +103,30 @@ def load_written(path: Path) -> Dataset:
     return dataset
 
 
+def load_near_miss(path: Path) -> Dataset:
+    """A written near-miss manual (routes/data/near_miss_{en,ja}.json): each case's answer sits on one page beside
+    neighbouring-case pages that share most of its words; ``kind`` is the case's kind and language
+    ("neighbour-en")."""
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    dataset = Dataset(name="near_miss")
+    dataset.documents = [{"id": d["id"], "title": d["title"], "text": d["text"]} for d in raw["documents"]]
+    dataset.questions = [
+        Question(
+            id=c["id"],
+            text=c["question"],
+            answers=[c["answer"]],
+            gold_doc_ids=frozenset([c["answer_doc"]]),
+            kind=f"{c['kind']}-{c['lang']}",
+        )
+        for c in raw["cases"]
+    ]
+    return dataset
+
+
 def load(path: Path) -> Dataset:
     head = json.loads(path.read_text(encoding="utf-8"))
+    if isinstance(head, dict) and "documents" in head and "cases" in head:
+        return load_near_miss(path)
     if isinstance(head, dict) and "data" in head:
         return load_squad_v2(path)
     if isinstance(head, dict) and "documents" in head and "questions" in head:

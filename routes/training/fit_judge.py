@@ -120,7 +120,8 @@ def table(rounds: list[Round], embeddings: USEEmbeddings) -> Table:
             for i, (title, text, _) in enumerate(r.pages)
         ]
         query_terms = terms(r.question)
-        for passage, features, (_, _, label) in zip(passages, round_features(r.question, passages), r.pages, strict=True):
+        judged = round_features(r.question, passages)
+        for passage, features, (_, _, label) in zip(passages, judged, r.pages, strict=True):
             rows["x"].append([features[n] for n in FEATURES])
             rows["b"].append(
                 relevance.probability(

@@ -253,6 +253,22 @@ def test_the_written_kb_is_a_dataset_whose_kinds_carry_the_language() -> None:
         assert loaded.kind == f"{question.kind}-{question.lang}"
 
 
+@pytest.mark.parametrize("lang", ["en", "ja"])
+def test_a_near_miss_manual_is_a_dataset_whose_gold_is_the_answering_page(lang: str) -> None:
+    path = Path(__file__).parents[2] / "routes" / "data" / f"near_miss_{lang}.json"
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    dataset = load(path)
+    assert dataset.name == "near_miss"
+    assert {d["id"] for d in dataset.documents} == {d["id"] for d in raw["documents"]}
+    by_id = {q.id: q for q in dataset.questions}
+    assert len(by_id) == len(raw["cases"]) >= 60
+    for case in raw["cases"]:
+        loaded = by_id[case["id"]]
+        assert (loaded.text, loaded.answers) == (case["question"], [case["answer"]])
+        assert loaded.gold_doc_ids == frozenset([case["answer_doc"]])
+        assert loaded.kind == f"{case['kind']}-{lang}"
+
+
 def test_cost_has_the_median_and_latency_in_every_slice_and_per_chosen_route() -> None:
     outcomes = [
         outcome(llm_calls=1, latency_ms=1000.0),
