@@ -216,8 +216,8 @@ class CorrectiveSettings(SettingsGroup):
     max_seconds: float = Field(90.0, gt=0, validation_alias=AliasChoices("GATEWAY_BUDGET_MAX_SECONDS"))
     recursion_limit: int = Field(40, ge=10)
     # The evaluator's first stage reads each round as a whole (the page asked about against its neighbours)
-    # rather than each passage alone: on the written near-miss manuals, pages judged right 0.51 -> 0.60 (EN) and
-    # 0.54 -> 0.62 (JA), relevance AUC up on HotpotQA, SQuAD and JSQuAD (routes/training/README.md).
+    # rather than each passage alone: on the written near-miss manuals, pages judged right 0.51 -> 0.59 (EN) and
+    # 0.54 -> 0.61 (JA), relevance AUC up on HotpotQA, SQuAD and JSQuAD (gateway/eval/README.md).
     evaluator_judge: bool = True
 
     def policy(self, grounding: GroundingPolicy) -> CorrectivePolicy:

@@ -8,11 +8,12 @@ of them have. The judge reads the round as a whole: besides each passage's cosin
 text, title, best sentence, best two-sentence window), it weighs the question's terms by how few of the
 round's passages hold them and scores each passage by its margin over the best of the others.
 
-Fitted by ``python -m routes.training.fit_judge`` (logistic regression, coefficients copied here) on the
-shared dev data and the written near-miss sets, with rounds that lack their answering passage, so that
-the best of a round where nothing answers is not promoted by its margin alone. The measured figures are
-in ``routes/training/README.md``. No multilingual cross-encoder ships inside a package this service can
-install, so the judge is this model over features; the LLM grader still decides what it leaves uncertain.
+Fitted by ``python -m routes.training.fit_judge`` (logistic regression, its logits scaled onto the fast
+scorer's, coefficients copied here) on the shared dev data and the written near-miss sets, with rounds that
+lack their answering passage, so that the best of a round where nothing answers is not promoted by its margin
+alone. The measured figures are in ``gateway/eval/README.md``. No multilingual cross-encoder ships inside a
+package this service can install, so the judge is this model over features; the LLM grader still decides
+what it leaves uncertain.
 """
 
 from __future__ import annotations
@@ -35,10 +36,12 @@ CJK_FEATURES = tuple(name for name in FEATURES if name != "title")
 
 @dataclass(frozen=True, slots=True)
 class JudgeModel:
-    latin_intercept: float = -2.9924
-    latin_weights: tuple[float, ...] = (1.5552, -2.5034, 2.3407, 1.8356, 0.4712, 3.1839, 4.3072, 2.2804)
-    cjk_intercept: float = -4.5055
-    cjk_weights: tuple[float, ...] = (1.8015, 1.1268, 1.4923, 0.8519, 2.4937, 2.1058, 5.8596)
+    # On the fast scorer's scale (logits x0.804), so the policy's thresholds keep their meaning: at ``lower`` as
+    # many answering pages kept out of Incorrect, at ``upper`` fewer wrong pages confirmed.
+    latin_intercept: float = -2.4060
+    latin_weights: tuple[float, ...] = (1.2504, -2.0128, 1.8820, 1.4759, 0.3788, 2.5600, 3.4631, 1.8335)
+    cjk_intercept: float = -3.6225
+    cjk_weights: tuple[float, ...] = (1.4484, 0.9060, 1.1998, 0.6850, 2.0050, 1.6931, 4.7113)
     # A passage in the other script than the question: its words cannot match, only the cosine speaks.
     relevance: RelevanceModel = field(default_factory=RelevanceModel)
 

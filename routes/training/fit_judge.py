@@ -10,8 +10,8 @@ answers teaches the margins not to promote its best.
 
 Measured out of sample: AUC per shared source by 5-fold cross-validation over questions; the near-miss sets
 leave one domain out (a manual the fit never saw). Evaluator accuracy is CRAG's three actions per page against
-the labels, at the policy's thresholds (``upper`` 0.5, ``lower`` 0.2). Prints the coefficients to copy into
-``JudgeModel``.
+the labels, at the policy's thresholds (``upper`` 0.5, ``lower`` 0.2), the judge's scores put on the fast
+scorer's scale first (:func:`scale_to_fast_scorer`). Prints the coefficients to copy into ``JudgeModel``.
 """
 
 from __future__ import annotations
@@ -180,11 +180,14 @@ def report(t: Table, after: np.ndarray) -> None:
             print(f"  {lang} {kind:<13} n={sel.sum():>3} {b:.3f} -> {a:.3f}")
         answering = rows & (t.label == 1.0)
         wrong = rows & (t.label == 0.0)
-        print(
-            f"  {lang} answering page judged correct {(t.baseline[answering] >= UPPER).mean():.3f} -> "
-            f"{(after[answering] >= UPPER).mean():.3f}; wrong page judged correct "
-            f"{(t.baseline[wrong] >= UPPER).mean():.3f} -> {(after[wrong] >= UPPER).mean():.3f}"
-        )
+        for name, sel, test in (
+            ("answering page judged correct", answering, lambda p: p >= UPPER),
+            ("answering page dropped (incorrect)", answering, lambda p: p < LOWER),
+            ("wrong page judged correct", wrong, lambda p: p >= UPPER),
+            ("wrong page kept for the grader or beyond", wrong, lambda p: p >= LOWER),
+            ("pages sent to the LLM grader (band)", rows, lambda p: (p >= LOWER) & (p < UPPER)),
+        ):
+            print(f"  {lang} {name:<42} {test(t.baseline[sel]).mean():.3f} -> {test(after[sel]).mean():.3f}")
     for name, rows in (("shared", np.isin(t.source, SHARED)), ("near-miss", ~np.isin(t.source, SHARED))):
         sel = rows & t.answerless
         print(
@@ -193,18 +196,39 @@ def report(t: Table, after: np.ndarray) -> None:
         )
 
 
+def logit(p: np.ndarray | float) -> np.ndarray:
+    clipped = np.clip(p, 1e-9, 1 - 1e-9)
+    return np.asarray(np.log(clipped / (1 - clipped)))
+
+
+def scale_to_fast_scorer(t: Table, after: np.ndarray) -> float:
+    """The factor on the judge's logit that puts its scores on the fast scorer's scale, so the policy's thresholds
+    mean what they meant: at ``lower`` the judge keeps as many answering shared-data pages out of Incorrect as
+    the fast scorer did (the rest of its gain goes to dropping more wrong pages); ``upper`` (logit 0) stays where it
+    is, where the judge already confirms more answering pages and fewer wrong ones. Chosen on the shared data only."""
+    answering = np.isin(t.source, SHARED) & ~t.answerless & (t.label == 1.0)
+    kept = (t.baseline[answering] >= LOWER).mean()
+    ranked = np.sort(after[answering])[::-1]
+    threshold = ranked[int(np.ceil(kept * answering.sum())) - 1]
+    return float(logit(LOWER) / logit(threshold))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", type=Path, default=Path("../shared/data/dev"))
     args = parser.parse_args()
     rounds = [*shared_rounds(args.data_dir), *near_miss_rounds("en"), *near_miss_rounds("ja")]
     t = table(with_answerless(rounds), USEEmbeddings())
-    report(t, out_of_sample(t))
+    after = out_of_sample(t)
+    scale = scale_to_fast_scorer(t, after)
+    print(f"logit scale {scale:.4f} (the judge's {float(1 / (1 + np.exp(-logit(LOWER) / scale))):.3f} is lower)")
+    report(t, 1.0 / (1.0 + np.exp(-scale * logit(after))))
     latin, cjk = fit(t, ~t.cjk, False), fit(t, t.cjk, True)
     print(
-        f"JudgeModel(latin_intercept={latin.intercept_[0]:.4f}, "
-        f"latin_weights=({', '.join(f'{w:.4f}' for w in latin.coef_[0])}), "
-        f"cjk_intercept={cjk.intercept_[0]:.4f}, cjk_weights=({', '.join(f'{w:.4f}' for w in cjk.coef_[0])}))"
+        f"JudgeModel(latin_intercept={scale * latin.intercept_[0]:.4f}, "
+        f"latin_weights=({', '.join(f'{scale * w:.4f}' for w in latin.coef_[0])}), "
+        f"cjk_intercept={scale * cjk.intercept_[0]:.4f}, "
+        f"cjk_weights=({', '.join(f'{scale * w:.4f}' for w in cjk.coef_[0])}))"
     )
 
 
