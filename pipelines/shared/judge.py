@@ -23,7 +23,7 @@ from collections.abc import Sequence, Set
 from dataclasses import dataclass, field
 
 from pipelines.shared.deps import Passage
-from pipelines.shared.relevance import RelevanceModel, overlap
+from pipelines.shared.relevance import RelevanceModel
 from pipelines.shared.sentences import split_sentences
 from pipelines.shared.support import mostly_cjk, terms
 
@@ -53,31 +53,37 @@ class JudgeModel:
         return 1.0 / (1.0 + math.exp(-z))
 
 
+def _share(query_terms: Set[str], found: Set[str]) -> float:
+    return len(query_terms & found) / len(query_terms) if query_terms else 0.0
+
+
 def _best_span(query_terms: Set[str], text: str) -> tuple[float, float]:
     """Overlap of the best sentence and of the best two consecutive sentences: the answer sits in one place."""
-    sentences = [s.text for s in split_sentences(text) if s.text.strip()] or [text]
-    single = max(overlap(query_terms, s) for s in sentences)
-    window = max(overlap(query_terms, " ".join(sentences[i : i + 2])) for i in range(len(sentences)))
+    found = [terms(s.text) for s in split_sentences(text) if s.text.strip()] or [terms(text)]
+    single = max(_share(query_terms, f) for f in found)
+    window = max(_share(query_terms, f | after) for f, after in zip(found, [*found[1:], set()], strict=True))
     return single, window
 
 
 def round_features(query: str, passages: Sequence[Passage]) -> list[dict[str, float]]:
     """Each passage's features within its round (the margins compare it with the best of the others)."""
     query_terms = frozenset(terms(query))
-    held = [terms(f"{p.title} {p.text}") for p in passages]
+    texts = [terms(p.text) for p in passages]
+    titles = [terms(p.title) for p in passages]
+    held = [text | title for text, title in zip(texts, titles, strict=True)]
     count = len(passages)
     # Fewer of the round's passages holding a term, more it tells them apart; a term none holds still counts
     # against them all (the question asks for something the round lacks).
     weight = {t: math.log(1 + count / (sum(t in h for h in held) + 0.5)) for t in query_terms}
     total = sum(weight.values()) or 1.0
     rows: list[dict[str, float]] = []
-    for passage, words in zip(passages, held, strict=True):
+    for passage, text, title, words in zip(passages, texts, titles, held, strict=True):
         sentence, window = _best_span(query_terms, passage.text)
         rows.append(
             {
                 "cosine": passage.score,
-                "overlap": overlap(query_terms, passage.text),
-                "title": overlap(query_terms, passage.title),
+                "overlap": _share(query_terms, text),
+                "title": _share(query_terms, title),
                 "sentence": sentence,
                 "window": window,
                 "distinctive": sum(weight[t] for t in query_terms if t in words) / total,
