@@ -16,6 +16,7 @@ them once (about 20 s with the default embeddings: some 2,500 questions and 1,10
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -49,12 +50,33 @@ SPREAD_SIGNALS = ("distinct_second_share",)
 RETRIEVE: Route = "single_hop"  # stage 1's label for "search the knowledge base" (stage 2 says how)
 # Stage 2 answers multi_hop at this probability unless the tenant's routing was recalibrated from its traffic.
 DEFAULT_MULTI_HOP_THRESHOLD = 0.5
+# Hex digits of a router version: short enough to read in a log line or a response, ample for the few a deployment sees.
+ROUTER_VERSION_CHARS = 12
 
 
 @dataclass(frozen=True)
 class KnowledgeModel:
     retrieve: LogisticModel  # classes: direct / single_hop (= retrieve)
     spread: LogisticModel  # classes: single_hop / multi_hop
+
+    @functools.cached_property
+    def version(self) -> str:
+        """A short stable name of the model that computes ``p(multi_hop)``: a digest of the spread model's
+        classes and parameters, and of the signals it reads.
+
+        A tenant's recalibrated threshold, and the route outcomes it was fitted on, are only meaningful for the
+        probabilities of the model they were made with: a retrained router (other training data, other signals)
+        gives the same question another ``p(multi_hop)``. The digest changes exactly when those probabilities can,
+        and is the same whether the model was trained in this process or loaded from its artefact (the ``.npz``
+        keeps the float64 arrays bit for bit), so every replica of one release names its router alike.
+        """
+        spread = self.spread
+        digest = hashlib.sha256(f"s{SIGNAL_VERSION}:{','.join(SPREAD_SIGNALS)}:{','.join(spread.classes)}".encode())
+        for array in (spread.coef, spread.intercept, spread.feature_mean, spread.feature_scale):
+            values = np.ascontiguousarray(array, dtype="<f8")
+            digest.update(repr(values.shape).encode())
+            digest.update(values.tobytes())
+        return digest.hexdigest()[:ROUTER_VERSION_CHARS]
 
 
 def retrieve_row(question: str, signals: ProbeSignals, cues: Sequence[str] | None = None) -> np.ndarray:
@@ -142,6 +164,12 @@ class KnowledgeRouter:
 
     def __init__(self, model: KnowledgeModel) -> None:
         self._model = model
+        self._version = model.version  # hashed once: every stage-2 decision carries it
+
+    @property
+    def version(self) -> str:
+        """The version of the model behind this router's ``p(multi_hop)`` (:attr:`KnowledgeModel.version`)."""
+        return self._version
 
     def classify(
         self, query: str, probe: Probe, multi_hop_threshold: float = DEFAULT_MULTI_HOP_THRESHOLD
@@ -175,4 +203,12 @@ class KnowledgeRouter:
             f"{s.covering_documents} documents cover the question's parts, the best and that second one share "
             f"{s.shared_figures} figures{cue_text}"
         )
-        return RouteDecision(route, p_retrieve * spread.get(route, 0.0), reason, self.name, probe, p_multi_hop=p_multi)
+        return RouteDecision(
+            route,
+            p_retrieve * spread.get(route, 0.0),
+            reason,
+            self.name,
+            probe,
+            p_multi_hop=p_multi,
+            router_version=self._version,
+        )

@@ -29,6 +29,13 @@ class FrontRouter:
         self.depth = depth
 
     @property
+    def version(self) -> str | None:
+        """The version of the model behind ``p(multi_hop)`` (:attr:`KnowledgeRouter.version`), which a tenant's
+        recalibrated threshold must have been made for; None when the LLM classifier decides: then no threshold
+        applies and no probability is recorded."""
+        return None if self.mode == "llm" else self._knowledge.version
+
+    @property
     def classifier_name(self) -> str:
         return self._llm.name if self.mode == "llm" else self._knowledge.name
 

@@ -2,7 +2,9 @@
 
 ``python -m gateway.curation recalibrate --tenant T [--apply] [--days 30] [--min-outcomes 20]``: the routing
 threshold the tenant's route outcomes propose (``gateway.curation.routing``), stored only with ``--apply``.
-Replicas pick an applied threshold up within GATEWAY_PROFILE_CACHE_TTL_S.
+Replicas pick an applied threshold up within GATEWAY_PROFILE_CACHE_TTL_S. It is fitted to, and stored for, the
+router these settings route with (the artefact the replicas load, ``gateway.query.router_artefact``): run it where
+the gateway runs, with its environment, so that it is the version the replicas apply it to.
 """
 
 from __future__ import annotations
@@ -12,9 +14,10 @@ import asyncio
 import sys
 import time
 
-from gateway.curation.routing import NotEnoughOutcomesError, recalibrate_tenant, route_report
+from gateway.curation.routing import NoRouterProbabilityError, NotEnoughOutcomesError, recalibrate_tenant, route_report
 from gateway.curation.store import CurationStore
-from gateway.settings import CurationSettings
+from gateway.query.router_artefact import router_version
+from gateway.settings import CurationSettings, Settings
 
 
 async def _migrate() -> None:
@@ -25,19 +28,36 @@ async def _migrate() -> None:
         await store.close()
 
 
-async def _recalibrate(tenant: str, *, apply: bool, days: float, min_outcomes: int) -> int:
+async def _recalibrate(tenant: str, *, apply: bool, days: float, min_outcomes: int, version: str | None) -> int:
+    """``version``: the router the gateway routes with, which outcomes are judged against and the threshold is for."""
     store = CurationStore.open(CurationSettings().database_url.get_secret_value())
     try:
-        report = await route_report(store, tenant, days, time.time())
+        report = await route_report(store, tenant, days, time.time(), version)
         print(
-            f"tenant {tenant}: outcomes {report.counts}, rated down {report.disliked}, accuracy estimate "
-            f"{'n/a' if report.accuracy is None else f'{report.accuracy:.2f}'}"
+            f"tenant {tenant}, router {version or 'llm (no p(multi_hop))'}: outcomes {report.counts}, rated down "
+            f"{report.disliked}, accuracy estimate {'n/a' if report.accuracy is None else f'{report.accuracy:.2f}'}"
+            + (
+                f"; {report.stale_outcomes} outcome(s) of another router version not counted"
+                if report.stale_outcomes
+                else ""
+            )
         )
+        if report.calibration_stale:
+            print(
+                "the applied threshold was calibrated for another router version: set aside, the default routes "
+                "until it is recalibrated"
+            )
         try:
             found = await recalibrate_tenant(
-                store, tenant, days=days, min_outcomes=min_outcomes, apply=apply, now=time.time()
+                store,
+                tenant,
+                days=days,
+                min_outcomes=min_outcomes,
+                apply=apply,
+                now=time.time(),
+                router_version=version,
             )
-        except NotEnoughOutcomesError as exc:
+        except (NotEnoughOutcomesError, NoRouterProbabilityError) as exc:
             print(exc.detail, file=sys.stderr)
             return 1
     finally:
@@ -66,4 +86,7 @@ def main(argv: list[str]) -> int:
     if args.command == "migrate":
         asyncio.run(_migrate())
         return 0
-    return asyncio.run(_recalibrate(args.tenant, apply=args.apply, days=args.days, min_outcomes=args.min_outcomes))
+    version = router_version(Settings())  # the replicas' router: loaded from its artefact, as they load it
+    return asyncio.run(
+        _recalibrate(args.tenant, apply=args.apply, days=args.days, min_outcomes=args.min_outcomes, version=version)
+    )

@@ -38,6 +38,7 @@ from gateway.errors import ClientError, NotFoundError, problem_responses
 from gateway.knowledge.validation import valid_documents
 from gateway.profiles.service import Profiles
 from gateway.providers.vectorstores.base import TENANT_PATTERN
+from gateway.query.service import QueryService
 from gateway.settings import Settings
 
 TenantParam = Annotated[str, QueryParameter(pattern=TENANT_PATTERN)]
@@ -123,19 +124,24 @@ class CurationController(Controller):
     async def route_outcomes(
         self,
         curation: NamedDependency[Curation],
+        query_service: NamedDependency[QueryService],
         principal: NamedDependency[Principal],
         tenant: TenantParam = "default",
         days: Annotated[float, QueryParameter(gt=0, le=365)] = 30.0,
     ) -> RouteOutcomesOut:
-        report = await curation.route_report(principal.tenant_for(tenant), days)
+        version = query_service.router_version  # the router this app routes with: outcomes are judged against it
+        report = await curation.route_report(principal.tenant_for(tenant), days, router_version=version)
         return RouteOutcomesOut(
             tenant=report.tenant,
             since=iso(report.since),
+            router_version=report.router_version,
             counts=report.counts,
             disliked=report.disliked,
             accuracy_estimate=None if report.accuracy is None else round(report.accuracy, 4),
+            stale_outcomes=report.stale_outcomes,
             multi_hop_threshold=report.multi_hop_threshold,
             calibrated=report.calibrated,
+            calibration_stale=report.calibration_stale,
         )
 
     @post(
@@ -143,19 +149,35 @@ class CurationController(Controller):
         status_code=200,
         summary="Propose (or, with apply, set) the tenant's routing threshold from its route outcomes",
         responses=problem_responses(
-            400, 401, 403, 404, 409, 503, described={409: "Too few route outcomes to recalibrate on (min_outcomes)"}
+            400,
+            401,
+            403,
+            404,
+            409,
+            503,
+            described={
+                409: "Too few route outcomes of the router in use to recalibrate on (min_outcomes), or the LLM "
+                "classifier routes (no p(multi_hop) to set a threshold on)"
+            },
         ),
     )
     async def recalibrate(
         self,
         data: JSONBody[RecalibrationRequest],
         curation: NamedDependency[Curation],
+        query_service: NamedDependency[QueryService],
         profiles: NamedDependency[Profiles],
         principal: NamedDependency[Principal],
         tenant: TenantParam = "default",
     ) -> CalibrationOut:
         tenant = principal.tenant_for(tenant)
-        found = await curation.recalibrate(tenant, days=data.days, min_outcomes=data.min_outcomes, apply=data.apply)
+        found = await curation.recalibrate(
+            tenant,
+            days=data.days,
+            min_outcomes=data.min_outcomes,
+            apply=data.apply,
+            router_version=query_service.router_version,  # fitted to, and applied for, the router this app routes with
+        )
         if data.apply:
             profiles.forget(tenant)  # this process routes by it from the next request; others within their TTL
         return CalibrationOut(
@@ -165,6 +187,7 @@ class CurationController(Controller):
             multi_hop_threshold=round(found.multi_hop_threshold, 6),
             accuracy_before=found.accuracy_before,
             accuracy_after=found.accuracy_after,
+            router_version=found.router_version,
             applied=data.apply,
         )
 

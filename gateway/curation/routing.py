@@ -16,6 +16,12 @@ has many causes besides its route).
 :func:`recalibrate` chooses the ``p(multi_hop)`` threshold that agrees with most of a tenant's outcomes, nearest
 the router's default among equals; an operator applies it (the curation API or ``python -m gateway.curation
 recalibrate``), never the gateway on its own.
+
+Probabilities belong to the router that computed them: a new release may retrain it (other training data, other
+signals), and the same question then gets another ``p(multi_hop)``. Every outcome and calibration therefore records
+the router version (``KnowledgeModel.version``); a recalibration reads only the outcomes of the router in use and is
+stored for it, the report counts the others apart, and the query service sets aside a calibration made for another
+version (the router's default routes that tenant until an operator recalibrates).
 """
 
 from __future__ import annotations
@@ -46,6 +52,9 @@ class RouteOutcome:
     p_multi_hop: float | None
     created_at: float
     disliked: bool = False
+    # The router version that computed ``p_multi_hop`` (None: the LLM classifier decided, or recorded before versions
+    # were); last, with a default, so outcomes built without a router (offline evaluations) stay as they are written.
+    router_version: str | None = None
 
     @property
     def wanted_multi_hop(self) -> bool:
@@ -80,12 +89,15 @@ def route_outcome(request: QueryRequest, response: QueryResponse, at: float) -> 
         verdict=verdict,
         p_multi_hop=response.p_multi_hop,
         created_at=at,
+        router_version=response.router_version,
     )
 
 
 @dataclass(frozen=True, slots=True)
 class Calibration:
-    """A proposed (or applied) threshold, with how well it and the current one agree with the outcomes."""
+    """A proposed (or applied) threshold, with how well it and the current one agree with the outcomes, and the
+    router version whose probabilities it was fitted to (None: unknown, made before versions were recorded): it
+    applies to that version only."""
 
     tenant: str
     outcomes: int
@@ -93,6 +105,12 @@ class Calibration:
     multi_hop_threshold: float
     accuracy_before: float
     accuracy_after: float
+    router_version: str | None
+
+    def stale_for(self, router_version: str | None) -> bool:
+        """Whether this calibration was made for a router other than ``router_version`` (the one routing now): then
+        it does not apply. One without a version is stale for every router: nothing says which it was made for."""
+        return self.router_version is None or self.router_version != router_version
 
 
 def accuracy(outcomes: Sequence[RouteOutcome]) -> float | None:
@@ -111,18 +129,30 @@ def _agreement(points: Sequence[tuple[float, bool]], threshold: float) -> float:
     return sum((p >= threshold) == multi for p, multi in points) / len(points)
 
 
-def recalibrate(tenant: str, outcomes: Sequence[RouteOutcome], current: float | None) -> Calibration:
-    """The threshold on ``p(multi_hop)`` that routes most of the outcomes the way they showed they wanted.
+def of_router(outcomes: Sequence[RouteOutcome], router_version: str | None) -> list[RouteOutcome]:
+    """The outcomes recorded under ``router_version``: the only ones whose probabilities and verdicts say anything
+    about the router routing now."""
+    return [o for o in outcomes if o.router_version == router_version]
 
+
+def recalibrate(
+    tenant: str, outcomes: Sequence[RouteOutcome], current: float | None, router_version: str | None = None
+) -> Calibration:
+    """The threshold on ``p(multi_hop)`` for router ``router_version`` that routes most of its outcomes the way they
+    showed they wanted.
+
+    Only outcomes recorded under ``router_version`` count: another version's probabilities are on another scale.
     Candidates are the midpoints between neighbouring recorded probabilities and beyond the lowest and highest
     (and the current threshold); among
     equally good ones the nearest to the router's default wins, so a few outcomes move it no further than they
     must. Outcomes without a probability (the LLM classifier decided) are left out.
     """
     now = DEFAULT_MULTI_HOP_THRESHOLD if current is None else current
-    points = [(o.p_multi_hop, o.wanted_multi_hop) for o in outcomes if o.p_multi_hop is not None]
+    points = [
+        (o.p_multi_hop, o.wanted_multi_hop) for o in of_router(outcomes, router_version) if o.p_multi_hop is not None
+    ]
     if not points:
-        return Calibration(tenant, 0, now, now, 0.0, 0.0)
+        return Calibration(tenant, 0, now, now, 0.0, 0.0, router_version)
     values = sorted({p for p, _ in points})
     candidates = {now, DEFAULT_MULTI_HOP_THRESHOLD, values[0] / 2, (values[-1] + 1.0) / 2}
     candidates.update((a + b) / 2 for a, b in itertools.pairwise(values))
@@ -137,6 +167,7 @@ def recalibrate(tenant: str, outcomes: Sequence[RouteOutcome], current: float | 
         multi_hop_threshold=min(max(best, 0.0), 1.0),
         accuracy_before=round(_agreement(points, now), 4),
         accuracy_after=round(_agreement(points, best), 4),
+        router_version=router_version,
     )
 
 
@@ -147,45 +178,88 @@ class NotEnoughOutcomesError(ClientError):
     title = "Not enough route outcomes"
 
 
+class NoRouterProbabilityError(ClientError):
+    """The gateway routes with the LLM classifier: there is no ``p(multi_hop)`` to set a threshold on."""
+
+    status_code = 409
+    title = "No router probability to recalibrate"
+
+
 @dataclass(frozen=True, slots=True)
 class RouteReport:
-    """A tenant's route outcomes over a window: the estimate of its route accuracy, and its threshold."""
+    """A tenant's route outcomes over a window under the router in use: the estimate of its route accuracy, and its
+    threshold. Outcomes of another router version are only counted (``stale_outcomes``): they describe a router
+    that no longer decides."""
 
     tenant: str
     since: float
+    router_version: str | None  # the router in use
     counts: dict[str, int]
     disliked: int
     accuracy: float | None
-    multi_hop_threshold: float  # the tenant's current one (the router's default unless recalibrated)
-    calibrated: bool
+    stale_outcomes: int
+    multi_hop_threshold: float  # the one routing uses (the router's default unless a current calibration applies)
+    calibrated: bool  # an operator applied a calibration
+    calibration_stale: bool  # ... for another router version: set aside, the default routes instead
 
 
-async def route_report(store: RouteOutcomeStore, tenant: str, days: float, now: float) -> RouteReport:
+def _threshold_in_use(applied: Calibration | None, router_version: str | None) -> float | None:
+    """The applied threshold when it was made for ``router_version``; None where the router's default routes."""
+    if applied is None or applied.stale_for(router_version):
+        return None
+    return applied.multi_hop_threshold
+
+
+async def route_report(
+    store: RouteOutcomeStore, tenant: str, days: float, now: float, router_version: str | None
+) -> RouteReport:
+    """``router_version``: the router routing now (``FrontRouter.version``)."""
     since = now - days * DAY_S
     outcomes = await store.route_outcomes(tenant, since)
+    current = of_router(outcomes, router_version)
     applied = await store.calibration(tenant)
+    in_use = _threshold_in_use(applied, router_version)
     return RouteReport(
         tenant=tenant,
         since=since,
-        counts=counts(outcomes),
-        disliked=sum(o.disliked for o in outcomes),
-        accuracy=accuracy(outcomes),
-        multi_hop_threshold=applied.multi_hop_threshold if applied else DEFAULT_MULTI_HOP_THRESHOLD,
+        router_version=router_version,
+        counts=counts(current),
+        disliked=sum(o.disliked for o in current),
+        accuracy=accuracy(current),
+        stale_outcomes=len(outcomes) - len(current),
+        multi_hop_threshold=DEFAULT_MULTI_HOP_THRESHOLD if in_use is None else in_use,
         calibrated=applied is not None,
+        calibration_stale=applied is not None and applied.stale_for(router_version),
     )
 
 
 async def recalibrate_tenant(
-    store: RouteOutcomeStore, tenant: str, *, days: float, min_outcomes: int, apply: bool, now: float
+    store: RouteOutcomeStore,
+    tenant: str,
+    *,
+    days: float,
+    min_outcomes: int,
+    apply: bool,
+    now: float,
+    router_version: str | None,
 ) -> Calibration:
-    """The threshold the tenant's outcomes of the last ``days`` ask for; stored only with ``apply``."""
+    """The threshold the tenant's outcomes of the last ``days`` under router ``router_version`` (the one routing
+    now) ask for, made for that version; stored only with ``apply``. The current threshold it is compared with is
+    the one routing uses: a calibration made for another version is not in use."""
+    if router_version is None:
+        raise NoRouterProbabilityError(
+            "The gateway routes with the LLM classifier (GATEWAY_ROUTER_CLASSIFIER=llm): it has no p(multi_hop) for "
+            "a threshold to apply to."
+        )
     outcomes = await store.route_outcomes(tenant, now - days * DAY_S)
     applied = await store.calibration(tenant)
-    calibration = recalibrate(tenant, outcomes, applied.multi_hop_threshold if applied else None)
+    calibration = recalibrate(tenant, outcomes, _threshold_in_use(applied, router_version), router_version)
     if calibration.outcomes < min_outcomes:
+        stale = len(outcomes) - len(of_router(outcomes, router_version))
+        other = f" ({stale} more were recorded under another router version and do not count)" if stale else ""
         raise NotEnoughOutcomesError(
-            f"Tenant {tenant!r} has {calibration.outcomes} route outcome(s) with a router probability in the last "
-            f"{days:g} days; recalibrating takes at least {min_outcomes}."
+            f"Tenant {tenant!r} has {calibration.outcomes} route outcome(s) with a probability of router "
+            f"{router_version} in the last {days:g} days{other}; recalibrating takes at least {min_outcomes}."
         )
     if apply:
         await store.set_calibration(calibration)

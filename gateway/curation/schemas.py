@@ -154,14 +154,38 @@ def run_out(run: EvalRun) -> EvalRunOut:
 class RouteOutcomesOut(msgspec.Struct, kw_only=True):
     tenant: str
     since: str
+    router_version: Annotated[
+        str | None,
+        Meta(description="The router in use, which the counts are of (null: the LLM classifier routes)."),
+    ]
     counts: Annotated[
         dict[str, int],
-        Meta(description="right; over_routed: multi_hop where one document answered; under_routed: escalated."),
+        Meta(
+            description="Outcomes recorded under the router in use. right; over_routed: multi_hop where one document "
+            "answered; under_routed: escalated."
+        ),
     ]
     disliked: Annotated[int, Meta(description="Of those, answers rated down (reported, not used to recalibrate).")]
-    accuracy_estimate: Annotated[float | None, Meta(description="right / all outcomes; null without any.")]
-    multi_hop_threshold: float
+    accuracy_estimate: Annotated[float | None, Meta(description="right / all those outcomes; null without any.")]
+    stale_outcomes: Annotated[
+        int,
+        Meta(
+            description="Outcomes in the window recorded under another router version (or before versions were "
+            "recorded): not counted above, not used to recalibrate."
+        ),
+    ]
+    multi_hop_threshold: Annotated[
+        float,
+        Meta(description="The threshold routing uses: the router's default unless a current calibration applies."),
+    ]
     calibrated: Annotated[bool, Meta(description="Whether an operator applied a recalibrated threshold.")]
+    calibration_stale: Annotated[
+        bool,
+        Meta(
+            description="The applied calibration was made for another router version: it is set aside (the default "
+            "routes) until the tenant is recalibrated."
+        ),
+    ]
 
 
 class RecalibrationRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -177,4 +201,7 @@ class CalibrationOut(msgspec.Struct, kw_only=True):
     multi_hop_threshold: float
     accuracy_before: Annotated[float, Meta(description="Share of the outcomes the current threshold routes right.")]
     accuracy_after: Annotated[float, Meta(description="The same with the proposed threshold.")]
+    router_version: Annotated[
+        str | None, Meta(description="The router version the threshold is for: it applies to no other.")
+    ]
     applied: bool

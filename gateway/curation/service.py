@@ -57,16 +57,26 @@ class Curation:
         self._queries = queries
         self.suites.attach(queries)
 
-    async def route_report(self, tenant: str, days: float) -> RouteReport:
-        """The tenant's route outcomes, those of answers still on their way to the store included."""
+    async def route_report(self, tenant: str, days: float, *, router_version: str | None) -> RouteReport:
+        """The tenant's route outcomes, those of answers still on their way to the store included, judged against
+        ``router_version``: the router the app routes with (``QueryService.router_version``)."""
         await self.recorder.drain()
-        return await route_report(self.store, tenant, days, time.time())
+        return await route_report(self.store, tenant, days, time.time(), router_version)
 
-    async def recalibrate(self, tenant: str, *, days: float, min_outcomes: int, apply: bool) -> Calibration:
-        """The threshold the tenant's outcomes propose (stored with ``apply``: an operator's decision, never ours)."""
+    async def recalibrate(
+        self, tenant: str, *, days: float, min_outcomes: int, apply: bool, router_version: str | None
+    ) -> Calibration:
+        """The threshold the tenant's outcomes under ``router_version`` (the router the app routes with) propose for
+        that router (stored with ``apply``: an operator's decision, never ours)."""
         await self.recorder.drain()
         return await recalibrate_tenant(
-            self.store, tenant, days=days, min_outcomes=min_outcomes, apply=apply, now=time.time()
+            self.store,
+            tenant,
+            days=days,
+            min_outcomes=min_outcomes,
+            apply=apply,
+            now=time.time(),
+            router_version=router_version,
         )
 
     async def gaps(self, tenant: str) -> list[Gap]:

@@ -240,6 +240,7 @@ class CurationStore:
                 "p_multi_hop": o.p_multi_hop,
                 "disliked": o.disliked,
                 "created_at": o.created_at,
+                "router_version": o.router_version,
             }
             for o in outcomes
         ]
@@ -270,12 +271,14 @@ class CurationStore:
                 p_multi_hop=row["p_multi_hop"],
                 created_at=float(row["created_at"]),
                 disliked=bool(row["disliked"]),
+                router_version=row["router_version"],
             )
             for row in rows
         ]
 
     async def calibration(self, tenant: str) -> Calibration | None:
-        """The tenant's applied calibration (its threshold as both current and proposed), if an operator set one."""
+        """The tenant's applied calibration (its threshold as both current and proposed), if an operator set one,
+        with the router version it was made for (None for one made before versions were recorded)."""
         query = select(route_calibrations).where(route_calibrations.c.tenant == tenant)
         async with self._connection(write=False) as connection:
             row = (await connection.execute(query)).mappings().first()
@@ -283,7 +286,13 @@ class CurationStore:
             return None
         threshold = float(row["multi_hop_threshold"])
         return Calibration(
-            tenant, int(row["outcomes"]), threshold, threshold, row["accuracy_before"], row["accuracy_after"]
+            tenant,
+            int(row["outcomes"]),
+            threshold,
+            threshold,
+            row["accuracy_before"],
+            row["accuracy_after"],
+            row["router_version"],
         )
 
     async def set_calibration(self, calibration: Calibration) -> None:
@@ -293,6 +302,7 @@ class CurationStore:
             "accuracy_before": calibration.accuracy_before,
             "accuracy_after": calibration.accuracy_after,
             "calibrated_at": time.time(),
+            "router_version": calibration.router_version,
         }
         tenant = calibration.tenant
         async with self._connection(write=True) as connection:

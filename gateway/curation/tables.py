@@ -113,7 +113,9 @@ assistant_profiles = Table(
 )
 
 # What each routed answer showed about its route afterwards (gateway.curation.routing): one row per answer the
-# router decided, purged with the answer records. ``p_multi_hop`` is what a recalibration sets a threshold on.
+# router decided, purged with the answer records. ``p_multi_hop`` is what a recalibration sets a threshold on, and
+# ``router_version`` the router that computed it (NULL: the LLM classifier, or recorded before versions were): a
+# recalibration reads the outcomes of the router in use only.
 route_outcomes = Table(
     "curation_route_outcomes",
     metadata,
@@ -125,9 +127,11 @@ route_outcomes = Table(
     Column("p_multi_hop", Float),
     Column("disliked", Boolean, nullable=False),
     Column("created_at", Float, nullable=False, index=True),
+    Column("router_version", String(64)),
 )
 
-# A tenant's routing thresholds, set by an operator's recalibration from its outcomes (never automatically).
+# A tenant's routing thresholds, set by an operator's recalibration from its outcomes (never automatically), each
+# for the router version it was fitted to (NULL: made before versions were recorded; applies to no router).
 route_calibrations = Table(
     "route_calibrations",
     metadata,
@@ -137,4 +141,5 @@ route_calibrations = Table(
     Column("accuracy_before", Float, nullable=False),
     Column("accuracy_after", Float, nullable=False),
     Column("calibrated_at", Float, nullable=False),
+    Column("router_version", String(64)),
 )

@@ -40,6 +40,10 @@ class AssistantProfile:
     # outcomes (gateway.curation.routing); None: the router's default. Kept apart from the profile's own fields:
     # writing a profile never resets it.
     multi_hop_threshold: float | None = None
+    # The router version that threshold was calibrated for (None: calibrated before versions were recorded). Only the
+    # query service, which owns the router, knows whether it is the version routing now: it applies the threshold
+    # only then, since another version's p(multi_hop) means something else.
+    threshold_router_version: str | None = None
     configured: bool = False
     version: int = 0
     updated_at: float | None = None
@@ -61,6 +65,9 @@ class AssistantProfile:
         }
         if self.multi_hop_threshold is not None:  # only when set: profiles without one keep their digests
             shaping["multi_hop_threshold"] = self.multi_hop_threshold
+            # Whether it applies depends on the version: the same value calibrated again for the router in use must
+            # not meet answers routed while the old calibration was set aside.
+            shaping["threshold_router_version"] = self.threshold_router_version
         encoded = json.dumps(shaping, sort_keys=True, ensure_ascii=True).encode()
         object.__setattr__(self, "digest", hashlib.sha256(encoded).hexdigest()[:16])
 
@@ -101,6 +108,15 @@ class AssistantProfile:
         if client_instructions and self.allow_system_messages:
             params["instructions"] = hashlib.sha256(client_instructions.encode()).hexdigest()[:16]
         return params
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingThreshold:
+    """A tenant's recalibrated threshold on ``p(multi_hop)`` as stored, with the router version it was calibrated
+    for (None: stored before calibrations recorded one, so for a router nobody can name any more)."""
+
+    value: float
+    router_version: str | None
 
 
 def default_profile(tenant: str, settings: AssistantSettings) -> AssistantProfile:

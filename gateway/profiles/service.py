@@ -112,7 +112,9 @@ class Profiles:
         else:
             profile = stored if stored is not None else self.default(tenant)
             if threshold is not None:
-                profile = replace(profile, multi_hop_threshold=threshold)
+                profile = replace(
+                    profile, multi_hop_threshold=threshold.value, threshold_router_version=threshold.router_version
+                )
         self._entries[tenant] = _Entry(profile, self._clock() + self.settings.cache_ttl_s)
         return profile
 

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gateway.curation.tables import assistant_profiles, route_calibrations
 from gateway.errors import ProviderUnavailableError
-from gateway.profiles.model import AssistantProfile
+from gateway.profiles.model import AssistantProfile, RoutingThreshold
 from routes.types import ROUTES, Route
 
 PROVIDER = "profile_store"
@@ -42,12 +42,15 @@ class ProfileStore:
             row = (await connection.execute(query)).mappings().first()
         return _profile(row) if row is not None else None
 
-    async def multi_hop_threshold(self, tenant: str) -> float | None:
-        """The tenant's recalibrated routing threshold (``gateway.curation.routing``), if an operator applied one."""
-        query = select(route_calibrations.c.multi_hop_threshold).where(route_calibrations.c.tenant == tenant)
+    async def multi_hop_threshold(self, tenant: str) -> RoutingThreshold | None:
+        """The tenant's recalibrated routing threshold (``gateway.curation.routing``), if an operator applied one,
+        with the router version it was calibrated for: whoever routes decides whether it still applies."""
+        query = select(route_calibrations.c.multi_hop_threshold, route_calibrations.c.router_version).where(
+            route_calibrations.c.tenant == tenant
+        )
         async with self._connection(write=False) as connection:
-            value = (await connection.execute(query)).scalar()
-        return None if value is None else float(value)
+            row = (await connection.execute(query)).first()
+        return None if row is None else RoutingThreshold(float(row[0]), row[1])
 
     async def put(self, profile: AssistantProfile) -> AssistantProfile:
         """Stores ``profile`` as the tenant's (its ``version`` and ``updated_at`` are the store's): the stored one."""

@@ -33,6 +33,22 @@ def train_knowledge_router(settings: Settings, embed: EmbedTexts) -> KnowledgeMo
     return load_or_train(directory, embed, model, split, _chunking(settings))
 
 
+def router_version(settings: Settings) -> str | None:
+    """The version of the router a gateway with these settings routes with (``FrontRouter.version``), for a process
+    that has no app: the operator's recalibration command. It loads the artefact the replicas load; where there is
+    none it trains as they would, building the embedding model only then. None with the LLM classifier."""
+    if settings.router.classifier == "llm":
+        return None
+    built: list[Embeddings] = []
+
+    def embed(texts: list[str]) -> np.ndarray:
+        if not built:
+            built.append(build_embeddings(settings.embeddings, settings.llm_endpoint))
+        return np.asarray(built[0].embed_documents(texts), dtype=np.float32)
+
+    return train_knowledge_router(settings, embed).version
+
+
 def build_artefact(settings: Settings, embeddings: Embeddings) -> list[Path]:
     """Train (or reuse) the artefacts the app will look up for these settings; return their paths."""
 

@@ -125,6 +125,13 @@ class QueryResponse(msgspec.Struct):
         float | None,
         Meta(description="The router's probability that a second document holds a part of the question (null: none)."),
     ] = None
+    router_version: Annotated[
+        str | None,
+        Meta(
+            description="The version of the router model p_multi_hop came from: a tenant's recalibrated threshold "
+            "applies to that version's probabilities only (null with p_multi_hop)."
+        ),
+    ] = None
 
 
 class RouteResponse(msgspec.Struct, kw_only=True):

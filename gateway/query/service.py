@@ -9,6 +9,7 @@ handlers charge token budgets): this layer only answers.
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Callable
@@ -42,6 +43,9 @@ from routes.types import RouteDecision, RouteRequest
 Admit = Callable[[QueryRequest], QueryRequest]
 # Sees every answer as it leaves (the curation recorder): must return at once and never raise.
 OnAnswer = Callable[[QueryRequest, QueryResponse], None]
+
+
+logger = logging.getLogger(__name__)
 
 
 def new_response_id() -> str:
@@ -78,6 +82,15 @@ class QueryService:
         self._guard = guard
         self._profiles = profiles or Profiles(None, AssistantSettings(), ProfileSettings())
         self._early_vectors = early_vectors
+        # Tenants whose applied threshold was calibrated for another router version: warned about once per process.
+        # Checked and added with no await in between, so two concurrent requests cannot both warn.
+        self._stale_thresholds: set[str] = set()
+
+    @property
+    def router_version(self) -> str | None:
+        """The version of the router this service routes with (None: the LLM classifier decides): what route
+        outcomes are recorded under and what a tenant's recalibration must be made for."""
+        return self._router.version
 
     async def begin_vector(self, text: str, route: RouteRequest) -> QueryVector:
         """The request's query vector, begun now on ``text`` when something will read it (the router, unless the
@@ -257,16 +270,17 @@ class QueryService:
             probe=None if decision.probe is None else _route_probe(decision.probe),
             passages=numbered(result.context) if request.include_passages else None,
             p_multi_hop=decision.p_multi_hop,  # unrounded: a recalibrated threshold is compared with it
+            router_version=decision.router_version,
         )
 
     async def _decide(
         self, query: str, request: QueryRequest, vector: list[float] | None, profile: AssistantProfile
     ) -> tuple[RouteDecision, list[LLMCall]]:
         """The router's decision, in its own span with the probe's signals; with the tenant's recalibrated
-        threshold where an operator set one."""
+        threshold where an operator set one for this router."""
         with self._telemetry.routing() as span:
             decision, router_calls = await self._router.decide(
-                query, request.route, vector, request.tenant, profile.multi_hop_threshold
+                query, request.route, vector, request.tenant, self._threshold(profile)
             )
             probe = decision.probe
             self._telemetry.decided(
@@ -278,6 +292,36 @@ class QueryService:
                 probe.covering if probe is not None else (),
             )
         return decision, router_calls
+
+    def _threshold(self, profile: AssistantProfile) -> float | None:
+        """The tenant's recalibrated threshold when it was calibrated for the router routing now, else None (the
+        router's default).
+
+        A retrained router's ``p(multi_hop)`` means something else: a threshold fitted to the old one's would
+        silently mis-route the tenant, so it is set aside (logged once per tenant) until an operator recalibrates
+        on outcomes of this version. One without a version predates versions and is set aside too.
+        """
+        threshold = profile.multi_hop_threshold
+        if threshold is None:
+            return None
+        current = self._router.version
+        if current is None:  # the LLM classifier decides: it reads no threshold
+            return None
+        if profile.threshold_router_version == current:
+            return threshold
+        if profile.tenant not in self._stale_thresholds:
+            self._stale_thresholds.add(profile.tenant)
+            logger.warning(
+                "tenant %r: its routing threshold %.3f was calibrated for router version %s, not the one in use (%s); "
+                "routing it with the default threshold until it is recalibrated (python -m gateway.curation "
+                "recalibrate --tenant %s)",
+                profile.tenant,
+                threshold,
+                profile.threshold_router_version or "unknown",
+                current,
+                profile.tenant,
+            )
+        return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -180,14 +180,16 @@ def report(t: Table, after: np.ndarray) -> None:
             print(f"  {lang} {kind:<13} n={sel.sum():>3} {b:.3f} -> {a:.3f}")
         answering = rows & (t.label == 1.0)
         wrong = rows & (t.label == 0.0)
-        for name, sel, test in (
-            ("answering page judged correct", answering, lambda p: p >= UPPER),
-            ("answering page dropped (incorrect)", answering, lambda p: p < LOWER),
-            ("wrong page judged correct", wrong, lambda p: p >= UPPER),
-            ("wrong page kept for the grader or beyond", wrong, lambda p: p >= LOWER),
-            ("pages sent to the LLM grader (band)", rows, lambda p: (p >= LOWER) & (p < UPPER)),
+        # Each line: which pages, and the score range that counts them (CRAG's action on them).
+        for name, sel, low, high in (
+            ("answering page judged correct", answering, UPPER, 1.1),
+            ("answering page dropped (incorrect)", answering, -0.1, LOWER),
+            ("wrong page judged correct", wrong, UPPER, 1.1),
+            ("wrong page kept for the grader or beyond", wrong, LOWER, 1.1),
+            ("pages sent to the LLM grader (band)", rows, LOWER, UPPER),
         ):
-            print(f"  {lang} {name:<42} {test(t.baseline[sel]).mean():.3f} -> {test(after[sel]).mean():.3f}")
+            share = [float(((p[sel] >= low) & (p[sel] < high)).mean()) for p in (t.baseline, after)]
+            print(f"  {lang} {name:<42} {share[0]:.3f} -> {share[1]:.3f}")
     for name, rows in (("shared", np.isin(t.source, SHARED)), ("near-miss", ~np.isin(t.source, SHARED))):
         sel = rows & t.answerless
         print(

@@ -15,6 +15,7 @@ from gateway.curation.store import CurationStore
 from gateway.settings import Settings
 from tests.curation_support import relocation_cycle, relocation_model
 from tests.postgres_support import fresh_database
+from tests.route_version_support import router_versions_across_the_migration
 
 pytestmark = pytest.mark.postgres
 
@@ -65,6 +66,10 @@ async def test_migrations_run_twice_and_records_round_trip_with_retention(databa
         assert await store.change_times("acme", ["doc-1", "doc-2"]) == {"doc-1": now + 5}
     finally:
         await store.close()
+
+
+async def test_route_rows_from_before_router_versions_read_back_stale_on_postgresql(database_url: str) -> None:
+    await router_versions_across_the_migration(database_url)
 
 
 async def test_the_relocation_cycle_on_postgresql(

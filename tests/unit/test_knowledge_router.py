@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,7 @@ from routes.corpus import Case
 from routes.features import active_cues
 from routes.knowledge_router import DIRECT_CUES, KnowledgeModel, KnowledgeRouter, fit_knowledge, retrieve_row
 from routes.llm_router import LLMRouter, describe
+from routes.logistic_router import LogisticModel
 from routes.probe import EMPTY_SIGNALS, PROBE_DEPTH, Probe, ProbeSignals, probe_of
 from routes.router import FrontRouter
 from routes.types import RouteDecision
@@ -220,3 +222,42 @@ def test_plain_cue_probabilities_are_numpys() -> None:
             np.testing.assert_allclose(stage.cue_probabilities(row.tolist()), numpy_probs, rtol=1e-12, atol=1e-15)
     with pytest.raises(ValueError, match="cue columns"):
         model.retrieve.cue_probabilities([0.5])
+
+
+# --- the router version: what a tenant's threshold and route outcomes are tied to -----------------------------------
+
+
+def test_the_router_version_names_the_spread_model_alike_whether_trained_here_or_loaded(tmp_path: Path) -> None:
+    model = model_by_hand()
+    assert re.fullmatch(r"[0-9a-f]{12}", model.version)
+    model.spread.save(tmp_path / "spread.npz")
+    model.retrieve.save(tmp_path / "retrieve.npz")
+    loaded = KnowledgeModel(LogisticModel.load(tmp_path / "retrieve.npz"), LogisticModel.load(tmp_path / "spread.npz"))
+    assert loaded.version == model.version  # every replica loading the release's artefact names it alike
+    assert model_by_hand().version == model.version  # the same training, the same version
+
+
+def test_a_retrained_spread_model_is_another_version_and_the_retrieve_model_is_not_part_of_it() -> None:
+    model = model_by_hand()
+    spread = model.spread
+    nudged = replace(spread, intercept=spread.intercept + np.array([0.0, 1e-9]))
+    assert KnowledgeModel(model.retrieve, nudged).version != model.version
+    retrieve = model.retrieve
+    other_retrieve = replace(retrieve, intercept=retrieve.intercept + 1.0)
+    assert KnowledgeModel(other_retrieve, spread).version == model.version  # p(multi_hop) is the spread model's
+
+
+async def test_decisions_with_a_probability_carry_the_router_version_and_the_llm_router_has_none(
+    router: KnowledgeRouter,
+) -> None:
+    assert router.version == model_by_hand().version
+    multi = router.classify("How many people work where the Beacon team sits?", probe(TWO_DOCS))
+    assert (multi.p_multi_hop is not None, multi.router_version) == (True, router.version)
+    direct = router.classify("Is the VPN mandatory abroad?", probe(NOTHING))
+    assert (direct.p_multi_hop, direct.router_version) == (None, None)  # stage 1 decided: no p(multi_hop)
+    client, _ = scripted_llm('{"route":"single_hop","confidence":0.8,"reason":"one document"}')
+    assert FrontRouter(router, LLMRouter(client), "logistic", FakeRetriever([LISBON])).version == router.version
+    llm = FrontRouter(router, LLMRouter(client), "llm", FakeRetriever([LISBON]))
+    assert llm.version is None  # no threshold applies, no probability is recorded
+    decision, _ = await llm.decide("When did the Lisbon office open?", "auto", [0.1], "acme")
+    assert (decision.p_multi_hop, decision.router_version) == (None, None)

@@ -10,14 +10,27 @@ first round sufficient and whose answer cites one report.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import dataclasses
+import logging
+import re
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
 import pytest
 
 from gateway.curation.cli import main
-from gateway.curation.routing import RouteOutcome, recalibrate, route_outcome
+from gateway.curation.routing import (
+    Calibration,
+    NoRouterProbabilityError,
+    NotEnoughOutcomesError,
+    RouteOutcome,
+    recalibrate,
+    recalibrate_tenant,
+    route_outcome,
+    route_report,
+)
+from gateway.curation.store import CurationStore
 from gateway.query.schemas import QueryRequest, QueryResponse, Source
 from gateway.settings import Settings
 from pipelines.shared.events import PlanHop, SearchHop
@@ -77,11 +90,14 @@ async def test_a_recalibrated_tenant_routes_its_repeated_knowledge_single_hop_an
         before = {q: await ask(client, "news", q) for q in QUESTIONS}
         assert {b["classified_route"] for b in before.values()} == {"multi_hop"}
         assert all(len(b["sources"]) == 1 for b in before.values())
+        (version,) = {b["router_version"] for b in before.values()}  # one router answered them all
+        assert re.fullmatch(r"[0-9a-f]{12}", version)
 
         report = (await client.get("/v1/route-outcomes", params={"tenant": "news"})).json()
         assert report["counts"] == {"right": 0, "over_routed": 4, "under_routed": 0}
         assert report["accuracy_estimate"] == 0.0
         assert report["calibrated"] is False
+        assert (report["router_version"], report["stale_outcomes"], report["calibration_stale"]) == (version, 0, False)
 
         too_few = await client.post("/v1/route-outcomes/recalibration", params={"tenant": "news"}, json={})
         assert too_few.status_code == 409  # 4 outcomes, 20 needed by default: nothing moves on so little
@@ -100,6 +116,7 @@ async def test_a_recalibrated_tenant_routes_its_repeated_knowledge_single_hop_an
             "/v1/route-outcomes/recalibration", params={"tenant": "news"}, json={"min_outcomes": 4, "apply": True}
         )
         assert applied.json()["applied"] is True
+        assert applied.json()["router_version"] == version  # made for the router that computed the probabilities
         for question in QUESTIONS:
             after = await ask(client, "news", question)
             assert after["classified_route"] == "single_hop", after["route_reason"]
@@ -112,14 +129,70 @@ async def test_a_recalibrated_tenant_routes_its_repeated_knowledge_single_hop_an
         assert report["calibrated"] is True
         assert report["counts"]["right"] == len(QUESTIONS)
 
-        # The operator's command reads the same store and proposes from the same outcomes
+        # The operator's command reads the same store and proposes from the same outcomes, for the router the
+        # gateway's settings load (the same artefact)
         monkeypatch.setenv("GATEWAY_CURATION_DATABASE_URL", uncached.curation.database_url.get_secret_value())
-        command = ["recalibrate", "--tenant", "control", "--min-outcomes", "4"]
+        monkeypatch.setenv("GATEWAY_ROUTER_CACHE_DIR", str(uncached.router_artefact.cache_dir))
+        command = ["recalibrate", "--tenant", "control", "--min-outcomes", "4", "--apply"]
         assert await asyncio.to_thread(main, command) == 0  # a process of its own runs it; here, a thread
+        report = (await client.get("/v1/route-outcomes", params={"tenant": "control"})).json()
+        assert (report["calibrated"], report["calibration_stale"]) == (True, False)
 
 
-def outcome(verdict: str, p: float, classified: str = "multi_hop") -> RouteOutcome:
-    return RouteOutcome(f"r{p}", "t", classified, classified, verdict, p, 0.0)  # type: ignore[arg-type]
+async def test_a_threshold_calibrated_for_another_router_version_is_set_aside_and_one_for_this_version_applies(
+    make_client: Callable[..., Any], uncached: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A new release retrains the router: the threshold an operator fitted to the old one's probabilities is not
+    applied to the new one's (the default routes, with one warning), until a calibration for this version is."""
+    fresh_profiles = uncached.replace(profiles={"cache_ttl_s": 0.0})  # every request reads the stored calibration
+    async with make_client(settings_override=fresh_profiles) as (client, _):
+        assert (await client.post("/v1/documents", json={"tenant": "news", "documents": DOCS})).status_code == 200
+        version = {(await ask(client, "news", q))["router_version"] for q in QUESTIONS}.pop()
+        applied = await client.post(
+            "/v1/route-outcomes/recalibration", params={"tenant": "news"}, json={"min_outcomes": 4, "apply": True}
+        )
+        assert applied.json()["router_version"] == version
+        calibrated = await ask(client, "news", QUESTIONS[0])
+        assert calibrated["classified_route"] == "single_hop"
+        assert "tenant threshold" in calibrated["route_reason"]
+
+        store = CurationStore.open(uncached.curation.database_url.get_secret_value())
+        try:
+            current = await store.calibration("news")
+            assert current is not None
+            warnings: list[str] = []
+            for other in ("0" * 12, None):  # another router's; one stored before versions were recorded
+                await store.set_calibration(dataclasses.replace(current, router_version=other))
+                with caplog.at_level(logging.WARNING, logger="gateway.query.service"):
+                    for question in QUESTIONS[:2]:
+                        routed = await ask(client, "news", question)
+                        assert routed["classified_route"] == "multi_hop", routed["route_reason"]
+                        assert "tenant threshold" not in routed["route_reason"]
+                        assert routed["router_version"] == version
+                warnings += [
+                    r.getMessage() for r in caplog.records if "calibrated for router version" in r.getMessage()
+                ]
+                caplog.clear()
+                report = (await client.get("/v1/route-outcomes", params={"tenant": "news"})).json()
+                assert (report["calibrated"], report["calibration_stale"]) == (True, True)
+                assert report["multi_hop_threshold"] == 0.5  # what routes now: the default
+            (warning,) = warnings  # once per tenant and process, not per request
+            assert "'news'" in warning
+            assert "0" * 12 in warning
+            assert version in warning
+
+            await store.set_calibration(current)  # recalibrated for the router in use: applied again
+            again = await ask(client, "news", QUESTIONS[0])
+            assert again["classified_route"] == "single_hop"
+            assert "tenant threshold" in again["route_reason"]
+        finally:
+            await store.close()
+
+
+def outcome(
+    verdict: str, p: float | None, classified: str = "multi_hop", version: str | None = None, at: float = 0.0
+) -> RouteOutcome:
+    return RouteOutcome(f"r{p}-{version}", "t", classified, classified, verdict, p, at, router_version=version)  # type: ignore[arg-type]
 
 
 def test_recalibration_separates_what_the_outcomes_wanted_nearest_the_default() -> None:
@@ -135,6 +208,101 @@ def test_recalibration_separates_what_the_outcomes_wanted_nearest_the_default() 
     assert found.accuracy_after == 0.8  # 0.45 wants multi_hop but 0.80 and 0.85 do not: no threshold has all
     assert 0.85 < found.multi_hop_threshold < 0.97
     assert recalibrate("t", [outcome("right", 0.7)], None).multi_hop_threshold == 0.5  # nothing to move for
+
+
+OLD, NEW = "0123456789ab", "ba9876543210"
+
+
+def test_recalibration_reads_only_the_outcomes_of_the_router_it_is_for() -> None:
+    """The old router's outcomes wanted multi_hop at probabilities the new router gives repeated knowledge: mixed in,
+    they would pull the threshold back under the new router's over-routed questions."""
+    new = [outcome("over_routed", 0.80, version=NEW), outcome("over_routed", 0.85, version=NEW)]
+    new.append(outcome("right", 0.97, version=NEW))
+    old = [outcome("right", p, version=OLD) for p in (0.82, 0.83, 0.84, 0.86)]
+    legacy = [outcome("right", 0.81)]  # recorded before versions were: no router version
+    found = recalibrate("t", [*old, *new, *legacy], None, NEW)
+    assert (found.outcomes, found.router_version) == (3, NEW)
+    assert 0.85 < found.multi_hop_threshold < 0.97
+    assert found.accuracy_after == 1.0
+    mixed = recalibrate("t", [dataclasses.replace(o, router_version=NEW) for o in [*old, *new]], None, NEW)
+    assert mixed.multi_hop_threshold < 0.82  # what the old outcomes would have done
+    assert recalibrate("t", [*old, *new], None, OLD).outcomes == 4
+
+
+class MemoryStore:
+    """The curation store's route outcomes and calibration, in memory."""
+
+    def __init__(self, outcomes: Sequence[RouteOutcome], applied: Calibration | None = None) -> None:
+        self.outcomes = list(outcomes)
+        self.applied = applied
+
+    async def route_outcomes(self, tenant: str, since: float) -> list[RouteOutcome]:
+        return [o for o in self.outcomes if o.tenant == tenant and o.created_at >= since]
+
+    async def calibration(self, tenant: str) -> Calibration | None:
+        return self.applied
+
+    async def set_calibration(self, calibration: Calibration) -> None:
+        self.applied = calibration
+
+
+def calibration(threshold: float, version: str | None) -> Calibration:
+    return Calibration("t", 20, threshold, threshold, 0.2, 0.9, version)
+
+
+NOW = 100 * 86_400.0
+MIXED = [
+    outcome("right", 0.2, "single_hop", NEW, NOW - 10),
+    dataclasses.replace(outcome("over_routed", 0.8, version=NEW, at=NOW - 10), disliked=True),
+    outcome("right", 0.9, version=OLD, at=NOW - 10),
+    outcome("under_routed", 0.3, "single_hop", OLD, NOW - 10),
+    outcome("right", 0.95, at=NOW - 10),  # before versions were recorded
+    outcome("over_routed", 0.7, version=OLD, at=NOW - 40 * 86_400),  # outside the window
+]
+
+
+@pytest.mark.parametrize(
+    ("applied", "stale", "threshold"),
+    [
+        (None, False, 0.5),
+        (calibration(0.9, NEW), False, 0.9),
+        (calibration(0.9, OLD), True, 0.5),
+        (calibration(0.9, None), True, 0.5),  # made before versions were recorded: for no known router
+    ],
+)
+async def test_the_report_is_of_the_router_in_use_and_counts_the_others_apart(
+    applied: Calibration | None, stale: bool, threshold: float
+) -> None:
+    report = await route_report(MemoryStore(MIXED, applied), "t", 30, NOW, NEW)
+    assert report.router_version == NEW
+    assert report.counts == {"right": 1, "over_routed": 1, "under_routed": 0}
+    assert report.accuracy == 0.5  # of the current router's two, not 3 of 5
+    assert report.disliked == 1
+    assert report.stale_outcomes == 3
+    assert report.calibrated is (applied is not None)
+    assert report.calibration_stale is stale
+    assert report.multi_hop_threshold == threshold
+
+
+async def test_recalibrating_a_tenant_fits_the_router_in_use_and_replaces_a_stale_calibration() -> None:
+    store = MemoryStore(MIXED, calibration(0.99, OLD))
+    found = await recalibrate_tenant(store, "t", days=30, min_outcomes=2, apply=True, now=NOW, router_version=NEW)
+    assert (found.outcomes, found.router_version) == (2, NEW)
+    assert found.current_threshold == 0.5  # the old router's 0.99 was set aside: the default routed
+    assert found.multi_hop_threshold > 0.8  # both of this router's outcomes wanted single_hop
+    assert (found.accuracy_before, found.accuracy_after) == (0.5, 1.0)
+    assert store.applied == found
+    assert not found.stale_for(NEW)
+    assert found.stale_for(OLD)
+
+
+async def test_outcomes_of_another_router_are_not_enough_to_recalibrate_and_the_llm_router_has_no_threshold() -> None:
+    store = MemoryStore(MIXED)
+    with pytest.raises(NotEnoughOutcomesError, match=r"2 route outcome.*3 more were recorded under another router"):
+        await recalibrate_tenant(store, "t", days=30, min_outcomes=3, apply=True, now=NOW, router_version=NEW)
+    with pytest.raises(NoRouterProbabilityError):
+        await recalibrate_tenant(store, "t", days=30, min_outcomes=1, apply=True, now=NOW, router_version=None)
+    assert store.applied is None
 
 
 def answered(route: str, classified: str, events: list[Any], sources: list[str], **fields: Any) -> QueryResponse:
@@ -159,9 +327,11 @@ def answered(route: str, classified: str, events: list[Any], sources: list[str],
 def test_a_multi_hop_answer_shows_whether_it_needed_its_route(
     events: list[Any], sources: list[str], verdict: str | None
 ) -> None:
-    response = answered("multi_hop", "multi_hop", events, sources)
+    response = answered("multi_hop", "multi_hop", events, sources, p_multi_hop=0.9, router_version=NEW)
     found = route_outcome(QueryRequest(query="q", tenant="t"), response, 0.0)
     assert (found.verdict if found else None) == verdict
+    if found is not None:  # recorded with the router that computed its probability
+        assert (found.p_multi_hop, found.router_version) == (0.9, NEW)
     forced = route_outcome(QueryRequest(query="q", tenant="t", route="multi_hop"), response, 0.0)
     assert forced is None  # a forced route says nothing about the router
 
