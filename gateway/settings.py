@@ -180,7 +180,8 @@ class GroundingSettings(SettingsGroup):
 
 
 class CorrectiveSettings(SettingsGroup):
-    """Corrective pipeline (CRAG + Self-RAG); thresholds are on the fast scorer's probability. The budgets
+    """Corrective pipeline (CRAG + Self-RAG); thresholds are on the evaluator's first stage (the round judge's
+    probability, on the fast scorer's scale, or the fast scorer's). The budgets
     belong here too: a loop cut short by them ends with another answer."""
 
     shapes_answers = True

@@ -77,12 +77,15 @@ def first_stage(
     policy: CorrectivePolicy, queries: list[str], scorers: list[QueryScorer], passages: list[Passage]
 ) -> list[float]:
     """Each passage's probability of answering, the better over ``queries`` (the question, and a follow-up
-    round's own query)."""
-    if policy.judge is None:
+    round's own query).
+
+    The judge reads the first round only: its cosines are all to the question. A follow-up round's passages
+    carry the cosine to whichever query found them (the sub-question, the rewrite, the question's expansion), so
+    margins between them would compare different measures; such a round is scored passage by passage.
+    """
+    if policy.judge is None or len(queries) > 1:
         return [max(scorer.score(p.title, p.text, p.score) for scorer in scorers) for p in passages]
-    judge = policy.judge
-    judged = [judge_round(judge, query, passages) for query in queries]
-    return [max(per_query) for per_query in zip(*judged, strict=True)]
+    return judge_round(policy.judge, queries[0], passages)
 
 
 async def _try_grade(

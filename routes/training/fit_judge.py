@@ -104,6 +104,7 @@ class Table:
     kind: np.ndarray
     answerless: np.ndarray
     group: np.ndarray
+    question: np.ndarray
 
 
 def table(rounds: list[Round], embeddings: USEEmbeddings) -> Table:
@@ -112,7 +113,9 @@ def table(rounds: list[Round], embeddings: USEEmbeddings) -> Table:
     q_vectors = dict(zip(questions, embeddings.embed_array(questions), strict=True))
     p_vectors = dict(zip(texts, embeddings.embed_array(texts), strict=True))
     relevance = RelevanceModel()
-    rows: dict[str, list[Any]] = {k: [] for k in ("x", "b", "y", "cjk", "src", "dom", "kind", "none", "group")}
+    keys = ("x", "b", "y", "cjk", "src", "dom", "kind", "none", "group", "question")
+    number_of = {question: i for i, question in enumerate(questions)}
+    rows: dict[str, list[Any]] = {k: [] for k in keys}
     for number, r in enumerate(rounds):
         cjk = mostly_cjk(r.question)
         passages = [
@@ -133,7 +136,8 @@ def table(rounds: list[Round], embeddings: USEEmbeddings) -> Table:
                 rows[key].append(value)
             rows["none"].append(r.answerless)
             rows["group"].append(number)
-    return Table(*(np.asarray(rows[k]) for k in ("x", "b", "y", "cjk", "src", "dom", "kind", "none", "group")))
+            rows["question"].append(number_of[r.question])
+    return Table(*(np.asarray(rows[k]) for k in keys))
 
 
 def columns(cjk: bool) -> list[int]:
@@ -148,7 +152,8 @@ def out_of_sample(t: Table) -> np.ndarray:
     """Every page scored by a model that never saw its question (shared) or its manual (near-miss)."""
     scores = np.zeros(len(t.label))
     near_miss = np.char.startswith(t.source.astype(str), "near_miss")
-    fold = t.group % 5
+    # Folds by question: a round and its copy without the answering pages stay on one side.
+    fold = t.question % 5
     for cjk in (False, True):
         script = t.cjk == cjk
         for k in range(5):
@@ -190,11 +195,19 @@ def report(t: Table, after: np.ndarray) -> None:
         ):
             share = [float(((p[sel] >= low) & (p[sel] < high)).mean()) for p in (t.baseline, after)]
             print(f"  {lang} {name:<42} {share[0]:.3f} -> {share[1]:.3f}")
+    print("per shared source: answering page dropped (incorrect); in rounds with no answering page, a page kept")
+    for source in SHARED:
+        answering = (t.source == source) & ~t.answerless & (t.label == 1.0)
+        none = (t.source == source) & t.answerless
+        dropped = [float((p[answering] < LOWER).mean()) for p in (t.baseline, after)]
+        kept = [float((p[none] >= LOWER).mean()) for p in (t.baseline, after)]
+        print(f"  {source:<8} dropped {dropped[0]:.3f} -> {dropped[1]:.3f}; kept {kept[0]:.3f} -> {kept[1]:.3f}")
     for name, rows in (("shared", np.isin(t.source, SHARED)), ("near-miss", ~np.isin(t.source, SHARED))):
         sel = rows & t.answerless
         print(
             f"rounds with no answering page ({name}): a page judged correct "
-            f"{(t.baseline[sel] >= UPPER).mean():.3f} -> {(after[sel] >= UPPER).mean():.3f}"
+            f"{(t.baseline[sel] >= UPPER).mean():.3f} -> {(after[sel] >= UPPER).mean():.3f}, kept for the grader "
+            f"or beyond {(t.baseline[sel] >= LOWER).mean():.3f} -> {(after[sel] >= LOWER).mean():.3f}"
         )
 
 

@@ -1,4 +1,4 @@
-"""What the round judge costs the evaluator: CPU per passage and per round at k = 8, start-up and memory.
+"""What the round judge costs the evaluator: CPU per passage and per round at k = 8, start-up and model size.
 
     python -m tests.benchmarks.judge_cost [--rounds 200] [--repeat 5]
 
@@ -6,7 +6,7 @@ Rounds are real passages: the first 8 paragraphs of HotpotQA questions (English,
 JSQuAD questions with 7 other paragraphs of their article (Japanese). The passage scores (cosines) are fixed,
 as the evaluator receives them from retrieval; the judge embeds nothing. Prints, for the judge and for the
 per-passage fast scorer it replaces, the CPU milliseconds per round of 8 (p50/p95 over the rounds, best of
-``--repeat``) and per passage; then the judge's import time and the memory its model holds.
+``--repeat``) and per passage; then the judge's import time and the size of its model.
 
 A figure-printing script, not a test.
 """
@@ -20,7 +20,6 @@ import statistics
 import subprocess
 import sys
 import time
-import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 
@@ -91,14 +90,11 @@ def main() -> None:
     warm = float(
         subprocess.run([sys.executable, "-c", after_relevance], capture_output=True, text=True, check=True).stdout
     )
-    tracemalloc.start()
     held = JudgeModel()
-    size = tracemalloc.get_traced_memory()[0]
-    tracemalloc.stop()
+    parameters = 2 + len(held.latin_weights) + len(held.cjk_weights)  # with the two intercepts
     print(
         f"start-up: importing the judge {cold * 1000:.1f} ms alone, {warm * 1000:.1f} ms after the fast scorer "
-        f"(the service imports both); its model holds {size} bytes ({len(held.latin_weights)} + "
-        f"{len(held.cjk_weights)} weights), no file, no session"
+        f"(the service imports both); its model is {parameters} parameters, no file, no session"
     )
 
 

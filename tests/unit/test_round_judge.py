@@ -1,8 +1,8 @@
 """The round judge: the evaluator's first stage reading a retrieval round as a whole.
 
 The judge's weights are fitted (``python -m routes.training.fit_judge``) on the shared data and the near-miss
-manuals; the knowledge these tests search (the office documents, the written Japanese SaaS manual) is in
-neither, so what they show is held out.
+manuals. The documents these tests search (the office documents, the written Japanese SaaS manual) are in neither,
+though the near-miss manuals hold similar scenarios (a mid-month cancellation beside plan changes).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pipelines.shared.deps import Passage
 from pipelines.shared.events import Evaluate
 from pipelines.shared.generation import GroundingPolicy
 from pipelines.shared.judge import JudgeModel, judge_round, round_features
+from pipelines.shared.relevance import QueryScorer, RelevanceModel
 from routes.written_kb import load_written_kb
 from tests.unit.corrective_support import (
     CANTEEN_QUESTION,
@@ -59,12 +60,28 @@ async def test_the_one_page_that_answers_is_confirmed_without_the_grader(knowled
 
 async def test_a_round_where_nothing_answers_is_incorrect_whatever_its_best(knowledge: KnowledgeBase) -> None:
     found = await knowledge.search(TENANT, OFF_TOPIC, 5)
+    best = max(round_features(OFF_TOPIC, found), key=lambda f: f["cosine"])
+    assert best["cosine_margin"] > 0  # the best page leads the round, on nothing
     llm, model = make_llm(Script())
     result = await evaluate_passages(llm, JUDGED, OFF_TOPIC, found, calls_left=4)
     assert result.verdict == "incorrect"
     assert result.kept == []
     assert model.calls == []
     assert max(result.fast_scores) < JUDGED.lower
+
+
+async def test_a_follow_up_round_is_scored_passage_by_passage(knowledge: KnowledgeBase) -> None:
+    """A follow-up round's cosines are to the queries that found its passages, not to the question: no margins."""
+    found = await knowledge.search(TENANT, CANTEEN_QUESTION, 5)
+    rewrite = "staff canteen opening hours"
+    llm, _ = make_llm(Script())
+    judged = await evaluate_passages(llm, JUDGED, CANTEEN_QUESTION, found, calls_left=0, scoring_query=rewrite)
+    llm, _ = make_llm(Script())
+    alone = await evaluate_passages(
+        llm, CorrectivePolicy(), CANTEEN_QUESTION, found, calls_left=0, scoring_query=rewrite
+    )
+    assert judged.fast_scores == alone.fast_scores
+    assert judged.fast_scores != judge_round(JudgeModel(), CANTEEN_QUESTION, found)
 
 
 async def test_the_corrective_graph_runs_on_the_judge(knowledge: KnowledgeBase) -> None:
@@ -89,18 +106,35 @@ def test_a_term_only_one_page_holds_weighs_more_than_terms_every_page_has() -> N
     assert scores[0] > scores[1]
 
 
-def test_a_passage_alone_is_judged_on_its_own_features() -> None:
-    only = passage("k2", "Kumo Carrier K2", "The Kumo Carrier K2 has a maximum payload of 150 kg.", 0.8)
-    [features] = round_features("What is the maximum payload of the Kumo Carrier K2?", [only])
-    assert features["cosine_margin"] == 0.0
-    assert features["distinctive_margin"] == 0.0
-    assert judge_round(JudgeModel(), "anything", []) == []
+K2_QUESTION = "What is the maximum payload of the Kumo Carrier K2?"
+K2 = passage("k2", "Kumo Carrier K2", "The Kumo Carrier K2 has a maximum payload of 150 kg.", 0.8)
 
 
-def test_a_passage_in_the_other_script_is_judged_on_its_cosine() -> None:
+def fast(question: str, p: Passage) -> float:
+    return QueryScorer.of(RelevanceModel(), question).score(p.title, p.text, p.score)
+
+
+def test_with_nothing_to_compare_the_fast_scorer_scores() -> None:
+    """A lone passage (no round: the fit never saw one) and a question without content words."""
     model = JudgeModel()
-    english = passage("en", "Cancellation", "Cancelling mid-month is charged in full.", 0.6)
-    assert judge_round(model, MID_MONTH_CANCEL, [english]) == [model.relevance.cross_script_probability(0.6)]
+    assert judge_round(model, K2_QUESTION, [K2]) == [fast(K2_QUESTION, K2)]
+    vpn = passage("vpn", "VPN policy", "The VPN policy was last updated on 1 February 2024.", 0.3)
+    assert judge_round(model, "?", [K2, vpn]) == [fast("?", K2), fast("?", vpn)]
+    assert judge_round(model, K2_QUESTION, [K2, vpn]) != [fast(K2_QUESTION, K2), fast(K2_QUESTION, vpn)]
+    assert judge_round(model, "anything", []) == []
+
+
+def test_a_passage_in_the_other_script_is_left_out_of_the_round() -> None:
+    """Scored on its cosine; the round of the question's script is judged as if it were not there."""
+    model = JudgeModel()
+    cancel = passage(
+        "cancel", "解約について", "月の途中で解約しても、その月の料金は日割りにならず全額請求される。", 0.6
+    )
+    change = passage("change", "プラン変更", "月の途中でプランを変更すると、その月の料金は日割りで計算される。", 0.62)
+    english = passage("en", "Cancellation", "Cancelling mid-month is charged in full.", 0.9)
+    mixed = judge_round(model, MID_MONTH_CANCEL, [cancel, english, change])
+    assert mixed[1] == model.relevance.cross_script_probability(0.9)
+    assert [mixed[0], mixed[2]] == judge_round(model, MID_MONTH_CANCEL, [cancel, change])
 
 
 @pytest.fixture
@@ -124,7 +158,8 @@ async def test_japanese_neighbouring_page_leaves_the_grader_out(manual: Knowledg
     assert model.calls == []
 
 
-def test_the_service_turns_the_judge_on_and_a_setting_turns_it_off() -> None:
+def test_the_service_turns_the_judge_on_and_a_setting_turns_it_off(monkeypatch: pytest.MonkeyPatch) -> None:
     grounding = GroundingPolicy()
     assert CorrectiveSettings().policy(grounding).judge == JudgeModel()
-    assert CorrectiveSettings(evaluator_judge=False).policy(grounding).judge is None
+    monkeypatch.setenv("GATEWAY_EVALUATOR_JUDGE", "false")
+    assert CorrectiveSettings().policy(grounding).judge is None
