@@ -111,10 +111,9 @@ def judge_round(model: JudgeModel, query: str, passages: Sequence[Passage]) -> l
     compare: the fast scorer scores it passage by passage, as it scores cross-script ones.
     """
     scorer = QueryScorer.of(model.relevance, query)
-    scores = [scorer.score(p.title, p.text, p.score) for p in passages]
     same = [i for i, p in enumerate(passages) if mostly_cjk(p.text) == scorer.cjk]
     if len(same) < MIN_ROUND or not scorer.terms:
-        return scores
-    for index, features in zip(same, round_features(query, [passages[i] for i in same]), strict=True):
-        scores[index] = model.probability(features, cjk=scorer.cjk)
-    return scores
+        return [scorer.score(p.title, p.text, p.score) for p in passages]
+    judged = round_features(query, [passages[i] for i in same])
+    scores = {i: model.probability(features, cjk=scorer.cjk) for i, features in zip(same, judged, strict=True)}
+    return [scores[i] if i in scores else scorer.score(p.title, p.text, p.score) for i, p in enumerate(passages)]
