@@ -30,14 +30,15 @@ from sklearn.metrics import roc_auc_score
 
 from gateway.providers.embeddings import USEEmbeddings
 from pipelines.shared.deps import Passage
-from pipelines.shared.judge import CJK_FEATURES, FEATURES, round_features
-from pipelines.shared.relevance import RelevanceModel, overlap
+from pipelines.shared.judge import CJK_FEATURES, FEATURES, JudgeModel, judge_round, round_features
+from pipelines.shared.relevance import QueryScorer, RelevanceModel, overlap
 from pipelines.shared.support import mostly_cjk, terms
 
 NEAR_MISS = Path(__file__).resolve().parents[1] / "data"
 LABELS = {"correct": 1.0, "ambiguous": 0.5, "incorrect": 0.0}
 SHARED = ("hotpotqa", "squad", "jsquad")
 UPPER, LOWER = 0.5, 0.2
+RETRIEVED_K = 8  # the corrective route's k
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,16 +229,77 @@ def scale_to_fast_scorer(t: Table, after: np.ndarray) -> float:
     return float(logit(LOWER) / logit(threshold))
 
 
+def judge_of(latin: LogisticRegression, cjk: LogisticRegression, scale: float) -> JudgeModel:
+    return JudgeModel(
+        latin_intercept=scale * float(latin.intercept_[0]),
+        latin_weights=tuple(scale * float(w) for w in latin.coef_[0]),
+        cjk_intercept=scale * float(cjk.intercept_[0]),
+        cjk_weights=tuple(scale * float(w) for w in cjk.coef_[0]),
+    )
+
+
+def retrieved_rounds(t: Table, scale: float, embeddings: USEEmbeddings, k: int = RETRIEVED_K) -> None:
+    """The near-miss cases asked of their manual as the service would (every page of the language chunked with the
+    gateway's chunker, the top ``k`` chunks by cosine), each manual's rounds judged by a model fitted without it:
+    rounds shaped like serving rounds, not like the hand-judged pages the fit read."""
+    from gateway.knowledge.chunking import Chunker  # deferred: the gateway's own chunker and settings
+    from gateway.settings import ChunkingSettings
+    from routes.corpus import CorpusTenant, SourceDocument
+
+    chunking = ChunkingSettings()
+    split = Chunker(chunking.size, chunking.overlap).split
+    fast = RelevanceModel()
+    print(f"near-miss cases against their whole manual, top {k} chunks: fast scorer -> round judge")
+    for lang in ("en", "ja"):
+        raw = json.loads((NEAR_MISS / f"near_miss_{lang}.json").read_text(encoding="utf-8"))
+        docs = tuple(SourceDocument(d["id"], d["title"], d["text"]) for d in raw["documents"])
+        tenant = CorpusTenant(f"near_miss_{lang}", docs, split)
+        vectors = embeddings.embed_array([c["question"] for c in raw["cases"]])
+        judges: dict[str, JudgeModel] = {}
+        tally = {name: [0, 0] for name in ("confirmed", "dropped", "top", "wrong kept", "wrong confirmed")}
+        wrong_pages = 0
+        for case, vector in zip(raw["cases"], vectors, strict=True):
+            domain = f"{lang}:{case['domain']}"
+            if domain not in judges:
+                rows = t.domain != domain
+                judges[domain] = judge_of(fit(t, rows & ~t.cjk, False), fit(t, rows & t.cjk, True), scale)
+            found = tenant.search(embeddings.embed_array, vector, k)
+            scorer = QueryScorer.of(fast, case["question"])
+            wrong = {j["doc"] for j in case["judgements"] if j["label"] == "incorrect"}
+            wrong_pages += sum(p.doc_id in wrong for p in found)
+            for column, scores in enumerate(
+                (
+                    [scorer.score(p.title, p.text, p.score) for p in found],
+                    judge_round(judges[domain], case["question"], found),
+                )
+            ):
+                answering = [s for p, s in zip(found, scores, strict=True) if p.doc_id == case["answer_doc"]]
+                best = max(answering, default=0.0)
+                tally["confirmed"][column] += best >= UPPER
+                tally["dropped"][column] += bool(answering) and best < LOWER
+                tally["top"][column] += found[int(np.argmax(scores))].doc_id == case["answer_doc"]
+                for p, s in zip(found, scores, strict=True):
+                    if p.doc_id in wrong:
+                        tally["wrong kept"][column] += s >= LOWER
+                        tally["wrong confirmed"][column] += s >= UPPER
+        n = len(raw["cases"])
+        for name, (before, after) in tally.items():
+            total = wrong_pages if name.startswith("wrong") else n
+            print(f"  {lang} {name:<16} {before / total:.3f} -> {after / total:.3f}  (of {total})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", type=Path, default=Path("../shared/data/dev"))
     args = parser.parse_args()
     rounds = [*shared_rounds(args.data_dir), *near_miss_rounds("en"), *near_miss_rounds("ja")]
-    t = table(with_answerless(rounds), USEEmbeddings())
+    embeddings = USEEmbeddings()
+    t = table(with_answerless(rounds), embeddings)
     after = out_of_sample(t)
     scale = scale_to_fast_scorer(t, after)
     print(f"logit scale {scale:.4f} (the judge's {float(1 / (1 + np.exp(-logit(LOWER) / scale))):.3f} is lower)")
     report(t, 1.0 / (1.0 + np.exp(-scale * logit(after))))
+    retrieved_rounds(t, scale, embeddings)
     latin, cjk = fit(t, ~t.cjk, False), fit(t, t.cjk, True)
     print(
         f"JudgeModel(latin_intercept={scale * latin.intercept_[0]:.4f}, "
