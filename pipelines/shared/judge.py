@@ -41,12 +41,14 @@ MIN_ROUND = 2
 @dataclass(frozen=True, slots=True)
 class JudgeModel:
     # On the fast scorer's scale (logits x0.804), so the policy's thresholds keep their meaning: at ``lower`` as
-    # many answering pages kept out of Incorrect, at ``upper`` fewer wrong pages confirmed.
+    # many answering pages of the shared sets, pooled, kept out of Incorrect (not per set: HotpotQA's second hops
+    # are dropped more often), at ``upper`` fewer wrong pages confirmed.
     latin_intercept: float = -2.4060
     latin_weights: tuple[float, ...] = (1.2504, -2.0128, 1.8820, 1.4759, 0.3788, 2.5600, 3.4631, 1.8335)
     cjk_intercept: float = -3.6225
     cjk_weights: tuple[float, ...] = (1.4484, 0.9060, 1.1998, 0.6850, 2.0050, 1.6931, 4.7113)
-    # A passage in the other script than the question: its words cannot match, only the cosine speaks.
+    # What scores a passage with no round to read it in: one in the other script than the question (its words
+    # cannot match, only the cosine speaks), a lone one, or any for a question without content words.
     relevance: RelevanceModel = field(default_factory=RelevanceModel)
 
     def probability(self, features: dict[str, float], *, cjk: bool) -> float:
