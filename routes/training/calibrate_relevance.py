@@ -13,10 +13,7 @@ Needs scikit-learn (a runtime dependency already) and the shared data, not the s
 from __future__ import annotations
 
 import argparse
-import json
-import random
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from sklearn.linear_model import LogisticRegression
@@ -26,39 +23,21 @@ from sklearn.model_selection import cross_val_predict
 from gateway.providers.embeddings import USEEmbeddings
 from pipelines.shared.relevance import overlap
 from pipelines.shared.support import terms
+from routes.training.fit_judge import shared_rounds
 
 Pair = tuple[str, str, str, int, str]  # question, title, text, label, source
 SOURCES = ("hotpotqa", "squad", "jsquad")
 
 
 def pairs(data_dir: Path, seed: int = 0) -> list[Pair]:
-    rows: list[Pair] = []
-    for item in json.loads((data_dir / "hotpotqa_train.json").read_text(encoding="utf-8")):
-        gold = {title for title, _ in item["supporting_facts"]}
-        for title, sentences in item["context"]:
-            rows.append((item["question"], title, "".join(sentences), int(title in gold), "hotpotqa"))
-    rng = random.Random(seed)
-    for name, source in (("squad_v2_dev_normans.json", "squad"), ("jsquad_valid_sample.json", "jsquad")):
-        squad = json.loads((data_dir / name).read_text(encoding="utf-8"))
-        for article in squad["data"]:
-            rows += _article_pairs(article, source, rng)
-    return rows
-
-
-def _article_pairs(article: dict[str, Any], source: str, rng: random.Random) -> list[Pair]:
-    """Each answerable question with its paragraph (relevant) and 3 other paragraphs of the same article
-    (not): same topic, so they share the question's words the way a retriever's distractors do."""
-    rows: list[Pair] = []
-    paragraphs = [p["context"] for p in article["paragraphs"]]
-    for index, paragraph in enumerate(article["paragraphs"]):
-        others = [j for j in range(len(paragraphs)) if j != index]
-        for qa in paragraph["qas"]:
-            if qa.get("is_impossible"):
-                continue
-            rows.append((qa["question"], article["title"], paragraph["context"], 1, source))
-            for j in rng.sample(others, min(3, len(others))):
-                rows.append((qa["question"], article["title"], paragraphs[j], 0, source))
-    return rows
+    """The judge's shared rounds (:func:`routes.training.fit_judge.shared_rounds`) as pairs: each HotpotQA question
+    with its 10 paragraphs, each answerable SQuAD v2 / JSQuAD question with its paragraph and 3 other paragraphs
+    of the article (same topic, so they share the question's words the way a retriever's distractors do)."""
+    return [
+        (r.question, title, text, int(label), r.source)
+        for r in shared_rounds(data_dir, seed)
+        for title, text, label in r.pages
+    ]
 
 
 def features(rows: list[Pair], embeddings: USEEmbeddings) -> np.ndarray:
