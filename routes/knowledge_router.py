@@ -79,6 +79,12 @@ class KnowledgeModel:
         return digest.hexdigest()[:ROUTER_VERSION_CHARS]
 
 
+def threshold_applies(calibrated_for: str | None, router_version: str | None) -> bool:
+    """Whether a threshold calibrated for router ``calibrated_for`` applies to router ``router_version``: only the
+    same version's probabilities are on its scale, and one recorded without a version applies to none."""
+    return calibrated_for is not None and calibrated_for == router_version
+
+
 def retrieve_row(question: str, signals: ProbeSignals, cues: Sequence[str] | None = None) -> np.ndarray:
     """``cues``: the question's :func:`active_cues`, when the caller has them already (one regex pass a request)."""
     active = set(active_cues(question) if cues is None else cues)
@@ -164,12 +170,11 @@ class KnowledgeRouter:
 
     def __init__(self, model: KnowledgeModel) -> None:
         self._model = model
-        self._version = model.version  # hashed once: every stage-2 decision carries it
 
     @property
     def version(self) -> str:
         """The version of the model behind this router's ``p(multi_hop)`` (:attr:`KnowledgeModel.version`)."""
-        return self._version
+        return self._model.version
 
     def classify(
         self, query: str, probe: Probe, multi_hop_threshold: float = DEFAULT_MULTI_HOP_THRESHOLD
@@ -210,5 +215,5 @@ class KnowledgeRouter:
             self.name,
             probe,
             p_multi_hop=p_multi,
-            router_version=self._version,
+            router_version=self._model.version,
         )

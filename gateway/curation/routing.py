@@ -35,7 +35,7 @@ from typing import Literal, Protocol
 from gateway.errors import ClientError
 from gateway.query.schemas import QueryRequest, QueryResponse
 from pipelines.shared.events import PlanHop, SearchHop
-from routes.knowledge_router import DEFAULT_MULTI_HOP_THRESHOLD
+from routes.knowledge_router import DEFAULT_MULTI_HOP_THRESHOLD, threshold_applies
 
 Verdict = Literal["right", "over_routed", "under_routed"]
 VERDICTS: tuple[Verdict, ...] = ("right", "over_routed", "under_routed")
@@ -110,7 +110,7 @@ class Calibration:
     def stale_for(self, router_version: str | None) -> bool:
         """Whether this calibration was made for a router other than ``router_version`` (the one routing now): then
         it does not apply. One without a version is stale for every router: nothing says which it was made for."""
-        return self.router_version is None or self.router_version != router_version
+        return not threshold_applies(self.router_version, router_version)
 
 
 def accuracy(outcomes: Sequence[RouteOutcome]) -> float | None:

@@ -35,6 +35,7 @@ from gateway.query.steps import RouteClamp, RouteQuery, SemanticCacheHit, StepEv
 from gateway.query.timeline import numbered, waterfall
 from gateway.settings import AssistantSettings, ProfileSettings
 from pipelines.shared.deps import LLMCall, Passage
+from routes.knowledge_router import threshold_applies
 from routes.probe import PROBE_DEPTH, Probe
 from routes.router import FrontRouter
 from routes.table import RouteTable, StepTime
@@ -307,7 +308,7 @@ class QueryService:
         current = self._router.version
         if current is None:  # the LLM classifier decides: it reads no threshold
             return None
-        if profile.threshold_router_version == current:
+        if threshold_applies(profile.threshold_router_version, current):
             return threshold
         if profile.tenant not in self._stale_thresholds:
             self._stale_thresholds.add(profile.tenant)

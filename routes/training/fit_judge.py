@@ -104,7 +104,6 @@ class Table:
     domain: np.ndarray
     kind: np.ndarray
     answerless: np.ndarray
-    group: np.ndarray
     question: np.ndarray
 
 
@@ -114,10 +113,10 @@ def table(rounds: list[Round], embeddings: USEEmbeddings) -> Table:
     q_vectors = dict(zip(questions, embeddings.embed_array(questions), strict=True))
     p_vectors = dict(zip(texts, embeddings.embed_array(texts), strict=True))
     relevance = RelevanceModel()
-    keys = ("x", "b", "y", "cjk", "src", "dom", "kind", "none", "group", "question")
+    keys = ("x", "b", "y", "cjk", "src", "dom", "kind", "none", "question")
     number_of = {question: i for i, question in enumerate(questions)}
     rows: dict[str, list[Any]] = {k: [] for k in keys}
-    for number, r in enumerate(rounds):
+    for r in rounds:
         cjk = mostly_cjk(r.question)
         passages = [
             Passage(str(i), str(i), title, text, float(q_vectors[r.question] @ p_vectors[f"{title}\n{text}"]))
@@ -136,7 +135,6 @@ def table(rounds: list[Round], embeddings: USEEmbeddings) -> Table:
             for key, value in (("cjk", cjk), ("src", r.source), ("dom", r.domain), ("kind", r.kind)):
                 rows[key].append(value)
             rows["none"].append(r.answerless)
-            rows["group"].append(number)
             rows["question"].append(number_of[r.question])
     return Table(*(np.asarray(rows[k]) for k in keys))
 
