@@ -213,6 +213,9 @@ class CorrectiveSettings(SettingsGroup):
     # plain RAG's retrieval already held 0.750 against 0.562 (plain 0.625), at the same median 3 LLM calls.
     answer_passages: int = Field(4, ge=0)
     hop_passages: int = Field(2, ge=0)
+    # Plain RAG's answer on the first retrieval is drafted first and kept unless a later answer rests on evidence
+    # it lacked (or it is no answer): the corrective route never answers below plain RAG (gateway/eval/README.md).
+    plain_floor: bool = True
     max_llm_calls: int = Field(10, ge=1, validation_alias=AliasChoices("GATEWAY_BUDGET_MAX_LLM_CALLS"))
     max_seconds: float = Field(90.0, gt=0, validation_alias=AliasChoices("GATEWAY_BUDGET_MAX_SECONDS"))
     recursion_limit: int = Field(40, ge=10)

@@ -57,7 +57,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         pool = [
             (q, await first_retrieval(app.state.knowledge, settings.retrieval.default_top_k, tenant, q)) for q in asked
         ]
-        picked = pick(pool, args.where, args.limit, args.seed if args.sample else None)
+        fresh = unasked(pool, args.where, args.not_in_sample)
+        picked = pick(fresh, args.where, args.limit, args.seed if args.sample else None)
         questions = [question for question, _ in picked]
         firsts = [first for _, first in picked]
         report["questions"] = len(questions)
@@ -70,10 +71,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             report["outcomes"] = {"route_only": routed}
             return report
         await require_model(client)
-        per_mode: dict[str, list[Outcome]] = {}
-        for mode in modes:
-            outcomes = per_mode.setdefault(mode, [])
-            for n, (question, first) in enumerate(zip(questions, firsts, strict=True), start=1):
+        per_mode: dict[str, list[Outcome]] = {mode: [] for mode in modes}
+        # Each question in every mode before the next question: a run cut short compares the modes on the same
+        # questions, and the local server still holds the last prompt when the next mode starts with the same one
+        # (the corrective route's first call is plain RAG's own prompt).
+        for n, (question, first) in enumerate(zip(questions, firsts, strict=True), start=1):
+            for mode in modes:
+                outcomes = per_mode[mode]
                 outcome = await ask(client, tenant, question, mode, first)
                 outcomes.append(outcome)
                 summarised(report, per_mode)
@@ -128,6 +132,23 @@ def pick(
     return pool[:limit] if limit else pool
 
 
+def unasked(
+    pool: list[tuple[Question, FirstRetrieval]], where: str, earlier: list[tuple[int, int]]
+) -> list[tuple[Question, FirstRetrieval]]:
+    """``pool`` without the questions the earlier sampled runs ``(seed, limit)`` asked: they are picked again as those
+    runs picked them, from the whole pool, so the rest is a sample no run has used."""
+    asked = {q.id for seed, limit in earlier for q, _ in pick(pool, where, limit, seed)}
+    return [(q, f) for q, f in pool if q.id not in asked]
+
+
+def seed_and_limit(text: str) -> tuple[int, int]:
+    seed, _, limit = text.partition(":")
+    try:
+        return int(seed), int(limit)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected SEED:N, got {text!r}") from exc
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
@@ -147,6 +168,15 @@ def main() -> None:
         choices=["all", "missed", "complete"],
         default="all",
         help="only questions whose first top-k missed a gold passage (missed) or held them all (complete)",
+    )
+    parser.add_argument(
+        "--not-in-sample",
+        type=seed_and_limit,
+        action="append",
+        default=[],
+        metavar="SEED:N",
+        help="leave out the questions an earlier `--sample --seed SEED --limit N` run asked (repeatable): a held-out "
+        "sample no run has used",
     )
     parser.add_argument("--answerable", action="store_true", help="only questions with a gold answer (SQuAD v2)")
     parser.add_argument(

@@ -64,6 +64,9 @@ _ANSWER_STEPS = {
     "direct": "answer_directly",
     "cautious": "cautious_answer",
     "keep_best": "keep_best_answer",
+    "plain": "answer_plainly",
+    "reuse_plain": "reuse_plain_answer",
+    "keep_plain": "keep_plain_answer",
 }
 
 

@@ -6,6 +6,10 @@
                  |  +-- search_more <--+      (regenerate once, then cautious_answer)
                  +-- search_hop <-- plan_hop <-- evaluate   (multi-hop: the next sub-question, up to max_hops)
 
+``answer_plainly`` runs once, after the first evaluation (its routing is that evaluation's, taken again): plain
+RAG's answer on the same retrieval, the floor ``finish`` returns unless a later answer rests on evidence it lacked
+(:mod:`.floor`); ``generate`` takes it again when handed the same passages.
+
 ``plan_hop`` (IRCoT / self-ask, :mod:`.hops`) runs after an evaluation with evidence and before any
 answer: the model names the next sub-question or finds the evidence sufficient (then ``refine``, or
 ``rewrite_query`` when the evaluator kept nothing to answer from).
@@ -30,6 +34,7 @@ from pipelines.shared.telemetry import instrument
 NODES = (
     nodes.retrieve,
     nodes.evaluate,
+    nodes.answer_plainly,
     nodes.plan_hop,
     nodes.search_hop,
     nodes.rewrite_query,
@@ -50,9 +55,9 @@ def build_graph() -> CompiledStateGraph[Any, Any, Any, Any]:
         builder.add_node(node.__name__, instrument("corrective", node.__name__, node))
     builder.add_edge(START, "retrieve")
     builder.add_edge("retrieve", "evaluate")
-    builder.add_conditional_edges(
-        "evaluate", follow, ["plan_hop", "rewrite_query", "refine", "cautious_answer", "finish"]
-    )
+    after_evaluation = ["plan_hop", "rewrite_query", "refine", "cautious_answer", "finish"]
+    builder.add_conditional_edges("evaluate", follow, ["answer_plainly", *after_evaluation])
+    builder.add_conditional_edges("answer_plainly", follow, after_evaluation)
     builder.add_conditional_edges("plan_hop", follow, ["search_hop", "refine", "rewrite_query"])
     builder.add_edge("search_hop", "evaluate")
     builder.add_edge("rewrite_query", "search_more")

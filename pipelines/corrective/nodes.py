@@ -12,6 +12,7 @@ from langgraph.runtime import Runtime
 
 from pipelines.corrective import critique
 from pipelines.corrective.evaluator import evaluate_passages
+from pipelines.corrective.floor import PlainDraft, keeps_plain
 from pipelines.corrective.hops import bridge_fact, bridges, holds_fact, plan_next_hop, with_found_facts
 from pipelines.corrective.refine import bounded_context, refine_evidence
 from pipelines.corrective.rewrite import expanded_query
@@ -27,12 +28,14 @@ from pipelines.corrective.routing import (
     can_plan_hop,
     commits,
     decide,
+    streams,
     trust_note,
 )
 from pipelines.corrective.state import AnswerSnapshot, CorrectiveContext, CorrectiveState, merge_passages
 from pipelines.shared.citations import cited_passages
 from pipelines.shared.deps import Passage
 from pipelines.shared.events import (
+    AnswerText,
     Check,
     CheckOutcome,
     Evaluate,
@@ -46,7 +49,7 @@ from pipelines.shared.events import (
     Stop,
 )
 from pipelines.shared.fusion import reciprocal_rank_fusion
-from pipelines.shared.generation import draft_answer, relevant
+from pipelines.shared.generation import Draft, draft_answer, relevant
 from pipelines.shared.state import Update
 
 Run = Runtime[CorrectiveContext]
@@ -88,6 +91,27 @@ async def evaluate(state: CorrectiveState, runtime: Run) -> Update:
         # What plain RAG answers from on this retrieval: a bounded context starts with it, whatever the
         # fast scorer kept (it drops second-hop passages, which score low against the question).
         update["first_round"] = relevant(candidates[: ctx.policy.answer_passages], ctx.policy.grounding)
+    return decide(state, update, ctx, after_evaluate)
+
+
+async def answer_plainly(state: CorrectiveState, runtime: Run) -> Update:
+    """Plain RAG's answer on the first retrieval: the floor no later answer goes below (:mod:`.floor`). Not sent
+    while the run goes on; its withheld sentences are reported if it is the answer returned."""
+    ctx = runtime.context
+    draft = await draft_answer(
+        ctx.llm,
+        state.query,
+        state.first_round,
+        node="answer_plainly",
+        min_support=ctx.policy.grounding.min_support,
+        max_tokens=ctx.policy.grounding.max_tokens,
+        assistant=ctx.assistant,
+    )
+    update: Update = {
+        "plain": PlainDraft(draft, state.first_round),
+        "events": [Generate(mode="plain", abstention=None if draft.found and draft.text else "no plain answer")],
+        "llm_calls": [draft.call],
+    }
     return decide(state, update, ctx, after_evaluate)
 
 
@@ -230,6 +254,16 @@ async def generate(state: CorrectiveState, runtime: Run) -> Update:
     language = ctx.assistant.answer_language(state.query)
     feedback = critique.regeneration_note(state.unsupported_claims, language)
     committing = commits(state, ctx, regenerating=bool(feedback))
+    live = runtime.stream_writer if ctx.live and streams(state, ctx, regenerating=bool(feedback)) else None
+    plain = state.plain
+    if plain is not None and not feedback and plain.same_context(state.strips):
+        # Plain RAG's answer was drafted from these very passages (a fact the planner found is in them too): it is
+        # taken again rather than asked for a second time; live, a committed one is sent now, as the gate cleared it.
+        if live is not None and committing and plain.answered:
+            for piece in plain.draft.pieces():
+                live(AnswerText(piece))
+        update = _answered(state, plain.draft, committing, Generate(mode="reuse_plain"))
+        return {**update, "regenerated": False}
     draft = await draft_answer(
         ctx.llm,
         with_found_facts(state.query, state.hop_facts),
@@ -239,8 +273,14 @@ async def generate(state: CorrectiveState, runtime: Run) -> Update:
         feedback=feedback,
         max_tokens=ctx.policy.grounding.max_tokens,
         assistant=ctx.assistant,
-        live=runtime.stream_writer if ctx.live and committing else None,
+        live=live,
     )
+    update = _answered(state, draft, committing, Generate(mode="regenerate" if feedback else "answer"))
+    return {**update, "regenerated": bool(feedback), "llm_calls": [draft.call]}
+
+
+def _answered(state: CorrectiveState, draft: Draft, committing: bool, step: Generate) -> Update:
+    """The state a generation leaves, ``draft`` its gated text."""
     committed = committing and bool(draft.text) and draft.found
     return {
         "answer": draft.text,
@@ -248,13 +288,11 @@ async def generate(state: CorrectiveState, runtime: Run) -> Update:
         "context": state.strips,
         "abstained": not draft.found,
         "drafted": draft.judged,
-        "regenerated": bool(feedback),
         "committed": committed,
         "answered_with": len(state.evidence),
         # A committed answer's withheld sentences are final now; any other's once the groundedness critic has seen
         # them (it may put them back).
-        "events": [Generate(mode="regenerate" if feedback else "answer"), *(draft.withheld if committed else [])],
-        "llm_calls": [draft.call],
+        "events": [step, *(draft.withheld if committed else [])],
     }
 
 
@@ -331,8 +369,19 @@ async def finish(state: CorrectiveState, runtime: Run) -> Update:
     stop = Stop(reason=state.stop_reason)
     best = state.best
     if best is not None and not state.useful and best.answer != state.answer:
-        return {**_restored(best), "events": [Generate(mode="keep_best"), stop]}
-    return {"events": [stop]}
+        kept: Update = {**_restored(best), "events": [Generate(mode="keep_best")]}
+        answer, context, no_answer = best.answer, best.context, False
+    else:
+        kept = {"events": []}
+        answer, context, no_answer = state.answer, state.context, state.abstained or state.fallback
+    plain = state.plain
+    # Never an answer a live client has been sent: while plain RAG's answer is the floor, only it streams (streams()).
+    if plain is not None and keeps_plain(plain, state.query, answer, context, no_answer):
+        draft = plain.draft
+        floor = AnswerSnapshot(answer=draft.text, sources=draft.cited, context=plain.context)
+        events = [Generate(mode="keep_plain"), *draft.withheld, stop]
+        return {**_restored(floor), "fallback": False, "events": events}
+    return {**kept, "events": [*kept["events"], stop]}
 
 
 def note_of(state: CorrectiveState, ctx: CorrectiveContext) -> str:

@@ -44,6 +44,10 @@ class CorrectivePolicy:
     # ``hop_passages`` new ones. 0: unbounded, every refined passage (the bare policy; the service bounds it).
     answer_passages: int = 0
     hop_passages: int = 0
+    # Plain RAG's answer on the first retrieval is drafted first and is the floor (:mod:`.floor`): a later answer
+    # replaces it only when it is no answer or the later one rests on evidence it lacked. Off in the bare policy,
+    # so the CRAG/Self-RAG loops can be tested on their own; the service turns it on (GATEWAY_PLAIN_FLOOR).
+    plain_floor: bool = False
     # Loops and budget: every loop ends at whichever comes first.
     max_rewrites: int = 2
     max_llm_calls: int = 10

@@ -99,7 +99,21 @@ def planned(state: CorrectiveState, ctx: CorrectiveContext) -> bool:
     return not ctx.policy.grade_planned_rounds and (state.hops > 0 or state.hop_done)
 
 
+def drafts_plain(state: CorrectiveState, ctx: CorrectiveContext) -> bool:
+    """Whether plain RAG's answer is drafted now: once, right after the first retrieval is evaluated, on plain RAG's
+    passages, with the budget for it and for an answer after it."""
+    return (
+        ctx.policy.plain_floor
+        and state.plain is None
+        and len(state.rounds) == 1
+        and bool(state.first_round)
+        and budget_stop(state, ctx, needed=2) is None
+    )
+
+
 def after_evaluate(state: CorrectiveState, ctx: CorrectiveContext) -> Decision:
+    if drafts_plain(state, ctx):
+        return Decision("answer_plainly")
     if can_plan_hop(state, ctx):
         return Decision("plan_hop")
     wants_more = state.verdict != "correct" and state.rewrites < ctx.policy.max_rewrites and not planned(state, ctx)
@@ -174,8 +188,19 @@ def trusted(state: CorrectiveState, ctx: CorrectiveContext) -> bool:
 def commits(state: CorrectiveState, ctx: CorrectiveContext, *, regenerating: bool) -> bool:
     """Whether the generation about to run is final once any sentence of it passes the gate: the answer the
     usefulness critic would trust (:func:`trust_note`), so no later round could replace it. Only such a generation
-    streams to a client; any other is sent once the run ends, when it is known to be the answer."""
+    streams to a client (but see :func:`streams`); any other is sent once the run ends, when it is known to be the
+    answer."""
     return trust_note(replace(state, regenerated=regenerating), ctx) is not None
+
+
+def streams(state: CorrectiveState, ctx: CorrectiveContext, *, regenerating: bool) -> bool:
+    """Whether the generation about to run goes to a live client as it passes the gate: a committed one, unless plain
+    RAG's answer is the floor (:mod:`.floor`) and this is another answer, which may yet give way to it at the end.
+    The graph decides alike either way; only when the text leaves differs."""
+    plain = state.plain
+    if plain is not None and plain.answered and (regenerating or not plain.same_context(state.strips)):
+        return False
+    return commits(state, ctx, regenerating=regenerating)
 
 
 def after_useful(state: CorrectiveState, ctx: CorrectiveContext) -> Decision:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
+from pipelines.corrective.floor import PlainDraft
 from pipelines.corrective.policy import CorrectivePolicy
 from pipelines.shared.deps import ChatClient, Embedder, Passage, Retriever, WebSearch
 from pipelines.shared.events import StopReason
@@ -22,7 +23,15 @@ from pipelines.shared.state import PipelineState
 from pipelines.shared.telemetry import NO_TELEMETRY, PipelineTelemetry
 
 NextStep = Literal[
-    "plan_hop", "search_hop", "rewrite_query", "refine", "generate", "check_useful", "cautious_answer", "finish"
+    "answer_plainly",
+    "plan_hop",
+    "search_hop",
+    "rewrite_query",
+    "refine",
+    "generate",
+    "check_useful",
+    "cautious_answer",
+    "finish",
 ]
 
 
@@ -52,6 +61,7 @@ class CorrectiveState(PipelineState):
     rounds: Annotated[list[list[str]], operator.add] = field(default_factory=list)  # each round's, search order
     candidates: list[Passage] = field(default_factory=list)  # the current round's search results
     first_round: list[Passage] = field(default_factory=list)  # plain RAG's context on the first retrieval
+    plain: PlainDraft | None = None  # plain RAG's answer on it, the floor (policy.plain_floor)
     evidence: Annotated[list[Passage], merge_passages] = field(default_factory=list)
     confirmed: Annotated[list[str], operator.add] = field(default_factory=list)  # judged relevant, not undecided
     bridges: Annotated[list[str], operator.add] = field(default_factory=list)  # rejected pages a hop built on

@@ -20,8 +20,10 @@ StopReason = Literal[
 ]
 # How the answer came to be: grounded on the evidence (``answer``), again with the critic's feedback
 # (``regenerate``), by the model alone (``direct``), as a statement of what the documents say
-# (``cautious``), or the best earlier answer kept instead of a worse last one (``keep_best``).
-AnswerMode = Literal["answer", "regenerate", "direct", "cautious", "keep_best"]
+# (``cautious``), or the best earlier answer kept instead of a worse last one (``keep_best``). The corrective route
+# first drafts plain RAG's answer on its first retrieval (``plain``), takes that draft again when its generator is
+# handed the same passages (``reuse_plain``), and returns it when no later answer beats it (``keep_plain``).
+AnswerMode = Literal["answer", "regenerate", "direct", "cautious", "keep_best", "plain", "reuse_plain", "keep_plain"]
 Critic = Literal["grounded", "useful"]
 CheckOutcome = Literal["passed", "failed", "skipped"]
 

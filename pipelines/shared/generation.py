@@ -90,6 +90,11 @@ class Draft:
     def empty(self) -> bool:
         return self.found and not self.text
 
+    def pieces(self) -> list[str]:
+        """The text sentence by sentence, as the gate sent it to a live client (joined, they are ``text``)."""
+        passed = [s for s in self.judged if s.withheld is None]
+        return [(s.lead if i else "") + s.text for i, s in enumerate(passed)]
+
     def emptiness(self) -> str:
         """Why no sentence passed, as the generate step's abstention note says it."""
         if all(w.reason == "states_nothing" for w in self.withheld):

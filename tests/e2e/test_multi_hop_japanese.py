@@ -6,7 +6,8 @@ API limits, with distractors that share their words and numbers. Two questions:
 
 - a bridge: the plan with 50 GB of storage per user (the storage page: the Business plan) and its
   API limit (the API page lists 60, 300 and 1,000 requests a minute by plan). With top_k=1 plain RAG
-  sees the storage page alone and cannot give 300; multi_hop plans the second hop and answers.
+  sees the storage page alone and cannot give 300; multi_hop drafts that answer first, plans the second hop, and
+  answers from it instead.
 - the issue's failure: when tasks stop being editable after a card payment fails. The right passage
   is the top hit; before the language-aware checks the evaluator kept nothing and the gateway said
   the knowledge base had no answer.
@@ -19,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from pipelines.shared.events import Retrieve
+from pipelines.shared.events import Generate, Retrieve
 from routes.written_kb import load_written_kb
 from tests.scripted import events
 
@@ -60,6 +61,10 @@ def test_multi_hop_finds_the_plan_then_its_api_limit(gateway_url: str, manual: N
     assert "ja-api" in [e["id"] for e in result["evidence"]], result["steps"]
     assert "300" in result["answer"], (result["answer"], result["steps"])
     assert result["abstained"] is False, (result["answer"], result["steps"])
+    # Plain RAG's answer was drafted first as the floor; the hop's answer replaced it, since its figure rests on the
+    # API page, which plain RAG's passages lacked.
+    assert Generate(mode="plain") in events(result), result["steps"]
+    assert Generate(mode="keep_plain") not in events(result), result["steps"]
 
 
 def test_failed_payment_question_is_answered_from_the_manual(gateway_url: str, manual: None) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 from typing import Any
@@ -190,6 +191,23 @@ def test_where_picks_the_slice_before_sampling_so_a_small_run_is_all_missed() ->
     assert sampled == pick(pool, "missed", 4, seed=13)  # the same seed picks the same questions
     assert [q.id for q, _ in pick(pool, "complete", 0, seed=None)] == ["q9", "q10", "q11"]
     assert pick(pool, "all", 2, seed=None) == pool[:2]
+
+
+def test_a_held_out_sample_leaves_out_every_question_earlier_samples_asked() -> None:
+    from gateway.eval.__main__ import pick, seed_and_limit, unasked
+
+    first = FirstRetrieval(gold_found=False, recall=0.0)
+    pool = [(Question(f"q{i}", "?", ["a"], frozenset()), first) for i in range(20)]
+    earlier = [seed_and_limit("13:6"), seed_and_limit("29:5")]
+    asked = {q.id for seed, limit in earlier for q, _ in pick(pool, "all", limit, seed)}
+    fresh = unasked(pool, "all", earlier)
+
+    assert 6 <= len(asked) <= 11
+    assert {q.id for q, _ in fresh} == {q.id for q, _ in pool} - asked
+    assert not {q.id for q, _ in pick(fresh, "all", 5, seed=71)} & asked
+    assert unasked(pool, "all", []) == pool
+    with pytest.raises(argparse.ArgumentTypeError):
+        seed_and_limit("13")
 
 
 def test_first_verdict_is_read_from_the_first_retrieval_check_event() -> None:

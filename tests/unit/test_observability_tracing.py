@@ -43,6 +43,7 @@ GEN_AI = (
 # The LLM call's node name (``gateway.node`` of its span) -> the graph node that makes it.
 NODE_OF = {
     "grade_document": {"evaluate"},
+    "answer_plainly": {"answer_plainly"},
     "plan_hop": {"plan_hop"},
     "rewrite_query": {"rewrite_query"},
     "generate": {"generate"},
