@@ -175,6 +175,9 @@ def calls_by_step(events: Sequence[StepEvent], total: int) -> dict[str, int]:
         "grade": sum(e.graded for e in events if isinstance(e, Evaluate)),
         "plan_hop": sum(isinstance(e, PlanHop) for e in events),
         "rewrite": sum(isinstance(e, Rewrite) for e in events),
-        "generate": sum(isinstance(e, Generate) and e.mode in ("answer", "regenerate", "direct") for e in events),
+        # Plain RAG's draft in the corrective route is a generation; taking it again or keeping it is no call.
+        "generate": sum(
+            isinstance(e, Generate) and e.mode in ("answer", "regenerate", "direct", "plain") for e in events
+        ),
     }
     return {**counted, "critics": max(0, total - sum(counted.values()))}

@@ -332,6 +332,10 @@ def test_calls_are_attributed_to_the_steps_their_events_name() -> None:
     ]
     # 2 + 1 graded, 2 plans, 2 generations: the 2 calls left went to the critics.
     assert calls_by_step(events, 9) == {"grade": 3, "plan_hop": 2, "rewrite": 0, "generate": 2, "critics": 2}
+    # Plain RAG's draft is a generation; taking it again and keeping it are not calls.
+    floor = [Generate(mode="plain"), PlanHop(hop=1, done=True), Generate(mode="reuse_plain")]
+    floor.append(Generate(mode="keep_plain"))
+    assert calls_by_step(floor, 2) == {"grade": 0, "plan_hop": 1, "rewrite": 0, "generate": 1, "critics": 0}
 
 
 def test_tables_compare_runs_only_on_the_same_questions() -> None:
