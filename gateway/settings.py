@@ -224,6 +224,16 @@ class CorrectiveSettings(SettingsGroup):
     # 0.54 -> 0.61 (JA), relevance AUC up on HotpotQA, SQuAD and JSQuAD (gateway/eval/README.md).
     evaluator_judge: bool = True
 
+    @model_validator(mode="after")
+    def _floor_has_passages(self) -> CorrectiveSettings:
+        """Without passages of its own the floor would never be drafted: the start fails rather than run without it."""
+        if self.plain_floor and self.answer_passages == 0:
+            raise ValueError(
+                "GATEWAY_PLAIN_FLOOR needs GATEWAY_ANSWER_PASSAGES > 0: plain RAG's draft is written from the first "
+                "retrieval's first answer_passages passages"
+            )
+        return self
+
     def policy(self, grounding: GroundingPolicy) -> CorrectivePolicy:
         """The pipeline's policy: every field of this group is one of the policy's, by the same name, so a new
         threshold is added once here and once there, never copied by hand in between (the judge's switch

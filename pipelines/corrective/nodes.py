@@ -1,12 +1,13 @@
 """The corrective graph's nodes: module-level functions of ``(state, runtime)``.
 
-Each returns only what it changes; the four nodes followed by a choice of route (``evaluate``,
-``refine``, ``check_grounded``, ``check_useful``) also record the choice (:mod:`.routing`).
+Each returns only what it changes; the nodes followed by a choice of route (``evaluate``, ``answer_plainly``,
+``plan_hop``, ``refine``, ``check_grounded``, ``check_useful``) also record the choice (:mod:`.routing`).
 """
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 from langgraph.runtime import Runtime
 
@@ -257,8 +258,9 @@ async def generate(state: CorrectiveState, runtime: Run) -> Update:
     live = runtime.stream_writer if ctx.live and streams(state, ctx, regenerating=bool(feedback)) else None
     plain = state.plain
     if plain is not None and not feedback and plain.same_context(state.strips):
-        # Plain RAG's answer was drafted from these very passages (a fact the planner found is in them too): it is
-        # taken again rather than asked for a second time; live, a committed one is sent now, as the gate cleared it.
+        # Plain RAG's answer was drafted from these very passages: it is taken again rather than asked for a second
+        # time, since another answer from them would not replace it (only evidence it lacked does, see .floor), though
+        # the hops' facts would be in this prompt. Live, a committed one is sent now, as the gate cleared it.
         if live is not None and committing and plain.answered:
             for piece in plain.draft.pieces():
                 live(AnswerText(piece))
@@ -302,8 +304,9 @@ async def check_grounded(state: CorrectiveState, runtime: Run) -> Update:
         skipped = Check(critic="grounded", outcome="skipped", note="no answer found")
         return decide(state, {"grounded": True, "events": [skipped]}, ctx, after_grounded)
     if state.committed:
-        # Every sentence of it passed the gate, and some may have reached the client: nothing takes it back. It is the
-        # answer the usefulness critic trusts (commits() chose it so), and the events say so as for any trusted one.
+        # Every sentence of it passed the gate, and some may have reached the client: no later round takes it back (only
+        # plain RAG's draft may replace it at the end, and only when it never streamed: streams()). It is the answer
+        # the usefulness critic trusts (commits() chose it so), and the events say so as for any trusted one.
         checks = [
             Check(critic="grounded", outcome="passed"),
             Check(critic="useful", outcome="skipped", note=note_of(state, ctx)),
@@ -324,6 +327,9 @@ async def check_grounded(state: CorrectiveState, runtime: Run) -> Update:
     }
     if result.ok and state.best is None:
         update["best"] = _snapshot(state)
+    if not result.ok and state.plain is not None and state.answer == state.plain.draft.text:
+        # The critic rejected plain RAG's draft, taken again: it is no floor any more.
+        update["plain"] = replace(state.plain, rejected=True)
     note = trust_note(state, ctx)
     if result.ok and note is not None:
         skipped = Check(critic="useful", outcome="skipped", note=note)
@@ -376,7 +382,8 @@ async def finish(state: CorrectiveState, runtime: Run) -> Update:
         answer, context, no_answer = state.answer, state.context, state.abstained or state.fallback
     plain = state.plain
     # Never an answer a live client has been sent: while plain RAG's answer is the floor, only it streams (streams()).
-    if plain is not None and keeps_plain(plain, state.query, answer, context, no_answer):
+    min_support = runtime.context.policy.grounding.min_support
+    if plain is not None and keeps_plain(plain, state.query, answer, context, no_answer, min_support):
         draft = plain.draft
         floor = AnswerSnapshot(answer=draft.text, sources=draft.cited, context=plain.context)
         events = [Generate(mode="keep_plain"), *draft.withheld, stop]

@@ -101,11 +101,13 @@ def planned(state: CorrectiveState, ctx: CorrectiveContext) -> bool:
 
 def drafts_plain(state: CorrectiveState, ctx: CorrectiveContext) -> bool:
     """Whether plain RAG's answer is drafted now: once, right after the first retrieval is evaluated, on plain RAG's
-    passages, with the budget for it and for an answer after it."""
+    passages, with the budget for it and for an answer after it. Not on a retrieval the evaluator judged Incorrect
+    (CRAG discards it; single_hop escalates on it): an answer drawn from it would be the floor of nothing."""
     return (
         ctx.policy.plain_floor
         and state.plain is None
         and len(state.rounds) == 1
+        and state.verdict != "incorrect"
         and bool(state.first_round)
         and budget_stop(state, ctx, needed=2) is None
     )

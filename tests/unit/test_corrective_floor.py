@@ -7,8 +7,14 @@ RAG can say what Project Aurora is but not the payload; the K3 sheet, found by t
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pytest
+from pydantic import ValidationError
+
 from gateway.knowledge.service import KnowledgeBase
 from gateway.query.steps import render_steps
+from gateway.settings import CorrectiveSettings
 from pipelines.corrective.floor import new_support
 from pipelines.corrective.policy import CorrectivePolicy
 from pipelines.corrective.routing import TRUSTED_NOTE
@@ -23,20 +29,26 @@ from tests.unit.corrective_support import (
     K2_ANSWER,
     K2_QUESTION,
     K3_FACT,
+    OFF_TOPIC,
+    SUPPORTED,
     SUPPORTED_CHECK,
     Script,
     doc_ids,
     nodes,
     relevant,
     run_graph,
+    unsupported,
 )
+
+K2_REGENERATED = "The maximum payload of the Kumo Carrier K2 is 150 kg [1]."
 
 HOP_QUERY = "What is the maximum payload of the Kumo Carrier K3?"
 BRIDGE_FACT = "Project Aurora is the internal codename for the Kumo Carrier K3"
 NEXT = {"found": BRIDGE_FACT, "next_query": HOP_QUERY}
 # Plain RAG on the bridge page alone: supported, but not the payload asked for.
 PLAIN = "Project Aurora is the internal codename for the Kumo Carrier K3 [1]."
-FLOOR = CorrectivePolicy(max_hops=2, trust_correct_grounded=True, plain_floor=True, answer_passages=1, hop_passages=1)
+NO_FLOOR = CorrectivePolicy(max_hops=2, trust_correct_grounded=True, answer_passages=1, hop_passages=1)
+FLOOR = replace(NO_FLOOR, plain_floor=True)
 TRUSTED = ev.Check(critic="useful", outcome="skipped", note=TRUSTED_NOTE)
 # The run up to the hop's evidence: the plain draft right after the first evaluation, then one planned hop.
 FLOOR_AND_HOP = [
@@ -70,7 +82,12 @@ async def test_an_answer_resting_on_the_hops_evidence_replaces_plain_rags(aurora
     assert state.plain is not None
     assert state.plain.draft.text == PLAIN
     # One call more than without the floor (the plain draft); the trusted answer still skips both critics.
+    without, _ = await run_graph(
+        aurora, aurora_script(AURORA_ANSWER), query=AURORA_QUESTION, tenant=AURORA, top_k=1, policy=NO_FLOOR
+    )
+    assert without.answer == AURORA_ANSWER
     assert nodes(state) == ["grade_document", "answer_plainly", "plan_hop", "plan_hop", "generate"]
+    assert nodes(without) == ["grade_document", "plan_hop", "plan_hop", "generate"]
     assert render_steps(state.events)[2] == "answer_plainly"
 
 
@@ -114,9 +131,7 @@ async def test_a_run_ending_on_its_budget_returns_plain_rags_answer_not_a_cautio
     # The hop's answer invents its figure, and the call budget ends the run before another round: the plain answer
     # is returned, with the sentence plain RAG's own gate withheld reported, instead of a cautious statement.
     invented = "The Kumo Carrier K3 has a maximum payload of 900 kg [2]."
-    policy = CorrectivePolicy(
-        max_hops=2, trust_correct_grounded=True, plain_floor=True, answer_passages=1, hop_passages=1, max_llm_calls=5
-    )
+    policy = replace(FLOOR, max_llm_calls=5)
     plain_with_a_guess = f"{PLAIN} It can probably lift 500 kg [1]."
     state, _ = await run_graph(
         aurora,
@@ -166,7 +181,7 @@ async def test_the_generator_takes_plain_rags_answer_again_on_the_same_passages(
         Script(answers=[K2_ANSWER]),
         query=K2_QUESTION,
         top_k=1,
-        policy=CorrectivePolicy(max_hops=2, trust_correct_grounded=True, answer_passages=1, hop_passages=1),
+        policy=NO_FLOOR,
     )
 
     assert with_floor.events == [
@@ -195,15 +210,59 @@ def test_new_support_names_what_only_the_later_evidence_holds_in_english_and_jap
     basic = passage("basic", "The Basic plan costs 1,000 yen a month and includes 10 GB of storage.")
     premium = passage("premium", "The Premium plan costs 3,000 yen a month and includes 100 GB of storage.")
     question = "How much does the Premium plan cost?"
-    assert new_support("It costs 3,000 yen a month [2].", question, [basic, premium], [basic]) == ("3000",)
-    # Said from the passage plain RAG had, or from a later one that repeats it: nothing new rests on the later one.
-    assert new_support("It costs 1,000 yen a month [1].", question, [basic, premium], [basic]) == ()
-    assert new_support("It costs 3,000 yen [1].", question, [premium], [premium]) == ()
+    assert new_support("It costs 3,000 yen a month [2].", question, [basic, premium], [basic], 0.5) == ("3000",)
+    # Numbers by value, as the gate reads them: "3千円" is 3,000 yen.
+    assert new_support("月額3千円です。", "プレミアムプランの料金は？", [basic, premium], [basic], 0.5) == ("3000",)
+    # Said from the passage plain RAG had, or from a later passage that repeats it: nothing new rests on the later one.
+    assert new_support("It costs 1,000 yen a month [1].", question, [basic, premium], [basic], 0.5) == ()
+    retold = passage("retold", premium.text)
+    assert new_support("It costs 3,000 yen [1].", question, [premium, retold], [premium], 0.5) == ()
+    # A sentence the gate would withhold is no evidence of anything.
+    assert new_support("It costs 3,000 yen and 9 euros.", question, [basic, premium], [basic], 0.5) == ()
 
     ja_basic = passage("ja-basic", "ベーシックプランは月額1,000円で、保存容量は10GBです。")
     ja_premium = passage("ja-premium", "プレミアムプランは月額3,000円で、専任サポートが付きます。")
     ja_question = "プレミアムプランの料金はいくらですか？"
-    found = new_support("月額3,000円で、専任サポートが付きます。", ja_question, [ja_basic, ja_premium], [ja_basic])
+    found = new_support("月額3,000円で、専任サポートが付きます。", ja_question, [ja_basic, ja_premium], [ja_basic], 0.5)
     assert "3000" in found
     assert "専任" in found
-    assert new_support("月額1,000円です。", ja_question, [ja_basic, ja_premium], [ja_basic]) == ()
+    assert new_support("月額1,000円です。", ja_question, [ja_basic, ja_premium], [ja_basic], 0.5) == ()
+
+
+async def test_a_draft_the_critic_rejects_is_no_floor(knowledge: KnowledgeBase) -> None:
+    # A Japanese draft over English passages: the gate compares only its numbers, so the critic is asked when the
+    # generator takes it again, and rejects it. The regeneration from the same passages is the answer, not the draft.
+    translated = "Kumo Carrier K2の最大積載量は150kgです [1]。"
+    script = Script(answers=[translated, K2_REGENERATED], grounded=[unsupported(translated), SUPPORTED])
+    policy = replace(FLOOR, trust_correct_grounded=False)
+    state, _ = await run_graph(knowledge, script, query=K2_QUESTION, top_k=1, policy=policy)
+
+    assert [e for e in state.events if isinstance(e, ev.Generate)] == [
+        ev.Generate(mode="plain"),
+        ev.Generate(mode="reuse_plain"),
+        ev.Generate(mode="regenerate"),
+    ]
+    assert state.plain is not None
+    assert state.plain.rejected
+    assert state.answer == K2_REGENERATED
+
+    # Rejected again, and no round left: the run ends on a cautious answer, never on the draft the critic rejected.
+    script = Script(answers=[translated], grounded=[unsupported(translated)])
+    state, _ = await run_graph(knowledge, script, query=K2_QUESTION, top_k=1, policy=replace(policy, max_rewrites=0))
+    assert state.fallback
+    assert ev.Generate(mode="keep_plain") not in state.events
+    assert state.answer != translated
+
+
+async def test_no_floor_is_drafted_on_a_retrieval_judged_incorrect(knowledge: KnowledgeBase) -> None:
+    state, _ = await run_graph(knowledge, Script(), query=OFF_TOPIC, top_k=1, policy=FLOOR)
+
+    assert state.verdicts[0] == "incorrect"
+    assert state.plain is None
+    assert "answer_plainly" not in nodes(state)
+
+
+def test_the_floor_without_passages_of_its_own_fails_the_start() -> None:
+    with pytest.raises(ValidationError, match="GATEWAY_ANSWER_PASSAGES"):
+        CorrectiveSettings(answer_passages=0)
+    assert CorrectiveSettings(answer_passages=0, plain_floor=False).policy(FLOOR.grounding).answer_passages == 0
