@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pipelines.shared.deps import Passage
 from pipelines.shared.generation import Draft
 from pipelines.shared.sentences import split_sentences
-from pipelines.shared.support import lexical_support
+from pipelines.shared.support import lexical_support, terms
+from pipelines.shared.text import has_cjk, normalise
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,9 +44,14 @@ def new_support(
 ) -> tuple[str, ...]:
     """What ``answer`` says on evidence plain RAG did not have: of its sentences the support gate passes against
     ``context``, the terms (or numbers, by value) the passages ``floor`` lack and ``context`` holds. The gate's own
-    check (:func:`~pipelines.shared.support.lexical_support`), so it reads Japanese and numbers as the gate does."""
+    check (:func:`~pipelines.shared.support.lexical_support`), so it reads Japanese and numbers as the gate does.
+
+    Only where the later passages holding them complete the question (:func:`completes`): a later passage about a
+    neighbouring case (another show's premiere date, the next plan's price) supports its own figures, but the
+    question's missing part is not in it, so what it supports is not the answer plain RAG lacked."""
     known = {p.chunk_id for p in floor}
-    if all(p.chunk_id in known for p in context):
+    fresh = [p for p in context if p.chunk_id not in known]
+    if not fresh:
         return ()
     everything = [p.text for p in context]
     before = [p.text for p in floor]
@@ -56,8 +62,37 @@ def new_support(
             continue
         held = set(whole.missing) | set(whole.missing_numbers)
         lacking = lexical_support(sentence.text, question, before)
-        found |= dict.fromkeys(t for t in (*lacking.missing_numbers, *lacking.missing) if t not in held)
+        new = [t for t in (*lacking.missing_numbers, *lacking.missing) if t not in held]
+        # The later passages this sentence's new terms come from: each holds one of them.
+        sources = [p for p in fresh if any(_carries(p, term, question) for term in new)]
+        if new and completes(question, sources, floor):
+            found |= dict.fromkeys(new)
     return tuple(found)
+
+
+def completes(question: str, later: list[Passage], floor: list[Passage]) -> bool:
+    """Whether ``later`` passages hold a part of the question the ``floor`` passages lack: a term of the question
+    (the gate's terms; Japanese bigrams found in the text) that only they hold."""
+    before, after = _Held(floor), _Held(later)
+    return any(after.holds(t) and not before.holds(t) for t in terms(question))
+
+
+def _carries(passage: Passage, term: str, question: str) -> bool:
+    """Whether the passage supports one term of an answer as the gate would (a number by its value)."""
+    support = lexical_support(term, question, [passage.text])
+    return not support.missing and not support.missing_numbers
+
+
+class _Held:
+    """The terms some passage of a list holds, as the gate finds them."""
+
+    def __init__(self, passages: list[Passage]) -> None:
+        text = " ".join(p.text for p in passages)
+        self._terms = terms(text)
+        self._text = normalise(text)
+
+    def holds(self, term: str) -> bool:
+        return term in self._terms or (has_cjk(term) and term in self._text)
 
 
 def keeps_plain(

@@ -211,8 +211,12 @@ def test_new_support_names_what_only_the_later_evidence_holds_in_english_and_jap
     premium = passage("premium", "The Premium plan costs 3,000 yen a month and includes 100 GB of storage.")
     question = "How much does the Premium plan cost?"
     assert new_support("It costs 3,000 yen a month [2].", question, [basic, premium], [basic], 0.5) == ("3000",)
-    # Numbers by value, as the gate reads them: "3千円" is 3,000 yen.
-    assert new_support("月額3千円です。", "プレミアムプランの料金は？", [basic, premium], [basic], 0.5) == ("3000",)
+    # A later passage about a neighbouring case supports its own figures, but holds no part of the question the first
+    # passages lacked: what it supports is not what plain RAG was missing.
+    launch = passage("launch", "The Premium plan launched on 3 May 2021 with 100 GB of storage.")
+    neighbour = passage("neighbour", "The Basic plan launched on 9 June 2019 with 10 GB of storage.")
+    when = "When did the Premium plan launch?"
+    assert new_support("It launched on 9 June 2019.", when, [launch, neighbour], [launch], 0.5) == ()
     # Said from the passage plain RAG had, or from a later passage that repeats it: nothing new rests on the later one.
     assert new_support("It costs 1,000 yen a month [1].", question, [basic, premium], [basic], 0.5) == ()
     retold = passage("retold", premium.text)
@@ -227,6 +231,8 @@ def test_new_support_names_what_only_the_later_evidence_holds_in_english_and_jap
     assert "3000" in found
     assert "専任" in found
     assert new_support("月額1,000円です。", ja_question, [ja_basic, ja_premium], [ja_basic], 0.5) == ()
+    # Numbers by value, as the gate reads them: "3千円" is 3,000 yen.
+    assert new_support("月額3千円です。", ja_question, [ja_basic, ja_premium], [ja_basic], 0.5) == ("3000",)
 
 
 async def test_a_draft_the_critic_rejects_is_no_floor(knowledge: KnowledgeBase) -> None:
