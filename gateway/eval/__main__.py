@@ -71,6 +71,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             report["outcomes"] = {"route_only": routed}
             return report
         await require_model(client)
+        done = resumed(args.resume) if args.resume else {}
         per_mode: dict[str, list[Outcome]] = {mode: [] for mode in modes}
         # Each question in every mode before the next question: a run cut short compares the modes on the same
         # questions, and the local server still holds the last prompt when the next mode starts with the same one
@@ -78,7 +79,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         for n, (question, first) in enumerate(zip(questions, firsts, strict=True), start=1):
             for mode in modes:
                 outcomes = per_mode[mode]
-                outcome = await ask(client, tenant, question, mode, first)
+                outcome = done.get((mode, question.id)) or await ask(client, tenant, question, mode, first)
                 outcomes.append(outcome)
                 summarised(report, per_mode)
                 write(report, args.out, partial=True)  # a run cut short keeps what it measured
@@ -141,6 +142,13 @@ def unasked(
     return [(q, f) for q, f in pool if q.id not in asked]
 
 
+def resumed(report: Path) -> dict[tuple[str, str], Outcome]:
+    """The outcomes a run cut short wrote (its partial report), by mode and question: a resumed run asks only the
+    rest. The questions are picked again from the same arguments, so they come in the same order."""
+    outcomes = json.loads(report.read_text())["outcomes"]
+    return {(mode, o["question_id"]): Outcome(**o) for mode, listed in outcomes.items() for o in listed}
+
+
 def seed_and_limit(text: str) -> tuple[int, int]:
     seed, _, limit = text.partition(":")
     try:
@@ -192,6 +200,11 @@ def main() -> None:
         "--store",
         type=Path,
         help="keep the vector store in this directory and reuse its ingested corpus in later runs (default: fresh)",
+    )
+    parser.add_argument(
+        "--resume",
+        type=Path,
+        help="a partial report of the same run cut short: its questions are not asked again (same arguments)",
     )
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args()

@@ -210,6 +210,23 @@ def test_a_held_out_sample_leaves_out_every_question_earlier_samples_asked() -> 
         seed_and_limit("13")
 
 
+def test_a_resumed_run_takes_the_outcomes_a_partial_report_holds(tmp_path: Path) -> None:
+    from gateway.eval.__main__ import resumed, summarised, write
+
+    outcome = Outcome(
+        question_id="q1", kind="bridge", answerable=True, answer="Paris", exact_match=1.0, f1=1.0,
+        answer_contained=1.0, passage_recall=0.5, abstained=False, route="multi_hop", classified_route="multi_hop",
+        escalated=False, first_verdict="correct", gold_in_first_retrieval=True, first_retrieval_recall=0.5,
+        llm_calls=3, calls_by_step={"generate": 1}, input_tokens=10, output_tokens=5, latency_ms=12.5,
+        stop_reason="answered", steps=["retrieve(k=8, found=8)"],
+    )  # fmt: skip
+    report: dict[str, Any] = {"dataset": "hotpotqa"}
+    summarised(report, {"plain": [], "corrective": [outcome]})
+    partial = write(report, tmp_path, partial=True)
+
+    assert resumed(partial) == {("corrective", "q1"): outcome}
+
+
 def test_first_verdict_is_read_from_the_first_retrieval_check_event() -> None:
     escalated = [
         RouteQuery(route="single_hop", classifier="llm"),
