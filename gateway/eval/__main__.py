@@ -144,9 +144,15 @@ def unasked(
 
 def resumed(report: Path) -> dict[tuple[str, str], Outcome]:
     """The outcomes a run cut short wrote (its partial report), by mode and question: a resumed run asks only the
-    rest. The questions are picked again from the same arguments, so they come in the same order."""
+    rest, and again those the gateway failed (an HTTP error, most often a timeout on a loaded machine). The questions
+    are picked again from the same arguments, so they come in the same order."""
     outcomes = json.loads(report.read_text())["outcomes"]
-    return {(mode, o["question_id"]): Outcome(**o) for mode, listed in outcomes.items() for o in listed}
+    return {
+        (mode, o["question_id"]): Outcome(**o)
+        for mode, listed in outcomes.items()
+        for o in listed
+        if not str(o.get("stop_reason") or "").startswith("http_")
+    }
 
 
 def seed_and_limit(text: str) -> tuple[int, int]:

@@ -220,10 +220,12 @@ def test_a_resumed_run_takes_the_outcomes_a_partial_report_holds(tmp_path: Path)
         llm_calls=3, calls_by_step={"generate": 1}, input_tokens=10, output_tokens=5, latency_ms=12.5,
         stop_reason="answered", steps=["retrieve(k=8, found=8)"],
     )  # fmt: skip
+    timed_out = failed(Question("q2", "?", ["a"], frozenset()), "plain", FirstRetrieval(None, None), 504, 600.0)
     report: dict[str, Any] = {"dataset": "hotpotqa"}
-    summarised(report, {"plain": [], "corrective": [outcome]})
+    summarised(report, {"plain": [timed_out], "corrective": [outcome]})
     partial = write(report, tmp_path, partial=True)
 
+    # What the gateway failed is asked again.
     assert resumed(partial) == {("corrective", "q1"): outcome}
 
 
