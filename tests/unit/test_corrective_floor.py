@@ -18,6 +18,7 @@ from gateway.settings import CorrectiveSettings
 from pipelines.corrective.floor import new_support
 from pipelines.corrective.policy import CorrectivePolicy
 from pipelines.corrective.routing import TRUSTED_NOTE
+from pipelines.corrective.state import CorrectiveState
 from pipelines.shared import events as ev
 from pipelines.shared.deps import Passage
 from pipelines.shared.prompts import NOT_IN_CONTEXT
@@ -71,10 +72,16 @@ def aurora_script(*answers: str) -> Script:
     )
 
 
-async def test_an_answer_resting_on_the_hops_evidence_replaces_plain_rags(aurora: KnowledgeBase) -> None:
+async def run_aurora(aurora: KnowledgeBase, *answers: str, policy: CorrectivePolicy = FLOOR) -> CorrectiveState:
+    """The two-step question with top_k=1, the generator answering ``answers`` in turn."""
     state, _ = await run_graph(
-        aurora, aurora_script(PLAIN, AURORA_ANSWER), query=AURORA_QUESTION, tenant=AURORA, top_k=1, policy=FLOOR
+        aurora, aurora_script(*answers), query=AURORA_QUESTION, tenant=AURORA, top_k=1, policy=policy
     )
+    return state
+
+
+async def test_an_answer_resting_on_the_hops_evidence_replaces_plain_rags(aurora: KnowledgeBase) -> None:
+    state = await run_aurora(aurora, PLAIN, AURORA_ANSWER)
 
     assert state.events == [*FLOOR_AND_HOP, ev.Generate(), SUPPORTED_CHECK, TRUSTED, ev.Stop(reason="answered")]
     assert state.answer == AURORA_ANSWER
@@ -82,9 +89,7 @@ async def test_an_answer_resting_on_the_hops_evidence_replaces_plain_rags(aurora
     assert state.plain is not None
     assert state.plain.draft.text == PLAIN
     # One call more than without the floor (the plain draft); the trusted answer still skips both critics.
-    without, _ = await run_graph(
-        aurora, aurora_script(AURORA_ANSWER), query=AURORA_QUESTION, tenant=AURORA, top_k=1, policy=NO_FLOOR
-    )
+    without = await run_aurora(aurora, AURORA_ANSWER, policy=NO_FLOOR)
     assert without.answer == AURORA_ANSWER
     assert nodes(state) == ["grade_document", "answer_plainly", "plan_hop", "plan_hop", "generate"]
     assert nodes(without) == ["grade_document", "plan_hop", "plan_hop", "generate"]
@@ -94,9 +99,7 @@ async def test_an_answer_resting_on_the_hops_evidence_replaces_plain_rags(aurora
 async def test_a_later_answer_from_the_evidence_plain_rag_had_gives_way_to_it(aurora: KnowledgeBase) -> None:
     # The hop found the sheet, but the answer only restates the bridge page: nothing new rests on the hop.
     restated = "Project Aurora is led by Mei Suzuki and is scheduled to ship in 2026 [1]."
-    state, _ = await run_graph(
-        aurora, aurora_script(PLAIN, restated), query=AURORA_QUESTION, tenant=AURORA, top_k=1, policy=FLOOR
-    )
+    state = await run_aurora(aurora, PLAIN, restated)
 
     assert state.events == [
         *FLOOR_AND_HOP,
@@ -113,9 +116,7 @@ async def test_a_later_answer_from_the_evidence_plain_rag_had_gives_way_to_it(au
 
 
 async def test_a_later_abstention_returns_plain_rags_answer(aurora: KnowledgeBase) -> None:
-    state, _ = await run_graph(
-        aurora, aurora_script(PLAIN, NOT_IN_CONTEXT), query=AURORA_QUESTION, tenant=AURORA, top_k=1, policy=FLOOR
-    )
+    state = await run_aurora(aurora, PLAIN, NOT_IN_CONTEXT)
 
     assert state.events[len(FLOOR_AND_HOP) :] == [
         ev.Generate(),
@@ -133,14 +134,7 @@ async def test_a_run_ending_on_its_budget_returns_plain_rags_answer_not_a_cautio
     invented = "The Kumo Carrier K3 has a maximum payload of 900 kg [2]."
     policy = replace(FLOOR, max_llm_calls=5)
     plain_with_a_guess = f"{PLAIN} It can probably lift 500 kg [1]."
-    state, _ = await run_graph(
-        aurora,
-        aurora_script(plain_with_a_guess, invented),
-        query=AURORA_QUESTION,
-        tenant=AURORA,
-        top_k=1,
-        policy=policy,
-    )
+    state = await run_aurora(aurora, plain_with_a_guess, invented, policy=policy)
 
     assert nodes(state) == ["grade_document", "answer_plainly", "plan_hop", "plan_hop", "generate"]
     assert ev.Generate(mode="cautious") in state.events
@@ -157,14 +151,7 @@ async def test_a_run_ending_on_its_budget_returns_plain_rags_answer_not_a_cautio
 
 
 async def test_when_plain_rag_abstains_the_later_answer_stands(aurora: KnowledgeBase) -> None:
-    state, _ = await run_graph(
-        aurora,
-        aurora_script(NOT_IN_CONTEXT, AURORA_ANSWER),
-        query=AURORA_QUESTION,
-        tenant=AURORA,
-        top_k=1,
-        policy=FLOOR,
-    )
+    state = await run_aurora(aurora, NOT_IN_CONTEXT, AURORA_ANSWER)
 
     assert ev.Generate(mode="plain", abstention="no plain answer") in state.events
     assert state.events[-4:] == [ev.Generate(), SUPPORTED_CHECK, TRUSTED, ev.Stop(reason="answered")]
