@@ -11,7 +11,6 @@ import argparse
 import asyncio
 import json
 import logging
-import random
 import tempfile
 import time
 from collections import Counter
@@ -21,9 +20,10 @@ from typing import Any, cast
 from litestar.testing import AsyncTestClient
 
 from gateway.app import create_app
-from gateway.eval.datasets import Question, load
-from gateway.eval.report import draw_chart, summarise
-from gateway.eval.runner import FirstRetrieval, Mode, Outcome, ask, first_retrieval, ingest, route_of
+from gateway.eval.datasets import load
+from gateway.eval.report import draw_chart, resumed, summarised, write
+from gateway.eval.runner import Mode, Outcome, ask, first_retrieval, ingest, route_of
+from gateway.eval.sampling import pick, seed_and_limit, unasked
 from gateway.eval.tables import render
 from gateway.settings import Settings
 
@@ -103,64 +103,6 @@ async def require_model(client: AsyncTestClient[Any]) -> None:
             f"the LLM endpoint is not ready ({llm}); start it (python -m gateway.local_llm serve) "
             "or set GATEWAY_LLM_BASE_URL"
         )
-
-
-def summarised(report: dict[str, Any], per_mode: dict[str, list[Outcome]]) -> None:
-    report["summary"] = {mode: summarise(outcomes) for mode, outcomes in per_mode.items()}
-    report["outcomes"] = {mode: [o.as_dict() for o in outcomes] for mode, outcomes in per_mode.items()}
-
-
-def write(report: dict[str, Any], out: Path, *, partial: bool = False) -> Path:
-    out.mkdir(parents=True, exist_ok=True)
-    stem = f"{report['dataset']}-{'-'.join(report['summary'])}"
-    path = out / f"{stem}-{'partial' if partial else 'report'}.json"
-    path.write_text(json.dumps(report, indent=2, ensure_ascii=False))
-    return path
-
-
-def pick(
-    pool: list[tuple[Question, FirstRetrieval]], where: str, limit: int, seed: int | None
-) -> list[tuple[Question, FirstRetrieval]]:
-    """The questions to run: filtered by what plain RAG's first top-k held, then sampled or cut.
-
-    ``where="missed"`` selects the questions "where retrieval fails" (a gold passage is absent from
-    the first top-k) before sampling, so a small run still measures exactly that slice.
-    """
-    if where != "all":
-        pool = [(q, f) for q, f in pool if f.gold_found is not None and f.complete == (where == "complete")]
-    if seed is not None:
-        return random.Random(seed).sample(pool, min(limit or len(pool), len(pool)))
-    return pool[:limit] if limit else pool
-
-
-def unasked(
-    pool: list[tuple[Question, FirstRetrieval]], where: str, earlier: list[tuple[int, int]]
-) -> list[tuple[Question, FirstRetrieval]]:
-    """``pool`` without the questions the earlier sampled runs ``(seed, limit)`` asked: they are picked again as those
-    runs picked them, from the whole pool, so the rest is a sample no run has used."""
-    asked = {q.id for seed, limit in earlier for q, _ in pick(pool, where, limit, seed)}
-    return [(q, f) for q, f in pool if q.id not in asked]
-
-
-def resumed(report: Path) -> dict[tuple[str, str], Outcome]:
-    """The outcomes a run cut short wrote (its partial report), by mode and question: a resumed run asks only the
-    rest, and again those the gateway failed (an HTTP error, most often a timeout on a loaded machine). The questions
-    are picked again from the same arguments, so they come in the same order."""
-    outcomes = json.loads(report.read_text())["outcomes"]
-    return {
-        (mode, o["question_id"]): Outcome(**o)
-        for mode, listed in outcomes.items()
-        for o in listed
-        if not str(o.get("stop_reason") or "").startswith("http_")
-    }
-
-
-def seed_and_limit(text: str) -> tuple[int, int]:
-    seed, _, limit = text.partition(":")
-    try:
-        return int(seed), int(limit)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected SEED:N, got {text!r}") from exc
 
 
 def main() -> None:

@@ -1,7 +1,9 @@
-"""Aggregate outcomes per mode into the JSON report and draw the PNG chart."""
+"""Aggregate outcomes per mode into the JSON report (written whole, or partial while a run goes on, and read back
+to resume one) and draw the PNG chart."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -125,3 +127,29 @@ def draw_chart(summaries: dict[str, dict[str, Any]], title: str, path: Path) -> 
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def summarised(report: dict[str, Any], per_mode: dict[str, list[Outcome]]) -> None:
+    report["summary"] = {mode: summarise(outcomes) for mode, outcomes in per_mode.items()}
+    report["outcomes"] = {mode: [o.as_dict() for o in outcomes] for mode, outcomes in per_mode.items()}
+
+
+def write(report: dict[str, Any], out: Path, *, partial: bool = False) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"{report['dataset']}-{'-'.join(report['summary'])}"
+    path = out / f"{stem}-{'partial' if partial else 'report'}.json"
+    path.write_text(json.dumps(report, indent=2, ensure_ascii=False))
+    return path
+
+
+def resumed(report: Path) -> dict[tuple[str, str], Outcome]:
+    """The outcomes a run cut short wrote (its partial report), by mode and question: a resumed run asks only the
+    rest, and again those the gateway failed (an HTTP error, most often a timeout on a loaded machine). The questions
+    are picked again from the same arguments, so they come in the same order."""
+    outcomes = json.loads(report.read_text())["outcomes"]
+    return {
+        (mode, o["question_id"]): Outcome(**o)
+        for mode, listed in outcomes.items()
+        for o in listed
+        if not str(o.get("stop_reason") or "").startswith("http_")
+    }

@@ -108,9 +108,10 @@ async def answer_plainly(state: CorrectiveState, runtime: Run) -> Update:
         max_tokens=ctx.policy.grounding.max_tokens,
         assistant=ctx.assistant,
     )
+    plain = PlainDraft(draft, state.first_round)
     update: Update = {
-        "plain": PlainDraft(draft, state.first_round),
-        "events": [Generate(mode="plain", abstention=None if draft.found and draft.text else "no plain answer")],
+        "plain": plain,
+        "events": [Generate(mode="plain", abstention=None if plain.answered else "no plain answer")],
         "llm_calls": [draft.call],
     }
     return decide(state, update, ctx, after_evaluate)
