@@ -6,11 +6,15 @@ gateway.eval.sentence_answers``). Two numbers decide the support test and its th
 - **withheld**: of the answers' own sentences, how many the gate withholds (``--show`` prints them, with the terms
   it found missing, for the hand check of how many were in fact supported: the false withholds);
 - **caught**: into each answer one sentence of an unrelated document is inserted (with a citation, as a model writes
-  it), at a drawn position: how many of those inserts the gate withholds.
+  it), at a drawn position: how many of those inserts the gate withholds;
+- **near caught**: the same with a sentence of a document beside the answer's passages (:mod:`gateway.eval.inserts`):
+  on topic, as a small model's inventions are.
 
 Each is reported per language and for a range of ``min_support`` thresholds. ``--judge`` also asks the local model,
 once per answer the gate doubts, the groundedness critic's question about the withheld sentences (what the corrective
 pipeline does), and reports how many doubts it clears among the answers' own sentences and among the inserts.
+``--relevance-judge`` scores every sentence with the round judge instead (:mod:`gateway.eval.judged_support`), alone
+and as a second check after the lexical one, over a range of thresholds.
 Results: ``gateway/eval/README.md``.
 """
 
@@ -27,7 +31,8 @@ from typing import Any
 
 from langchain_core.messages import HumanMessage, SystemMessage
 
-from gateway.eval.datasets import load
+from gateway.eval.inserts import NearPool, unrelated_pool
+from gateway.eval.judged_support import JudgedSupport
 from gateway.eval.metrics import answer_in_prediction
 from gateway.eval.sentence_answers import DATA
 from gateway.local_llm.model import DEFAULT_MODEL, default_model_dir, prepare
@@ -45,6 +50,7 @@ from pipelines.shared.sentences import split_sentences
 from pipelines.shared.text import has_cjk
 
 THRESHOLDS = (0.3, 0.4, 0.5, 0.6, 0.7)
+JUDGE_THRESHOLDS = (0.1, 0.2, 0.3, 0.4, 0.5)
 SEED = 11
 INSERT = "insert"
 
@@ -58,14 +64,17 @@ class Case:
     answer: str  # the model's answer, citations as it wrote them
     gold: list[str]
     insert: str  # an unrelated document's sentence, cited
-    at: int  # where the insert goes, in sentences
+    at: int  # where the inserts go, in sentences
+    titles: list[str]
+    near: str | None  # a sentence of a document beside the passages, cited (None: the set has none to draw)
 
 
 def load_cases(path: Path, seed: int = SEED) -> list[Case]:
-    """The answers that answer (not the model's "not in the passages"), each with its drawn insert."""
+    """The answers that answer (not the model's "not in the passages"), each with its drawn inserts."""
     rng = random.Random(seed)
     records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    pools = _unrelated_sentences()
+    pools = unrelated_pool(DATA)
+    beside = NearPool(DATA)
     cases = []
     for record in records:
         answer = record["answer"]
@@ -76,6 +85,8 @@ def load_cases(path: Path, seed: int = SEED) -> list[Case]:
         candidates = [(title, s) for title, s in pools[lang] if title not in used]
         _, sentence = rng.choice(candidates)
         count = len(split_sentences(answer))
+        cited = len(record["passages"])
+        near = beside.sentences(record)
         cases.append(
             Case(
                 id=record["id"],
@@ -84,38 +95,28 @@ def load_cases(path: Path, seed: int = SEED) -> list[Case]:
                 passages=[p["text"] for p in record["passages"]],
                 answer=answer,
                 gold=record["answers"],
-                insert=f"{sentence.rstrip()} [{rng.randint(1, len(record['passages']))}]",
+                insert=f"{sentence.rstrip()} [{rng.randint(1, cited)}]",
                 at=rng.randint(0, count),
+                titles=[p["title"] for p in record["passages"]],
+                near=f"{rng.choice(near).rstrip()} [{rng.randint(1, cited)}]" if near else None,
             )
         )
     return cases
 
 
-def _unrelated_sentences() -> dict[str, list[tuple[str, str]]]:
-    """Document sentences that read like an answer's (6-40 words, 15-80 characters in Japanese), by language; the
-    English ones from both English sets, so an insert into a SQuAD answer comes from another topic altogether."""
-    pools: dict[str, list[tuple[str, str]]] = defaultdict(list)
-    for name in ("squad_v2_dev_normans.json", "hotpotqa_train.json", "jsquad_valid_sample.json"):
-        for doc in load(DATA / name).documents:
-            for sentence in split_sentences(doc["text"]):
-                text = sentence.text
-                japanese = has_cjk(text)
-                fits = 15 <= len(text) <= 80 if japanese else 6 <= len(text.split()) <= 40
-                if fits and text[-1] in ".。":
-                    pools["ja" if japanese else "en"].append((doc["title"], text))
-    return pools
-
-
-def with_insert(case: Case) -> str:
+def with_insert(case: Case, insert: str | None = None) -> str:
+    """The answer with ``insert`` (the unrelated one by default) at the case's drawn position."""
+    added = case.insert if insert is None else insert
     sentences = [s.raw for s in split_sentences(case.answer)]
-    sentences.insert(case.at, (" " if case.at else "") + case.insert + ("" if case.at else " "))
+    sentences.insert(case.at, (" " if case.at else "") + added + ("" if case.at else " "))
     return "".join(sentences).strip()
 
 
-def _is_insert(case: Case, sentence: str) -> bool:
+def _is_insert(case: Case, sentence: str, insert: str | None = None) -> bool:
     """Whether a withheld sentence holds the insert (cleaned as the gate cleans it; a neighbour without a full stop
     before it makes one sentence of both)."""
-    return drop_phantom_citations(case.insert, len(case.passages))[:20] in sentence
+    added = case.insert if insert is None else insert
+    return drop_phantom_citations(added, len(case.passages))[:20] in sentence
 
 
 def gate(case: Case, text: str, min_support: float) -> SentenceGate:
@@ -138,6 +139,10 @@ def measure(cases: list[Case], min_support: float) -> dict[str, dict[str, int]]:
         inserted = gate(case, with_insert(case), min_support)
         row["inserts"] += 1
         row["caught"] += any(_is_insert(case, w.sentence) for w in inserted.withheld)
+        if case.near is not None:
+            near = gate(case, with_insert(case, case.near), min_support)
+            row["near"] += 1
+            row["near_caught"] += any(_is_insert(case, w.sentence, case.near) for w in near.withheld)
     return {lang: dict(row) for lang, row in figures.items()}
 
 
@@ -196,6 +201,74 @@ def policies(cases: list[Case], min_support: float) -> dict[str, dict[str, float
     return {lang: dict(row) for lang, row in figures.items()}
 
 
+def _of(part: int, whole: int) -> str:
+    return f"{part}/{whole} ({part / max(whole, 1):.1%})"
+
+
+@dataclass(frozen=True, slots=True)
+class Scored:
+    """One sentence the gate judged: the lexical verdict and the judge's support score."""
+
+    lexical: bool  # withheld by the lexical test for want of support
+    support: float  # the judge's score
+    other: bool  # withheld for another reason than support (a bare citation, a decline): by either test
+
+
+def judge_scores(case: Case, text: str, min_support: float, support: JudgedSupport) -> list[tuple[str, Scored]]:
+    """Every sentence of ``text`` as the gate cut and cleaned it, with both tests' readings."""
+    scored = []
+    for judged in gate(case, text, min_support).judged:
+        reason = judged.withheld.reason if judged.withheld else None
+        other = reason not in (None, "unsupported")
+        score = 0.0 if other else support.score(judged.text, case.titles, case.passages)
+        scored.append((judged.text, Scored(lexical=reason == "unsupported", support=score, other=other)))
+    return scored
+
+
+def relevance_table(cases: list[Case], min_support: float, support: JudgedSupport | None = None) -> str:
+    """The judge as the support test, alone and after the lexical one, per language and threshold: the answers'
+    own sentences withheld and the inserts (unrelated, near) caught."""
+    if support is None:
+        from gateway.providers.embeddings import USEEmbeddings  # deferred: loads the model's weights
+
+        support = JudgedSupport(USEEmbeddings().embed_array)
+    rows: dict[tuple[str, str, float], dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for case in cases:
+        own = [scored for _, scored in judge_scores(case, case.answer, min_support, support)]
+        inserts = {"insert": case.insert, "near": case.near}
+        found = {
+            kind: [
+                s
+                for text, s in judge_scores(case, with_insert(case, added), min_support, support)
+                if _is_insert(case, text, added)
+            ]
+            for kind, added in inserts.items()
+            if added is not None
+        }
+        for threshold in JUDGE_THRESHOLDS:
+            for test in ("judge", "lexical + judge"):
+                row = rows[(case.lang, test, threshold)]
+
+                def withheld(s: Scored, test: str = test, threshold: float = threshold) -> bool:
+                    return s.other or s.support < threshold or (test != "judge" and s.lexical)
+
+                row["sentences"] += len(own)
+                row["withheld"] += sum(withheld(s) for s in own)
+                for kind, held in found.items():
+                    row[kind] += 1
+                    row[f"{kind}_caught"] += any(withheld(s) for s in held)
+    lines = [
+        "| lang | test | threshold | own sentences withheld | inserts caught | near inserts caught |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for (lang, test, threshold), row in sorted(rows.items()):
+        lines.append(
+            f"| {lang} | {test} | {threshold} | {_of(row['withheld'], row['sentences'])} | "
+            f"{_of(row['insert_caught'], row['insert'])} | {_of(row['near_caught'], row['near'])} |"
+        )
+    return "\n".join(lines)
+
+
 def show(cases: list[Case], min_support: float) -> list[dict[str, Any]]:
     """Every withheld sentence of the answers themselves, for the hand check."""
     shown = []
@@ -218,21 +291,24 @@ def main() -> None:
     parser.add_argument("--answers", type=Path, required=True)
     parser.add_argument("--show", action="store_true", help="print the withheld sentences for the hand check")
     parser.add_argument("--judge", action="store_true", help="also ask the local model about the doubted sentences")
+    parser.add_argument(
+        "--relevance-judge", action="store_true", help="also score the sentences with the round judge (no LLM)"
+    )
     parser.add_argument("--inserts", type=int, default=15, help="inserted answers judged per language")
     parser.add_argument("--port", type=int, default=8081)
     args = parser.parse_args()
     cases = load_cases(args.answers)
     default = GroundingPolicy().min_support
-    print("| min_support | lang | answers | sentences | withheld (share) | inserts caught |")
-    print("|---|---|---:|---:|---:|---:|")
+    print("| min_support | lang | answers | sentences | withheld (share) | inserts caught | near inserts caught |")
+    print("|---|---|---:|---:|---:|---:|---:|")
     for threshold in THRESHOLDS:
         for lang, row in sorted(measure(cases, threshold).items()):
             share = row["withheld"] / max(row["sentences"], 1)
-            caught = row["caught"] / max(row["inserts"], 1)
             marker = " (default)" if threshold == default else ""
             print(
                 f"| {threshold}{marker} | {lang} | {row['answers']} | {row['sentences']} | "
-                f"{row['withheld']} ({share:.1%}) | {row['caught']}/{row['inserts']} ({caught:.1%}) |"
+                f"{row['withheld']} ({share:.1%}) | {_of(row['caught'], row['inserts'])} | "
+                f"{_of(row['near_caught'], row['near'])} |"
             )
     print(
         "\nGold answer in the reply: the model's answers, gated; with an insert, gated, by what a failed sentence does"
@@ -247,6 +323,8 @@ def main() -> None:
     if args.show:
         for item in show(cases, default):
             print(json.dumps(item, ensure_ascii=False))
+    if args.relevance_judge:
+        print(relevance_table(cases, default))
     if args.judge:
         config = ServerConfig(prepare(DEFAULT_MODEL, default_model_dir()), port=args.port)
         if is_healthy(config.host, config.port):

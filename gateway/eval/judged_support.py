@@ -1,0 +1,46 @@
+"""The round judge asked the sentence gate's question: does some passage support this sentence?
+
+The judge (:mod:`pipelines.shared.judge`) scores how well each passage of a round answers a question; read with an
+answer's sentence in the question's place, its best passage's probability is a support score that, unlike the
+lexical test, weighs the sentence's words by how few passages hold them and reads the passages' cosine to it.
+Measured against the lexical test by ``python -m gateway.eval.sentence_gate --relevance-judge``, which decides
+whether it serves the gate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from pipelines.shared.deps import Passage
+from pipelines.shared.judge import JudgeModel, judge_round
+
+EmbedArray = Callable[[list[str]], np.ndarray]
+
+
+class JudgedSupport:
+    """Support scores of sentences against one answer's passages (embedded once per set of passages)."""
+
+    def __init__(self, embed: EmbedArray, model: JudgeModel | None = None) -> None:
+        self._embed = embed
+        self._model = model or JudgeModel()
+        self._passages: dict[tuple[str, ...], np.ndarray] = {}
+
+    def score(self, sentence: str, titles: Sequence[str], texts: Sequence[str]) -> float:
+        """The judge's probability for the passage that best supports ``sentence``."""
+        key = tuple(texts)
+        if key not in self._passages:
+            self._passages[key] = _unit(self._embed([f"{t}\n{x}" for t, x in zip(titles, texts, strict=True)]))
+        cosines = self._passages[key] @ _unit(self._embed([sentence]))[0]
+        round_ = [
+            Passage(str(i), str(i), title, text, float(cosine))
+            for i, (title, text, cosine) in enumerate(zip(titles, texts, cosines, strict=True))
+        ]
+        return max(judge_round(self._model, sentence, round_))
+
+
+def _unit(vectors: np.ndarray) -> np.ndarray:
+    matrix = np.asarray(vectors, dtype=np.float32)
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    return matrix / np.where(norms == 0, 1.0, norms)
