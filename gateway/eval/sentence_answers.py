@@ -70,12 +70,25 @@ def _done(out: Path) -> set[str]:
     return {json.loads(line)["id"] for line in out.read_text(encoding="utf-8").splitlines()} if out.exists() else set()
 
 
-async def generate(out: Path, base_url: str) -> None:
+def first_of_each_set(picked: list[dict[str, Any]], count: int) -> list[dict[str, Any]]:
+    """The first ``count`` questions of each set (all with 0): a shorter run still measures every language."""
+    if count <= 0:
+        return picked
+    taken: dict[str, int] = {}
+    kept = []
+    for case in picked:
+        if taken.get(case["set"], 0) < count:
+            taken[case["set"]] = taken.get(case["set"], 0) + 1
+            kept.append(case)
+    return kept
+
+
+async def generate(out: Path, base_url: str, per_set: int = 0) -> None:
     done = _done(out)
     llm = open_llm_client(LLMSettings(), LLMEndpointSettings(base_url=base_url, timeout_s=600, max_retries=0))
     policy = GroundingPolicy()
     with out.open("a", encoding="utf-8") as sink:
-        for case in cases(DATA):
+        for case in first_of_each_set(cases(DATA), per_set):
             if case["id"] in done:
                 continue
             passages = [Passage(p["id"], p["id"], p["title"], p["text"], 0.5) for p in case["passages"]]
@@ -92,13 +105,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m gateway.eval.sentence_answers")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--port", type=int, default=8081)
+    parser.add_argument("--per-set", type=int, default=0, help="only the first N questions of each set (0: all)")
     args = parser.parse_args()
     config = ServerConfig(prepare(DEFAULT_MODEL, default_model_dir()), port=args.port)
     if is_healthy(config.host, config.port):
-        asyncio.run(generate(args.out, config.base_url))
+        asyncio.run(generate(args.out, config.base_url, args.per_set))
         return
     with LocalLLMServer(config):
-        asyncio.run(generate(args.out, config.base_url))
+        asyncio.run(generate(args.out, config.base_url, args.per_set))
 
 
 if __name__ == "__main__":

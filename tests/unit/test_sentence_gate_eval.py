@@ -11,6 +11,7 @@ import pytest
 
 from gateway.eval.inserts import NearPool, fits, unrelated_pool
 from gateway.eval.judged_support import JudgedSupport
+from gateway.eval.sentence_answers import first_of_each_set
 from gateway.eval.sentence_gate import Case, judge_scores, relevance_table
 
 NORMAN_1 = "The Normans settled in Normandy in the tenth century. Their duke was Rollo of the northern lands."
@@ -144,3 +145,16 @@ def test_relevance_table_counts_the_inserts_each_test_catches() -> None:
     # Each threshold catches at least what a lower one does.
     caught = [rows[("en", "judge", t)][1] for t in ("0.1", "0.2", "0.3", "0.4", "0.5")]
     assert [int(c.split("/")[0]) for c in caught] == sorted(int(c.split("/")[0]) for c in caught)
+
+
+def test_a_shorter_answers_run_takes_the_first_questions_of_every_set() -> None:
+    picked = [{"set": name, "id": f"{name}{i}"} for name in ("squad", "hotpotqa", "jsquad") for i in range(3)]
+    assert [c["id"] for c in first_of_each_set(picked, 2)] == [
+        "squad0",
+        "squad1",
+        "hotpotqa0",
+        "hotpotqa1",
+        "jsquad0",
+        "jsquad1",
+    ]
+    assert first_of_each_set(picked, 0) == picked
