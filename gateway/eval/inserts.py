@@ -35,20 +35,8 @@ def _sentences(text: str) -> list[str]:
     return [s.text for s in split_sentences(text) if fits(s.text)]
 
 
-def unrelated_pool(data: Path) -> dict[str, list[tuple[str, str]]]:
-    """(title, sentence) by language; the English ones from both English sets, so an insert into a SQuAD answer
-    comes from another topic altogether."""
-    pools: dict[str, list[tuple[str, str]]] = defaultdict(list)
-    for name in SETS:
-        for doc in load(data / name).documents:
-            for sentence in _sentences(doc["text"]):
-                pools["ja" if has_cjk(sentence) else "en"].append((doc["title"], sentence))
-    return pools
-
-
-class NearPool:
-    """The documents beside each answer's passages: the same article's other paragraphs (SQuAD, JSQuAD: their ids
-    share the article's slug), or the question's own context paragraphs (HotpotQA)."""
+class Inserts:
+    """The shared sets, loaded once, as the two pools inserts are drawn from."""
 
     def __init__(self, data: Path) -> None:
         self._sets: dict[str, Dataset] = {}
@@ -58,8 +46,20 @@ class NearPool:
         raw = json.loads((data / "hotpotqa_train.json").read_text(encoding="utf-8"))
         self._hotpot_context = {str(item["_id"]): [title for title, _ in item["context"]] for item in raw}
 
-    def sentences(self, record: dict[str, Any]) -> list[str]:
-        """Sentences of the documents beside ``record``'s passages (an answers-file line) that hold no gold answer."""
+    def unrelated(self) -> dict[str, list[tuple[str, str]]]:
+        """(title, sentence) by language; the English ones from both English sets, so an insert into a SQuAD answer
+        comes from another topic altogether."""
+        pools: dict[str, list[tuple[str, str]]] = defaultdict(list)
+        for dataset in self._sets.values():
+            for doc in dataset.documents:
+                for sentence in _sentences(doc["text"]):
+                    pools["ja" if has_cjk(sentence) else "en"].append((doc["title"], sentence))
+        return pools
+
+    def near(self, record: dict[str, Any]) -> list[str]:
+        """Sentences of the documents beside ``record``'s passages (an answers-file line) that hold no gold answer:
+        the same article's other paragraphs (SQuAD, JSQuAD: their ids share the article's slug), or the question's
+        own context paragraphs (HotpotQA)."""
         dataset = self._sets[record["set"]]
         given = {p["id"] for p in record["passages"]}
         if record["set"] == "hotpotqa":

@@ -31,7 +31,7 @@ from typing import Any
 
 from langchain_core.messages import HumanMessage, SystemMessage
 
-from gateway.eval.inserts import NearPool, unrelated_pool
+from gateway.eval.inserts import Inserts
 from gateway.eval.judged_support import JudgedSupport
 from gateway.eval.metrics import answer_in_prediction
 from gateway.eval.sentence_answers import DATA
@@ -72,9 +72,10 @@ class Case:
 def load_cases(path: Path, seed: int = SEED) -> list[Case]:
     """The answers that answer (not the model's "not in the passages"), each with its drawn inserts."""
     rng = random.Random(seed)
+    near_rng = random.Random(seed + 1)  # its own draws: the unrelated inserts stay those of earlier runs
     records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    pools = unrelated_pool(DATA)
-    beside = NearPool(DATA)
+    inserts = Inserts(DATA)
+    pools = inserts.unrelated()
     cases = []
     for record in records:
         answer = record["answer"]
@@ -86,7 +87,7 @@ def load_cases(path: Path, seed: int = SEED) -> list[Case]:
         _, sentence = rng.choice(candidates)
         count = len(split_sentences(answer))
         cited = len(record["passages"])
-        near = beside.sentences(record)
+        near = inserts.near(record)
         cases.append(
             Case(
                 id=record["id"],
@@ -98,7 +99,7 @@ def load_cases(path: Path, seed: int = SEED) -> list[Case]:
                 insert=f"{sentence.rstrip()} [{rng.randint(1, cited)}]",
                 at=rng.randint(0, count),
                 titles=[p["title"] for p in record["passages"]],
-                near=f"{rng.choice(near).rstrip()} [{rng.randint(1, cited)}]" if near else None,
+                near=f"{near_rng.choice(near).rstrip()} [{near_rng.randint(1, cited)}]" if near else None,
             )
         )
     return cases

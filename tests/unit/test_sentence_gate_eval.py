@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gateway.eval.inserts import NearPool, fits, unrelated_pool
+from gateway.eval.inserts import Inserts, fits
 from gateway.eval.judged_support import JudgedSupport
 from gateway.eval.sentence_answers import first_of_each_set
 from gateway.eval.sentence_gate import Case, judge_scores, relevance_table
@@ -61,7 +61,7 @@ def _record(data_set: str, question_id: str, passages: list[tuple[str, str]], an
 
 
 def test_near_inserts_come_from_the_same_article_and_never_hold_the_answer(data: Path) -> None:
-    near = NearPool(data).sentences(_record("squad", "normans-q", [("normans-p0", "")], ["1066"]))
+    near = Inserts(data).near(_record("squad", "normans-q", [("normans-p0", "")], ["1066"]))
     # Beside normans-p0: the article's other paragraphs, less the sentence holding the gold "1066"; not "French".
     assert near == [
         "The battle ended the Anglo-Saxon rule of England.",
@@ -71,12 +71,12 @@ def test_near_inserts_come_from_the_same_article_and_never_hold_the_answer(data:
 
 
 def test_near_inserts_of_hotpotqa_come_from_the_questions_own_context(data: Path) -> None:
-    near = NearPool(data).sentences(_record("hotpotqa", "h1", [("Castle", ""), ("Prague", "")], ["Vltava"]))
+    near = Inserts(data).near(_record("hotpotqa", "h1", [("Castle", ""), ("Prague", "")], ["Vltava"]))
     assert near == ["Brno is the second city of the country by population."]
 
 
 def test_unrelated_inserts_are_sorted_by_language_and_read_like_answer_sentences(data: Path) -> None:
-    pools = unrelated_pool(data)
+    pools = Inserts(data).unrelated()
     assert ("梅雨", "梅雨は日本の初夏に訪れる長い雨の季節である。") in pools["ja"]
     assert all(fits(sentence) and not any("\u3040" <= c <= "\u9fff" for c in sentence) for _, sentence in pools["en"])
     assert not fits("Too short.")
