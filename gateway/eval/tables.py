@@ -1,13 +1,15 @@
 """``python -m gateway.eval.tables REPORT.json [REPORT.json ...]``: the reports' summaries as Markdown tables.
 
 Modes run in separate processes (one now, one after a change) are compared only on the same questions:
-reports whose question ids differ are refused, so a table never sets two samples side by side.
+reports whose question ids differ are refused, so a table never sets two samples side by side. With a ``plain``
+mode among them, every other mode is also set against it question by question (:func:`paired`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -108,6 +110,53 @@ def render(summaries: dict[str, Row]) -> str:
     )
 
 
+def paired(outcomes: dict[str, list[Row]], baseline: str = "plain") -> str:
+    """Every other mode against ``baseline`` on the questions both have answered (a run cut short may hold one
+    mode's answer to its last question and not another's): answer in reply and F1 of each, the mode's LLM calls,
+    the questions it gets right that the baseline gets wrong and the reverse, and how often it returned plain RAG's
+    draft (``keep_plain_answer``) or took it again (``reuse_plain_answer``)."""
+    if baseline not in outcomes:
+        return ""
+    base = {o["question_id"]: o for o in outcomes[baseline]}
+    header = [
+        "mode",
+        "n",
+        f"{baseline}: in reply / F1",
+        "mode: in reply / F1",
+        "LLM calls mean / median",
+        "questions better / worse",
+        "kept plain's draft / took it again",
+    ]
+    rows = []
+    for mode, answered in outcomes.items():
+        pairs = [(base[o["question_id"]], o) for o in answered if mode != baseline and o["question_id"] in base]
+        if not pairs:
+            continue
+        before, after = [b for b, _ in pairs], [a for _, a in pairs]
+        calls_made = sorted(a["llm_calls"] for a in after)
+        rows.append(
+            [
+                MODE_LABEL.get(mode, mode),
+                str(len(pairs)),
+                f"{fmt(_mean(before, 'answer_contained'))} / {fmt(_mean(before, 'f1'))}",
+                f"{fmt(_mean(after, 'answer_contained'))} / {fmt(_mean(after, 'f1'))}",
+                f"{fmt(_mean(after, 'llm_calls'), 2)} / {fmt(float(statistics.median(calls_made)), 1)}",
+                f"{sum(a['answer_contained'] > b['answer_contained'] for b, a in pairs)} / "
+                f"{sum(a['answer_contained'] < b['answer_contained'] for b, a in pairs)}",
+                f"{_with_step(after, 'keep_plain_answer')} / {_with_step(after, 'reuse_plain_answer')}",
+            ]
+        )
+    return f"Against {baseline}, on the same questions\n\n" + table(header, rows)
+
+
+def _mean(outcomes: list[Row], key: str) -> float:
+    return sum(float(o[key]) for o in outcomes) / len(outcomes)
+
+
+def _with_step(outcomes: list[Row], step: str) -> int:
+    return sum(any(s.startswith(step) for s in o["steps"]) for o in outcomes)
+
+
 def merged(reports: list[Row]) -> dict[str, Row]:
     """Every report's summaries, in order; refused unless all ran on the same questions."""
     ids = [tuple(o["question_id"] for o in next(iter(r["outcomes"].values()))) for r in reports]
@@ -123,7 +172,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("reports", type=Path, nargs="+")
     args = parser.parse_args()
-    print(render(merged([json.loads(path.read_text(encoding="utf-8")) for path in args.reports])))
+    reports = [json.loads(path.read_text(encoding="utf-8")) for path in args.reports]
+    print(render(merged(reports)))
+    outcomes = {mode: answered for report in reports for mode, answered in report["outcomes"].items()}
+    if against := paired(outcomes):
+        print(f"\n{against}")
 
 
 if __name__ == "__main__":

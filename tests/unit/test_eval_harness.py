@@ -13,7 +13,7 @@ from gateway.eval.datasets import Question, load
 from gateway.eval.metrics import answer_in_prediction, exact_match, f1_score, normalize_answer, passage_recall
 from gateway.eval.report import draw_chart, summarise
 from gateway.eval.runner import FirstRetrieval, Outcome, ask, calls_by_step, failed, first_verdict, route_of
-from gateway.eval.tables import merged, render
+from gateway.eval.tables import merged, paired, render
 from gateway.query.steps import RouteQuery
 from pipelines.shared.events import Assess, Check, Escalate, Evaluate, Generate, PlanHop, Retrieve, SearchHop
 from routes.written_kb import load_written_kb
@@ -399,3 +399,33 @@ def test_a_partial_report_is_written_beside_the_final_one(tmp_path: Path) -> Non
     saved = json.loads(partial.read_text())
     assert saved["summary"]["corrective"]["llm_calls_median"] == 4.0
     assert write(report, tmp_path / "out").name == "hotpotqa-plain-corrective-report.json"
+
+
+def _answered(question_id: str, contained: float, calls: int, steps: list[str]) -> dict[str, Any]:
+    return {
+        "question_id": question_id,
+        "answer_contained": contained,
+        "f1": contained / 2,
+        "llm_calls": calls,
+        "steps": steps,
+    }
+
+
+def test_paired_sets_each_mode_against_plain_on_the_questions_both_answered() -> None:
+    outcomes = {
+        "plain": [_answered("q1", 1.0, 1, []), _answered("q2", 0.0, 1, []), _answered("q3", 1.0, 1, [])],
+        "corrective": [
+            _answered("q1", 1.0, 3, ["answer_plainly", "keep_plain_answer"]),
+            _answered("q2", 1.0, 5, ["answer_plainly", "generate_answer"]),
+            _answered("q3", 0.0, 4, ["answer_plainly", "reuse_plain_answer"]),
+        ],
+        "adaptive": [_answered("q1", 1.0, 1, [])],  # cut short: compared on q1 alone
+    }
+    lines = paired(outcomes).splitlines()
+    assert lines[0] == "Against plain, on the same questions"
+    multi_hop = [cell.strip() for cell in lines[4].strip("|").split("|")]
+    assert multi_hop == ["`multi_hop`", "3", "0.667 / 0.333", "0.667 / 0.333", "4.00 / 4.0", "1 / 1", "1 / 1"]
+    auto = [cell.strip() for cell in lines[5].strip("|").split("|")]
+    assert auto[:2] == ["`auto`", "1"]
+    assert auto[5] == "0 / 0"
+    assert paired({"corrective": outcomes["corrective"]}) == ""
