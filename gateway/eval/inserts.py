@@ -32,7 +32,8 @@ def fits(text: str) -> bool:
 
 
 def _sentences(text: str) -> list[str]:
-    return [s.text for s in split_sentences(text) if fits(s.text)]
+    """A document's answer-like sentences; a JSQuAD paragraph's leading "title [SEP] " is not part of its text."""
+    return [s.text for s in split_sentences(text.split(" [SEP] ", 1)[-1]) if fits(s.text)]
 
 
 class Inserts:

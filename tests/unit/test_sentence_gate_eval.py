@@ -18,7 +18,7 @@ NORMAN_1 = "The Normans settled in Normandy in the tenth century. Their duke was
 NORMAN_2 = "Norman knights fought at Hastings in the year 1066. The battle ended the Anglo-Saxon rule of England."
 NORMAN_3 = "Norman castles were built of stone across England. Many of them still stand in the towns today."
 FRENCH = "The French language spread through the Norman court quickly. Latin remained the language of the church."
-JA_TEXT = "梅雨は日本の初夏に訪れる長い雨の季節である。北海道には梅雨がほとんどないと言われている。"
+JA_TEXT = "梅雨 [SEP] 梅雨は日本の初夏に訪れる長い雨の季節である。北海道には梅雨がほとんどないと言われている。"
 
 
 def _squad(title: str, paragraphs: list[str], answer: str) -> dict[str, Any]:
