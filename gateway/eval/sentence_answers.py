@@ -83,12 +83,12 @@ def first_of_each_set(picked: list[dict[str, Any]], count: int) -> list[dict[str
     return kept
 
 
-async def generate(out: Path, base_url: str, per_set: int = 0) -> None:
+async def generate(out: Path, base_url: str, per_set: int = 0, seed: int = SEED) -> None:
     done = _done(out)
     llm = open_llm_client(LLMSettings(), LLMEndpointSettings(base_url=base_url, timeout_s=600, max_retries=0))
     policy = GroundingPolicy()
     with out.open("a", encoding="utf-8") as sink:
-        for case in first_of_each_set(cases(DATA), per_set):
+        for case in first_of_each_set(cases(DATA, seed), per_set):
             if case["id"] in done:
                 continue
             passages = [Passage(p["id"], p["id"], p["title"], p["text"], 0.5) for p in case["passages"]]
@@ -106,13 +106,14 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--port", type=int, default=8081)
     parser.add_argument("--per-set", type=int, default=0, help="only the first N questions of each set (0: all)")
+    parser.add_argument("--seed", type=int, default=SEED, help="another seed draws other questions: a held-out set")
     args = parser.parse_args()
     config = ServerConfig(prepare(DEFAULT_MODEL, default_model_dir()), port=args.port)
     if is_healthy(config.host, config.port):
-        asyncio.run(generate(args.out, config.base_url, args.per_set))
+        asyncio.run(generate(args.out, config.base_url, args.per_set, args.seed))
         return
     with LocalLLMServer(config):
-        asyncio.run(generate(args.out, config.base_url, args.per_set))
+        asyncio.run(generate(args.out, config.base_url, args.per_set, args.seed))
 
 
 if __name__ == "__main__":
