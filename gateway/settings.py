@@ -173,10 +173,17 @@ class GroundingSettings(SettingsGroup):
     # Grounded answers are one to three sentences: the cap ends a small model's repetition loop early
     # (on CPU every runaway token costs ~0.1 s), not a legitimate answer.
     answer_max_tokens: int = Field(200, ge=16)
+    # The sentence gate's second test: a sentence the round judge scores below this (its words weighed by how few
+    # of the passages hold them) is withheld even when the lexical test passes it; 0 turns it off. On the embedded
+    # model's answers (gateway/eval/README.md, "The sentence gate") it caught every inserted sentence of a
+    # neighbouring paragraph the lexical test let through, and withheld none of the answers' own sentences more.
+    sentence_judge_below: float = Field(0.4, ge=0.0, le=1.0)
 
     def policy(self) -> GroundingPolicy:
         """The gates as the pipelines read them."""
-        return GroundingPolicy(self.min_relevance, self.min_answer_support, self.answer_max_tokens)
+        return GroundingPolicy(
+            self.min_relevance, self.min_answer_support, self.answer_max_tokens, self.sentence_judge_below
+        )
 
 
 class CorrectiveSettings(SettingsGroup):

@@ -2,21 +2,37 @@
 
 The judge (:mod:`pipelines.shared.judge`) scores how well each passage of a round answers a question; read with an
 answer's sentence in the question's place, its best passage's probability is a support score that, unlike the
-lexical test, weighs the sentence's words by how few passages hold them and reads the passages' cosine to it.
-Measured against the lexical test by ``python -m gateway.eval.sentence_gate --relevance-judge``, which decides
-whether it serves the gate.
+lexical test, weighs the sentence's words by how few passages hold them. Two readings, measured against the lexical
+test by ``python -m gateway.eval.sentence_gate --relevance-judge``:
+
+- :class:`GateReading`, the gate's own (:class:`~pipelines.shared.sentence_gate.RoundCheck`): every passage at the
+  same cosine, nothing embedded;
+- :class:`JudgedSupport`: the passages' real cosines to the sentence (an embedding per sentence and per passage).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import numpy as np
 
 from pipelines.shared.deps import Passage
 from pipelines.shared.judge import JudgeModel, judge_round
+from pipelines.shared.sentence_gate import RoundCheck
 
 EmbedArray = Callable[[list[str]], np.ndarray]
+
+
+class SupportReading(Protocol):
+    def score(self, sentence: str, titles: Sequence[str], texts: Sequence[str]) -> float: ...
+
+
+class GateReading:
+    """The sentence gate's second test as it runs: the judge over the passages, each at the same cosine."""
+
+    def score(self, sentence: str, titles: Sequence[str], texts: Sequence[str]) -> float:
+        return RoundCheck(0.0, tuple(titles)).score(sentence, texts)
 
 
 class JudgedSupport:

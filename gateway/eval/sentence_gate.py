@@ -32,7 +32,7 @@ from typing import Any
 from langchain_core.messages import HumanMessage, SystemMessage
 
 from gateway.eval.inserts import Inserts
-from gateway.eval.judged_support import JudgedSupport
+from gateway.eval.judged_support import GateReading, JudgedSupport, SupportReading
 from gateway.eval.metrics import answer_in_prediction
 from gateway.eval.sentence_answers import DATA
 from gateway.local_llm.model import DEFAULT_MODEL, default_model_dir, prepare
@@ -215,7 +215,7 @@ class Scored:
     other: bool  # withheld for another reason than support (a bare citation, a decline): by either test
 
 
-def judge_scores(case: Case, text: str, min_support: float, support: JudgedSupport) -> list[tuple[str, Scored]]:
+def judge_scores(case: Case, text: str, min_support: float, support: SupportReading) -> list[tuple[str, Scored]]:
     """Every sentence of ``text`` as the gate cut and cleaned it, with both tests' readings."""
     scored = []
     for judged in gate(case, text, min_support).judged:
@@ -226,48 +226,62 @@ def judge_scores(case: Case, text: str, min_support: float, support: JudgedSuppo
     return scored
 
 
-def relevance_table(cases: list[Case], min_support: float, support: JudgedSupport | None = None) -> str:
-    """The judge as the support test, alone and after the lexical one, per language and threshold: the answers'
-    own sentences withheld and the inserts (unrelated, near) caught."""
-    if support is None:
+def relevance_table(cases: list[Case], min_support: float, readings: dict[str, SupportReading] | None = None) -> str:
+    """The judge as the support test, alone and after the lexical one, per language, reading and threshold: the
+    answers' own sentences withheld and the inserts (unrelated, near) caught."""
+    if readings is None:
         from gateway.providers.embeddings import USEEmbeddings  # deferred: loads the model's weights
 
-        support = JudgedSupport(USEEmbeddings().embed_array)
-    rows: dict[tuple[str, str, float], dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    for case in cases:
-        own = [scored for _, scored in judge_scores(case, case.answer, min_support, support)]
-        inserts = {"insert": case.insert, "near": case.near}
-        found = {
-            kind: [
-                s
-                for text, s in judge_scores(case, with_insert(case, added), min_support, support)
-                if _is_insert(case, text, added)
-            ]
-            for kind, added in inserts.items()
-            if added is not None
+        readings = {
+            "gate's (same cosine)": GateReading(),
+            "cosine to the sentence": JudgedSupport(USEEmbeddings().embed_array),
         }
-        for threshold in JUDGE_THRESHOLDS:
-            for test in ("judge", "lexical + judge"):
-                row = rows[(case.lang, test, threshold)]
-
-                def withheld(s: Scored, test: str = test, threshold: float = threshold) -> bool:
-                    return s.other or s.support < threshold or (test != "judge" and s.lexical)
-
-                row["sentences"] += len(own)
-                row["withheld"] += sum(withheld(s) for s in own)
-                for kind, held in found.items():
-                    row[kind] += 1
-                    row[f"{kind}_caught"] += any(withheld(s) for s in held)
+    rows: dict[tuple[str, str, str, float], dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for case in cases:
+        for name, support in readings.items():
+            _count(rows, case, name, support, min_support)
     lines = [
-        "| lang | test | threshold | own sentences withheld | inserts caught | near inserts caught |",
-        "|---|---|---:|---:|---:|---:|",
+        "| lang | judge's reading | test | threshold | own sentences withheld | inserts caught | near inserts caught |",
+        "|---|---|---|---:|---:|---:|---:|",
     ]
-    for (lang, test, threshold), row in sorted(rows.items()):
+    for (lang, name, test, threshold), row in sorted(rows.items()):
         lines.append(
-            f"| {lang} | {test} | {threshold} | {_of(row['withheld'], row['sentences'])} | "
+            f"| {lang} | {name} | {test} | {threshold} | {_of(row['withheld'], row['sentences'])} | "
             f"{_of(row['insert_caught'], row['insert'])} | {_of(row['near_caught'], row['near'])} |"
         )
     return "\n".join(lines)
+
+
+def _count(
+    rows: dict[tuple[str, str, str, float], dict[str, int]],
+    case: Case,
+    name: str,
+    support: SupportReading,
+    min_support: float,
+) -> None:
+    own = [scored for _, scored in judge_scores(case, case.answer, min_support, support)]
+    inserts = {"insert": case.insert, "near": case.near}
+    found = {
+        kind: [
+            s
+            for text, s in judge_scores(case, with_insert(case, added), min_support, support)
+            if _is_insert(case, text, added)
+        ]
+        for kind, added in inserts.items()
+        if added is not None
+    }
+    for threshold in JUDGE_THRESHOLDS:
+        for test in ("judge", "lexical + judge"):
+            row = rows[(case.lang, name, test, threshold)]
+
+            def withheld(s: Scored, test: str = test, threshold: float = threshold) -> bool:
+                return s.other or s.support < threshold or (test != "judge" and s.lexical)
+
+            row["sentences"] += len(own)
+            row["withheld"] += sum(withheld(s) for s in own)
+            for kind, held in found.items():
+                row[kind] += 1
+                row[f"{kind}_caught"] += any(withheld(s) for s in held)
 
 
 def show(cases: list[Case], min_support: float) -> list[dict[str, Any]]:

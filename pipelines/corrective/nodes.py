@@ -104,8 +104,7 @@ async def answer_plainly(state: CorrectiveState, runtime: Run) -> Update:
         state.query,
         state.first_round,
         node="answer_plainly",
-        min_support=ctx.policy.grounding.min_support,
-        max_tokens=ctx.policy.grounding.max_tokens,
+        grounding=ctx.policy.grounding,
         assistant=ctx.assistant,
     )
     plain = PlainDraft(draft, state.first_round)
@@ -272,9 +271,8 @@ async def generate(state: CorrectiveState, runtime: Run) -> Update:
         with_found_facts(state.query, state.hop_facts),
         state.strips,
         node="generate",
-        min_support=ctx.policy.grounding.min_support,
+        grounding=ctx.policy.grounding,
         feedback=feedback,
-        max_tokens=ctx.policy.grounding.max_tokens,
         assistant=ctx.assistant,
         live=live,
     )

@@ -27,7 +27,7 @@ from pipelines.shared.prompts import (
     GROUNDED_SYSTEM,
     GROUNDED_USER,
 )
-from pipelines.shared.sentence_gate import Judged, SentenceGate
+from pipelines.shared.sentence_gate import Judged, RoundCheck, SentenceGate
 from pipelines.shared.text import has_cjk
 
 
@@ -36,6 +36,13 @@ class GroundingPolicy:
     min_relevance: float = 0.18
     min_support: float = 0.5
     max_tokens: int | None = 200
+    # The sentence gate's second test (sentence_gate.RoundCheck): a sentence the round judge scores below this is
+    # withheld too; 0 turns it off.
+    judge_below: float = 0.0
+
+    def check(self, passages: list[Passage]) -> RoundCheck | None:
+        """The gate's second test over ``passages``, or None when it is off."""
+        return RoundCheck(self.judge_below, tuple(p.title for p in passages)) if self.judge_below > 0 else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,18 +130,19 @@ async def draft_answer(
     passages: list[Passage],
     *,
     node: str,
-    min_support: float,
+    grounding: GroundingPolicy,
     feedback: str = "",
-    max_tokens: int | None = None,
     assistant: Assistant = DEFAULT_ASSISTANT,
     live: StreamWriter | None = None,
 ) -> Draft:
-    """One generation over numbered passages, written by the tenant's ``assistant``, through the sentence gate;
-    ``feedback`` asks for a corrected second attempt. ``live``: the run's stream writer, when this generation's
-    sentences go to the client as they pass (the model is then asked to stream)."""
+    """One generation over numbered passages, written by the tenant's ``assistant``, through the sentence gate
+    (``grounding``: its tests, and the answer's token cap); ``feedback`` asks for a corrected second attempt.
+    ``live``: the run's stream writer, when this generation's sentences go to the client as they pass (the model is
+    then asked to stream)."""
     messages = grounded_messages(question, passages, feedback, assistant)
-    gate = SentenceGate(question, [p.text for p in passages], len(passages), min_support)
-    reply = await llm.chat(messages, node=node, max_tokens=max_tokens, on_text=_sending(gate, live))
+    evidence = [p.text for p in passages]
+    gate = SentenceGate(question, evidence, len(passages), grounding.min_support, grounding.check(passages))
+    reply = await llm.chat(messages, node=node, max_tokens=grounding.max_tokens, on_text=_sending(gate, live))
     if live is None:
         gate.feed(reply.text)
     for piece in gate.close():
@@ -175,16 +183,7 @@ async def generate_grounded(
         best = max((p.score for p in passages), default=0.0)
         note = f"no passage above relevance {policy.min_relevance} (best {best:.2f})"
         return GroundedAnswer(abstention_for(question, assistant), [], True, None, note)
-    draft = await draft_answer(
-        llm,
-        question,
-        usable,
-        node=node,
-        min_support=policy.min_support,
-        max_tokens=policy.max_tokens,
-        assistant=assistant,
-        live=live,
-    )
+    draft = await draft_answer(llm, question, usable, node=node, grounding=policy, assistant=assistant, live=live)
     if not draft.found:
         return GroundedAnswer(draft.text, [], True, draft.call, "model found no answer", usable, draft.withheld)
     if draft.empty:

@@ -8,21 +8,61 @@ fails is withheld, with a :class:`~pipelines.shared.events.Withhold` event sayin
 on with the later sentences that pass: ``python -m gateway.eval.sentence_gate`` measures why this policy and this
 check (false withholds, inserted sentences caught).
 
+A sentence the lexical test passes may still be an invention on the passages' own topic: it shares their common
+words ("梅雨", "前線", "発表") and adds a claim none of them makes. So a second test reads it as the round judge reads
+a question (:class:`RoundCheck`): its words weighed by how few of the passages hold them, its best sentence and window
+overlap; a sentence whose best passage the judge scores below the threshold is withheld too. ``python -m
+gateway.eval.sentence_gate --relevance-judge`` measures both tests on the model's own answers and on inserted
+sentences of neighbouring paragraphs.
+
 The gate is the same object on both paths: a streamed answer is fed token by token and sends each sentence as it
 passes, a non-streamed one is fed whole; the splitter cuts both alike, so the two answers are the same text.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from pipelines.shared.citations import drop_phantom_citations, states_nothing
+from pipelines.shared.deps import Passage
 from pipelines.shared.events import Withhold, WithholdReason
+from pipelines.shared.judge import MIN_ROUND, JudgeModel, judge_round
 from pipelines.shared.prompts import NOT_IN_CONTEXT
 from pipelines.shared.sentences import Sentence, SentenceSplitter
-from pipelines.shared.support import lexical_support
+from pipelines.shared.support import lexical_support, terms
 
 MAX_MISSING = 5
+# The cosine every passage is read at by the round check: the sentence is not embedded (no model call on the
+# streaming path, where each sentence is checked as it completes), so the judge's cosine terms add the same to
+# every passage and its margins nothing; its threshold is on that scale.
+SAME_COSINE = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class RoundCheck:
+    """The round judge as the gate's second support test: does some passage answer this sentence, read against the
+    others? ``below``: the judge's score under which a sentence is withheld; ``titles``: the passages' titles, in the
+    order of the gate's evidence."""
+
+    below: float
+    titles: tuple[str, ...]
+    model: JudgeModel = field(default_factory=JudgeModel)
+
+    def passes(self, sentence: str, evidence: Sequence[str]) -> bool:
+        return self.score(sentence, evidence) >= self.below
+
+    def score(self, sentence: str, evidence: Sequence[str]) -> float:
+        """The judge's score of the passage that best supports ``sentence``; 1 where it has nothing to read: a
+        sentence without content terms (it claims nothing the lexical test could check either), or a lone passage
+        (no round to weigh words against)."""
+        if len(evidence) < MIN_ROUND or not terms(sentence):
+            return 1.0
+        passages = [
+            Passage(str(i), str(i), title, text, SAME_COSINE)
+            for i, (title, text) in enumerate(zip(self.titles, evidence, strict=True))
+        ]
+        return max(judge_round(self.model, sentence, passages), default=1.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +73,9 @@ class Verdict:
     missing: tuple[str, ...] = ()
 
 
-def judge_sentence(sentence: str, question: str, evidence: list[str], min_support: float) -> Verdict:
+def judge_sentence(
+    sentence: str, question: str, evidence: list[str], min_support: float, check: RoundCheck | None = None
+) -> Verdict:
     """Whether one sentence (its citations already cleaned) may be sent."""
     if NOT_IN_CONTEXT in sentence:
         return Verdict("declined")
@@ -41,7 +83,7 @@ def judge_sentence(sentence: str, question: str, evidence: list[str], min_suppor
         return Verdict("states_nothing")
     support = lexical_support(sentence, question, evidence)
     if support.supported(min_support):
-        return Verdict(None)
+        return Verdict(None) if check is None or check.passes(sentence, evidence) else Verdict("unsupported")
     missing = dict.fromkeys((*support.missing_numbers, *support.missing))  # a number is a term too: once each
     return Verdict("unsupported", tuple(missing)[:MAX_MISSING])
 
@@ -66,13 +108,15 @@ def joined(sentences: list[Judged]) -> str:
 class SentenceGate:
     """Feed it the generator's text; it returns the text cleared to send, sentence by sentence.
 
-    ``passages``: how many numbered passages the prompt held (citations of others are dropped from a sentence).
+    ``passages``: how many numbered passages the prompt held (citations of others are dropped from a sentence);
+    ``check``: the second test, after the lexical one (None: the lexical test alone).
     """
 
     question: str
     evidence: list[str]
     passages: int
     min_support: float
+    check: RoundCheck | None = None
     withheld: list[Withhold] = field(default_factory=list)
     judged: list[Judged] = field(default_factory=list)  # every sentence after a leading decline, in order
     declined: bool = False
@@ -94,7 +138,7 @@ class SentenceGate:
     def _admit(self, sentence: Sentence) -> str:
         index, self._count = self._count, self._count + 1
         text = drop_phantom_citations(sentence.text, self.passages)
-        verdict = judge_sentence(text, self.question, self.evidence, self.min_support)
+        verdict = judge_sentence(text, self.question, self.evidence, self.min_support, self.check)
         if verdict.reason == "declined" and not self._sent:
             self.declined = True  # the model found no answer: the abstention, not a withheld sentence
             return ""

@@ -6,9 +6,12 @@ import re
 
 import pytest
 
+from gateway.settings import GroundingSettings
+from pipelines.shared.deps import Passage
 from pipelines.shared.events import Withhold
+from pipelines.shared.generation import GroundingPolicy
 from pipelines.shared.prompts import NOT_IN_CONTEXT
-from pipelines.shared.sentence_gate import SentenceGate
+from pipelines.shared.sentence_gate import RoundCheck, SentenceGate
 
 EVIDENCE = [
     "The Kumo Carrier K9 is a delivery robot built by Kumo Robotics in Osaka. It carries loads of up to 40 kg.",
@@ -87,3 +90,68 @@ def test_japanese_sentences_are_checked_by_their_kanji_and_katakana() -> None:
     (held,) = checked.withheld
     assert held.index == 1
     assert "フラ" in held.missing or "科学" in held.missing
+
+
+# Two paragraphs of one article: an invention on their topic shares their common words (梅雨前線, 梅雨明け, 発表).
+TSUYU = [
+    "梅雨は、北海道を除く日本で6月から7月にかけて見られる雨の多い時期である。"
+    "気象庁は各地の梅雨入りと梅雨明けを発表する。梅雨前線の位置で天気が変わる。",
+    "梅雨の期間はふつう1か月から1か月半程度である。梅雨の時期には湿度が高く、カビが生えやすい。",
+]
+TSUYU_INVENTED = "ただし、梅雨前線が停滞したまま立秋を過ぎると、梅雨明けの発表はされない。"
+
+
+def checked_gate(evidence: list[str], question: str, below: float = 0.4) -> SentenceGate:
+    check = RoundCheck(below, tuple("梅雨" for _ in evidence))
+    return SentenceGate(question, evidence, passages=len(evidence), min_support=0.5, check=check)
+
+
+def test_the_round_check_withholds_an_invention_on_the_passages_topic_that_the_lexical_test_passes() -> None:
+    answer = f"梅雨の期間はふつう1か月から1か月半程度である[2]。{TSUYU_INVENTED}[1]"
+    lexical = SentenceGate("梅雨の期間はどのくらいか", TSUYU, passages=2, min_support=0.5)
+    lexical.feed(answer)
+    lexical.close()
+    assert lexical.withheld == []  # every term but 停滞 and 立秋 is in the passages
+    checked = checked_gate(TSUYU, "梅雨の期間はどのくらいか")
+    sent = [*checked.feed(answer), *checked.close()]
+    assert len(sent) == 1
+    assert sent[0].startswith("梅雨の期間はふつう1か月から1か月半程度である")
+    (held,) = checked.withheld
+    assert (held.index, held.reason) == (1, "unsupported")
+    assert held.sentence.startswith(TSUYU_INVENTED[:-1])
+
+
+def test_the_round_check_passes_grounded_sentences_and_bare_values() -> None:
+    checked = checked_gate(TSUYU, "梅雨の期間はどのくらいか")
+    answer = "1か月から1か月半[2]。梅雨明けは気象庁が発表する[1]。"
+    assert len([*checked.feed(answer), *checked.close()]) == 2
+    assert checked.withheld == []
+    english = SentenceGate(
+        QUESTION, EVIDENCE, passages=2, min_support=0.5, check=RoundCheck(0.4, ("Kumo Carrier K9", "Battery"))
+    )
+    grounded = "The K9 is a delivery robot built in Osaka [1]. It carries loads of up to 40 kg [1]."
+    assert "".join([*english.feed(grounded), *english.close()]) == grounded
+
+
+def test_the_round_checks_threshold_decides() -> None:
+    check = RoundCheck(0.4, ("梅雨", "梅雨"))
+    score = check.score(TSUYU_INVENTED, TSUYU)
+    assert 0.0 < score < 0.4
+    assert RoundCheck(score, ("梅雨", "梅雨")).passes(TSUYU_INVENTED, TSUYU)
+    assert not check.passes(TSUYU_INVENTED, TSUYU)
+
+
+def test_the_settings_turn_the_round_check_on_by_default_and_zero_turns_it_off() -> None:
+    passages = [Passage("c1", "d1", "梅雨", TSUYU[0], 0.5), Passage("c2", "d2", "梅雨", TSUYU[1], 0.5)]
+    check = GroundingSettings().policy().check(passages)
+    assert check is not None
+    assert (check.below, check.titles) == (0.4, ("梅雨", "梅雨"))
+    assert GroundingSettings(sentence_judge_below=0.0).policy().check(passages) is None
+    assert GroundingPolicy().check(passages) is None  # a bare policy: the lexical test alone
+
+
+def test_the_round_check_has_nothing_to_read_in_a_lone_passage_or_a_sentence_without_content_words() -> None:
+    check = RoundCheck(0.4, ("梅雨", "梅雨"))
+    assert check.score(TSUYU_INVENTED, TSUYU[:1]) == 1.0
+    assert check.score("According to the documents, the answer is in the passage [1].", EVIDENCE) == 1.0
+    assert check.score(TSUYU_INVENTED, TSUYU) < 0.4

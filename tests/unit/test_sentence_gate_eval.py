@@ -131,10 +131,10 @@ def test_judge_scores_read_each_sentence_the_gate_cut_with_both_tests_verdicts()
 def test_relevance_table_counts_the_inserts_each_test_catches() -> None:
     support = JudgedSupport(_keyword_embed)
     cases = [_case("The duke of the Normans was Rollo [1].", "Norman castles were built of stone across England. [3]")]
-    table = relevance_table(cases, 0.5, support)
+    table = relevance_table(cases, 0.5, {"keywords": support})
     rows = {}
     for line in table.splitlines()[2:]:
-        lang, test, threshold, own, unrelated, near = (cell.strip() for cell in line.strip("|").split("|"))
+        lang, _, test, threshold, own, unrelated, near = (cell.strip() for cell in line.strip("|").split("|"))
         rows[(lang, test, threshold)] = (own, unrelated, near)
     # Lexical first, then the judge: the unrelated insert is caught at every threshold, the answer's own sentence
     # is kept (the lexical test passes it, the judge scores it above the lowest threshold).
