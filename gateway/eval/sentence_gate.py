@@ -69,11 +69,17 @@ class Case:
     near: str | None  # a sentence of a document beside the passages, cited (None: the set has none to draw)
 
 
-def load_cases(path: Path, seed: int = SEED) -> list[Case]:
-    """The answers that answer (not the model's "not in the passages"), each with its drawn inserts."""
+def _records(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def load_cases(path: Path, seed: int = SEED, exclude: Path | None = None) -> list[Case]:
+    """The answers that answer (not the model's "not in the passages"), each with its drawn inserts; without the
+    questions ``exclude`` (another answers file) holds: a held-out check of a choice made on that file."""
     rng = random.Random(seed)
     near_rng = random.Random(seed + 1)  # its own draws: the unrelated inserts stay those of earlier runs
-    records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    seen = {record["id"] for record in _records(exclude)} if exclude is not None else set()
+    records = [record for record in _records(path) if record["id"] not in seen]
     inserts = Inserts(DATA)
     pools = inserts.unrelated()
     cases = []
@@ -304,6 +310,7 @@ def show(cases: list[Case], min_support: float) -> list[dict[str, Any]]:
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m gateway.eval.sentence_gate")
     parser.add_argument("--answers", type=Path, required=True)
+    parser.add_argument("--exclude", type=Path, help="leave out the questions of this answers file (held out)")
     parser.add_argument("--show", action="store_true", help="print the withheld sentences for the hand check")
     parser.add_argument("--judge", action="store_true", help="also ask the local model about the doubted sentences")
     parser.add_argument(
@@ -312,7 +319,7 @@ def main() -> None:
     parser.add_argument("--inserts", type=int, default=15, help="inserted answers judged per language")
     parser.add_argument("--port", type=int, default=8081)
     args = parser.parse_args()
-    cases = load_cases(args.answers)
+    cases = load_cases(args.answers, exclude=args.exclude)
     default = GroundingPolicy().min_support
     print("| min_support | lang | answers | sentences | withheld (share) | inserts caught | near inserts caught |")
     print("|---|---|---:|---:|---:|---:|---:|")

@@ -12,7 +12,7 @@ import pytest
 from gateway.eval.inserts import Inserts, fits
 from gateway.eval.judged_support import JudgedSupport
 from gateway.eval.sentence_answers import first_of_each_set
-from gateway.eval.sentence_gate import Case, judge_scores, relevance_table
+from gateway.eval.sentence_gate import Case, judge_scores, load_cases, relevance_table
 
 NORMAN_1 = "The Normans settled in Normandy in the tenth century. Their duke was Rollo of the northern lands."
 NORMAN_2 = "Norman knights fought at Hastings in the year 1066. The battle ended the Anglo-Saxon rule of England."
@@ -158,3 +158,16 @@ def test_a_shorter_answers_run_takes_the_first_questions_of_every_set() -> None:
         "jsquad1",
     ]
     assert first_of_each_set(picked, 0) == picked
+
+
+def test_a_held_out_check_leaves_out_the_questions_of_the_answers_it_was_chosen_on(tmp_path: Path) -> None:
+    def line(question_id: str) -> str:
+        passages = [{"id": "normans-p0", "title": "Normans", "text": NORMAN_1}]
+        record = {"id": question_id, "set": "squad", "question": "Who?", "answers": ["Rollo"], "passages": passages}
+        return json.dumps({**record, "answer": "Their duke was Rollo [1]."}) + "\n"
+
+    chosen_on, held_out = tmp_path / "answers.jsonl", tmp_path / "heldout.jsonl"
+    chosen_on.write_text(line("q1") + line("q2"))
+    held_out.write_text(line("q2") + line("q3"))
+    assert [c.id for c in load_cases(held_out)] == ["q2", "q3"]
+    assert [c.id for c in load_cases(held_out, exclude=chosen_on)] == ["q3"]
