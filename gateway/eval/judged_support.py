@@ -41,11 +41,11 @@ class JudgedSupport:
     def __init__(self, embed: EmbedArray, model: JudgeModel | None = None) -> None:
         self._embed = embed
         self._model = model or JudgeModel()
-        self._passages: dict[tuple[str, ...], np.ndarray] = {}
+        self._passages: dict[tuple[str, ...], np.ndarray] = {}  # by the passages' titles and texts
 
     def score(self, sentence: str, titles: Sequence[str], texts: Sequence[str]) -> float:
         """The judge's probability for the passage that best supports ``sentence``."""
-        key = tuple(texts)
+        key = (*titles, *texts)
         if key not in self._passages:
             self._passages[key] = _unit(self._embed([f"{t}\n{x}" for t, x in zip(titles, texts, strict=True)]))
         cosines = self._passages[key] @ _unit(self._embed([sentence]))[0]

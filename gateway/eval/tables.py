@@ -164,6 +164,8 @@ def merged(reports: list[Row]) -> dict[str, Row]:
         raise ValueError("the reports ran on different questions: compare runs with the same --seed and --limit")
     summaries: dict[str, Row] = {}
     for report in reports:
+        if repeated := summaries.keys() & report["summary"].keys():
+            raise ValueError(f"two reports hold the mode {sorted(repeated)[0]!r}: compare such runs table by table")
         summaries |= report["summary"]
     return summaries
 

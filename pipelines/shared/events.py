@@ -103,7 +103,8 @@ WithholdReason = Literal["unsupported", "states_nothing", "declined"]
 class Withhold(Event, tag="withhold", frozen=True):
     """A sentence of the generated answer that was never sent: ``index`` counts the answer's sentences from 0.
 
-    ``unsupported``: it adds words or numbers the evidence lacks (``missing``, at most five); ``states_nothing``:
+    ``unsupported``: it adds words or numbers the evidence lacks (``missing``, at most five), or the round judge
+    finds no passage that holds its claim (``missing`` may then be empty); ``states_nothing``:
     citation numbers alone, or a sentence broken off before its claim; ``declined``: the model said the passages
     lack the answer after it had already answered from them.
     """

@@ -107,6 +107,8 @@ class Draft:
         if all(w.reason == "states_nothing" for w in self.withheld):
             return "model gave only citations"
         missing = [term for w in self.withheld for term in w.missing]
+        if not missing:  # withheld by the round check, every term found somewhere
+            return "unsupported by passages"
         return "unsupported by passages: " + ", ".join(list(dict.fromkeys(missing))[:5])
 
 

@@ -369,6 +369,8 @@ def test_tables_compare_runs_only_on_the_same_questions() -> None:
     assert "| `multi_hop` | complete | 2 |" in text
     with pytest.raises(ValueError, match="different questions"):
         merged([report("plain", ["a", "b"]), report("corrective", ["a", "c"])])
+    with pytest.raises(ValueError, match="two reports hold the mode 'plain'"):
+        merged([report("plain", ["a", "b"]), report("plain", ["a", "b"])])  # one would hide the other
 
 
 def test_a_question_the_gateway_failed_counts_as_unanswered_in_its_mode() -> None:

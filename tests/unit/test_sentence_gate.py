@@ -150,8 +150,13 @@ def test_the_settings_turn_the_round_check_on_by_default_and_zero_turns_it_off()
     assert GroundingPolicy().check(passages) is None  # a bare policy: the lexical test alone
 
 
-def test_the_round_check_has_nothing_to_read_in_a_lone_passage_or_a_sentence_without_content_words() -> None:
-    check = RoundCheck(0.4, ("梅雨", "梅雨"))
-    assert check.score(TSUYU_INVENTED, TSUYU[:1]) == 1.0
-    assert check.score("According to the documents, the answer is in the passage [1].", EVIDENCE) == 1.0
-    assert check.score(TSUYU_INVENTED, TSUYU) < 0.4
+def test_the_round_check_has_nothing_to_read_without_a_round_or_a_claim_in_the_sentences_script() -> None:
+    check = RoundCheck(0.4, ("梅雨",))
+    assert check.score(TSUYU_INVENTED, TSUYU[:1]) == 1.0  # a lone passage
+    mixed = RoundCheck(0.4, ("梅雨", "K9"))
+    # A passage in the other script cannot match the sentence's words: it is no round to read it in.
+    assert mixed.score(TSUYU_INVENTED, [TSUYU[0], EVIDENCE[0]]) == 1.0
+    three = RoundCheck(0.4, ("梅雨", "梅雨", "K9"))
+    assert three.score(TSUYU_INVENTED, [*TSUYU, EVIDENCE[0]]) < 0.4
+    english = RoundCheck(0.4, ("Kumo Carrier K9", "Battery"))
+    assert english.score("According to the documents, the answer is in the passage [1].", EVIDENCE) == 1.0

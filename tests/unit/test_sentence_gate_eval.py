@@ -130,7 +130,9 @@ def test_judge_scores_read_each_sentence_the_gate_cut_with_both_tests_verdicts()
 
 def test_relevance_table_counts_the_inserts_each_test_catches() -> None:
     support = JudgedSupport(_keyword_embed)
-    cases = [_case("The duke of the Normans was Rollo [1].", "Norman castles were built of stone across England. [3]")]
+    cases = [
+        _case("The duke of the Normans was Rollo [1].", "The French language spread through the Norman court. [3]")
+    ]
     table = relevance_table(cases, 0.5, {"keywords": support})
     rows = {}
     for line in table.splitlines()[2:]:
@@ -142,9 +144,8 @@ def test_relevance_table_counts_the_inserts_each_test_catches() -> None:
         own, unrelated, _ = rows[("en", "lexical + judge", threshold)]
         assert unrelated == "1/1 (100.0%)"
     assert rows[("en", "judge", "0.1")][0] == "0/1 (0.0%)"
-    # Each threshold catches at least what a lower one does.
-    caught = [rows[("en", "judge", t)][1] for t in ("0.1", "0.2", "0.3", "0.4", "0.5")]
-    assert [int(c.split("/")[0]) for c in caught] == sorted(int(c.split("/")[0]) for c in caught)
+    # The near insert (another article's sentence about the Normans) is caught by both tests together.
+    assert rows[("en", "lexical + judge", "0.3")][2] == "1/1 (100.0%)"
 
 
 def test_a_shorter_answers_run_takes_the_first_questions_of_every_set() -> None:

@@ -351,3 +351,36 @@ def test_phantom_citations_are_dropped_and_an_answer_that_says_nothing_is_recogn
 ) -> None:
     assert drop_phantom_citations(raw, passages) == cleaned
     assert states_nothing(cleaned) is says_nothing
+
+
+TSUYU_PASSAGES = [
+    Passage(
+        "t1",
+        "tsuyu",
+        "梅雨",
+        "梅雨は、北海道を除く日本で6月から7月にかけて見られる雨の多い時期である。"
+        "気象庁は各地の梅雨入りと梅雨明けを発表する。梅雨前線の位置で天気が変わる。",
+        0.6,
+    ),
+    Passage("t2", "tsuyu", "梅雨", "梅雨の期間はふつう1か月から1か月半程度である。梅雨の時期には湿度が高い。", 0.6),
+]
+
+
+async def test_the_round_check_withholds_an_on_topic_invention_and_reports_why_when_nothing_is_left() -> None:
+    invented = "ただし、梅雨前線が停滞したまま立秋を過ぎると、梅雨明けの発表はされない[1]。"
+    grounded = "梅雨の期間はふつう1か月から1か月半程度である[2]。"
+    checked = GroundingPolicy(judge_below=0.4)
+    llm, _ = scripted(grounded + invented)
+    result = await generate_grounded(llm, "梅雨の期間はどのくらいか", TSUYU_PASSAGES, checked, node="generate")
+    assert result.answer.startswith("梅雨の期間はふつう1か月から1か月半程度である")
+    assert "立秋" not in result.answer
+    assert [w.index for w in result.withheld] == [1]
+    lexical_only, _ = scripted(grounded + invented)
+    unchecked = await generate_grounded(
+        lexical_only, "梅雨の期間はどのくらいか", TSUYU_PASSAGES, GroundingPolicy(), node="g"
+    )
+    assert "立秋" in unchecked.answer  # the lexical test alone lets it through
+    alone, _ = scripted(invented)
+    result = await generate_grounded(alone, "梅雨の期間はどのくらいか", TSUYU_PASSAGES, checked, node="generate")
+    assert result.abstained
+    assert result.note == "unsupported by passages: 停滞, 立秋"
