@@ -141,13 +141,13 @@ def test_the_round_checks_threshold_decides() -> None:
     assert not check.passes(TSUYU_INVENTED, TSUYU)
 
 
-def test_the_settings_turn_the_round_check_on_by_default_and_zero_turns_it_off() -> None:
+def test_the_round_check_is_off_by_default_and_a_threshold_turns_it_on() -> None:
     passages = [Passage("c1", "d1", "梅雨", TSUYU[0], 0.5), Passage("c2", "d2", "梅雨", TSUYU[1], 0.5)]
-    check = GroundingSettings().policy().check(passages)
+    assert GroundingSettings().policy().check(passages) is None
+    check = GroundingSettings(sentence_judge_below=0.4).policy().check(passages)
     assert check is not None
     assert (check.below, check.titles) == (0.4, ("梅雨", "梅雨"))
-    assert GroundingSettings(sentence_judge_below=0.0).policy().check(passages) is None
-    assert GroundingPolicy().check(passages) is None  # a bare policy: the lexical test alone
+    assert GroundingPolicy().check(passages) is None
 
 
 def test_the_round_check_has_nothing_to_read_without_a_round_or_a_claim_in_the_sentences_script() -> None:
