@@ -9,11 +9,12 @@ on with the later sentences that pass: ``python -m gateway.eval.sentence_gate`` 
 check (false withholds, inserted sentences caught).
 
 A sentence the lexical test passes may still be an invention on the passages' own topic: it shares their common
-words ("梅雨", "前線", "発表") and adds a claim none of them makes. So a second test reads it as the round judge reads
+words ("梅雨", "前線", "発表") and adds a claim none of them makes. A second test can read it as the round judge reads
 a question (:class:`RoundCheck`): its words weighed by how few of the passages hold them, its best sentence and window
-overlap; a sentence whose best passage the judge scores below the threshold is withheld too. ``python -m
-gateway.eval.sentence_gate --relevance-judge`` measures both tests on the model's own answers and on inserted
-sentences of neighbouring paragraphs.
+overlap; a sentence whose best passage the judge scores below the threshold is withheld too. It is off unless a
+threshold is set: it reads wording, and a right answer in the model's own words reads like an invention to it.
+``python -m gateway.eval.sentence_gate --relevance-judge`` measures both tests on the model's own answers and on
+inserted sentences of neighbouring paragraphs.
 
 The gate is the same object on both paths: a streamed answer is fed token by token and sends each sentence as it
 passes, a non-streamed one is fed whole; the splitter cuts both alike, so the two answers are the same text.
