@@ -10,6 +10,8 @@ from typing import Any, Literal
 from pipelines.shared.text import has_cjk
 
 DatasetName = Literal["hotpotqa", "squad", "jsquad", "written"]
+# A HotpotQA document's id: its title, cut to this many characters.
+TITLE_ID_CHARS = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +41,7 @@ def load_hotpotqa(questions_path: Path, corpus_path: Path | None = None) -> Data
         corpus = {title: sentences for item in items for title, sentences in item["context"]}
     dataset = Dataset(name="hotpotqa")
     dataset.documents = [
-        {"id": title[:256], "title": title, "text": "".join(sentences).strip()}
+        {"id": title[:TITLE_ID_CHARS], "title": title, "text": "".join(sentences).strip()}
         for title, sentences in corpus.items()
         if "".join(sentences).strip()
     ]
@@ -49,7 +51,7 @@ def load_hotpotqa(questions_path: Path, corpus_path: Path | None = None) -> Data
                 id=str(item.get("_id", index)),
                 text=item["question"],
                 answers=[item["answer"]],
-                gold_doc_ids=frozenset(title[:256] for title, _ in item["supporting_facts"]),
+                gold_doc_ids=frozenset(title[:TITLE_ID_CHARS] for title, _ in item["supporting_facts"]),
                 kind=item.get("type", ""),
             )
         )

@@ -17,7 +17,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from gateway.eval.datasets import Dataset, load
+from gateway.eval.datasets import TITLE_ID_CHARS, Dataset, load
 from pipelines.shared.sentences import split_sentences
 from pipelines.shared.text import has_cjk, normalise
 
@@ -64,7 +64,7 @@ class Inserts:
         dataset = self._sets[record["set"]]
         given = {p["id"] for p in record["passages"]}
         if record["set"] == "hotpotqa":
-            titles = {t[:256] for t in self._hotpot_context.get(record["id"], [])}
+            titles = {t[:TITLE_ID_CHARS] for t in self._hotpot_context.get(record["id"], [])}
             beside = [d for d in dataset.documents if d["id"] in titles and d["id"] not in given]
         else:
             slugs = {p["id"].rsplit("-p", 1)[0] for p in record["passages"]}

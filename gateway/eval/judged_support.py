@@ -32,7 +32,7 @@ class GateReading:
     """The sentence gate's second test as it runs: the judge over the passages, each at the same cosine."""
 
     def score(self, sentence: str, titles: Sequence[str], texts: Sequence[str]) -> float:
-        return RoundCheck(0.0, tuple(titles)).score(sentence, texts)
+        return RoundCheck.over(0.0, titles, texts).score(sentence)
 
 
 class JudgedSupport:

@@ -52,7 +52,6 @@ from pipelines.shared.text import has_cjk
 THRESHOLDS = (0.3, 0.4, 0.5, 0.6, 0.7)
 JUDGE_THRESHOLDS = (0.1, 0.2, 0.3, 0.4, 0.5)
 SEED = 11
-INSERT = "insert"
 
 
 @dataclass(frozen=True, slots=True)

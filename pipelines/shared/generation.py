@@ -42,7 +42,9 @@ class GroundingPolicy:
 
     def check(self, passages: list[Passage]) -> RoundCheck | None:
         """The gate's second test over ``passages``, or None when it is off."""
-        return RoundCheck(self.judge_below, tuple(p.title for p in passages)) if self.judge_below > 0 else None
+        if self.judge_below <= 0:
+            return None
+        return RoundCheck.over(self.judge_below, [p.title for p in passages], [p.text for p in passages])
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,28 +43,34 @@ SAME_COSINE = 1.0
 @dataclass(frozen=True, slots=True)
 class RoundCheck:
     """The round judge as the gate's second support test: does some passage answer this sentence, read against the
-    others? ``below``: the judge's score under which a sentence is withheld; ``titles``: the passages' titles, in the
-    order of the gate's evidence."""
+    others? ``below``: the judge's score under which a sentence is withheld. The answer's passages are kept split by
+    script (:meth:`over`): a sentence is read against those in its own."""
 
     below: float
-    titles: tuple[str, ...]
+    latin: tuple[Passage, ...]
+    cjk: tuple[Passage, ...]
     model: JudgeModel = field(default_factory=JudgeModel)
 
-    def passes(self, sentence: str, evidence: Sequence[str]) -> bool:
-        return self.score(sentence, evidence) >= self.below
+    @classmethod
+    def over(cls, below: float, titles: Sequence[str], texts: Sequence[str]) -> RoundCheck:
+        """The check over one answer's passages (their titles and texts, in the prompt's order)."""
+        passages = [
+            Passage(str(i), str(i), title, text, SAME_COSINE)
+            for i, (title, text) in enumerate(zip(titles, texts, strict=True))
+        ]
+        cjk = tuple(p for p in passages if mostly_cjk(p.text))
+        return cls(below, tuple(p for p in passages if p not in cjk), cjk)
 
-    def score(self, sentence: str, evidence: Sequence[str]) -> float:
+    def passes(self, sentence: str) -> bool:
+        return self.score(sentence) >= self.below
+
+    def score(self, sentence: str) -> float:
         """The judge's score of the passage that best supports ``sentence``, read whole as a question is: the words
         it shares with the question anchor a grounded sentence (read without them, held-out Japanese answers lost 9
         of 31 sentences). 1 where the judge has nothing to read: a sentence without content terms (it claims nothing
         the lexical test could check either), or fewer than two passages in the sentence's script (no round to weigh
         words against; a passage in the other script could not match them, and scored apart it would pass all)."""
-        cjk = mostly_cjk(sentence)
-        passages = [
-            Passage(str(i), str(i), title, text, SAME_COSINE)
-            for i, (title, text) in enumerate(zip(self.titles, evidence, strict=True))
-            if mostly_cjk(text) == cjk
-        ]
+        passages = self.cjk if mostly_cjk(sentence) else self.latin
         if len(passages) < MIN_ROUND or not terms(sentence):
             return 1.0
         return max(judge_round(self.model, sentence, passages))
@@ -88,7 +94,7 @@ def judge_sentence(
         return Verdict("states_nothing")
     support = lexical_support(sentence, question, evidence)
     missing = dict.fromkeys((*support.missing_numbers, *support.missing))  # a number is a term too: once each
-    if support.supported(min_support) and (check is None or check.passes(sentence, evidence)):
+    if support.supported(min_support) and (check is None or check.passes(sentence)):
         return Verdict(None)
     # Withheld by either test, it is a doubt the corrective pipeline's critic may clear; its missing terms are what
     # the lexical test found absent (the round check withholds a sentence whose few absent terms are its claim).

@@ -102,7 +102,7 @@ TSUYU_INVENTED = "ただし、梅雨前線が停滞したまま立秋を過ぎ�
 
 
 def checked_gate(evidence: list[str], question: str, below: float = 0.4) -> SentenceGate:
-    check = RoundCheck(below, tuple("梅雨" for _ in evidence))
+    check = RoundCheck.over(below, ["梅雨" for _ in evidence], evidence)
     return SentenceGate(question, evidence, passages=len(evidence), min_support=0.5, check=check)
 
 
@@ -127,18 +127,22 @@ def test_the_round_check_passes_grounded_sentences_and_bare_values() -> None:
     assert len([*checked.feed(answer), *checked.close()]) == 2
     assert checked.withheld == []
     english = SentenceGate(
-        QUESTION, EVIDENCE, passages=2, min_support=0.5, check=RoundCheck(0.4, ("Kumo Carrier K9", "Battery"))
+        QUESTION,
+        EVIDENCE,
+        passages=2,
+        min_support=0.5,
+        check=RoundCheck.over(0.4, ("Kumo Carrier K9", "Battery"), EVIDENCE),
     )
     grounded = "The K9 is a delivery robot built in Osaka [1]. It carries loads of up to 40 kg [1]."
     assert "".join([*english.feed(grounded), *english.close()]) == grounded
 
 
 def test_the_round_checks_threshold_decides() -> None:
-    check = RoundCheck(0.4, ("梅雨", "梅雨"))
-    score = check.score(TSUYU_INVENTED, TSUYU)
+    check = RoundCheck.over(0.4, ("梅雨", "梅雨"), TSUYU)
+    score = check.score(TSUYU_INVENTED)
     assert 0.0 < score < 0.4
-    assert RoundCheck(score, ("梅雨", "梅雨")).passes(TSUYU_INVENTED, TSUYU)
-    assert not check.passes(TSUYU_INVENTED, TSUYU)
+    assert RoundCheck.over(score, ("梅雨", "梅雨"), TSUYU).passes(TSUYU_INVENTED)
+    assert not check.passes(TSUYU_INVENTED)
 
 
 def test_the_round_check_is_off_by_default_and_a_threshold_turns_it_on() -> None:
@@ -146,17 +150,17 @@ def test_the_round_check_is_off_by_default_and_a_threshold_turns_it_on() -> None
     assert GroundingSettings().policy().check(passages) is None
     check = GroundingSettings(sentence_judge_below=0.4).policy().check(passages)
     assert check is not None
-    assert (check.below, check.titles) == (0.4, ("梅雨", "梅雨"))
+    assert (check.below, tuple(p.title for p in check.cjk)) == (0.4, ("梅雨", "梅雨"))
     assert GroundingPolicy().check(passages) is None
 
 
 def test_the_round_check_has_nothing_to_read_without_a_round_or_a_claim_in_the_sentences_script() -> None:
-    check = RoundCheck(0.4, ("梅雨",))
-    assert check.score(TSUYU_INVENTED, TSUYU[:1]) == 1.0  # a lone passage
-    mixed = RoundCheck(0.4, ("梅雨", "K9"))
+    check = RoundCheck.over(0.4, ("梅雨",), TSUYU[:1])
+    assert check.score(TSUYU_INVENTED) == 1.0  # a lone passage
+    mixed = RoundCheck.over(0.4, ("梅雨", "K9"), [TSUYU[0], EVIDENCE[0]])
     # A passage in the other script cannot match the sentence's words: it is no round to read it in.
-    assert mixed.score(TSUYU_INVENTED, [TSUYU[0], EVIDENCE[0]]) == 1.0
-    three = RoundCheck(0.4, ("梅雨", "梅雨", "K9"))
-    assert three.score(TSUYU_INVENTED, [*TSUYU, EVIDENCE[0]]) < 0.4
-    english = RoundCheck(0.4, ("Kumo Carrier K9", "Battery"))
-    assert english.score("According to the documents, the answer is in the passage [1].", EVIDENCE) == 1.0
+    assert mixed.score(TSUYU_INVENTED) == 1.0
+    three = RoundCheck.over(0.4, ("梅雨", "梅雨", "K9"), [*TSUYU, EVIDENCE[0]])
+    assert three.score(TSUYU_INVENTED) < 0.4
+    english = RoundCheck.over(0.4, ("Kumo Carrier K9", "Battery"), EVIDENCE)
+    assert english.score("According to the documents, the answer is in the passage [1].") == 1.0
