@@ -33,6 +33,10 @@ looks at the passages one search returns, with the query vector the request alre
   in the company's page and its founder's). Shared names do not tell the two apart: a bridge's second document
   names the bridge entity the first one mentions. ``distinct_second_share`` is the second part's share, or none
   where the two documents share ``REPEATED_FIGURES`` figures the question does not give.
+- ``titled_documents``: how many of the top documents the question names by their titles ("which is longer, the
+  Pendrell Line or the Esker Line?"). Pages cross-reference each other (a river's page names its tributary, a depot's
+  the trains it keeps), so one of a comparison's two pages can hold every word of the question; naming two documents
+  still asks about two.
 
 The passages travel with the signals (:class:`Probe`) so retrieval can reuse them instead of
 searching the store a second time. The probe may search deeper than the signals read (``depth`` vs
@@ -44,7 +48,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Sequence, Set
+from collections.abc import Iterable, Sequence, Set
 from dataclasses import astuple, dataclass, fields
 from typing import Protocol, runtime_checkable
 
@@ -122,6 +126,7 @@ class ProbeSignals:
     question_terms: int
     shared_figures: int
     distinct_second_share: float
+    titled_documents: int = 0
 
     def vector(self) -> list[float]:
         return [float(v) for v in astuple(self)]
@@ -204,6 +209,37 @@ def _title_source(title: str) -> str:
     """A title as the signals compare documents: normalised (a regular expression pass, ~2 us), once per title
     rather than for each of the dozen passages every probe reads."""
     return normalise(title).strip()
+
+
+# A title's trailing qualifier is not how a question names the document: "Frozen (2013 film)" is asked as "Frozen".
+_TITLE_QUALIFIER = re.compile(r"\s*[(（][^)）]*[)）]\s*$")
+# Quotation marks around a title (「白露」) are not part of the name.
+_TITLE_QUOTES = "「」『』\"“”'"
+# Shorter Latin titles ("IT", "Go") are words of any question; a two-character Japanese title is a name (白露).
+MIN_LATIN_TITLE = 3
+
+
+@functools.lru_cache(maxsize=PASSAGE_VIEWS)
+def _title_name(title: str) -> tuple[str, re.Pattern[str]] | None:
+    """How a question names a document by its title: the title without its qualifier or quotes, a whole word (or
+    words) in Latin script, anywhere in Japanese text. None for a title no question names so (empty, too short)."""
+    name = normalise(_TITLE_QUALIFIER.sub("", title)).strip().strip(_TITLE_QUOTES).strip()
+    if has_cjk(name):
+        return (name, re.compile(re.escape(name))) if len(name) >= 2 else None
+    if len(name) < MIN_LATIN_TITLE:
+        return None
+    return name, re.compile(rf"(?<!\w){re.escape(name)}(?!\w)")
+
+
+def titled_documents(question: str, titles: Iterable[str]) -> int:
+    """How many documents the question names by title. A comparison names both of its documents ("which is longer,
+    the Pendrell Line or the Esker Line?") even where each page mentions the other, so that one of them holds every
+    word of the question and the coverage signals read one document. Counted by name: "Frozen (2013 film)" and
+    "Frozen" are one, and a name inside a longer one the question uses ("Pendrell" in "Pendrell Line") is not
+    another."""
+    asked = normalise(question)
+    names = {hit[0] for title in set(titles) if (hit := _title_name(title)) and hit[1].search(asked)}
+    return sum(1 for name in names if not any(name != other and name in other for other in names))
 
 
 def _name_terms(text: str) -> set[str]:
@@ -343,6 +379,7 @@ def read_signals(question: str, passages: Sequence[Passage]) -> tuple[ProbeSigna
         question_terms=len(wanted),
         shared_figures=shared,
         distinct_second_share=0.0 if shared >= REPEATED_FIGURES else second_share,
+        titled_documents=titled_documents(question, (p.title for p in passages)),
     )
     return signals, tuple(doc_id[source] for source in cover)
 

@@ -131,7 +131,21 @@ def _jsquad(data_dir: Path, sample: int, split: Callable[[str], list[str]]) -> t
     return CorpusTenant("jsquad", docs, split), Source("JSQuAD sample (test only)", tuple(cases), None)
 
 
-def sources(cases: Sequence[Case], examples: Sequence[Example], jsquad: Source) -> list[Source]:
+def _heldout(path: Path, split: Callable[[str], list[str]]) -> tuple[CorpusTenant, Source]:
+    """A written multi-hop set no router was trained on (``gateway/eval/data``): new documents, new entities, asked
+    of their own tenant, as a new user's knowledge base would be."""
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    docs = tuple(SourceDocument(d["id"], d["title"], d["text"]) for d in raw["documents"])
+    cases = tuple(
+        Case(q["question"], q["route"], q["lang"], "heldout", frozenset({"heldout"}), tuple(q["supporting"]))
+        for q in raw["questions"]
+    )
+    return CorpusTenant("heldout", docs, split), Source("written held-out multi-hop set (test only)", cases, None)
+
+
+def sources(
+    cases: Sequence[Case], examples: Sequence[Example], jsquad: Source, heldout: Source | None = None
+) -> list[Source]:
     def own(tag: str) -> tuple[Case, ...]:
         return tuple(c for c in cases if c.sources == {tag} and c.tenant == tag)
 
@@ -150,6 +164,7 @@ def sources(cases: Sequence[Case], examples: Sequence[Example], jsquad: Source) 
         Source("written redundant KB JA", own("redundant_ja"), "redundant_ja"),
         Source("written direct EN (asked of the org tenant)", direct("en"), "written_direct_en"),
         Source("written direct JA (asked of the org tenant)", direct("ja"), "written_direct_ja"),
+        *([heldout] if heldout is not None else []),
         Source(
             "SKR/NQ vs the unrelated Normans tenant",
             tuple(Case(e.text, "direct", "en", "squad_v2", frozenset({"skr_nq"})) for e in skr),
@@ -296,6 +311,12 @@ def render(rows: Sequence[Row], classifier: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", type=Path, default=Path("../shared/data/dev"))
+    parser.add_argument(
+        "--heldout",
+        type=Path,
+        default=Path(__file__).resolve().parents[2] / "gateway" / "eval" / "data" / "multihop_heldout.json",
+        help="a written multi-hop set never trained on, routed as a test-only set",
+    )
     parser.add_argument("--jsquad-sample", type=int, default=200, help="JSQuAD questions to test (0: all)")
     parser.add_argument("--classifier", choices=("before", "after", "both"), default="both")
     parser.add_argument("--out", type=Path, help="also write the rows as JSON here")
@@ -315,10 +336,13 @@ def main() -> None:
     tenants = load_tenants(split)
     jsquad_tenant, jsquad = _jsquad(args.data_dir, args.jsquad_sample, split)
     tenants["jsquad"] = jsquad_tenant
+    heldout: Source | None = None
+    if args.heldout.exists():
+        tenants["heldout"], heldout = _heldout(args.heldout, split)
     before: list[Trainer] = [CurrentLogistic] if args.classifier in ("before", "both") else []
     trainers = before + ([KnowledgeAware] if args.classifier in ("after", "both") else [])
     report: dict[str, list[dict[str, Any]]] = {}
-    all_sources = sources(cases, examples, jsquad)
+    all_sources = sources(cases, examples, jsquad, heldout)
     for trainer in trainers:
         rows: list[Row] = []
         for source in all_sources:

@@ -7,7 +7,15 @@ from collections.abc import Sequence
 import pytest
 
 from pipelines.shared.deps import Passage
-from routes.probe import EMPTY_SIGNALS, SIGNAL_NAMES, ProbeFirstRetriever, probe_of, question_words, read_signals
+from routes.probe import (
+    EMPTY_SIGNALS,
+    SIGNAL_NAMES,
+    ProbeFirstRetriever,
+    probe_of,
+    question_words,
+    read_signals,
+    titled_documents,
+)
 
 
 def passage(doc_id: str, text: str, score: float, title: str = "", index: int = 0) -> Passage:
@@ -236,3 +244,31 @@ async def test_retrieval_reuses_the_probe_for_the_same_search_only() -> None:
     opaque = ProbeFirstRetriever(CountingRetriever(), probe_of("acme", question, [LISBON, BEACON, TRAVEL], depth=8))
     assert await opaque.search("acme", question, 2) == [TRAVEL]
     assert opaque.served == 0
+
+
+@pytest.mark.parametrize(
+    ("question", "titles", "named"),
+    [
+        ("Which is the longer railway, the Pendrell Line or the Esker Line?", ["Pendrell Line", "Esker Line"], 2),
+        # the qualifier is not how a question names a page, and two pages of one name are one name
+        ("Are Frozen and Big Hero 6 both animated?", ["Frozen (2013 film)", "Frozen", "Big Hero 6 (film)"], 2),
+        # a name inside a longer one the question uses is not another document named
+        ("How long is the Pendrell Line?", ["Pendrell Line", "Pendrell", "Esker Line"], 1),
+        # whole words only, and short Latin titles are words of any question
+        ("What does the IT desk say about Lisbon offices?", ["IT", "Lisbon office", "Esker"], 0),
+        # Japanese names anywhere in the text, without their quotation marks or reading
+        ("「白露」と「雪待」では、精米歩合が低いのはどちらですか？", ["白露（日本酒）", "「雪待」", "西峰工場"], 2),
+        ("夕凪川と白萩川では、どちらが長いですか？", ["夕凪川", "白萩川", "楢崎町"], 2),
+        ("When did the Lisbon office open?", [], 0),
+    ],
+)
+def test_titled_documents_counts_the_documents_a_question_names(question: str, titles: list[str], named: int) -> None:
+    assert titled_documents(question, titles) == named
+
+
+def test_the_signals_count_the_named_documents_among_the_probe() -> None:
+    pendrell = passage("pendrell", "The Pendrell Line is 64 km long; it meets the Esker Line.", 0.6, "Pendrell Line")
+    esker = passage("esker", "The Esker Line is 38 km long.", 0.5, "Esker Line")
+    question = "Which is longer, the Pendrell Line or the Esker Line?"
+    assert read_signals(question, [pendrell, esker])[0].titled_documents == 2
+    assert read_signals(question, [pendrell, TRAVEL])[0].titled_documents == 1  # only the probe's documents count
