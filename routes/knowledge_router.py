@@ -47,12 +47,13 @@ DIRECT_CUES = ("greeting", "transform", "about_assistant", "code", "arithmetic")
 # held-out sets and lost more on others, i.e. they carried dataset style. Without the repetition discount, the
 # written redundant sets (each fact told by 2-4 documents) went 62-73% to ``multi_hop``.
 SPREAD_SIGNALS = ("distinct_second_share",)
-# A question naming this many of the probe's documents by title asks about each of them: multi_hop whatever the
-# signals read (stage 1's too: it is about what the tenant holds). Over the router's training cases, 51 of 189
-# multi-hop questions named two of their probe's documents, and none of 410 single-hop (nor 104 redundant) ones did.
-# A rule, not a third input to stage 2: fitted as one, it moved stage 2's threshold on the second-document share for
-# every other question (leave-one-dataset-out: written org JA multi-hop 0.870 -> 0.826).
-NAMED_PARTS = 2
+# A question asking about this many of the probe's documents together, by their titles ("X or Y", 「X」と「Y」), asks
+# about each of them: multi_hop whatever the coverage reads. Over the router's training cases 35 of 189 multi-hop
+# questions did so, and none of 410 single-hop (nor 104 redundant) ones. A rule beside stage 2, not a third input to
+# it: fitted as one, it moved stage 2's threshold on the second-document share for every other question
+# (leave-one-dataset-out: written org JA multi-hop 0.870 -> 0.826). Stage 1 still decides first: a greeting or a
+# translation request that happens to name two pages stays direct.
+NAMED_DOCUMENTS = 2
 RETRIEVE: Route = "single_hop"  # stage 1's label for "search the knowledge base" (stage 2 says how)
 # Stage 2 answers multi_hop at this probability unless the tenant's routing was recalibrated from its traffic.
 DEFAULT_MULTI_HOP_THRESHOLD = 0.5
@@ -197,14 +198,13 @@ class KnowledgeRouter:
             f"top score {s.top_score:.2f}, question words covered by the best document {s.best_coverage:.2f}, "
             f"by the top {s.documents} documents {s.union_coverage:.2f}"
         )
-        # A question naming two of the tenant's documents by title is about what the tenant holds.
-        named = s.titled_documents >= NAMED_PARTS
-        if p_retrieve < 0.5 and not named:
+        if p_retrieve < 0.5:
             reason = f"p(retrieve)={p_retrieve:.2f}: {found}{cue_text}"
             return RouteDecision("direct", 1.0 - p_retrieve, reason, self.name, probe)
         spread = _probabilities(self._model.spread, spread_row(s))
         p_multi = spread.get("multi_hop", 0.0)
-        naming = f"; the question names {s.titled_documents} of them by title" if named else ""
+        named = s.titled_documents >= NAMED_DOCUMENTS
+        naming = f"; the question asks about {s.titled_documents} of them by title" if named else ""
         route: Route = "multi_hop" if named or p_multi >= multi_hop_threshold else "single_hop"
         threshold = (
             ""
@@ -223,6 +223,8 @@ class KnowledgeRouter:
             reason,
             self.name,
             probe,
-            p_multi_hop=p_multi,
+            # A route the rule chose is not one a threshold on p(multi_hop) chose: a tenant's recalibration must not
+            # read it as wanting multi_hop at that probability.
+            p_multi_hop=None if named else p_multi,
             router_version=self._model.version,
         )

@@ -47,6 +47,7 @@ probe that deep lets it take that ranking from the probe and search only the key
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 from collections.abc import Iterable, Sequence, Set
 from dataclasses import astuple, dataclass, fields
@@ -212,34 +213,62 @@ def _title_source(title: str) -> str:
 
 
 # A title's trailing qualifier is not how a question names the document: "Frozen (2013 film)" is asked as "Frozen".
-_TITLE_QUALIFIER = re.compile(r"\s*[(（][^)）]*[)）]\s*$")
-# Quotation marks around a title (「白露」) are not part of the name.
-_TITLE_QUOTES = "「」『』\"“”'"
+_TITLE_QUALIFIER = re.compile(r"\s*[(（【\[][^)）】\]]*[)）】\]]\s*$")
+# Quotation marks around a title (「白露」) are not part of the name, nor of what joins two names.
+_QUOTES = "「」『』\"“”'‘’"
 # Shorter Latin titles ("IT", "Go") are words of any question; a two-character Japanese title is a name (白露).
 MIN_LATIN_TITLE = 3
+# Two names a question asks about together are joined by a coordinating word or mark close by: "X or Y", "X, Y",
+# "X vs Y", "X older than Y", "the town of X or the University of Y", 「X」と「Y」, Xの開館とYの…. Two titles the
+# question uses otherwise ("an overview of pricing", "the API from the CLI", 料金プランの概要) are words of one
+# request, not two documents asked about.
+_JOINING = re.compile(r"(?<![a-z])(?:and|or|nor|vs|versus|than)(?![a-z])|[,、/&]|と|や|または|および|及び")
+MAX_JOIN_GAP = 32  # characters between the two names
+_LATIN_WORD = re.compile(r"[0-9a-z\u00c0-\u024f]")
 
 
 @functools.lru_cache(maxsize=PASSAGE_VIEWS)
-def _title_name(title: str) -> tuple[str, re.Pattern[str]] | None:
-    """How a question names a document by its title: the title without its qualifier or quotes, a whole word (or
-    words) in Latin script, anywhere in Japanese text. None for a title no question names so (empty, too short)."""
-    name = normalise(_TITLE_QUALIFIER.sub("", title)).strip().strip(_TITLE_QUOTES).strip()
-    if has_cjk(name):
-        return (name, re.compile(re.escape(name))) if len(name) >= 2 else None
-    if len(name) < MIN_LATIN_TITLE:
+def _title_name(title: str) -> str | None:
+    """How a question names a document by its title: normalised, without its qualifier or quotes. None for a title
+    no question names so (empty, or a Latin one too short to be more than a word)."""
+    name = normalise(title).strip().strip(_QUOTES)
+    name = _TITLE_QUALIFIER.sub("", name).strip().strip(_QUOTES).strip()
+    if len(name) < (2 if has_cjk(name) else MIN_LATIN_TITLE):
         return None
-    return name, re.compile(rf"(?<!\w){re.escape(name)}(?!\w)")
+    return name
+
+
+def _occurrences(name: str, text: str) -> list[tuple[int, int]]:
+    """Where ``name`` stands in ``text``: anywhere for a Japanese name, as whole words for a Latin one (bounded by
+    anything but a Latin letter or digit, so "Beacon" is found in "Beaconと" and not in "Beacons")."""
+    found, start = [], text.find(name)
+    while start >= 0:
+        end = start + len(name)
+        if has_cjk(name) or not (
+            (start and _LATIN_WORD.match(text[start - 1])) or (end < len(text) and _LATIN_WORD.match(text[end]))
+        ):
+            found.append((start, end))
+        start = text.find(name, start + 1)
+    return found
 
 
 def titled_documents(question: str, titles: Iterable[str]) -> int:
-    """How many documents the question names by title. A comparison names both of its documents ("which is longer,
-    the Pendrell Line or the Esker Line?") even where each page mentions the other, so that one of them holds every
-    word of the question and the coverage signals read one document. Counted by name: "Frozen (2013 film)" and
-    "Frozen" are one, and a name inside a longer one the question uses ("Pendrell" in "Pendrell Line") is not
-    another."""
+    """How many documents the question names by title and asks about together ("which is longer, the Pendrell Line
+    or the Esker Line?", 「白露」と「雪待」). A comparison's pages often mention each other, so that one of them holds
+    every word of the question and the coverage signals read one document. Counted by name: "Frozen (2013 film)"
+    and "Frozen" are one, and a name standing inside a longer one the question uses ("Pendrell" in "Pendrell Line")
+    is not another."""
     asked = normalise(question)
-    names = {hit[0] for title in set(titles) if (hit := _title_name(title)) and hit[1].search(asked)}
-    return sum(1 for name in names if not any(name != other and name in other for other in names))
+    names = {_title_name(title) for title in set(titles)} - {None}
+    spots = [(start, end, name) for name in names if name for start, end in _occurrences(name, asked)]
+    spots = [s for s in spots if not any(o != s and o[0] <= s[0] and s[1] <= o[1] for o in spots)]
+    spots.sort()
+    joined: set[str] = set()
+    for (_, end, first), (start, _, second) in itertools.pairwise(spots):
+        gap = asked[end:start]
+        if first != second and len(gap) <= MAX_JOIN_GAP and _JOINING.search(gap):
+            joined.update((first, second))
+    return len(joined)
 
 
 def _name_terms(text: str) -> set[str]:

@@ -23,7 +23,8 @@ class RouteDecision:
     classifier: str
     probe: Probe | None = None
     # The knowledge-aware classifier's probability that a second document holds a part of the question: what a
-    # tenant's recalibrated threshold is compared with (None where no such model decided).
+    # tenant's recalibrated threshold is compared with (None where no threshold on it decided: another classifier,
+    # or the rule for a question asking about two documents by title).
     p_multi_hop: float | None = None
     # The version of the model ``p_multi_hop`` came from (``KnowledgeModel.version``; None with it): a threshold, or
     # an outcome recorded with the probability, means something only for the router version that computed it.

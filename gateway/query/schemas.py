@@ -123,13 +123,16 @@ class QueryResponse(msgspec.Struct):
     ] = None
     p_multi_hop: Annotated[
         float | None,
-        Meta(description="The router's probability that a second document holds a part of the question (null: none)."),
+        Meta(
+            description="The router's probability that a second document holds a part of the question (null: no "
+            "threshold on it decided: the LLM classifier, or a question asking about two documents by their titles)."
+        ),
     ] = None
     router_version: Annotated[
         str | None,
         Meta(
             description="The version of the router model p_multi_hop came from: a tenant's recalibrated threshold "
-            "applies to that version's probabilities only (null with p_multi_hop)."
+            "applies to that version's probabilities only (null when the LLM classifier decided)."
         ),
     ] = None
 
