@@ -259,8 +259,8 @@ def titled_documents(question: str, titles: Iterable[str]) -> int:
     and "Frozen" are one, and a name standing inside a longer one the question uses ("Pendrell" in "Pendrell Line")
     is not another."""
     asked = normalise(question)
-    names = {_title_name(title) for title in set(titles)} - {None}
-    spots = [(start, end, name) for name in names if name for start, end in _occurrences(name, asked)]
+    names = {name for name in map(_title_name, set(titles)) if name}
+    spots = [(start, end, name) for name in names for start, end in _occurrences(name, asked)]
     spots = [s for s in spots if not any(o != s and o[0] <= s[0] and s[1] <= o[1] for o in spots)]
     spots.sort()
     joined: set[str] = set()
