@@ -33,10 +33,10 @@ looks at the passages one search returns, with the query vector the request alre
   in the company's page and its founder's). Shared names do not tell the two apart: a bridge's second document
   names the bridge entity the first one mentions. ``distinct_second_share`` is the second part's share, or none
   where the two documents share ``REPEATED_FIGURES`` figures the question does not give.
-- ``titled_documents``: how many of the top documents the question names by their titles ("which is longer, the
-  Pendrell Line or the Esker Line?"). Pages cross-reference each other (a river's page names its tributary, a depot's
-  the trains it keeps), so one of a comparison's two pages can hold every word of the question; naming two documents
-  still asks about two.
+- ``titled_documents``: how many of the top documents the question asks about together by their titles ("which is
+  longer, the Pendrell Line or the Esker Line?"). Pages cross-reference each other (a river's page names its
+  tributary, a depot's the trains it keeps), so one of a comparison's two pages can hold every word of the question;
+  a question joining two documents' titles still asks about two.
 
 The passages travel with the signals (:class:`Probe`) so retrieval can reuse them instead of
 searching the store a second time. The probe may search deeper than the signals read (``depth`` vs
