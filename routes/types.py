@@ -26,6 +26,7 @@ class RouteDecision:
     # tenant's recalibrated threshold is compared with (None where no threshold on it decided: another classifier,
     # or the rule for a question asking about two documents by title).
     p_multi_hop: float | None = None
-    # The version of the model ``p_multi_hop`` came from (``KnowledgeModel.version``; None with it): a threshold, or
-    # an outcome recorded with the probability, means something only for the router version that computed it.
+    # The version of the knowledge-aware router that decided (``KnowledgeModel.version``; None when another classifier
+    # did): a threshold, or an outcome recorded with the probability, means something only for the version that
+    # computed it.
     router_version: str | None = None

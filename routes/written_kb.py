@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
 from typing import Literal, cast
 
 KB_FILE = "written_kb.json"
@@ -52,8 +53,11 @@ class WrittenKB:
         raise KeyError(doc_id)
 
 
-def load_written_kb() -> WrittenKB:
-    raw = json.loads((resources.files("routes") / "data" / KB_FILE).read_text(encoding="utf-8"))
+def load_written_kb(path: Path | None = None) -> WrittenKB:
+    """The project's written knowledge base, or another file in its format (``path``: the held-out multi-hop set
+    the evaluation keeps apart from training, ``gateway/eval/data``)."""
+    source = path if path is not None else resources.files("routes") / "data" / KB_FILE
+    raw = json.loads(source.read_text(encoding="utf-8"))
     documents = tuple(Document(id=d["id"], lang=d["lang"], title=d["title"], text=d["text"]) for d in raw["documents"])
     questions = tuple(
         Question(

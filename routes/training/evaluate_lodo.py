@@ -38,6 +38,7 @@ from routes.knowledge_router import KnowledgeRouter, case_signals, fit_knowledge
 from routes.logistic_router import LogisticRouter, fit
 from routes.probe import PROBE_DEPTH, probe_of
 from routes.types import ROUTES, Route
+from routes.written_kb import load_written_kb
 
 FloatMatrix = np.ndarray[Any, np.dtype[np.float32]]
 EMBED_BATCH = 64
@@ -134,11 +135,10 @@ def _jsquad(data_dir: Path, sample: int, split: Callable[[str], list[str]]) -> t
 def _heldout(path: Path, split: Callable[[str], list[str]]) -> tuple[CorpusTenant, Source]:
     """A written multi-hop set no router was trained on (``gateway/eval/data``): new documents, new entities, asked
     of their own tenant, as a new user's knowledge base would be."""
-    raw = json.loads(path.read_text(encoding="utf-8"))
-    docs = tuple(SourceDocument(d["id"], d["title"], d["text"]) for d in raw["documents"])
+    kb = load_written_kb(path)
+    docs = tuple(SourceDocument(d.id, d.title, d.text) for d in kb.documents)
     cases = tuple(
-        Case(q["question"], q["route"], q["lang"], "heldout", frozenset({"heldout"}), tuple(q["supporting"]))
-        for q in raw["questions"]
+        Case(q.question, q.route, q.lang, "heldout", frozenset({"heldout"}), q.supporting) for q in kb.questions
     )
     return CorpusTenant("heldout", docs, split), Source("written held-out multi-hop set (test only)", cases, None)
 
