@@ -32,7 +32,7 @@ from routes.probe import PROBE_DEPTH, Probe, ProbeSignals, read_signals
 from routes.types import Route, RouteDecision
 from routes.written_kb import KB_FILE
 
-SIGNAL_VERSION = 6
+SIGNAL_VERSION = 7
 # Stage 1, retrieve or not: is anything in the store about this question, and is it a request that
 # needs no documents at all (conversation, transforms, code, arithmetic)? What the top documents hold
 # *together* answers that; whether one document holds it all is stage 2's question (with the best

@@ -49,9 +49,12 @@ from __future__ import annotations
 import functools
 import itertools
 import re
+import threading
 from collections.abc import Iterable, Sequence, Set
 from dataclasses import astuple, dataclass, fields
 from typing import Protocol, runtime_checkable
+
+import Stemmer
 
 from pipelines.shared.deps import Passage, Retriever
 from pipelines.shared.text import EN_STOPWORDS, content_terms, content_words, has_cjk, normalise, tokens
@@ -169,18 +172,23 @@ class Probe:
         return list(self.passages[:k])
 
 
-_SUFFIXES = ("ing", "ed", "es", "s")
+# One Snowball stemmer per thread: its C state must not be used by two threads at once, and the router is trained in a
+# worker thread while the event loop may classify.
+_STEMMERS = threading.local()
 
 
 def _stem(term: str) -> str:
-    """English inflection off ("opened" ~ "open", "develops" ~ "develop"): questions and passages
-    word the same fact differently. CJK bigrams and short words are kept as they are."""
-    if has_cjk(term) or len(term) <= 4:
+    """English inflection off with Snowball's stemmer ("opened" ~ "open", "services" ~ "service", "included" ~
+    "include"): questions and passages word the same fact differently. An ad hoc suffix list stripped "-es" and "-ed"
+    only from words that had them, so "services" and "service", "included" and "include", "times" and "time" stayed
+    apart, and a paraphrasing document "missed" a question word it held (the best document then looked as if it
+    lacked a part of the question). CJK words are kept as they are."""
+    if has_cjk(term):
         return term
-    for suffix in _SUFFIXES:
-        if term.endswith(suffix) and len(term) - len(suffix) >= 3:
-            return term[: -len(suffix)]
-    return term
+    stemmer = getattr(_STEMMERS, "english", None)
+    if stemmer is None:
+        stemmer = _STEMMERS.english = Stemmer.Stemmer("english")
+    return str(stemmer.stemWord(term))
 
 
 def _terms(text: str) -> set[str]:
