@@ -36,7 +36,8 @@ looks at the passages one search returns, with the query vector the request alre
 - ``titled_documents``: how many of the top documents the question asks about together by their titles ("which is
   longer, the Pendrell Line or the Esker Line?"). Pages cross-reference each other (a river's page names its
   tributary, a depot's the trains it keeps), so one of a comparison's two pages can hold every word of the question;
-  a question joining two documents' titles still asks about two.
+  a question joining two documents' titles still asks about two. A Latin title counts where the question writes it
+  capitalised, as a name: pages titled with common words ("Billing", "Accounts") are words of a request in lower case.
 
 The passages travel with the signals (:class:`Probe`) so retrieval can reuse them instead of
 searching the store a second time. The probe may search deeper than the signals read (``depth`` vs
@@ -233,6 +234,7 @@ MIN_LATIN_TITLE = 3
 _JOINING = re.compile(r"(?<![a-z])(?:and|or|nor|vs|versus|than)(?![a-z])|[,、/&]|と|や|または|および|及び")
 MAX_JOIN_GAP = 32  # characters between the two names
 _LATIN_WORD = re.compile(r"[0-9a-z\u00c0-\u024f]")
+_ARTICLE = "the "
 
 
 @functools.lru_cache(maxsize=PASSAGE_VIEWS)
@@ -260,15 +262,36 @@ def _occurrences(name: str, text: str) -> list[tuple[int, int]]:
     return found
 
 
+def _written_as_name(cased: str, start: int, name: str) -> bool:
+    """Whether the question writes the Latin title at ``start`` as a name: capitalised (or opening with a digit), past a
+    leading article ("the Dandy Warhols" names "The Dandy Warhols"). Pages titled with common words (Pricing,
+    Overview, Accounts) are asked about in lower case when they are words of the request ("pricing and accounts
+    settings"), and by their capitalised names when they are the pages compared. A Japanese title has no case."""
+    if has_cjk(name):
+        return True
+    if name.startswith(_ARTICLE) and len(name) > len(_ARTICLE):
+        start += len(_ARTICLE)
+    return not cased[start].islower()
+
+
 def titled_documents(question: str, titles: Iterable[str]) -> int:
     """How many documents the question names by title and asks about together ("which is longer, the Pendrell Line
     or the Esker Line?", 「白露」と「雪待」). A comparison's pages often mention each other, so that one of them holds
     every word of the question and the coverage signals read one document. Counted by name: "Frozen (2013 film)"
-    and "Frozen" are one, and a name standing inside a longer one the question uses ("Pendrell" in "Pendrell Line")
-    is not another."""
+    and "Frozen" are one, a name standing inside a longer one the question uses ("Pendrell" in "Pendrell Line")
+    is not another, and a Latin title counts where the question writes it as a name (:func:`_written_as_name`)."""
     asked = normalise(question)
+    cased = normalise(question, fold_case=False)
+    # Case folding keeps the length of almost any text; where it does not (ß -> ss), positions in the folded text
+    # are not positions in the cased one, and every title counts as written.
+    as_written = len(cased) == len(asked)
     names = {name for name in map(_title_name, set(titles)) if name}
-    spots = [(start, end, name) for name in names for start, end in _occurrences(name, asked)]
+    spots = [
+        (start, end, name)
+        for name in names
+        for start, end in _occurrences(name, asked)
+        if not as_written or _written_as_name(cased, start, name)
+    ]
     spots = [s for s in spots if not any(o != s and o[0] <= s[0] and s[1] <= o[1] for o in spots)]
     spots.sort()
     joined: set[str] = set()

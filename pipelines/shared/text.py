@@ -59,10 +59,12 @@ _JA_FUNCTION_BIGRAMS = """
 JA_FUNCTION_BIGRAMS = frozenset(_JA_FUNCTION_BIGRAMS.split())
 
 
-def normalise(text: str) -> str:
+def normalise(text: str, *, fold_case: bool = True) -> str:
     """NFKC (full-width Latin and digits become ASCII), casefolded, and thousands separators dropped
-    so "１，８００円" and "1800円" share the number."""
-    return _THOUSANDS.sub("", unicodedata.normalize("NFKC", text).casefold())
+    so "１，８００円" and "1800円" share the number. ``fold_case=False`` keeps the case, for a reader that asks how a
+    word was written (a name is capitalised)."""
+    text = unicodedata.normalize("NFKC", text)
+    return _THOUSANDS.sub("", text.casefold() if fold_case else text)
 
 
 def _bigrams(run: str) -> list[str]:

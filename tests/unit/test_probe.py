@@ -261,6 +261,10 @@ async def test_retrieval_reuses_the_probe_for_the_same_search_only() -> None:
         # titles used as words of one request are not two documents asked about
         ("Can you give me an overview of pricing?", ["Overview", "Pricing"], 0),
         ("How do I call the API from the CLI?", ["API", "CLI"], 0),
+        # a Latin title counts where the question writes it as a name: common-word pages in lower case are words
+        ("Where do I change billing and accounts settings?", ["Billing", "Accounts"], 0),
+        ("Which page is newer, Billing or Accounts?", ["Billing", "Accounts"], 2),
+        ("Which came first, the Dandy Warhols or Robert Young?", ["The Dandy Warhols", "Robert Young"], 2),
         ("料金プランの概要を教えてください", ["料金", "概要"], 0),
         # whole words only, and short Latin titles are words of any question
         ("Do IT and Lisbon offices differ?", ["IT", "Lisbon office", "Esker"], 0),
