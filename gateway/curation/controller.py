@@ -14,6 +14,7 @@ from litestar.params import JSONBody, PathParameter, QueryParameter
 from gateway.access.guard import BEARER, require
 from gateway.access.keys import Principal
 from gateway.curation.schemas import (
+    SUITE_PATTERN,
     CalibrationOut,
     EvalCaseOut,
     EvalCaseRequest,
@@ -27,7 +28,6 @@ from gateway.curation.schemas import (
     ResolutionOut,
     ResolutionRequest,
     RouteOutcomesOut,
-    SuiteName,
     gap_out,
     iso,
     resolution_out,
@@ -43,6 +43,9 @@ from gateway.query.service import QueryService
 from gateway.settings import Settings
 
 TenantParam = Annotated[str, QueryParameter(pattern=TENANT_PATTERN)]
+# The pattern on the parameter itself: Litestar neither checks nor documents a msgspec Meta inside a path parameter's
+# type, and a suite name beyond the store's column is a database error (503) on PostgreSQL instead of a 400.
+SuiteParam = Annotated[str, PathParameter(pattern=SUITE_PATTERN)]
 
 
 def provide_curation(state: State) -> Curation:
@@ -221,7 +224,7 @@ class EvalSuiteController(Controller):
     )
     async def add_case(
         self,
-        suite: Annotated[SuiteName, PathParameter()],
+        suite: SuiteParam,
         data: JSONBody[EvalCaseRequest],
         curation: NamedDependency[Curation],
         principal: NamedDependency[Principal],
@@ -250,7 +253,7 @@ class EvalSuiteController(Controller):
     )
     async def run(
         self,
-        suite: Annotated[SuiteName, PathParameter()],
+        suite: SuiteParam,
         data: JSONBody[EvalRunRequest],
         curation: NamedDependency[Curation],
         principal: NamedDependency[Principal],
@@ -267,7 +270,7 @@ class EvalSuiteController(Controller):
     )
     async def run_of(
         self,
-        suite: Annotated[SuiteName, PathParameter()],
+        suite: SuiteParam,
         run_id: Annotated[str, PathParameter(max_length=64)],
         curation: NamedDependency[Curation],
         principal: NamedDependency[Principal],
@@ -283,7 +286,7 @@ class EvalSuiteController(Controller):
     )
     async def history(
         self,
-        suite: Annotated[SuiteName, PathParameter()],
+        suite: SuiteParam,
         curation: NamedDependency[Curation],
         principal: NamedDependency[Principal],
         tenant: TenantParam = "default",

@@ -104,7 +104,7 @@ def rules_of(rules: list[RuleIn]) -> list[Rule]:
     return [Rule(kind=r.kind, value=r.value, weight=r.weight) for r in rules]
 
 
-SuiteName = Annotated[str, Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
+SUITE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"  # fits the store's suite column (64)
 
 
 class EvalCaseRequest(msgspec.Struct, kw_only=True):

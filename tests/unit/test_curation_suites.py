@@ -18,6 +18,7 @@ from pydantic import Field
 
 from gateway.access.keys import hash_key
 from gateway.app import create_app
+from gateway.curation.schemas import SUITE_PATTERN
 from gateway.curation.store import CurationStore
 from gateway.curation.suites import INTERRUPTED, SuiteRunner
 from gateway.overrides import ProviderOverrides
@@ -262,3 +263,23 @@ async def test_a_run_going_at_shutdown_is_stored_failed(settings: Settings, embe
     assert run is not None
     assert (run.state, run.error, run.score, run.cases) == ("failed", INTERRUPTED, None, [])
     assert run.finished_at is not None
+
+
+async def test_a_suite_name_outside_its_pattern_is_a_400(make_client: Any) -> None:
+    case = {"tenant": TENANT, "question": QUESTION}
+    async with make_client(relocation_model) as (client, _):
+        responses = [
+            await client.post(f"/v1/eval-suites/{name}/cases", json=case) for name in ("s" * 65, "ÀèI", "-office")
+        ]
+        responses += [
+            await client.post("/v1/eval-suites/ÀèI/runs", json={"tenant": TENANT}),
+            await client.get("/v1/eval-suites/ÀèI/runs", params={"tenant": TENANT}),
+            await client.get("/v1/eval-suites/ÀèI/runs/run_x", params={"tenant": TENANT}),
+        ]
+        schema = (await client.get("/schema/openapi.json")).json()
+    for response in responses:
+        assert response.status_code == 400, response.text
+        assert response.headers["content-type"].startswith(PROBLEM)
+    parameters = schema["paths"]["/v1/eval-suites/{suite}/runs"]["post"]["parameters"]
+    suite = next(p for p in parameters if p["name"] == "suite")
+    assert suite["schema"]["pattern"] == SUITE_PATTERN  # documented, as checked
