@@ -5,53 +5,23 @@ against, and that what is written now keeps its version."""
 from __future__ import annotations
 
 import time
-from importlib import resources
 
-from alembic import command
-from alembic.autogenerate import compare_metadata
-from alembic.config import Config
-from alembic.migration import MigrationContext
-from sqlalchemy import Connection, inspect, text
+from sqlalchemy import text
 
 from gateway.curation.routing import RouteOutcome, recalibrate_tenant, route_report
 from gateway.curation.store import CurationStore
-from gateway.curation.tables import metadata
 from gateway.profiles.model import RoutingThreshold
 from gateway.profiles.store import ProfileStore
+from tests.migration_support import columns, migrate_to, schema_drift
 
 TENANT = "acme"
 OLD, NEW = "0123456789ab", "ba9876543210"
 VERSIONED = ("curation_route_outcomes", "route_calibrations")
 
 
-def _alembic(connection: Connection) -> Config:
-    config = Config()
-    config.set_main_option("script_location", str(resources.files("gateway.curation") / "migrations"))
-    config.attributes["connection"] = connection
-    return config
-
-
-async def _to(store: CurationStore, revision: str, *, down: bool = False) -> None:
-    move = command.downgrade if down else command.upgrade
-    async with store.engine.begin() as connection:
-        await connection.run_sync(lambda sync: move(_alembic(sync), revision))
-
-
 async def _versioned_tables(store: CurationStore) -> set[str]:
     """The route tables that have a ``router_version`` column."""
-
-    def read(sync: Connection) -> set[str]:
-        found = inspect(sync)
-        return {t for t in VERSIONED if "router_version" in {c["name"] for c in found.get_columns(t)}}
-
-    async with store.engine.connect() as connection:
-        return await connection.run_sync(read)
-
-
-async def _schema_drift(store: CurationStore) -> list[object]:
-    """What the migrated database lacks or has beyond ``gateway.curation.tables`` (empty: they agree)."""
-    async with store.engine.connect() as connection:
-        return await connection.run_sync(lambda sync: compare_metadata(MigrationContext.configure(sync), metadata))
+    return {t for t in VERSIONED if "router_version" in await columns(store, t)}
 
 
 def _outcome(response_id: str, p: float, version: str | None, at: float) -> RouteOutcome:
@@ -64,7 +34,7 @@ async def router_versions_across_the_migration(url: str) -> None:
     migration goes down and up again; the schema at head is the tables' exactly."""
     store = CurationStore.open(url)
     try:
-        await _to(store, "0004")
+        await migrate_to(store, "0004")
         assert await _versioned_tables(store) == set()
         now = time.time()
         async with store.engine.begin() as connection:
@@ -87,7 +57,7 @@ async def router_versions_across_the_migration(url: str) -> None:
         await store.migrate()
         await store.migrate()  # idempotent: start-up runs it on every boot
         assert await _versioned_tables(store) == set(VERSIONED)
-        assert await _schema_drift(store) == []
+        assert await schema_drift(store) == []
         (legacy,) = await store.route_outcomes(TENANT, 0.0)
         assert (legacy.id, legacy.p_multi_hop, legacy.router_version) == ("resp_legacy", 0.8, None)
         applied = await store.calibration(TENANT)
@@ -116,7 +86,7 @@ async def router_versions_across_the_migration(url: str) -> None:
         versions = {o.id: o.router_version for o in await store.route_outcomes(TENANT, 0.0)}
         assert versions == {"resp_legacy": None, "resp_old": OLD, "resp_new": NEW}
 
-        await _to(store, "0004", down=True)
+        await migrate_to(store, "0004", down=True)
         assert await _versioned_tables(store) == set()
         async with store.engine.connect() as connection:  # the rows stay; only their versions go
             kept = (await connection.execute(text("SELECT id FROM curation_route_outcomes"))).scalars().all()

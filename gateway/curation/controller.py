@@ -1,18 +1,20 @@
 """``POST /v1/feedback``, ``GET /v1/knowledge-gaps``, a gap's resolution, route outcomes and their recalibration,
-and the training-pair export."""
+the training-pair export, and evaluation suites: their cases, and their runs (started in the background and polled,
+:mod:`gateway.curation.suites`)."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from litestar import Controller, get, post
-from litestar.datastructures import State
+from litestar import Controller, Response, get, post
+from litestar.datastructures import ResponseHeader, State
 from litestar.di import NamedDependency
 from litestar.params import JSONBody, PathParameter, QueryParameter
 
 from gateway.access.guard import BEARER, require
 from gateway.access.keys import Principal
 from gateway.curation.schemas import (
+    SUITE_PATTERN,
     CalibrationOut,
     EvalCaseOut,
     EvalCaseRequest,
@@ -26,7 +28,6 @@ from gateway.curation.schemas import (
     ResolutionOut,
     ResolutionRequest,
     RouteOutcomesOut,
-    SuiteName,
     gap_out,
     iso,
     resolution_out,
@@ -42,6 +43,9 @@ from gateway.query.service import QueryService
 from gateway.settings import Settings
 
 TenantParam = Annotated[str, QueryParameter(pattern=TENANT_PATTERN)]
+# The pattern on the parameter itself: Litestar neither checks nor documents a msgspec Meta inside a path parameter's
+# type, and a suite name beyond the store's column is a database error (503) on PostgreSQL instead of a 400.
+SuiteParam = Annotated[str, PathParameter(pattern=SUITE_PATTERN)]
 
 
 def provide_curation(state: State) -> Curation:
@@ -220,7 +224,7 @@ class EvalSuiteController(Controller):
     )
     async def add_case(
         self,
-        suite: Annotated[SuiteName, PathParameter()],
+        suite: SuiteParam,
         data: JSONBody[EvalCaseRequest],
         curation: NamedDependency[Curation],
         principal: NamedDependency[Principal],
@@ -231,27 +235,58 @@ class EvalSuiteController(Controller):
 
     @post(
         "/{suite:str}/runs",
-        status_code=200,
-        summary="Run a suite now (answers computed fresh, cache bypassed)",
-        responses=problem_responses(400, 401, 403, 404, 502, 503, 504),
+        status_code=202,
+        summary="Start a run of a suite (answers computed fresh in the background, cache bypassed); poll its Location",
+        description="Answered at once with the run in state running (or, while a manual run of the tenant's suite is "
+        "running already, with that run); GET the Location until the state is done (score and cases filled) or failed "
+        "(error says why).",
+        response_headers=[
+            ResponseHeader(
+                name="Location",
+                value="/v1/eval-suites/{suite}/runs/{run_id}?tenant={tenant}",  # its type is the header's schema
+                description="The run, to poll.",
+                required=True,
+                documentation_only=True,
+            )
+        ],
+        responses=problem_responses(400, 401, 403, 404, 503),
     )
     async def run(
         self,
-        suite: Annotated[SuiteName, PathParameter()],
+        suite: SuiteParam,
         data: JSONBody[EvalRunRequest],
         curation: NamedDependency[Curation],
         principal: NamedDependency[Principal],
+    ) -> Response[EvalRunOut]:
+        tenant = principal.tenant_for(data.tenant)
+        run = await curation.suites.start(tenant, suite)
+        location = f"{self.path}/{suite}/runs/{run.id}?tenant={tenant}"  # named: open access has no key's tenant
+        return Response(run_out(run), status_code=202, headers={"Location": location})
+
+    @get(
+        "/{suite:str}/runs/{run_id:str}",
+        summary="One run of a suite: its state, and its score and per-case breakdown once done",
+        responses=problem_responses(400, 401, 403, 404),
+    )
+    async def run_of(
+        self,
+        suite: SuiteParam,
+        run_id: Annotated[str, PathParameter(max_length=64)],
+        curation: NamedDependency[Curation],
+        principal: NamedDependency[Principal],
+        tenant: TenantParam = "default",
     ) -> EvalRunOut:
-        return run_out(await curation.suites.run(principal.tenant_for(data.tenant), suite))
+        return run_out(await curation.suites.get(principal.tenant_for(tenant), suite, run_id))
 
     @get(
         "/{suite:str}/runs",
-        summary="A suite's run history, newest first, with per-case breakdowns",
+        summary="A suite's run history, newest first: running runs with their state, finished ones with per-case "
+        "breakdowns",
         responses=problem_responses(400, 401, 403, 404),
     )
     async def history(
         self,
-        suite: Annotated[SuiteName, PathParameter()],
+        suite: SuiteParam,
         curation: NamedDependency[Curation],
         principal: NamedDependency[Principal],
         tenant: TenantParam = "default",

@@ -7,6 +7,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 Rating = Literal["up", "down"]
+# An evaluation run answers in the background: ``running`` until every case is scored (``done``) or one could not be
+# answered or scored (``failed``, with the reason).
+RunState = Literal["running", "done", "failed"]
 # Why an answer needs a human (one or more).
 Reason = Literal["abstained", "incorrect_evidence", "ambiguous_evidence", "draft_rejected", "negative_feedback"]
 
@@ -129,16 +132,21 @@ class EvalCase:
         return cls(**dict(row))
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class EvalRun:
+    """One run of a suite. Frozen: the runner replaces a running run by its finished one, so a run handed to a caller
+    (a POST's ``running`` answer) never changes under it."""
+
     id: str
     tenant: str
     suite: str
     trigger: str  # manual / knowledge_change
-    score: float
-    cases: list[dict[str, Any]]  # per case: question, answer, score, rules, judge
+    score: float | None  # None until done
+    cases: list[dict[str, Any]]  # per case: question, answer, score, rules, judge (a failed run's: those scored)
     started_at: float
-    finished_at: float
+    finished_at: float | None  # None while running
+    state: RunState
+    error: str | None = None  # why a failed run failed
 
     def row(self) -> dict[str, Any]:
         return asdict(self)

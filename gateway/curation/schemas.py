@@ -10,7 +10,7 @@ from msgspec import Meta
 
 from gateway.curation.evaluator import Rule, RuleKind
 from gateway.curation.gaps import Gap
-from gateway.curation.models import EvalRun, Resolution
+from gateway.curation.models import EvalRun, Resolution, RunState
 from gateway.knowledge.schemas import DocumentIn, Tenant
 
 ResponseRef = Annotated[str, Meta(min_length=1, max_length=64)]
@@ -104,7 +104,7 @@ def rules_of(rules: list[RuleIn]) -> list[Rule]:
     return [Rule(kind=r.kind, value=r.value, weight=r.weight) for r in rules]
 
 
-SuiteName = Annotated[str, Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
+SUITE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"  # fits the store's suite column (64)
 
 
 class EvalCaseRequest(msgspec.Struct, kw_only=True):
@@ -123,14 +123,27 @@ class EvalRunRequest(msgspec.Struct, kw_only=True):
     tenant: Tenant = "default"
 
 
-class EvalRunOut(msgspec.Struct):
+class EvalRunOut(msgspec.Struct, kw_only=True):
     id: str
     suite: str
-    trigger: str
-    score: float
-    cases: list[dict[str, Any]]
+    trigger: Annotated[
+        str, Meta(description="manual, or knowledge_change: run by itself after the tenant's knowledge changed.")
+    ]
+    state: Annotated[
+        RunState,
+        Meta(description="running until every case is answered and scored, then done, or failed (see error)."),
+    ]
+    score: Annotated[float | None, Meta(description="The cases' mean score in [0, 1], once done; null before.")]
+    cases: Annotated[
+        list[dict[str, Any]],
+        Meta(
+            description="Per case: question, answer, score, rules, judge. Empty while running; a failed run's "
+            "holds the cases scored before it failed."
+        ),
+    ]
     started_at: str
-    finished_at: str
+    finished_at: Annotated[str | None, Meta(description="null while running.")]
+    error: Annotated[str | None, Meta(description="Why a failed run failed; null otherwise.")]
 
 
 class EvalRunsResponse(msgspec.Struct):
@@ -144,10 +157,12 @@ def run_out(run: EvalRun) -> EvalRunOut:
         id=run.id,
         suite=run.suite,
         trigger=run.trigger,
+        state=run.state,
         score=run.score,
         cases=run.cases,
         started_at=iso(run.started_at),
-        finished_at=iso(run.finished_at),
+        finished_at=None if run.finished_at is None else iso(run.finished_at),
+        error=run.error,
     )
 
 

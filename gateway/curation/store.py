@@ -211,8 +211,30 @@ class CurationStore:
         return [EvalCase.from_row(row) for row in rows]
 
     async def add_eval_run(self, run: EvalRun) -> None:
+        """Stores a run as it starts (``running``); :meth:`update_eval_run` stores it again when it ends."""
         async with self._connection(write=True) as connection:
             await connection.execute(eval_runs.insert(), [run.row()])
+
+    async def update_eval_run(self, run: EvalRun) -> None:
+        """Stores what a run ends with (state, score, cases, finish time, error) over the row it started as."""
+        values = {
+            "state": run.state,
+            "score": run.score,
+            "cases": run.cases,
+            "finished_at": run.finished_at,
+            "error": run.error,
+        }
+        async with self._connection(write=True) as connection:
+            await connection.execute(update(eval_runs).where(eval_runs.c.id == run.id).values(**values))
+
+    async def eval_run(self, tenant: str, suite: str, run_id: str) -> EvalRun | None:
+        """One run of the tenant's suite: None for an unknown id, or one of another tenant or suite."""
+        query = select(eval_runs).where(
+            eval_runs.c.id == run_id, eval_runs.c.tenant == tenant, eval_runs.c.suite == suite
+        )
+        async with self._connection(write=False) as connection:
+            row = (await connection.execute(query)).mappings().first()
+        return EvalRun.from_row(row) if row is not None else None
 
     async def eval_runs(self, tenant: str, suite: str, limit: int = 50) -> list[EvalRun]:
         query = (

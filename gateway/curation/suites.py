@@ -1,10 +1,21 @@
-"""Evaluation suites per tenant: stored cases run on demand and, in the background, after every
-change to the tenant's knowledge, so a fix that breaks another answer shows up without anyone asking.
+"""Evaluation suites per tenant: stored cases run on request and, in the background, after every change to the
+tenant's knowledge, so a fix that breaks another answer shows up without anyone asking.
 
-A run answers each case fresh (both answer caches bypassed), scores it with the hybrid evaluator,
-keeps the per-case breakdown in the run's history, sets ``gateway_eval_score{suite}`` and is traced
-as one span (``curation.eval_suite``). Background runs are one per tenant at a time: changes arriving
-while a tenant's suites run schedule one more run after it, not one each.
+Every run answers in a background task, never in an HTTP request: with the local model one answer takes tens of
+seconds, so a suite of a few cases would hold a request for minutes. A run is stored ``running`` as it starts (a
+request to run a suite is answered with it at once, 202, and polled by its id), then stored again ``done`` with its
+score and per-case breakdown, or ``failed`` with the reason: a case that could not be answered or scored (the
+gateway's error, kept with the cases scored before it), or the gateway shutting down (the run is cancelled). Each case
+is answered fresh (both answer caches bypassed) and scored with the hybrid evaluator; a run that is done sets
+``gateway_eval_score{suite}``; each run is traced as one span (``curation.eval_suite``).
+
+Overlap. A manual run of a tenant's suite is not started twice: a request while one of the same tenant and suite is
+running in this process gets that run back. Across replicas two manual runs may overlap (each is complete on its own;
+the second costs its answers), since a replica cannot tell another's run that is still going from one whose process
+died without shutting down; such a run stays ``running`` in the store. Knowledge-change runs are one per tenant at a
+time: changes arriving while a tenant's suites run schedule one more run after it, not one each. A knowledge-change
+run and a manual run of the same suite may overlap: the former measures the knowledge the change left, whenever it
+comes.
 """
 
 from __future__ import annotations
@@ -14,12 +25,13 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 from opentelemetry.trace import Tracer
 
 from gateway.curation.evaluator import HybridEvaluator, Rule
-from gateway.curation.models import EvalRun
+from gateway.curation.models import EvalCase, EvalRun
 from gateway.curation.store import CurationStore
 from gateway.errors import GatewayError, NotFoundError
 from gateway.query.schemas import QueryRequest
@@ -28,6 +40,23 @@ from gateway.query.service import QueryService
 logger = logging.getLogger(__name__)
 
 SetScore = Callable[[str, float], None]  # (suite, score)
+
+MAX_ERROR_CHARS = 500  # a failed run's reason is a line for a curator, not a log
+# At shutdown, how long storing a cancelled run as failed may take: the shutdown must not wait on a database that
+# does not answer (the run then stays ``running`` in the store).
+STOP_WRITE_S = 2.0
+INTERRUPTED = "interrupted: the gateway shut down before the run finished"
+
+
+@dataclass(frozen=True, slots=True)
+class _ManualRun:
+    run: EvalRun  # as stored when it started (``running``)
+    task: asyncio.Task[None]
+
+
+def _reason(case: EvalCase, exc: GatewayError) -> str:
+    reason = f"case {case.id}: {exc.title}: {exc.detail}"
+    return reason if len(reason) <= MAX_ERROR_CHARS else reason[: MAX_ERROR_CHARS - 1] + "…"
 
 
 class SuiteRunner:
@@ -43,44 +72,36 @@ class SuiteRunner:
         self._tracer = tracer
         self._set_score = set_score or (lambda _suite, _score: None)
         self._queries: QueryService | None = None
+        # The background tasks, kept here so that they are not garbage-collected while they run: knowledge-change
+        # runs by tenant, manual runs by (tenant, suite). Each removes itself when it ends.
         self._running: dict[str, asyncio.Task[None]] = {}
         self._again: set[str] = set()
+        self._manual: dict[tuple[str, str], _ManualRun] = {}
+        # Held from a manual run's check for one already running to its registration: two requests at once start one.
+        self._starting = asyncio.Lock()
 
     def attach(self, queries: QueryService) -> None:
         self._queries = queries
 
-    async def run(self, tenant: str, suite: str, trigger: str = "manual") -> EvalRun:
-        if self._queries is None:
-            raise RuntimeError("SuiteRunner.attach(query_service) was not called")
-        cases = await self._store.eval_cases(tenant, suite)
-        if not cases:
-            raise NotFoundError(f"Tenant {tenant!r} has no evaluation suite {suite!r}.")
-        started = time.time()
-        attributes = {"gateway.tenant": tenant, "gateway.eval.suite": suite, "gateway.eval.trigger": trigger}
-        with self._tracer.start_as_current_span("curation.eval_suite", attributes=attributes) as span:
-            results = []
-            for case in cases:
-                response = await self._queries.answer_fresh(QueryRequest(query=case.question, tenant=tenant))
-                rules = [Rule(**rule) for rule in case.rules]
-                score = await self._evaluator.score(case.question, response.answer, rules, case.reference or "")
-                results.append(
-                    {"case_id": case.id, "question": case.question, "answer": response.answer, **asdict(score)}
-                )
-            total = round(sum(r["score"] for r in results) / len(results), 4)
-            span.set_attribute("gateway.eval.score", total)
-            span.set_attribute("gateway.eval.cases", len(results))
-        run = EvalRun(
-            id=f"run_{uuid.uuid4().hex}",
-            tenant=tenant,
-            suite=suite,
-            trigger=trigger,
-            score=total,
-            cases=results,
-            started_at=started,
-            finished_at=time.time(),
-        )
-        await self._store.add_eval_run(run)
-        self._set_score(suite, total)
+    async def start(self, tenant: str, suite: str) -> EvalRun:
+        """Starts a manual run of the tenant's suite in the background and returns it as stored (``running``). While a
+        manual run of the same tenant and suite is going in this process, that run is returned instead: two requests
+        (a double click, a client's retry) cost one run. A suite without cases is a 404; a store that is down, a 503."""
+        async with self._starting:
+            current = self._manual.get((tenant, suite))
+            if current is not None:
+                return current.run
+            cases = await self._cases(tenant, suite)
+            run = await self._begin(tenant, suite, "manual")
+            task = asyncio.create_task(self._manual_run(run, cases), name=f"eval-suite-{tenant}-{suite}")
+            self._manual[(tenant, suite)] = _ManualRun(run, task)
+        return run
+
+    async def get(self, tenant: str, suite: str, run_id: str) -> EvalRun:
+        """One run of the tenant's suite, in whatever state it is; another tenant's is as unknown as a wrong id."""
+        run = await self._store.eval_run(tenant, suite, run_id)
+        if run is None:
+            raise NotFoundError(f"Tenant {tenant!r} has no run {run_id!r} of evaluation suite {suite!r}.")
         return run
 
     def schedule(self, tenant: str) -> None:
@@ -90,26 +111,121 @@ class SuiteRunner:
             return
         self._running[tenant] = asyncio.create_task(self._run_all(tenant), name=f"eval-suites-{tenant}")
 
+    async def idle(self) -> None:
+        """Waits until no run is going, those started meanwhile included (tests)."""
+        while self._running or self._manual:
+            await asyncio.gather(*self._tasks(), return_exceptions=True)
+
+    async def stop(self) -> None:
+        """Cancels the runs still going (shutdown): each stores itself failed (interrupted) first."""
+        tasks = self._tasks()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _tasks(self) -> list[asyncio.Task[None]]:
+        return [*self._running.values(), *(manual.task for manual in self._manual.values())]
+
+    async def _cases(self, tenant: str, suite: str) -> list[EvalCase]:
+        cases = await self._store.eval_cases(tenant, suite)
+        if not cases:
+            raise NotFoundError(f"Tenant {tenant!r} has no evaluation suite {suite!r}.")
+        return cases
+
+    def _answerer(self) -> QueryService:
+        if self._queries is None:
+            raise RuntimeError("SuiteRunner.attach(query_service) was not called")
+        return self._queries
+
+    async def _begin(self, tenant: str, suite: str, trigger: str) -> EvalRun:
+        """The run as it starts, stored: from now on it is in the suite's history and can be polled."""
+        self._answerer()  # a runner that cannot answer stores no run that would never end
+        run = EvalRun(
+            id=f"run_{uuid.uuid4().hex}",
+            tenant=tenant,
+            suite=suite,
+            trigger=trigger,
+            score=None,
+            cases=[],
+            started_at=time.time(),
+            finished_at=None,
+            state="running",
+        )
+        await self._store.add_eval_run(run)
+        return run
+
+    async def _manual_run(self, run: EvalRun, cases: list[EvalCase]) -> None:
+        try:
+            await self._execute(run, cases)
+        except GatewayError as exc:  # the store, storing the run's end: nothing is left to tell but the log
+            logger.warning("evaluation run %s of suite %s: its end was not stored: %s", run.id, run.suite, exc)
+        finally:
+            self._manual.pop((run.tenant, run.suite), None)
+
     async def _run_all(self, tenant: str) -> None:
         try:
             while True:
                 self._again.discard(tenant)
-                suites = sorted({case.suite for case in await self._store.eval_cases(tenant)})
-                for suite in suites:
-                    await self.run(tenant, suite, trigger="knowledge_change")
+                cases = await self._store.eval_cases(tenant)
+                for suite in sorted({case.suite for case in cases}):
+                    run = await self._begin(tenant, suite, "knowledge_change")
+                    await self._execute(run, [case for case in cases if case.suite == suite])
                 if tenant not in self._again:
                     return
-        except GatewayError as exc:
+        except GatewayError as exc:  # the store's: the suites left wait for the next change
             logger.warning("evaluation suites of tenant %s after a knowledge change failed: %s", tenant, exc)
         finally:
             self._running.pop(tenant, None)
 
-    async def idle(self) -> None:
-        """Waits for the background runs (tests; shutdown)."""
-        while self._running:
-            await asyncio.gather(*self._running.values(), return_exceptions=True)
+    async def _execute(self, run: EvalRun, cases: list[EvalCase]) -> EvalRun:
+        """Answers and scores every case and stores the run's end: ``done``, or ``failed`` with the reason when a case
+        raised (the gateway's error; any other is a bug, logged with its traceback) or the run was cancelled (the
+        cancellation goes on). Raises the store's error when the end cannot be stored."""
+        queries = self._answerer()
+        attributes = {
+            "gateway.tenant": run.tenant,
+            "gateway.eval.suite": run.suite,
+            "gateway.eval.trigger": run.trigger,
+            "gateway.eval.run": run.id,
+        }
+        results: list[dict[str, Any]] = []
+        case = cases[0]
+        try:
+            # An error leaving the span is recorded on it (its status ERROR) before it is handled below.
+            with self._tracer.start_as_current_span("curation.eval_suite", attributes=attributes) as span:
+                for case in cases:
+                    response = await queries.answer_fresh(QueryRequest(query=case.question, tenant=run.tenant))
+                    rules = [Rule(**rule) for rule in case.rules]
+                    score = await self._evaluator.score(case.question, response.answer, rules, case.reference or "")
+                    results.append(
+                        {"case_id": case.id, "question": case.question, "answer": response.answer, **asdict(score)}
+                    )
+                total = round(sum(r["score"] for r in results) / len(results), 4)
+                span.set_attribute("gateway.eval.score", total)
+                span.set_attribute("gateway.eval.cases", len(results))
+        except GatewayError as exc:
+            logger.warning("evaluation run %s of suite %s failed at case %s: %s", run.id, run.suite, case.id, exc)
+            return await self._fail(run, results, _reason(case, exc))
+        except asyncio.CancelledError:
+            await self._store_interrupted(run, results)
+            raise
+        except Exception:  # a bug: the background task is the last place to tell, and the run must not stay running
+            logger.exception("evaluation run %s of suite %s broke at case %s", run.id, run.suite, case.id)
+            return await self._fail(run, results, f"case {case.id}: internal error (the gateway's log has the details)")
+        done = replace(run, state="done", score=total, cases=results, finished_at=time.time())
+        await self._store.update_eval_run(done)
+        self._set_score(run.suite, total)
+        return done
 
-    async def stop(self) -> None:
-        for task in self._running.values():
-            task.cancel()
-        await asyncio.gather(*self._running.values(), return_exceptions=True)
+    async def _fail(self, run: EvalRun, results: list[dict[str, Any]], error: str) -> EvalRun:
+        """Stores the run failed, with the cases scored before it failed."""
+        failed = replace(run, state="failed", cases=results, finished_at=time.time(), error=error)
+        await self._store.update_eval_run(failed)
+        return failed
+
+    async def _store_interrupted(self, run: EvalRun, results: list[dict[str, Any]]) -> None:
+        try:
+            async with asyncio.timeout(STOP_WRITE_S):
+                await self._fail(run, results, INTERRUPTED)
+        except (TimeoutError, GatewayError) as exc:
+            logger.warning("evaluation run %s interrupted at shutdown stays 'running' in the store: %s", run.id, exc)

@@ -69,7 +69,9 @@ document_changes = Table(
     Column("changed_at", Float, nullable=False),
 )
 
-# Evaluation suites: a tenant's stored cases, and every run's score and per-case breakdown.
+# Evaluation suites: a tenant's stored cases, and every run's state, score and per-case breakdown. A run is written
+# when it starts (``running``, no score, no finish time) and rewritten when it is ``done`` or ``failed`` (``error``
+# says why).
 eval_cases = Table(
     "curation_eval_cases",
     metadata,
@@ -89,10 +91,12 @@ eval_runs = Table(
     Column("tenant", String(64), nullable=False, index=True),
     Column("suite", String(64), nullable=False, index=True),
     Column("trigger", String(32), nullable=False),
-    Column("score", Float, nullable=False),
+    Column("score", Float),
     Column("cases", JSON, nullable=False),
     Column("started_at", Float, nullable=False, index=True),
-    Column("finished_at", Float, nullable=False),
+    Column("finished_at", Float),
+    Column("state", String(16), nullable=False, server_default="done"),
+    Column("error", Text),
 )
 
 # Assistant profiles, one per tenant (gateway.profiles): who answers, on which routes and models. In this

@@ -1,5 +1,6 @@
-"""The curation store's migrations as a command (for GATEWAY_CURATION_MIGRATE_ON_START=false), and the router
-versions its route tables gained (on SQLite; tests/integration/test_curation_postgres.py runs it on PostgreSQL)."""
+"""The curation store's migrations as a command (for GATEWAY_CURATION_MIGRATE_ON_START=false), the router versions
+its route tables gained and the states its evaluation runs gained (on SQLite;
+tests/integration/test_curation_postgres.py runs both on PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from gateway.curation.cli import main
+from tests.eval_run_support import eval_run_states_across_the_migration
 from tests.route_version_support import router_versions_across_the_migration
 
 
@@ -31,7 +33,7 @@ def test_the_migrate_command_brings_a_database_to_head(tmp_path: Path, monkeypat
         "curation_route_outcomes",
         "route_calibrations",
     }
-    assert version == "0005"
+    assert version == "0006"
     assert main(["upgrade"]) == 2
 
 
@@ -39,3 +41,7 @@ async def test_route_rows_from_before_router_versions_read_back_stale_and_new_on
     tmp_path: Path,
 ) -> None:
     await router_versions_across_the_migration(f"sqlite+aiosqlite:///{tmp_path}/curation.db")
+
+
+async def test_eval_runs_are_stored_running_then_as_they_ended_across_the_migration(tmp_path: Path) -> None:
+    await eval_run_states_across_the_migration(f"sqlite+aiosqlite:///{tmp_path}/curation.db")
