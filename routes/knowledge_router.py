@@ -52,7 +52,8 @@ SPREAD_SIGNALS = ("distinct_second_share",)
 # questions did so, and none of 410 single-hop (nor 104 redundant) ones. A rule beside stage 2, not a third input to
 # it: fitted as one, it moved stage 2's threshold on the second-document share for every other question
 # (leave-one-dataset-out: written org JA multi-hop 0.870 -> 0.826). Stage 1 still decides first: a greeting or a
-# translation request that happens to name two pages stays direct.
+# translation request that happens to name two pages stays direct. A tenant's recalibration may turn it off
+# (``TenantRouting``) where its outcomes show the threshold routes those questions better.
 NAMED_DOCUMENTS = 2
 RETRIEVE: Route = "single_hop"  # stage 1's label for "search the knowledge base" (stage 2 says how)
 # Stage 2 answers multi_hop at this probability unless the tenant's routing was recalibrated from its traffic.
@@ -84,6 +85,21 @@ class KnowledgeModel:
             digest.update(repr(values.shape).encode())
             digest.update(values.tobytes())
         return digest.hexdigest()[:ROUTER_VERSION_CHARS]
+
+
+@dataclass(frozen=True, slots=True)
+class TenantRouting:
+    """How one tenant's questions are routed where an operator recalibrated it from the tenant's route outcomes
+    (``gateway.curation.routing``): stage 2's threshold on ``p(multi_hop)``, and whether the named-documents rule
+    decides. The defaults are the router's own. The rule is the tenant's to turn off because its pages may be titled
+    with names its users join in one request ("Is Beacon supported on Tidewater?" where one page answers): no
+    threshold reaches a decision the rule made."""
+
+    multi_hop_threshold: float = DEFAULT_MULTI_HOP_THRESHOLD
+    named_documents: bool = True
+
+
+DEFAULT_ROUTING = TenantRouting()
 
 
 def threshold_applies(calibrated_for: str | None, router_version: str | None) -> bool:
@@ -183,10 +199,8 @@ class KnowledgeRouter:
         """The version of the model behind this router's ``p(multi_hop)`` (:attr:`KnowledgeModel.version`)."""
         return self._model.version
 
-    def classify(
-        self, query: str, probe: Probe, multi_hop_threshold: float = DEFAULT_MULTI_HOP_THRESHOLD
-    ) -> RouteDecision:
-        """``multi_hop_threshold``: the tenant's, where an operator recalibrated it from the tenant's own traffic."""
+    def classify(self, query: str, probe: Probe, routing: TenantRouting = DEFAULT_ROUTING) -> RouteDecision:
+        """``routing``: the tenant's, where an operator recalibrated it from the tenant's own traffic."""
         if probe.empty:
             reason = "the tenant's knowledge base returned nothing for this question"
             return RouteDecision("direct", 1.0, reason, self.name, probe)
@@ -204,27 +218,30 @@ class KnowledgeRouter:
         spread = _probabilities(self._model.spread, spread_row(s))
         p_multi = spread.get("multi_hop", 0.0)
         named = s.titled_documents >= NAMED_DOCUMENTS
-        naming = f"; the question asks about {s.titled_documents} of them by title" if named else ""
-        route: Route = "multi_hop" if named or p_multi >= multi_hop_threshold else "single_hop"
-        threshold = (
-            ""
-            if multi_hop_threshold == DEFAULT_MULTI_HOP_THRESHOLD
-            else f" (tenant threshold {multi_hop_threshold:.2f})"
-        )
+        ruled = named and routing.named_documents
+        naming = ""
+        if named:
+            naming = f"; the question asks about {s.titled_documents} of them by title" + (
+                "" if ruled else " (the tenant's calibration turned that rule off)"
+            )
+        threshold = routing.multi_hop_threshold
+        route: Route = "multi_hop" if ruled or p_multi >= threshold else "single_hop"
+        tenant_threshold = "" if threshold == DEFAULT_MULTI_HOP_THRESHOLD else f" (tenant threshold {threshold:.2f})"
         reason = (
-            f"p(retrieve)={p_retrieve:.2f}: {found}; p(multi_hop)={p_multi:.2f}{threshold}: a second "
+            f"p(retrieve)={p_retrieve:.2f}: {found}; p(multi_hop)={p_multi:.2f}{tenant_threshold}: a second "
             f"document holds {s.second_document_share:.2f} of the words the best one lacks, "
             f"{s.covering_documents} documents cover the question's parts, the best and that second one share "
             f"{s.shared_figures} figures{naming}{cue_text}"
         )
         return RouteDecision(
             route,
-            p_retrieve * (1.0 if named else spread.get(route, 0.0)),
+            p_retrieve * (1.0 if ruled else spread.get(route, 0.0)),
             reason,
             self.name,
             probe,
-            # A route the rule chose is not one a threshold on p(multi_hop) chose: a tenant's recalibration must not
-            # read it as wanting multi_hop at that probability.
-            p_multi_hop=None if named else p_multi,
+            # Recorded for the rule's decisions too: with the rule turned off, the threshold decides them, and a
+            # recalibration weighs the two on them (``named_documents`` keeps them apart from the threshold's own).
+            p_multi_hop=p_multi,
             router_version=self._model.version,
+            named_documents=named,
         )

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from pipelines.shared.deps import LLMCall, Retriever
 from routes.features import active_cues
-from routes.knowledge_router import DEFAULT_MULTI_HOP_THRESHOLD, KnowledgeRouter
+from routes.knowledge_router import DEFAULT_ROUTING, KnowledgeRouter, TenantRouting
 from routes.llm_router import LLMRouter
 from routes.probe import PROBE_DEPTH, Probe, probe_of, question_terms
 from routes.types import RouteDecision, RouteRequest
@@ -67,10 +67,11 @@ class FrontRouter:
         requested: RouteRequest,
         vector: Sequence[float] | None,
         tenant: str,
-        multi_hop_threshold: float | None = None,
+        routing: TenantRouting | None = None,
     ) -> tuple[RouteDecision, list[LLMCall]]:
         """``vector`` may be None only when :meth:`reads_vector` says the decision does not read it.
-        ``multi_hop_threshold``: the tenant's, for the knowledge-aware classifier (None: the router's default)."""
+        ``routing``: the tenant's recalibrated routing, for the knowledge-aware classifier (None: the router's
+        defaults)."""
         if requested == "direct":
             return RouteDecision(requested, 1.0, "route requested by the caller", "override"), []
         if vector is None:
@@ -83,5 +84,4 @@ class FrontRouter:
         if self.mode == "llm":
             decision, call = await self._llm.classify(query, probe)
             return decision, [call]
-        threshold = DEFAULT_MULTI_HOP_THRESHOLD if multi_hop_threshold is None else multi_hop_threshold
-        return self._knowledge.classify(query, probe, threshold), []
+        return self._knowledge.classify(query, probe, routing or DEFAULT_ROUTING), []

@@ -23,10 +23,13 @@ class RouteDecision:
     classifier: str
     probe: Probe | None = None
     # The knowledge-aware classifier's probability that a second document holds a part of the question: what a
-    # tenant's recalibrated threshold is compared with (None where no threshold on it decided: another classifier,
-    # or the rule for a question asking about two documents by title).
+    # tenant's recalibrated threshold is compared with (None: another classifier decided).
     p_multi_hop: float | None = None
     # The version of the knowledge-aware router that decided (``KnowledgeModel.version``; None when another classifier
     # did): a threshold, or an outcome recorded with the probability, means something only for the version that
     # computed it.
     router_version: str | None = None
+    # The question asks about two or more of the probe's documents by their titles: the named-documents rule's
+    # condition, whether or not the tenant's calibration lets the rule decide. Recorded with the route's outcome, so a
+    # recalibration can tell how the rule fares on the tenant's traffic.
+    named_documents: bool = False

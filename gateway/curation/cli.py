@@ -41,6 +41,13 @@ async def _recalibrate(tenant: str, *, apply: bool, days: float, min_outcomes: i
                 if report.stale_outcomes
                 else ""
             )
+            + f"; named-documents rule {'on' if report.named_documents_rule else 'off'}"
+            + (
+                f", right on {report.named_accuracy:.2f} of its {report.named_outcomes} question(s) naming two "
+                "documents"
+                if report.named_accuracy is not None
+                else ""
+            )
         )
         if report.calibration_stale:
             print(
@@ -62,9 +69,12 @@ async def _recalibrate(tenant: str, *, apply: bool, days: float, min_outcomes: i
             return 1
     finally:
         await store.close()
+    rule = {True: "on", False: "off"}
     print(
-        f"p(multi_hop) threshold {found.current_threshold:.3f} -> {found.multi_hop_threshold:.3f}: routes "
-        f"{found.accuracy_before:.2f} -> {found.accuracy_after:.2f} of {found.outcomes} outcomes right; "
+        f"p(multi_hop) threshold {found.current_threshold:.3f} -> {found.multi_hop_threshold:.3f}, named-documents "
+        f"rule {rule[found.current_named_documents]} -> {rule[found.named_documents]} ({found.named_outcomes} "
+        f"outcome(s) of questions naming two documents): routes {found.accuracy_before:.2f} -> "
+        f"{found.accuracy_after:.2f} of {found.outcomes} outcomes right; "
         + ("applied" if apply else "not applied (add --apply)")
     )
     return 0
@@ -74,7 +84,9 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m gateway.curation")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("migrate", help="run the curation store's migrations")
-    recalibrate = commands.add_parser("recalibrate", help="a tenant's routing threshold from its route outcomes")
+    recalibrate = commands.add_parser(
+        "recalibrate", help="a tenant's routing threshold and named-documents rule from its route outcomes"
+    )
     recalibrate.add_argument("--tenant", required=True)
     recalibrate.add_argument("--apply", action="store_true", help="store the proposed threshold")
     recalibrate.add_argument("--days", type=float, default=30.0)

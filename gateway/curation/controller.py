@@ -146,12 +146,16 @@ class CurationController(Controller):
             multi_hop_threshold=report.multi_hop_threshold,
             calibrated=report.calibrated,
             calibration_stale=report.calibration_stale,
+            named_documents_rule=report.named_documents_rule,
+            named_outcomes=report.named_outcomes,
+            named_accuracy_estimate=None if report.named_accuracy is None else round(report.named_accuracy, 4),
         )
 
     @post(
         "/route-outcomes/recalibration",
         status_code=200,
-        summary="Propose (or, with apply, set) the tenant's routing threshold from its route outcomes",
+        summary="Propose (or, with apply, set) the tenant's routing threshold and named-documents rule from its route "
+        "outcomes",
         responses=problem_responses(
             400,
             401,
@@ -193,6 +197,9 @@ class CurationController(Controller):
             accuracy_after=found.accuracy_after,
             router_version=found.router_version,
             applied=data.apply,
+            current_named_documents_rule=found.current_named_documents,
+            named_documents_rule=found.named_documents,
+            named_outcomes=found.named_outcomes,
         )
 
     @get(

@@ -14,7 +14,9 @@ recorded. Negative feedback marks a recorded outcome ``disliked``: reported, not
 has many causes besides its route).
 
 :func:`recalibrate` chooses the ``p(multi_hop)`` threshold that agrees with most of a tenant's outcomes, nearest
-the router's default among equals; an operator applies it (the curation API or ``python -m gateway.curation
+the router's default among equals, and whether the named-documents rule (a question asking about two documents by
+title routes ``multi_hop``) keeps deciding the questions it covers or leaves them to that threshold; an operator
+applies it (the curation API or ``python -m gateway.curation
 recalibrate``), never the gateway on its own.
 
 Probabilities belong to the router that computed them: a new release may retrain it (other training data, other
@@ -55,6 +57,9 @@ class RouteOutcome:
     # The router version that computed ``p_multi_hop`` (None: the LLM classifier decided, or recorded before versions
     # were); last, with a default, so outcomes built without a router (offline evaluations) stay as they are written.
     router_version: str | None = None
+    # The question asked about two of the tenant's documents by title (the named-documents rule's condition): the rule
+    # decided, unless the tenant's calibration had turned it off. Kept apart from the threshold's own outcomes.
+    named_documents: bool = False
 
     @property
     def wanted_multi_hop(self) -> bool:
@@ -90,14 +95,15 @@ def route_outcome(request: QueryRequest, response: QueryResponse, at: float) -> 
         p_multi_hop=response.p_multi_hop,
         created_at=at,
         router_version=response.router_version,
+        named_documents=response.named_documents,
     )
 
 
 @dataclass(frozen=True, slots=True)
 class Calibration:
-    """A proposed (or applied) threshold, with how well it and the current one agree with the outcomes, and the
-    router version whose probabilities it was fitted to (None: unknown, made before versions were recorded): it
-    applies to that version only."""
+    """A proposed (or applied) threshold and named-documents rule, with how well they and the current ones agree with
+    the outcomes, and the router version whose probabilities they were fitted to (None: unknown, made before versions
+    were recorded): it applies to that version only."""
 
     tenant: str
     outcomes: int
@@ -106,6 +112,11 @@ class Calibration:
     accuracy_before: float
     accuracy_after: float
     router_version: str | None
+    # The named-documents rule: on (the router's default) or turned off, before and as proposed; ``named_outcomes`` of
+    # the ``outcomes`` asked about two documents by title and decide it.
+    current_named_documents: bool = True
+    named_documents: bool = True
+    named_outcomes: int = 0
 
     def stale_for(self, router_version: str | None) -> bool:
         """Whether this calibration was made for a router other than ``router_version`` (the one routing now): then
@@ -125,8 +136,12 @@ def counts(outcomes: Sequence[RouteOutcome]) -> dict[str, int]:
     return {verdict: found.get(verdict, 0) for verdict in VERDICTS}
 
 
+def _routed_right(points: Sequence[tuple[float, bool]], threshold: float) -> int:
+    return sum((p >= threshold) == multi for p, multi in points)
+
+
 def _agreement(points: Sequence[tuple[float, bool]], threshold: float) -> float:
-    return sum((p >= threshold) == multi for p, multi in points) / len(points)
+    return _routed_right(points, threshold) / len(points)
 
 
 def of_router(outcomes: Sequence[RouteOutcome], router_version: str | None) -> list[RouteOutcome]:
@@ -135,24 +150,11 @@ def of_router(outcomes: Sequence[RouteOutcome], router_version: str | None) -> l
     return [o for o in outcomes if o.router_version == router_version]
 
 
-def recalibrate(
-    tenant: str, outcomes: Sequence[RouteOutcome], current: float | None, router_version: str | None = None
-) -> Calibration:
-    """The threshold on ``p(multi_hop)`` for router ``router_version`` that routes most of its outcomes the way they
-    showed they wanted.
-
-    Only outcomes recorded under ``router_version`` count: another version's probabilities are on another scale.
-    Candidates are the midpoints between neighbouring recorded probabilities and beyond the lowest and highest
-    (and the current threshold); among
-    equally good ones the nearest to the router's default wins, so a few outcomes move it no further than they
-    must. Outcomes without a probability (the LLM classifier decided) are left out.
-    """
-    now = DEFAULT_MULTI_HOP_THRESHOLD if current is None else current
-    points = [
-        (o.p_multi_hop, o.wanted_multi_hop) for o in of_router(outcomes, router_version) if o.p_multi_hop is not None
-    ]
+def _fit_threshold(points: Sequence[tuple[float, bool]], now: float) -> float:
+    """The threshold that routes most ``points`` (probability, wanted multi_hop) right, nearest the router's default
+    among equals; ``now`` without any."""
     if not points:
-        return Calibration(tenant, 0, now, now, 0.0, 0.0, router_version)
+        return now
     values = sorted({p for p, _ in points})
     candidates = {now, DEFAULT_MULTI_HOP_THRESHOLD, values[0] / 2, (values[-1] + 1.0) / 2}
     candidates.update((a + b) / 2 for a, b in itertools.pairwise(values))
@@ -160,14 +162,57 @@ def recalibrate(
         sorted(candidates),
         key=lambda t: (round(_agreement(points, t), 9), -abs(t - DEFAULT_MULTI_HOP_THRESHOLD)),
     )
+    return min(max(best, 0.0), 1.0)
+
+
+def recalibrate(
+    tenant: str,
+    outcomes: Sequence[RouteOutcome],
+    current: float | None,
+    router_version: str | None = None,
+    current_named_documents: bool = True,
+) -> Calibration:
+    """The threshold on ``p(multi_hop)`` for router ``router_version``, and whether the named-documents rule decides,
+    that route most of its outcomes the way they showed they wanted.
+
+    Only outcomes recorded under ``router_version`` count: another version's probabilities are on another scale.
+    Candidates are the midpoints between neighbouring recorded probabilities and beyond the lowest and highest
+    (and the current threshold); among equally good ones the nearest to the router's default wins, so a few
+    outcomes move it no further than they must. Outcomes without a probability (the LLM classifier decided, or the
+    rule before its decisions recorded one) are left out.
+
+    With the rule on, its questions (those asking about two documents by title) all go ``multi_hop`` and the
+    threshold is fitted on the others; with it off, the threshold is fitted on all of them. Whichever routes more
+    outcomes right is proposed; on a tie the rule stays as it is.
+    """
+    now = DEFAULT_MULTI_HOP_THRESHOLD if current is None else current
+    mine = [(o.p_multi_hop, o.wanted_multi_hop, o.named_documents) for o in of_router(outcomes, router_version)]
+    scored = [(p, wanted, named) for p, wanted, named in mine if p is not None]
+    unnamed = [(p, wanted) for p, wanted, named in scored if not named]
+    every = [(p, wanted) for p, wanted, _ in scored]
+    named_wanted = [wanted for _, wanted, named in scored if named]
+
+    def right(threshold: float, rule: bool) -> int:
+        if rule:
+            return _routed_right(unnamed, threshold) + sum(named_wanted)
+        return _routed_right(every, threshold)
+
+    with_rule, without_rule = _fit_threshold(unnamed, now), _fit_threshold(every, now)
+    on, off = right(with_rule, True), right(without_rule, False)
+    rule = current_named_documents if on == off or not named_wanted else on > off
+    best = with_rule if rule else without_rule
+    total = len(scored)
     return Calibration(
         tenant=tenant,
-        outcomes=len(points),
+        outcomes=total,
         current_threshold=now,
-        multi_hop_threshold=min(max(best, 0.0), 1.0),
-        accuracy_before=round(_agreement(points, now), 4),
-        accuracy_after=round(_agreement(points, best), 4),
+        multi_hop_threshold=best,
+        accuracy_before=round(right(now, current_named_documents) / total, 4) if total else 0.0,
+        accuracy_after=round(right(best, rule) / total, 4) if total else 0.0,
         router_version=router_version,
+        current_named_documents=current_named_documents,
+        named_documents=rule,
+        named_outcomes=len(named_wanted),
     )
 
 
@@ -201,13 +246,18 @@ class RouteReport:
     multi_hop_threshold: float  # the one routing uses (the router's default unless a current calibration applies)
     calibrated: bool  # an operator applied a calibration
     calibration_stale: bool  # ... for another router version: set aside, the default routes instead
+    # The named-documents rule as routing uses it (on unless a current calibration turned it off), and the outcomes of
+    # questions it covers, with the share of them whose route was right.
+    named_documents_rule: bool = True
+    named_outcomes: int = 0
+    named_accuracy: float | None = None
 
 
-def _threshold_in_use(applied: Calibration | None, router_version: str | None) -> float | None:
-    """The applied threshold when it was made for ``router_version``; None where the router's default routes."""
+def _in_use(applied: Calibration | None, router_version: str | None) -> Calibration | None:
+    """The applied calibration when it was made for ``router_version``; None where the router's defaults route."""
     if applied is None or applied.stale_for(router_version):
         return None
-    return applied.multi_hop_threshold
+    return applied
 
 
 async def route_report(
@@ -218,7 +268,8 @@ async def route_report(
     outcomes = await store.route_outcomes(tenant, since)
     current = of_router(outcomes, router_version)
     applied = await store.calibration(tenant)
-    in_use = _threshold_in_use(applied, router_version)
+    in_use = _in_use(applied, router_version)
+    named = [o for o in current if o.named_documents]
     return RouteReport(
         tenant=tenant,
         since=since,
@@ -227,9 +278,12 @@ async def route_report(
         disliked=sum(o.disliked for o in current),
         accuracy=accuracy(current),
         stale_outcomes=len(outcomes) - len(current),
-        multi_hop_threshold=DEFAULT_MULTI_HOP_THRESHOLD if in_use is None else in_use,
+        multi_hop_threshold=DEFAULT_MULTI_HOP_THRESHOLD if in_use is None else in_use.multi_hop_threshold,
         calibrated=applied is not None,
         calibration_stale=applied is not None and applied.stale_for(router_version),
+        named_documents_rule=True if in_use is None else in_use.named_documents,
+        named_outcomes=len(named),
+        named_accuracy=accuracy(named),
     )
 
 
@@ -243,9 +297,9 @@ async def recalibrate_tenant(
     now: float,
     router_version: str | None,
 ) -> Calibration:
-    """The threshold the tenant's outcomes of the last ``days`` under router ``router_version`` (the one routing
-    now) ask for, made for that version; stored only with ``apply``. The current threshold it is compared with is
-    the one routing uses: a calibration made for another version is not in use."""
+    """The threshold and named-documents rule the tenant's outcomes of the last ``days`` under router
+    ``router_version`` (the one routing now) ask for, made for that version; stored only with ``apply``. The current
+    ones they are compared with are those routing uses: a calibration made for another version is not in use."""
     if router_version is None:
         raise NoRouterProbabilityError(
             "The gateway routes with the LLM classifier (GATEWAY_ROUTER_CLASSIFIER=llm): it has no p(multi_hop) for "
@@ -253,7 +307,12 @@ async def recalibrate_tenant(
         )
     outcomes = await store.route_outcomes(tenant, now - days * DAY_S)
     applied = await store.calibration(tenant)
-    calibration = recalibrate(tenant, outcomes, _threshold_in_use(applied, router_version), router_version)
+    in_use = _in_use(applied, router_version)
+    calibration = (
+        recalibrate(tenant, outcomes, None, router_version)
+        if in_use is None
+        else recalibrate(tenant, outcomes, in_use.multi_hop_threshold, router_version, in_use.named_documents)
+    )
     if calibration.outcomes < min_outcomes:
         stale = len(outcomes) - len(of_router(outcomes, router_version))
         other = f" ({stale} more were recorded under another router version and do not count)" if stale else ""

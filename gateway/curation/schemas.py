@@ -201,6 +201,19 @@ class RouteOutcomesOut(msgspec.Struct, kw_only=True):
             "routes) until the tenant is recalibrated."
         ),
     ]
+    named_documents_rule: Annotated[
+        bool,
+        Meta(
+            description="Whether the named-documents rule decides (a question asking about two of the tenant's "
+            "documents by title routes multi_hop): on unless a current calibration turned it off."
+        ),
+    ] = True
+    named_outcomes: Annotated[
+        int, Meta(description="Of the outcomes counted, those whose question asked about two documents by title.")
+    ] = 0
+    named_accuracy_estimate: Annotated[
+        float | None, Meta(description="right / those named-documents outcomes; null without any.")
+    ] = None
 
 
 class RecalibrationRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -214,9 +227,24 @@ class CalibrationOut(msgspec.Struct, kw_only=True):
     outcomes: int
     current_threshold: float
     multi_hop_threshold: float
-    accuracy_before: Annotated[float, Meta(description="Share of the outcomes the current threshold routes right.")]
-    accuracy_after: Annotated[float, Meta(description="The same with the proposed threshold.")]
+    accuracy_before: Annotated[
+        float, Meta(description="Share of the outcomes the current threshold and named-documents rule route right.")
+    ]
+    accuracy_after: Annotated[float, Meta(description="The same with the proposed ones.")]
     router_version: Annotated[
         str | None, Meta(description="The router version the threshold is for: it applies to no other.")
     ]
     applied: bool
+    current_named_documents_rule: Annotated[
+        bool, Meta(description="Whether the named-documents rule decides now for the tenant.")
+    ] = True
+    named_documents_rule: Annotated[
+        bool,
+        Meta(
+            description="Whether it should: turned off only where the threshold routes strictly more of the "
+            "questions it covers right."
+        ),
+    ] = True
+    named_outcomes: Annotated[
+        int, Meta(description="Of the outcomes, those whose question asked about two documents by title.")
+    ] = 0

@@ -263,6 +263,7 @@ class CurationStore:
                 "disliked": o.disliked,
                 "created_at": o.created_at,
                 "router_version": o.router_version,
+                "named_documents": o.named_documents,
             }
             for o in outcomes
         ]
@@ -294,19 +295,22 @@ class CurationStore:
                 created_at=float(row["created_at"]),
                 disliked=bool(row["disliked"]),
                 router_version=row["router_version"],
+                named_documents=bool(row["named_documents"]),
             )
             for row in rows
         ]
 
     async def calibration(self, tenant: str) -> Calibration | None:
-        """The tenant's applied calibration (its threshold as both current and proposed), if an operator set one,
-        with the router version it was made for (None for one made before versions were recorded)."""
+        """The tenant's applied calibration (its threshold and named-documents rule as both current and proposed), if
+        an operator set one, with the router version it was made for (None for one made before versions were
+        recorded)."""
         query = select(route_calibrations).where(route_calibrations.c.tenant == tenant)
         async with self._connection(write=False) as connection:
             row = (await connection.execute(query)).mappings().first()
         if row is None:
             return None
         threshold = float(row["multi_hop_threshold"])
+        rule = bool(row["named_documents"])
         return Calibration(
             tenant,
             int(row["outcomes"]),
@@ -315,6 +319,9 @@ class CurationStore:
             row["accuracy_before"],
             row["accuracy_after"],
             row["router_version"],
+            current_named_documents=rule,
+            named_documents=rule,
+            named_outcomes=int(row["named_outcomes"]),
         )
 
     async def set_calibration(self, calibration: Calibration) -> None:
@@ -325,6 +332,8 @@ class CurationStore:
             "accuracy_after": calibration.accuracy_after,
             "calibrated_at": time.time(),
             "router_version": calibration.router_version,
+            "named_documents": calibration.named_documents,
+            "named_outcomes": calibration.named_outcomes,
         }
         tenant = calibration.tenant
         async with self._connection(write=True) as connection:

@@ -4,7 +4,7 @@ PostgreSQL without time-zone surprises."""
 
 from __future__ import annotations
 
-from sqlalchemy import JSON, Boolean, Column, Float, Integer, MetaData, String, Table, Text
+from sqlalchemy import JSON, Boolean, Column, Float, Integer, MetaData, String, Table, Text, false, true
 
 metadata = MetaData()
 
@@ -119,7 +119,8 @@ assistant_profiles = Table(
 # What each routed answer showed about its route afterwards (gateway.curation.routing): one row per answer the
 # router decided, purged with the answer records. ``p_multi_hop`` is what a recalibration sets a threshold on, and
 # ``router_version`` the router that computed it (NULL: the LLM classifier, or recorded before versions were): a
-# recalibration reads the outcomes of the router in use only.
+# recalibration reads the outcomes of the router in use only. ``named_documents``: the question asked about two
+# documents by title (the named-documents rule's questions, weighed apart from the threshold's).
 route_outcomes = Table(
     "curation_route_outcomes",
     metadata,
@@ -132,10 +133,12 @@ route_outcomes = Table(
     Column("disliked", Boolean, nullable=False),
     Column("created_at", Float, nullable=False, index=True),
     Column("router_version", String(64)),
+    Column("named_documents", Boolean, nullable=False, server_default=false()),
 )
 
 # A tenant's routing thresholds, set by an operator's recalibration from its outcomes (never automatically), each
-# for the router version it was fitted to (NULL: made before versions were recorded; applies to no router).
+# for the router version it was fitted to (NULL: made before versions were recorded; applies to no router), with
+# whether the named-documents rule decides for the tenant and on how many of the outcomes that was weighed.
 route_calibrations = Table(
     "route_calibrations",
     metadata,
@@ -146,4 +149,6 @@ route_calibrations = Table(
     Column("accuracy_after", Float, nullable=False),
     Column("calibrated_at", Float, nullable=False),
     Column("router_version", String(64)),
+    Column("named_documents", Boolean, nullable=False, server_default=true()),
+    Column("named_outcomes", Integer, nullable=False, server_default="0"),
 )

@@ -44,6 +44,9 @@ class AssistantProfile:
     # query service, which owns the router, knows whether it is the version routing now: it applies the threshold
     # only then, since another version's p(multi_hop) means something else.
     threshold_router_version: str | None = None
+    # Whether the router's named-documents rule decides for this tenant (a question asking about two of its pages by
+    # title routes multi_hop): on unless the same recalibration turned it off, for the same router version.
+    named_documents_rule: bool = True
     configured: bool = False
     version: int = 0
     updated_at: float | None = None
@@ -68,6 +71,8 @@ class AssistantProfile:
             # Whether it applies depends on the version: the same value calibrated again for the router in use must
             # not meet answers routed while the old calibration was set aside.
             shaping["threshold_router_version"] = self.threshold_router_version
+        if not self.named_documents_rule:  # only when off: profiles with the router's rule keep their digests
+            shaping["named_documents_rule"] = False
         encoded = json.dumps(shaping, sort_keys=True, ensure_ascii=True).encode()
         object.__setattr__(self, "digest", hashlib.sha256(encoded).hexdigest()[:16])
 
@@ -117,6 +122,7 @@ class RoutingThreshold:
 
     value: float
     router_version: str | None
+    named_documents_rule: bool = True  # the named-documents rule, kept on or turned off by the same calibration
 
 
 def default_profile(tenant: str, settings: AssistantSettings) -> AssistantProfile:

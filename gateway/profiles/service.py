@@ -113,7 +113,10 @@ class Profiles:
             profile = stored if stored is not None else self.default(tenant)
             if threshold is not None:
                 profile = replace(
-                    profile, multi_hop_threshold=threshold.value, threshold_router_version=threshold.router_version
+                    profile,
+                    multi_hop_threshold=threshold.value,
+                    threshold_router_version=threshold.router_version,
+                    named_documents_rule=threshold.named_documents_rule,
                 )
         self._entries[tenant] = _Entry(profile, self._clock() + self.settings.cache_ttl_s)
         return profile

@@ -45,12 +45,13 @@ class ProfileStore:
     async def multi_hop_threshold(self, tenant: str) -> RoutingThreshold | None:
         """The tenant's recalibrated routing threshold (``gateway.curation.routing``), if an operator applied one,
         with the router version it was calibrated for: whoever routes decides whether it still applies."""
-        query = select(route_calibrations.c.multi_hop_threshold, route_calibrations.c.router_version).where(
-            route_calibrations.c.tenant == tenant
+        columns = route_calibrations.c
+        query = select(columns.multi_hop_threshold, columns.router_version, columns.named_documents).where(
+            columns.tenant == tenant
         )
         async with self._connection(write=False) as connection:
             row = (await connection.execute(query)).first()
-        return None if row is None else RoutingThreshold(float(row[0]), row[1])
+        return None if row is None else RoutingThreshold(float(row[0]), row[1], bool(row[2]))
 
     async def put(self, profile: AssistantProfile) -> AssistantProfile:
         """Stores ``profile`` as the tenant's (its ``version`` and ``updated_at`` are the store's): the stored one."""

@@ -124,8 +124,8 @@ class QueryResponse(msgspec.Struct):
     p_multi_hop: Annotated[
         float | None,
         Meta(
-            description="The router's probability that a second document holds a part of the question (null: no "
-            "threshold on it decided: the LLM classifier, or a question asking about two documents by their titles)."
+            description="The router's probability that a second document holds a part of the question (null: the "
+            "LLM classifier decided)."
         ),
     ] = None
     router_version: Annotated[
@@ -135,6 +135,13 @@ class QueryResponse(msgspec.Struct):
             "applies to that version's probabilities only (null when the LLM classifier decided)."
         ),
     ] = None
+    named_documents: Annotated[
+        bool,
+        Meta(
+            description="The question asks about two or more of the tenant's documents by their titles: the router "
+            "routes it multi_hop unless the tenant's recalibration turned that rule off."
+        ),
+    ] = False
 
 
 class RouteResponse(msgspec.Struct, kw_only=True):

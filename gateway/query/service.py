@@ -35,7 +35,7 @@ from gateway.query.steps import RouteClamp, RouteQuery, SemanticCacheHit, StepEv
 from gateway.query.timeline import numbered, waterfall
 from gateway.settings import AssistantSettings, ProfileSettings
 from pipelines.shared.deps import LLMCall, Passage
-from routes.knowledge_router import threshold_applies
+from routes.knowledge_router import TenantRouting, threshold_applies
 from routes.probe import PROBE_DEPTH, Probe
 from routes.router import FrontRouter
 from routes.table import RouteTable, StepTime
@@ -272,6 +272,7 @@ class QueryService:
             passages=numbered(result.context) if request.include_passages else None,
             p_multi_hop=decision.p_multi_hop,  # unrounded: a recalibrated threshold is compared with it
             router_version=decision.router_version,
+            named_documents=decision.named_documents,
         )
 
     async def _decide(
@@ -281,7 +282,7 @@ class QueryService:
         threshold where an operator set one for this router."""
         with self._telemetry.routing() as span:
             decision, router_calls = await self._router.decide(
-                query, request.route, vector, request.tenant, self._threshold(profile)
+                query, request.route, vector, request.tenant, self._routing(profile)
             )
             probe = decision.probe
             self._telemetry.decided(
@@ -294,9 +295,9 @@ class QueryService:
             )
         return decision, router_calls
 
-    def _threshold(self, profile: AssistantProfile) -> float | None:
-        """The tenant's recalibrated threshold when it was calibrated for the router routing now, else None (the
-        router's default).
+    def _routing(self, profile: AssistantProfile) -> TenantRouting | None:
+        """The tenant's recalibrated routing (threshold, and whether the named-documents rule decides) when it was
+        calibrated for the router routing now, else None (the router's defaults).
 
         A retrained router's ``p(multi_hop)`` means something else: a threshold fitted to the old one's would
         silently mis-route the tenant, so it is set aside (logged once per tenant) until an operator recalibrates
@@ -309,7 +310,7 @@ class QueryService:
         if current is None:  # the LLM classifier decides: it reads no threshold
             return None
         if threshold_applies(profile.threshold_router_version, current):
-            return threshold
+            return TenantRouting(threshold, profile.named_documents_rule)
         if profile.tenant not in self._stale_thresholds:
             self._stale_thresholds.add(profile.tenant)
             logger.warning(

@@ -15,6 +15,7 @@ from gateway.curation.store import CurationStore
 from gateway.settings import Settings
 from tests.curation_support import relocation_cycle, relocation_model
 from tests.eval_run_support import eval_run_states_across_the_migration
+from tests.named_rule_support import named_documents_rule_across_the_migration
 from tests.postgres_support import fresh_database
 from tests.route_version_support import router_versions_across_the_migration
 
@@ -75,6 +76,10 @@ async def test_route_rows_from_before_router_versions_read_back_stale_on_postgre
 
 async def test_eval_runs_are_stored_running_then_as_they_ended_on_postgresql(database_url: str) -> None:
     await eval_run_states_across_the_migration(database_url)
+
+
+async def test_the_named_documents_rule_is_recorded_and_calibrated_on_postgresql(database_url: str) -> None:
+    await named_documents_rule_across_the_migration(database_url)
 
 
 async def test_the_relocation_cycle_on_postgresql(

@@ -11,6 +11,7 @@ import pytest
 
 from gateway.curation.cli import main
 from tests.eval_run_support import eval_run_states_across_the_migration
+from tests.named_rule_support import named_documents_rule_across_the_migration
 from tests.route_version_support import router_versions_across_the_migration
 
 
@@ -33,7 +34,7 @@ def test_the_migrate_command_brings_a_database_to_head(tmp_path: Path, monkeypat
         "curation_route_outcomes",
         "route_calibrations",
     }
-    assert version == "0006"
+    assert version == "0007"
     assert main(["upgrade"]) == 2
 
 
@@ -45,3 +46,7 @@ async def test_route_rows_from_before_router_versions_read_back_stale_and_new_on
 
 async def test_eval_runs_are_stored_running_then_as_they_ended_across_the_migration(tmp_path: Path) -> None:
     await eval_run_states_across_the_migration(f"sqlite+aiosqlite:///{tmp_path}/curation.db")
+
+
+async def test_the_named_documents_rule_is_recorded_and_calibrated_across_the_migration(tmp_path: Path) -> None:
+    await named_documents_rule_across_the_migration(f"sqlite+aiosqlite:///{tmp_path}/curation.db")

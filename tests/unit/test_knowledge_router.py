@@ -16,7 +16,14 @@ from gateway.settings import ModelPrice
 from pipelines.shared.deps import Passage
 from routes.corpus import Case
 from routes.features import active_cues
-from routes.knowledge_router import DIRECT_CUES, KnowledgeModel, KnowledgeRouter, fit_knowledge, retrieve_row
+from routes.knowledge_router import (
+    DIRECT_CUES,
+    KnowledgeModel,
+    KnowledgeRouter,
+    TenantRouting,
+    fit_knowledge,
+    retrieve_row,
+)
 from routes.llm_router import LLMRouter, describe
 from routes.logistic_router import LogisticModel
 from routes.probe import EMPTY_SIGNALS, PROBE_DEPTH, Probe, ProbeSignals, probe_of
@@ -93,10 +100,29 @@ def test_a_question_naming_two_documents_routes_multi_hop_whatever_the_coverage(
     decision = router.classify(question, probe(replace(ONE_DOC, titled_documents=2)))
     assert decision.route == "multi_hop"
     assert "asks about 2 of them by title" in decision.reason
-    # no threshold on p(multi_hop) chose it: a tenant's recalibration must not read it as one
-    assert decision.p_multi_hop is None
+    # the rule chose it, not the threshold: marked so, with the probability a recalibration weighs the rule against
+    assert decision.named_documents
+    assert decision.p_multi_hop is not None
+    assert decision.p_multi_hop < 0.5
     assert decision.router_version == router.version
     assert decision.confidence >= 0.5
+
+
+def test_a_tenant_whose_calibration_turned_the_rule_off_routes_those_questions_by_the_threshold(
+    router: KnowledgeRouter,
+) -> None:
+    question = "Is Beacon supported on Tidewater?"
+    named = probe(replace(ONE_DOC, titled_documents=2))
+    off = router.classify(question, named, TenantRouting(named_documents=False))
+    assert off.route == "single_hop"
+    assert off.named_documents  # still recorded: a later recalibration may turn the rule on again
+    assert "turned that rule off" in off.reason
+    # the threshold still decides the rest: with the rule off, a low enough one sends the same question multi_hop
+    assert off.p_multi_hop is not None
+    low = TenantRouting(multi_hop_threshold=off.p_multi_hop / 2, named_documents=False)
+    assert router.classify(question, named, low).route == "multi_hop"
+    # and a tenant with the rule on (the default) is routed as before
+    assert router.classify(question, named, TenantRouting()).route == "multi_hop"
 
 
 def test_stage_one_decides_before_the_named_documents_rule(router: KnowledgeRouter) -> None:

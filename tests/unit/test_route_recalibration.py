@@ -139,6 +139,71 @@ async def test_a_recalibrated_tenant_routes_its_repeated_knowledge_single_hop_an
         assert (report["calibrated"], report["calibration_stale"]) == (True, False)
 
 
+# Pages titled by product names that users join in one request, where one page answers: "Beacon and Tidewater" asks
+# whether the two work together, and Beacon's page says so.
+PRODUCT_DOCS = [
+    {
+        "id": "beacon",
+        "title": "Beacon",
+        "text": "Beacon is the fleet telemetry service. Beacon sends its trip reports to Tidewater every night, so "
+        "Tidewater users see them in the morning without any setup.",
+    },
+    {
+        "id": "tidewater",
+        "title": "Tidewater",
+        "text": "Tidewater is the warehouse planning suite used by the logistics team for pick paths and dock doors.",
+    },
+    {
+        "id": "ledgerline",
+        "title": "Ledgerline",
+        "text": "Ledgerline is the invoicing tool used by the finance team.",
+    },
+]
+PRODUCT_QUESTIONS = [
+    "Do Beacon and Tidewater share trip reports?",
+    "How often do Beacon and Tidewater exchange trip reports?",
+    "Does Tidewater or Beacon need setup for the nightly trip reports?",
+    "When do Tidewater users see trip reports from Beacon and Tidewater's nightly sync?",
+]
+
+
+async def test_a_tenant_whose_named_questions_one_page_answers_turns_the_rule_off_and_others_keep_it(
+    make_client: Callable[..., Any], uncached: Settings
+) -> None:
+    async with make_client(settings_override=uncached) as (client, _):
+        for tenant in ("products", "control"):
+            posted = await client.post("/v1/documents", json={"tenant": tenant, "documents": PRODUCT_DOCS})
+            assert posted.status_code == 200
+        before = {q: await ask(client, "products", q) for q in PRODUCT_QUESTIONS}
+        for question, answer in before.items():
+            assert answer["named_documents"] is True, question
+            assert answer["classified_route"] == "multi_hop", answer["route_reason"]
+            assert "by title" in answer["route_reason"]
+            assert len(answer["sources"]) == 1  # the first round was enough: Beacon's page answered
+        report = (await client.get("/v1/route-outcomes", params={"tenant": "products"})).json()
+        assert (report["named_outcomes"], report["named_accuracy_estimate"]) == (4, 0.0)
+        assert report["named_documents_rule"] is True
+
+        applied = await client.post(
+            "/v1/route-outcomes/recalibration",
+            params={"tenant": "products"},
+            json={"min_outcomes": 4, "apply": True},
+        )
+        found = applied.json()
+        assert (found["current_named_documents_rule"], found["named_documents_rule"]) == (True, False)
+        assert (found["named_outcomes"], found["accuracy_before"], found["accuracy_after"]) == (4, 0.0, 1.0)
+        for question in PRODUCT_QUESTIONS:
+            after = await ask(client, "products", question)
+            assert after["classified_route"] == "single_hop", after["route_reason"]
+            assert "turned that rule off" in after["route_reason"]
+            assert after["named_documents"] is True  # still recorded, for the next recalibration
+            unchanged = await ask(client, "control", question)
+            assert unchanged["classified_route"] == "multi_hop"
+            assert "turned that rule off" not in unchanged["route_reason"]
+        report = (await client.get("/v1/route-outcomes", params={"tenant": "products"})).json()
+        assert report["named_documents_rule"] is False
+
+
 async def test_a_threshold_calibrated_for_another_router_version_is_set_aside_and_one_for_this_version_applies(
     make_client: Callable[..., Any], uncached: Settings, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -208,6 +273,38 @@ def test_recalibration_separates_what_the_outcomes_wanted_nearest_the_default() 
     assert found.accuracy_after == 0.8  # 0.45 wants multi_hop but 0.80 and 0.85 do not: no threshold has all
     assert 0.85 < found.multi_hop_threshold < 0.97
     assert recalibrate("t", [outcome("right", 0.7)], None).multi_hop_threshold == 0.5  # nothing to move for
+
+
+def named(verdict: str, p: float, classified: str = "multi_hop") -> RouteOutcome:
+    """An outcome of a question that asked about two documents by title (the named-documents rule's)."""
+    return dataclasses.replace(outcome(verdict, p, classified), id=f"named-{verdict}-{p}", named_documents=True)
+
+
+def test_recalibration_turns_the_named_documents_rule_off_where_the_threshold_routes_its_questions_better() -> None:
+    """The rule sent three questions naming two pages multi_hop, and one page answered each: with it off the
+    threshold routes them single_hop (their probabilities are low) and everything else as before."""
+    ordinary = [outcome("right", 0.9), outcome("right", 0.2, "single_hop"), outcome("under_routed", 0.6, "single_hop")]
+    rule = [named("over_routed", 0.1), named("over_routed", 0.2), named("over_routed", 0.3)]
+    found = recalibrate("t", [*ordinary, *rule], None)
+    assert (found.current_named_documents, found.named_documents) == (True, False)
+    assert (found.outcomes, found.named_outcomes) == (6, 3)
+    assert found.accuracy_before == 0.5  # the three named ones and the escalated 0.6 routed wrong
+    assert found.accuracy_after == 1.0
+    assert 0.3 < found.multi_hop_threshold <= 0.6
+    # Where the rule's questions did need their second document, it stays on, and they do not move the threshold
+    needed = [named("right", 0.1), named("right", 0.2), named("right", 0.3)]
+    kept = recalibrate("t", [*ordinary, *needed], None)
+    assert kept.named_documents is True
+    assert kept.multi_hop_threshold == recalibrate("t", ordinary, None).multi_hop_threshold
+    assert kept.accuracy_after == 1.0
+
+
+def test_a_tie_leaves_the_named_documents_rule_as_it_is() -> None:
+    split = [named("over_routed", 0.9), named("right", 0.1)]  # either way one of the two is routed wrong
+    assert recalibrate("t", split, None).named_documents is True
+    assert recalibrate("t", split, None, current_named_documents=False).named_documents is False
+    # no outcome of the rule's questions: nothing to say about it either way
+    assert recalibrate("t", [outcome("right", 0.9)], None, current_named_documents=False).named_documents is False
 
 
 OLD, NEW = "0123456789ab", "ba9876543210"
