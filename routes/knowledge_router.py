@@ -28,7 +28,7 @@ import numpy as np
 from routes.corpus import PASSAGES_FILE, REDUNDANT_FILES, Case, CorpusTenant, EmbedTexts, all_cases, load_tenants
 from routes.features import FEATURE_VERSION, active_cues
 from routes.logistic_router import LogisticModel, cached_model, fit_matrix
-from routes.probe import PROBE_DEPTH, Probe, ProbeSignals, read_signals
+from routes.probe import PROBE_DEPTH, Probe, ProbeSignals, read_signals, stemmer_version
 from routes.types import Route, RouteDecision
 from routes.written_kb import KB_FILE
 
@@ -158,7 +158,7 @@ def artefact_path(cache_dir: Path, cases: Sequence[Case], embedding_model: str, 
     for data in training_files():
         digest.update(data)
     safe = "".join(ch if ch.isalnum() else "-" for ch in f"{embedding_model}-{chunking}")
-    versions = f"f{FEATURE_VERSION}-s{SIGNAL_VERSION}-d{PROBE_DEPTH}"
+    versions = f"f{FEATURE_VERSION}-s{SIGNAL_VERSION}-d{PROBE_DEPTH}-{stemmer_version()}"
     return cache_dir / f"knowledge-router-{stage}-{digest.hexdigest()[:16]}-{versions}-{safe}.npz"
 
 

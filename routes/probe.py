@@ -178,6 +178,11 @@ class Probe:
 _STEMMERS = threading.local()
 
 
+def stemmer_version() -> str:
+    """The stemmer's release: the signals, and so a router trained on them, depend on how it stems."""
+    return f"pystemmer{Stemmer.version()}"
+
+
 def _stem(term: str) -> str:
     """English inflection off with Snowball's stemmer ("opened" ~ "open", "services" ~ "service", "included" ~
     "include"): questions and passages word the same fact differently. An ad hoc suffix list stripped "-es" and "-ed"
@@ -239,9 +244,9 @@ _ARTICLE = "the "
 
 @functools.lru_cache(maxsize=PASSAGE_VIEWS)
 def _title_name(title: str) -> str | None:
-    """How a question names a document by its title: normalised, without its qualifier or quotes. None for a title
-    no question names so (empty, or a Latin one too short to be more than a word)."""
-    name = normalise(title).strip().strip(_QUOTES)
+    """How a question names a document by its title: normalised (case kept), without its qualifier or quotes. None for
+    a title no question names so (empty, or a Latin one too short to be more than a word)."""
+    name = normalise(title, fold_case=False).strip().strip(_QUOTES)
     name = _TITLE_QUALIFIER.sub("", name).strip().strip(_QUOTES).strip()
     if len(name) < (2 if has_cjk(name) else MIN_LATIN_TITLE):
         return None
@@ -262,16 +267,17 @@ def _occurrences(name: str, text: str) -> list[tuple[int, int]]:
     return found
 
 
-def _written_as_name(cased: str, start: int, name: str) -> bool:
-    """Whether the question writes the Latin title at ``start`` as a name: capitalised (or opening with a digit), past a
-    leading article ("the Dandy Warhols" names "The Dandy Warhols"). Pages titled with common words (Pricing,
-    Overview, Accounts) are asked about in lower case when they are words of the request ("pricing and accounts
-    settings"), and by their capitalised names when they are the pages compared. A Japanese title has no case."""
-    if has_cjk(name):
+def _written_as_name(written: str, titles: Set[str]) -> bool:
+    """Whether the question writes a Latin title as a name: as the title itself is written ("iOS", "eBay"), or
+    capitalised (or opening with a digit) past a leading article ("the Dandy Warhols" names "The Dandy Warhols").
+    Pages titled with common words (Pricing, Overview, Accounts) are asked about in lower case when they are words of
+    the request ("pricing and accounts settings"), and by their names when they are the pages compared. A Japanese
+    title has no case."""
+    if written in titles or has_cjk(written):
         return True
-    if name.startswith(_ARTICLE) and len(name) > len(_ARTICLE):
-        start += len(_ARTICLE)
-    return not cased[start].islower()
+    if written.casefold().startswith(_ARTICLE) and len(written) > len(_ARTICLE):
+        written = written[len(_ARTICLE) :]
+    return not written[0].islower()
 
 
 def titled_documents(question: str, titles: Iterable[str]) -> int:
@@ -280,17 +286,20 @@ def titled_documents(question: str, titles: Iterable[str]) -> int:
     every word of the question and the coverage signals read one document. Counted by name: "Frozen (2013 film)"
     and "Frozen" are one, a name standing inside a longer one the question uses ("Pendrell" in "Pendrell Line")
     is not another, and a Latin title counts where the question writes it as a name (:func:`_written_as_name`)."""
-    asked = normalise(question)
     cased = normalise(question, fold_case=False)
-    # Case folding keeps the length of almost any text; where it does not (ß -> ss), positions in the folded text
-    # are not positions in the cased one, and every title counts as written.
-    as_written = len(cased) == len(asked)
-    names = {name for name in map(_title_name, set(titles)) if name}
+    # Folded a character at a time, so each folded position knows the character it came from ("ß" folds to "ss").
+    pieces = [char.casefold() for char in cased]
+    asked = "".join(pieces)
+    source = [index for index, piece in enumerate(pieces) for _ in piece]
+    names: dict[str, set[str]] = {}  # folded name -> the titles' own spellings of it
+    for name in map(_title_name, set(titles)):
+        if name:
+            names.setdefault(name.casefold(), set()).add(name)
     spots = [
         (start, end, name)
-        for name in names
+        for name, spellings in names.items()
         for start, end in _occurrences(name, asked)
-        if not as_written or _written_as_name(cased, start, name)
+        if _written_as_name(cased[source[start] : source[end - 1] + 1], spellings)
     ]
     spots = [s for s in spots if not any(o != s and o[0] <= s[0] and s[1] <= o[1] for o in spots)]
     spots.sort()

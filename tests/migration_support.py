@@ -31,7 +31,11 @@ async def migrate_to(store: CurationStore, revision: str, *, down: bool = False)
 async def schema_drift(store: CurationStore) -> list[object]:
     """What the migrated database lacks or has beyond ``gateway.curation.tables`` (empty: they agree)."""
     async with store.engine.connect() as connection:
-        return await connection.run_sync(lambda sync: compare_metadata(MigrationContext.configure(sync), metadata))
+        return await connection.run_sync(
+            lambda sync: compare_metadata(
+                MigrationContext.configure(sync, opts={"compare_server_default": True}), metadata
+            )
+        )
 
 
 async def columns(store: CurationStore, table: str) -> dict[str, bool]:

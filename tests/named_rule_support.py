@@ -9,7 +9,7 @@ import time
 
 from sqlalchemy import text
 
-from gateway.curation.routing import RouteOutcome, recalibrate_tenant, route_report
+from gateway.curation.routing import MIN_NAMED_OUTCOMES, RouteOutcome, recalibrate_tenant, route_report
 from gateway.curation.store import CurationStore
 from gateway.profiles.model import RoutingThreshold
 from gateway.profiles.store import ProfileStore
@@ -72,21 +72,22 @@ async def named_documents_rule_across_the_migration(url: str) -> None:
         profiles = ProfileStore(store.engine)
         assert await profiles.multi_hop_threshold(TENANT) == RoutingThreshold(0.6, VERSION, True)
 
-        await store.add_route_outcomes([_named(f"resp_named_{i}", 0.1 + i / 10, now - 30 + i) for i in range(3)])
+        named = [_named(f"resp_named_{i}", 0.1 + i / 20, now - 30 + i) for i in range(MIN_NAMED_OUTCOMES)]
+        await store.add_route_outcomes(named)
         report = await route_report(store, TENANT, 1.0, now, VERSION)
-        assert (report.named_documents_rule, report.named_outcomes, report.named_accuracy) == (True, 3, 0.0)
+        assert (report.named_documents_rule, report.named_outcomes, report.named_accuracy) == (True, len(named), 0.0)
         found = await recalibrate_tenant(
             store, TENANT, days=1.0, min_outcomes=4, apply=True, now=now, router_version=VERSION
         )
-        assert (found.current_named_documents, found.named_documents, found.named_outcomes) == (True, False, 3)
+        assert (found.current_named_documents, found.named_documents, found.named_outcomes) == (True, False, len(named))
         assert found.accuracy_after == 1.0
         stored = await store.calibration(TENANT)
         assert stored is not None
-        assert (stored.named_documents, stored.named_outcomes) == (False, 3)
+        assert (stored.named_documents, stored.named_outcomes) == (False, len(named))
         assert await profiles.multi_hop_threshold(TENANT) == RoutingThreshold(found.multi_hop_threshold, VERSION, False)
         assert (await route_report(store, TENANT, 1.0, now, VERSION)).named_documents_rule is False
         kept = {o.id: o.named_documents for o in await store.route_outcomes(TENANT, 0.0)}
-        assert kept == {"resp_legacy": False, "resp_named_0": True, "resp_named_1": True, "resp_named_2": True}
+        assert kept == {"resp_legacy": False} | {o.id: True for o in named}
 
         await migrate_to(store, "0006", down=True)
         assert "named_documents" not in await columns(store, "curation_route_outcomes")

@@ -28,6 +28,10 @@ async def _migrate() -> None:
         await store.close()
 
 
+def _on(rule: bool) -> str:
+    return "on" if rule else "off"
+
+
 async def _recalibrate(tenant: str, *, apply: bool, days: float, min_outcomes: int, version: str | None) -> int:
     """``version``: the router the gateway routes with, which outcomes are judged against and the threshold is for."""
     store = CurationStore.open(CurationSettings().database_url.get_secret_value())
@@ -41,7 +45,7 @@ async def _recalibrate(tenant: str, *, apply: bool, days: float, min_outcomes: i
                 if report.stale_outcomes
                 else ""
             )
-            + f"; named-documents rule {'on' if report.named_documents_rule else 'off'}"
+            + f"; named-documents rule {_on(report.named_documents_rule)}"
             + (
                 f", right on {report.named_accuracy:.2f} of its {report.named_outcomes} question(s) naming two "
                 "documents"
@@ -69,10 +73,9 @@ async def _recalibrate(tenant: str, *, apply: bool, days: float, min_outcomes: i
             return 1
     finally:
         await store.close()
-    rule = {True: "on", False: "off"}
     print(
         f"p(multi_hop) threshold {found.current_threshold:.3f} -> {found.multi_hop_threshold:.3f}, named-documents "
-        f"rule {rule[found.current_named_documents]} -> {rule[found.named_documents]} ({found.named_outcomes} "
+        f"rule {_on(found.current_named_documents)} -> {_on(found.named_documents)} ({found.named_outcomes} "
         f"outcome(s) of questions naming two documents): routes {found.accuracy_before:.2f} -> "
         f"{found.accuracy_after:.2f} of {found.outcomes} outcomes right; "
         + ("applied" if apply else "not applied (add --apply)")
@@ -88,7 +91,7 @@ def main(argv: list[str]) -> int:
         "recalibrate", help="a tenant's routing threshold and named-documents rule from its route outcomes"
     )
     recalibrate.add_argument("--tenant", required=True)
-    recalibrate.add_argument("--apply", action="store_true", help="store the proposed threshold")
+    recalibrate.add_argument("--apply", action="store_true", help="store the proposed threshold and rule")
     recalibrate.add_argument("--days", type=float, default=30.0)
     recalibrate.add_argument("--min-outcomes", type=int, default=20)
     try:

@@ -42,6 +42,10 @@ from routes.knowledge_router import DEFAULT_MULTI_HOP_THRESHOLD, threshold_appli
 Verdict = Literal["right", "over_routed", "under_routed"]
 VERDICTS: tuple[Verdict, ...] = ("right", "over_routed", "under_routed")
 DAY_S = 86_400.0
+# Outcomes of questions naming two documents a recalibration needs before it may turn the named-documents rule off:
+# the rule misrouted none of the router's 410 single-hop training questions, so one or two answers from one page are
+# not enough to overturn it for a tenant.
+MIN_NAMED_OUTCOMES = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,8 +186,9 @@ def recalibrate(
     rule before its decisions recorded one) are left out.
 
     With the rule on, its questions (those asking about two documents by title) all go ``multi_hop`` and the
-    threshold is fitted on the others; with it off, the threshold is fitted on all of them. Whichever routes more
-    outcomes right is proposed; on a tie the rule stays as it is.
+    threshold is fitted on the others; with it off, the threshold is fitted on all of them. Whichever routes more of
+    all the outcomes right is proposed; on a tie the rule stays as it is, and it is turned off only on at least
+    ``MIN_NAMED_OUTCOMES`` outcomes of its questions.
     """
     now = DEFAULT_MULTI_HOP_THRESHOLD if current is None else current
     mine = [(o.p_multi_hop, o.wanted_multi_hop, o.named_documents) for o in of_router(outcomes, router_version)]
@@ -199,7 +204,10 @@ def recalibrate(
 
     with_rule, without_rule = _fit_threshold(unnamed, now), _fit_threshold(every, now)
     on, off = right(with_rule, True), right(without_rule, False)
-    rule = current_named_documents if on == off or not named_wanted else on > off
+    # Turned back on wherever it routes better; turned off only on enough of its own questions.
+    rule = current_named_documents
+    if named_wanted and on != off and (on > off or len(named_wanted) >= MIN_NAMED_OUTCOMES):
+        rule = on > off
     best = with_rule if rule else without_rule
     total = len(scored)
     return Calibration(

@@ -241,8 +241,8 @@ class CalibrationOut(msgspec.Struct, kw_only=True):
     named_documents_rule: Annotated[
         bool,
         Meta(
-            description="Whether it should: turned off only where the threshold routes strictly more of the "
-            "questions it covers right."
+            description="Whether it should: turned off only where the threshold routes strictly more of all the "
+            "outcomes right, on at least 5 outcomes of the questions it covers; kept as it is on a tie."
         ),
     ] = True
     named_outcomes: Annotated[

@@ -50,16 +50,29 @@ INTERRUPTED = "interrupted: the gateway shut down before the run finished"
 
 @dataclass(frozen=True, slots=True)
 class _ManualRun:
-    run: EvalRun  # as stored when it started (``running``)
+    """A manual run going in this process: the run as stored when it started (``running``), which a second request
+    for the same suite gets back, and the task answering it."""
+
+    run: EvalRun
     task: asyncio.Task[None]
 
 
+class ShuttingDownError(GatewayError):
+    """The gateway is stopping: a run started now would be cancelled before it answered anything."""
+
+    status_code = 503
+    title = "Shutting down"
+
+
 def _reason(case: EvalCase, exc: GatewayError) -> str:
+    """A failed run's reason, for a curator: which case, and the gateway's error on it, kept to a line."""
     reason = f"case {case.id}: {exc.title}: {exc.detail}"
     return reason if len(reason) <= MAX_ERROR_CHARS else reason[: MAX_ERROR_CHARS - 1] + "…"
 
 
 class SuiteRunner:
+    """Starts, tracks and stops a tenant's evaluation runs (see the module's docstring for what overlaps)."""
+
     def __init__(
         self,
         store: CurationStore,
@@ -73,12 +86,16 @@ class SuiteRunner:
         self._set_score = set_score or (lambda _suite, _score: None)
         self._queries: QueryService | None = None
         # The background tasks, kept here so that they are not garbage-collected while they run: knowledge-change
-        # runs by tenant, manual runs by (tenant, suite). Each removes itself when it ends.
+        # runs by tenant, manual runs by (tenant, suite). Each is removed when its task is done, by a callback: a task
+        # cancelled before its first step never runs its own ``finally``.
         self._running: dict[str, asyncio.Task[None]] = {}
         self._again: set[str] = set()
         self._manual: dict[tuple[str, str], _ManualRun] = {}
-        # Held from a manual run's check for one already running to its registration: two requests at once start one.
-        self._starting = asyncio.Lock()
+        self._began: set[str] = set()  # manual runs whose task got to its first step (the others stored no end)
+        # One per (tenant, suite), held from the check for a run already going to its registration: two requests at
+        # once start one run, and a slow store holds up only that suite's requests.
+        self._starting: dict[tuple[str, str], asyncio.Lock] = {}
+        self._closed = False
 
     def attach(self, queries: QueryService) -> None:
         self._queries = queries
@@ -87,14 +104,18 @@ class SuiteRunner:
         """Starts a manual run of the tenant's suite in the background and returns it as stored (``running``). While a
         manual run of the same tenant and suite is going in this process, that run is returned instead: two requests
         (a double click, a client's retry) cost one run. A suite without cases is a 404; a store that is down, a 503."""
-        async with self._starting:
-            current = self._manual.get((tenant, suite))
+        key = (tenant, suite)
+        async with self._starting.setdefault(key, asyncio.Lock()):
+            if self._closed:
+                raise ShuttingDownError("The gateway is shutting down: run the suite again once it is back.")
+            current = self._manual.get(key)
             if current is not None:
                 return current.run
             cases = await self._cases(tenant, suite)
             run = await self._begin(tenant, suite, "manual")
             task = asyncio.create_task(self._manual_run(run, cases), name=f"eval-suite-{tenant}-{suite}")
-            self._manual[(tenant, suite)] = _ManualRun(run, task)
+            self._manual[key] = _ManualRun(run, task)
+            task.add_done_callback(lambda done: self._forget_manual(key, done))
         return run
 
     async def get(self, tenant: str, suite: str, run_id: str) -> EvalRun:
@@ -105,26 +126,45 @@ class SuiteRunner:
         return run
 
     def schedule(self, tenant: str) -> None:
-        """After a knowledge change: run the tenant's suites in the background (coalesced per tenant)."""
+        """After a knowledge change: run the tenant's suites in the background (coalesced per tenant). Nothing once
+        the gateway is stopping: the run would be cancelled before it answered."""
+        if self._closed:
+            return
         if tenant in self._running:
             self._again.add(tenant)
             return
-        self._running[tenant] = asyncio.create_task(self._run_all(tenant), name=f"eval-suites-{tenant}")
+        task = asyncio.create_task(self._run_all(tenant), name=f"eval-suites-{tenant}")
+        self._running[tenant] = task
+        task.add_done_callback(lambda done: self._forget_change_run(tenant, done))
 
     async def idle(self) -> None:
         """Waits until no run is going, those started meanwhile included (tests)."""
-        while self._running or self._manual:
-            await asyncio.gather(*self._tasks(), return_exceptions=True)
+        while pending := [task for task in self._tasks() if not task.done()]:
+            await asyncio.gather(*pending, return_exceptions=True)
 
     async def stop(self) -> None:
-        """Cancels the runs still going (shutdown): each stores itself failed (interrupted) first."""
+        """Cancels the runs still going (shutdown): each stores itself failed (interrupted); a manual run cancelled
+        before its task took its first step is stored so here. No run starts after this."""
+        self._closed = True
+        manual = list(self._manual.values())
         tasks = self._tasks()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        for unstarted in (m.run for m in manual if m.run.id not in self._began):
+            await self._store_interrupted(unstarted, [])
 
     def _tasks(self) -> list[asyncio.Task[None]]:
         return [*self._running.values(), *(manual.task for manual in self._manual.values())]
+
+    def _forget_manual(self, key: tuple[str, str], task: asyncio.Task[None]) -> None:
+        current = self._manual.get(key)
+        if current is not None and current.task is task:
+            del self._manual[key]
+
+    def _forget_change_run(self, tenant: str, task: asyncio.Task[None]) -> None:
+        if self._running.get(tenant) is task:
+            del self._running[tenant]
 
     async def _cases(self, tenant: str, suite: str) -> list[EvalCase]:
         cases = await self._store.eval_cases(tenant, suite)
@@ -155,12 +195,11 @@ class SuiteRunner:
         return run
 
     async def _manual_run(self, run: EvalRun, cases: list[EvalCase]) -> None:
+        self._began.add(run.id)
         try:
             await self._execute(run, cases)
         except GatewayError as exc:  # the store, storing the run's end: nothing is left to tell but the log
             logger.warning("evaluation run %s of suite %s: its end was not stored: %s", run.id, run.suite, exc)
-        finally:
-            self._manual.pop((run.tenant, run.suite), None)
 
     async def _run_all(self, tenant: str) -> None:
         try:
@@ -174,8 +213,6 @@ class SuiteRunner:
                     return
         except GatewayError as exc:  # the store's: the suites left wait for the next change
             logger.warning("evaluation suites of tenant %s after a knowledge change failed: %s", tenant, exc)
-        finally:
-            self._running.pop(tenant, None)
 
     async def _execute(self, run: EvalRun, cases: list[EvalCase]) -> EvalRun:
         """Answers and scores every case and stores the run's end: ``done``, or ``failed`` with the reason when a case

@@ -125,7 +125,7 @@ class QueryResponse(msgspec.Struct):
         float | None,
         Meta(
             description="The router's probability that a second document holds a part of the question (null: the "
-            "LLM classifier decided)."
+            "LLM classifier decided, the caller forced the route, or the router answered direct before reading it)."
         ),
     ] = None
     router_version: Annotated[

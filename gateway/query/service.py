@@ -120,8 +120,9 @@ class QueryService:
         """The router's decision and the route that would run on it (the tenant's profile may not allow it)."""
         query = self.screen(tenant, [query], Vault())[0]  # the LLM classifier is an upstream call too
         vector = await self._knowledge.embed_query(query)
-        decision, _ = await self._router.decide(query, "auto", vector, tenant)
         profile = await self._profiles.get(tenant)
+        # The tenant's own routing, as a query would be routed: its recalibrated threshold and named-documents rule.
+        decision, _ = await self._router.decide(query, "auto", vector, tenant, self._routing(profile))
         return to_route_response(decision, profile.clamp(decision.route))
 
     async def answer(

@@ -34,13 +34,14 @@ import numpy as np
 from pipelines.shared.deps import Passage
 from routes.corpus import REDUNDANT_FILES, Case, CorpusTenant, SourceDocument, all_cases, load_tenants
 from routes.examples import Example, load_examples
-from routes.knowledge_router import KnowledgeRouter, case_signals, fit_knowledge
+from routes.knowledge_router import DEFAULT_ROUTING, KnowledgeRouter, TenantRouting, case_signals, fit_knowledge
 from routes.logistic_router import LogisticRouter, fit
 from routes.probe import PROBE_DEPTH, probe_of
-from routes.types import ROUTES, Route
+from routes.types import ROUTES, Route, RouteDecision
 from routes.written_kb import load_written_kb
 
 FloatMatrix = np.ndarray[Any, np.dtype[np.float32]]
+Decide = Callable[[Case, TenantRouting], RouteDecision]
 EMBED_BATCH = 64
 
 
@@ -241,32 +242,38 @@ def tenant_recalibration(
         train = [c for c in cases if source.excludes not in c.sources]
         router = KnowledgeRouter(fit_knowledge(train, case_signals(train, tenants, embed)))
 
-        def p_multi(case: Case, router: KnowledgeRouter = router) -> float:
+        def decide(case: Case, routing: TenantRouting, router: KnowledgeRouter = router) -> RouteDecision:
             vector = embed([case.text])[0]
             passages = tenants[case.tenant].search(embed, vector, PROBE_DEPTH)
-            decision = router.classify(case.text, probe_of("eval", case.text, passages, PROBE_DEPTH))
-            return decision.p_multi_hop if decision.p_multi_hop is not None else 0.0
+            return router.classify(case.text, probe_of("eval", case.text, passages, PROBE_DEPTH), routing)
 
-        def recall(tested: Sequence[Case], threshold: float, p_multi: Callable[[Case], float] = p_multi) -> float:
-            return sum((p_multi(c) >= threshold) == (c.route == "multi_hop") for c in tested) / len(tested)
+        def recall(tested: Sequence[Case], routing: TenantRouting, decide: Decide = decide) -> float:
+            return sum((decide(c, routing).route == "multi_hop") == (c.route == "multi_hop") for c in tested) / len(
+                tested
+            )
 
         halves = [c for c in source.cases if hash_half(c.text) == 0], [c for c in source.cases if hash_half(c.text)]
+        # Each single-hop question routed multi_hop was over_routed (the planner shows it), any other route right.
         outcomes = [
             RouteOutcome(
                 str(i),
                 "t",
-                "multi_hop" if (p := p_multi(c)) >= 0.5 else "single_hop",
+                d.route,
                 "",
-                "over_routed" if p >= 0.5 else "right",
-                p,
+                "over_routed" if d.route == "multi_hop" else "right",
+                d.p_multi_hop,
                 0.0,
+                named_documents=d.named_documents,
             )
             for i, c in enumerate(halves[0])
+            for d in [decide(c, DEFAULT_ROUTING)]
         ]
-        t = recalibrate("t", outcomes, None).multi_hop_threshold
+        found = recalibrate("t", outcomes, None)
+        tuned = TenantRouting(found.multi_hop_threshold, found.named_documents)
+        t = found.multi_hop_threshold
         lines.append(
-            f"| {source.name} | {len(outcomes)} | {t:.3f} | {recall(halves[1], 0.5):.3f} -> {recall(halves[1], t):.3f} "
-            f"| {recall(multi, 0.5):.3f} -> {recall(multi, t):.3f} |"
+            f"| {source.name} | {len(outcomes)} | {t:.3f} | {recall(halves[1], DEFAULT_ROUTING):.3f} -> "
+            f"{recall(halves[1], tuned):.3f} | {recall(multi, DEFAULT_ROUTING):.3f} -> {recall(multi, tuned):.3f} |"
         )
     return lines
 

@@ -171,7 +171,9 @@ async def test_a_run_is_running_until_its_cases_are_answered_and_is_not_started_
         await ingest(client, TENANT, [OLD_DOC])
         await add_case(client)
 
-        started, location = await start_run(client)  # the gate is shut: no answer can come
+        # Two requests at once (a double click): one run, both answered with it. The gate is shut: no answer comes.
+        (started, location), (twin, _) = await asyncio.gather(start_run(client), start_run(client))
+        assert twin["id"] == started["id"]
         again, _ = await start_run(client)
         assert again["id"] == started["id"]  # the same tenant's suite is running: that run, not a second
         assert (await poll(client, location))["state"] == "running"
@@ -263,6 +265,34 @@ async def test_a_run_going_at_shutdown_is_stored_failed(settings: Settings, embe
     assert run is not None
     assert (run.state, run.error, run.score, run.cases) == ("failed", INTERRUPTED, None, [])
     assert run.finished_at is not None
+
+
+async def test_a_run_cancelled_before_it_began_is_stored_failed_and_nothing_starts_after_the_stop(
+    settings: Settings, embeddings: USEEmbeddings
+) -> None:
+    """The stop comes between a run's start and its task's first step: the task never runs its own code, so the stop
+    stores the run's end; after it, a request to run is a 503 and a knowledge change schedules nothing."""
+    model = GatedChatModel(responder=relocation_model)
+    overrides = ProviderOverrides(chat_model=model, embeddings=embeddings)
+    async with AsyncTestClient(create_app(settings, overrides)) as client:
+        await ingest(client, TENANT, [OLD_DOC])
+        await add_case(client)
+        suites: SuiteRunner = client.app.state.curation.suites
+
+        async def start_then_stop() -> str:
+            run = await suites.start(TENANT, "office")  # its task is created, not yet started
+            await suites.stop()
+            suites.schedule(TENANT)  # a knowledge change after the stop
+            await suites.idle()  # returns: nothing is going, nothing waits forever
+            return run.id
+
+        run_id = await asyncio.wrap_future(client.blocking_portal.start_task_soon(start_then_stop))
+        stopped = await poll(client, f"/v1/eval-suites/office/runs/{run_id}?tenant={TENANT}")
+        assert (stopped["state"], stopped["error"], stopped["cases"]) == ("failed", INTERRUPTED, [])
+        refused = await client.post("/v1/eval-suites/office/runs", json={"tenant": TENANT})
+        assert refused.status_code == 503
+        assert refused.headers["content-type"].startswith(PROBLEM)
+        assert [r["id"] for r in await history(client)] == [run_id]  # the change after the stop ran nothing
 
 
 async def test_a_suite_name_outside_its_pattern_is_a_400(make_client: Any) -> None:

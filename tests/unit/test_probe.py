@@ -265,6 +265,9 @@ async def test_retrieval_reuses_the_probe_for_the_same_search_only() -> None:
         ("Where do I change billing and accounts settings?", ["Billing", "Accounts"], 0),
         ("Which page is newer, Billing or Accounts?", ["Billing", "Accounts"], 2),
         ("Which came first, the Dandy Warhols or Robert Young?", ["The Dandy Warhols", "Robert Young"], 2),
+        # a name written as its title writes it counts, capital or not; one folding longer does not shift the rest
+        ("Which is older, iOS or Android?", ["iOS", "Android"], 2),
+        ("Straße: change billing and accounts settings", ["Billing", "Accounts", "Straße"], 0),
         ("料金プランの概要を教えてください", ["料金", "概要"], 0),
         # whole words only, and short Latin titles are words of any question
         ("Do IT and Lisbon offices differ?", ["IT", "Lisbon office", "Esker"], 0),

@@ -21,6 +21,7 @@ import pytest
 
 from gateway.curation.cli import main
 from gateway.curation.routing import (
+    MIN_NAMED_OUTCOMES,
     Calibration,
     NoRouterProbabilityError,
     NotEnoughOutcomesError,
@@ -164,13 +165,15 @@ PRODUCT_QUESTIONS = [
     "How often do Beacon and Tidewater exchange trip reports?",
     "Does Tidewater or Beacon need setup for the nightly trip reports?",
     "When do Tidewater users see trip reports from Beacon and Tidewater's nightly sync?",
+    "Are trip reports sent between Beacon and Tidewater every night?",
 ]
 
 
 async def test_a_tenant_whose_named_questions_one_page_answers_turns_the_rule_off_and_others_keep_it(
     make_client: Callable[..., Any], uncached: Settings
 ) -> None:
-    async with make_client(settings_override=uncached) as (client, _):
+    fresh_profiles = uncached.replace(profiles={"cache_ttl_s": 0.0})  # every request reads the stored calibration
+    async with make_client(settings_override=fresh_profiles) as (client, _):
         for tenant in ("products", "control"):
             posted = await client.post("/v1/documents", json={"tenant": tenant, "documents": PRODUCT_DOCS})
             assert posted.status_code == 200
@@ -181,17 +184,21 @@ async def test_a_tenant_whose_named_questions_one_page_answers_turns_the_rule_of
             assert "by title" in answer["route_reason"]
             assert len(answer["sources"]) == 1  # the first round was enough: Beacon's page answered
         report = (await client.get("/v1/route-outcomes", params={"tenant": "products"})).json()
-        assert (report["named_outcomes"], report["named_accuracy_estimate"]) == (4, 0.0)
+        assert (report["named_outcomes"], report["named_accuracy_estimate"]) == (len(PRODUCT_QUESTIONS), 0.0)
         assert report["named_documents_rule"] is True
 
         applied = await client.post(
             "/v1/route-outcomes/recalibration",
             params={"tenant": "products"},
-            json={"min_outcomes": 4, "apply": True},
+            json={"min_outcomes": len(PRODUCT_QUESTIONS), "apply": True},
         )
         found = applied.json()
         assert (found["current_named_documents_rule"], found["named_documents_rule"]) == (True, False)
-        assert (found["named_outcomes"], found["accuracy_before"], found["accuracy_after"]) == (4, 0.0, 1.0)
+        assert (found["named_outcomes"], found["accuracy_before"], found["accuracy_after"]) == (
+            len(PRODUCT_QUESTIONS),
+            0.0,
+            1.0,
+        )
         for question in PRODUCT_QUESTIONS:
             after = await ask(client, "products", question)
             assert after["classified_route"] == "single_hop", after["route_reason"]
@@ -202,6 +209,21 @@ async def test_a_tenant_whose_named_questions_one_page_answers_turns_the_rule_of
             assert "turned that rule off" not in unchanged["route_reason"]
         report = (await client.get("/v1/route-outcomes", params={"tenant": "products"})).json()
         assert report["named_documents_rule"] is False
+        # /v1/route says what a query would run on: the tenant's routing too
+        said = await client.post("/v1/route", json={"query": PRODUCT_QUESTIONS[0], "tenant": "products"})
+        assert said.json()["classified_route"] == "single_hop", said.text
+
+        # A calibration made for another router version is set aside whole: the rule decides again
+        store = CurationStore.open(uncached.curation.database_url.get_secret_value())
+        try:
+            current = await store.calibration("products")
+            assert current is not None
+            await store.set_calibration(dataclasses.replace(current, router_version="0" * 12))
+            stale = await ask(client, "products", PRODUCT_QUESTIONS[0])
+            assert stale["classified_route"] == "multi_hop", stale["route_reason"]
+            assert "turned that rule off" not in stale["route_reason"]
+        finally:
+            await store.close()
 
 
 async def test_a_threshold_calibrated_for_another_router_version_is_set_aside_and_one_for_this_version_applies(
@@ -284,13 +306,19 @@ def test_recalibration_turns_the_named_documents_rule_off_where_the_threshold_ro
     """The rule sent three questions naming two pages multi_hop, and one page answered each: with it off the
     threshold routes them single_hop (their probabilities are low) and everything else as before."""
     ordinary = [outcome("right", 0.9), outcome("right", 0.2, "single_hop"), outcome("under_routed", 0.6, "single_hop")]
-    rule = [named("over_routed", 0.1), named("over_routed", 0.2), named("over_routed", 0.3)]
+    rule = [named("over_routed", p) for p in (0.1, 0.15, 0.2, 0.25, 0.3)]
     found = recalibrate("t", [*ordinary, *rule], None)
     assert (found.current_named_documents, found.named_documents) == (True, False)
-    assert (found.outcomes, found.named_outcomes) == (6, 3)
-    assert found.accuracy_before == 0.5  # the three named ones and the escalated 0.6 routed wrong
+    assert (found.outcomes, found.named_outcomes) == (8, 5)
+    assert found.accuracy_before == 0.375  # the five named ones routed wrong by the rule
     assert found.accuracy_after == 1.0
     assert 0.3 < found.multi_hop_threshold <= 0.6
+    # Fewer of them than MIN_NAMED_OUTCOMES do not overturn a rule measured on the whole training set
+    few = recalibrate("t", [*ordinary, *rule[: MIN_NAMED_OUTCOMES - 1]], None)
+    assert few.named_documents is True
+    # ... while a rule turned off comes back on as soon as its questions show they wanted their second document
+    back = recalibrate("t", [*ordinary, named("right", 0.1)], None, current_named_documents=False)
+    assert back.named_documents is True
     # Where the rule's questions did need their second document, it stays on, and they do not move the threshold
     needed = [named("right", 0.1), named("right", 0.2), named("right", 0.3)]
     kept = recalibrate("t", [*ordinary, *needed], None)
