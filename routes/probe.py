@@ -37,7 +37,8 @@ looks at the passages one search returns, with the query vector the request alre
   longer, the Pendrell Line or the Esker Line?"). Pages cross-reference each other (a river's page names its
   tributary, a depot's the trains it keeps), so one of a comparison's two pages can hold every word of the question;
   a question joining two documents' titles still asks about two. A Latin title counts where the question writes it
-  capitalised, as a name: pages titled with common words ("Billing", "Accounts") are words of a request in lower case.
+  as a name (capitalised, or as the title writes it: "iOS"): pages titled with common words ("Billing", "Accounts")
+  are words of a request in lower case.
 
 The passages travel with the signals (:class:`Probe`) so retrieval can reuse them instead of
 searching the store a second time. The probe may search deeper than the signals read (``depth`` vs
