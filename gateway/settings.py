@@ -527,6 +527,9 @@ class CurationSettings(SettingsGroup):
     cluster_similarity: float = Field(0.75, ge=0.0, le=1.0)
     # The diagnosis's deeper search: how many passages it reads to tell ranking from a knowledge gap.
     deep_search_k: int = Field(50, ge=1, le=500)
+    # An evaluation run still ``running`` this long after it started was left by a process that stopped without
+    # shutting down (a killed pod): the hourly maintenance stores it failed. Longer than any suite takes to answer.
+    eval_run_max_s: float = Field(6 * 3600.0, gt=0)
 
 
 PiiPolicy = Literal["mask", "block", "off"]

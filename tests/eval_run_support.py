@@ -88,3 +88,29 @@ async def eval_run_states_across_the_migration(url: str) -> None:
         assert await store.eval_runs(TENANT, SUITE) == [done, legacy]
     finally:
         await store.close()
+
+
+async def abandoned_runs_are_stored_failed(url: str) -> None:
+    """Runs a stopped process left ``running``: those that started before the cut-off are stored failed with the
+    reason and the time; a run still going (started after it) and finished runs stay as they are."""
+    store = CurationStore.open(url)
+    try:
+        await store.migrate()
+        now = time.time()
+        left = _running("run_left", now - 7200)
+        going = _running("run_going", now - 60)
+        finished = replace(_running("run_finished", now - 9000), state="done", score=0.5, finished_at=now - 8000)
+        for run in (left, going):
+            await store.add_eval_run(run)
+        await store.add_eval_run(_running(finished.id, finished.started_at))
+        await store.update_eval_run(finished)
+
+        assert await store.abandon_eval_runs(now - 3600, "abandoned", now=now) == 1
+        assert await store.eval_run(TENANT, SUITE, left.id) == replace(
+            left, state="failed", error="abandoned", finished_at=now
+        )
+        assert await store.eval_run(TENANT, SUITE, going.id) == going
+        assert await store.eval_run(TENANT, SUITE, finished.id) == finished
+        assert await store.abandon_eval_runs(now - 3600, "abandoned", now=now) == 0  # nothing left to abandon
+    finally:
+        await store.close()

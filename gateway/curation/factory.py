@@ -145,8 +145,9 @@ async def start_curation(
 
 
 async def _maintain(curation: Curation, store: CurationStore) -> None:
-    """Question texts live GATEWAY_CURATION_RETENTION_DAYS: purged at start-up and every hour; a migration
-    that could not run at start-up is retried every minute first."""
+    """Question texts live GATEWAY_CURATION_RETENTION_DAYS: purged at start-up and every hour, when evaluation runs a
+    stopped process left running are stored failed too; a migration that could not run at start-up is retried every
+    minute first."""
     while not store.migrated and curation.settings.migrate_on_start:
         try:
             await store.migrate()
@@ -157,9 +158,12 @@ async def _maintain(curation: Curation, store: CurationStore) -> None:
     while True:
         try:
             purged = await curation.purge()
+            abandoned = await curation.abandon_stale_runs()
         except ProviderUnavailableError as exc:  # an outage must not end the loop: the next hour tries again
             logger.warning("curation retention purge failed: %s", exc)
         else:
             if purged:
                 logger.info("curation retention purge: %d answer records removed", purged)
+            if abandoned:
+                logger.warning("evaluation runs left running by a stopped process, stored failed: %d", abandoned)
         await asyncio.sleep(PURGE_EVERY_S)

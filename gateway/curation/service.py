@@ -15,7 +15,7 @@ from gateway.curation.records import AnswerRecorder, to_record
 from gateway.curation.resolution import resolve
 from gateway.curation.routing import Calibration, RouteReport, recalibrate_tenant, route_report
 from gateway.curation.store import CurationStore
-from gateway.curation.suites import SuiteRunner
+from gateway.curation.suites import ABANDONED, SuiteRunner
 from gateway.curation.training import pairs, to_jsonl
 from gateway.errors import NotFoundError
 from gateway.knowledge.service import KnowledgeBase, NewDocument
@@ -185,3 +185,9 @@ class Curation:
 
     async def purge(self) -> int:
         return await self.store.purge(self.settings.retention_days)
+
+    async def abandon_stale_runs(self, now: float | None = None) -> int:
+        """Evaluation runs left ``running`` by a process that stopped without shutting down (it stores its runs'
+        ends as it stops; a killed one cannot): stored failed once older than any run takes."""
+        at = time.time() if now is None else now
+        return await self.store.abandon_eval_runs(at - self.settings.eval_run_max_s, ABANDONED, now=at)

@@ -227,6 +227,18 @@ class CurationStore:
         async with self._connection(write=True) as connection:
             await connection.execute(update(eval_runs).where(eval_runs.c.id == run.id).values(**values))
 
+    async def abandon_eval_runs(self, started_before: float, error: str, now: float | None = None) -> int:
+        """Stores failed, with ``error``, every run still ``running`` that started before ``started_before``: no
+        process is answering it any more. How many there were."""
+        query = (
+            update(eval_runs)
+            .where(eval_runs.c.state == "running", eval_runs.c.started_at < started_before)
+            .values(state="failed", error=error, finished_at=time.time() if now is None else now)
+        )
+        async with self._connection(write=True) as connection:
+            result = await connection.execute(query)
+        return int(result.rowcount or 0)
+
     async def eval_run(self, tenant: str, suite: str, run_id: str) -> EvalRun | None:
         """One run of the tenant's suite: None for an unknown id, or one of another tenant or suite."""
         query = select(eval_runs).where(

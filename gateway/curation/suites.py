@@ -12,7 +12,8 @@ is answered fresh (both answer caches bypassed) and scored with the hybrid evalu
 Overlap. A manual run of a tenant's suite is not started twice: a request while one of the same tenant and suite is
 running in this process gets that run back. Across replicas two manual runs may overlap (each is complete on its own;
 the second costs its answers), since a replica cannot tell another's run that is still going from one whose process
-died without shutting down; such a run stays ``running`` in the store. Knowledge-change runs are one per tenant at a
+died without shutting down; such a run stays ``running`` in the store until the hourly maintenance stores it failed
+(``GATEWAY_CURATION_EVAL_RUN_MAX_S`` after it started). Knowledge-change runs are one per tenant at a
 time: changes arriving while a tenant's suites run schedule one more run after it, not one each. A knowledge-change
 run and a manual run of the same suite may overlap: the former measures the knowledge the change left, whenever it
 comes.
@@ -46,6 +47,7 @@ MAX_ERROR_CHARS = 500  # a failed run's reason is a line for a curator, not a lo
 # does not answer (the run then stays ``running`` in the store).
 STOP_WRITE_S = 2.0
 INTERRUPTED = "interrupted: the gateway shut down before the run finished"
+ABANDONED = "abandoned: the process answering it stopped without shutting down"
 
 
 @dataclass(frozen=True, slots=True)

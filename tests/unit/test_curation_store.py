@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gateway.curation.cli import main
-from tests.eval_run_support import eval_run_states_across_the_migration
+from tests.eval_run_support import abandoned_runs_are_stored_failed, eval_run_states_across_the_migration
 from tests.named_rule_support import named_documents_rule_across_the_migration
 from tests.route_version_support import router_versions_across_the_migration
 
@@ -50,3 +50,7 @@ async def test_eval_runs_are_stored_running_then_as_they_ended_across_the_migrat
 
 async def test_the_named_documents_rule_is_recorded_and_calibrated_across_the_migration(tmp_path: Path) -> None:
     await named_documents_rule_across_the_migration(f"sqlite+aiosqlite:///{tmp_path}/curation.db")
+
+
+async def test_runs_a_stopped_process_left_running_are_stored_failed(tmp_path: Path) -> None:
+    await abandoned_runs_are_stored_failed(f"sqlite+aiosqlite:///{tmp_path}/curation.db")
