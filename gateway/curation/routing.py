@@ -316,11 +316,8 @@ async def recalibrate_tenant(
     outcomes = await store.route_outcomes(tenant, now - days * DAY_S)
     applied = await store.calibration(tenant)
     in_use = _in_use(applied, router_version)
-    calibration = (
-        recalibrate(tenant, outcomes, None, router_version)
-        if in_use is None
-        else recalibrate(tenant, outcomes, in_use.multi_hop_threshold, router_version, in_use.named_documents)
-    )
+    current, rule = (None, True) if in_use is None else (in_use.multi_hop_threshold, in_use.named_documents)
+    calibration = recalibrate(tenant, outcomes, current, router_version, rule)
     if calibration.outcomes < min_outcomes:
         stale = len(outcomes) - len(of_router(outcomes, router_version))
         other = f" ({stale} more were recorded under another router version and do not count)" if stale else ""

@@ -148,13 +148,14 @@ class SuiteRunner:
         """Cancels the runs still going (shutdown): each stores itself failed (interrupted); a manual run cancelled
         before its task took its first step is stored so here. No run starts after this."""
         self._closed = True
-        manual = list(self._manual.values())
+        # Read before the cancel: a task cancelled before its first step never takes it.
+        unstarted = [m.run for m in self._manual.values() if m.run.id not in self._began]
         tasks = self._tasks()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        for unstarted in (m.run for m in manual if m.run.id not in self._began):
-            await self._store_interrupted(unstarted, [])
+        for run in unstarted:
+            await self._store_interrupted(run, [])
 
     def _tasks(self) -> list[asyncio.Task[None]]:
         return [*self._running.values(), *(manual.task for manual in self._manual.values())]
@@ -163,6 +164,7 @@ class SuiteRunner:
         current = self._manual.get(key)
         if current is not None and current.task is task:
             del self._manual[key]
+            self._began.discard(current.run.id)
 
     def _forget_change_run(self, tenant: str, task: asyncio.Task[None]) -> None:
         if self._running.get(tenant) is task:
