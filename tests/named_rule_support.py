@@ -11,7 +11,7 @@ from sqlalchemy import text
 
 from gateway.curation.routing import MIN_NAMED_OUTCOMES, RouteOutcome, recalibrate_tenant, route_report
 from gateway.curation.store import CurationStore
-from gateway.profiles.model import RoutingThreshold
+from gateway.profiles.model import RoutingCalibration
 from gateway.profiles.store import ProfileStore
 from tests.migration_support import columns, migrate_to, schema_drift
 
@@ -70,7 +70,7 @@ async def named_documents_rule_across_the_migration(url: str) -> None:
         assert applied is not None
         assert (applied.named_documents, applied.named_outcomes) == (True, 0)
         profiles = ProfileStore(store.engine)
-        assert await profiles.multi_hop_threshold(TENANT) == RoutingThreshold(0.6, VERSION, True)
+        assert await profiles.routing_calibration(TENANT) == RoutingCalibration(0.6, VERSION, True)
 
         named = [_named(f"resp_named_{i}", 0.1 + i / 20, now - 30 + i) for i in range(MIN_NAMED_OUTCOMES)]
         await store.add_route_outcomes(named)
@@ -84,7 +84,9 @@ async def named_documents_rule_across_the_migration(url: str) -> None:
         stored = await store.calibration(TENANT)
         assert stored is not None
         assert (stored.named_documents, stored.named_outcomes) == (False, len(named))
-        assert await profiles.multi_hop_threshold(TENANT) == RoutingThreshold(found.multi_hop_threshold, VERSION, False)
+        assert await profiles.routing_calibration(TENANT) == RoutingCalibration(
+            found.multi_hop_threshold, VERSION, False
+        )
         assert (await route_report(store, TENANT, 1.0, now, VERSION)).named_documents_rule is False
         kept = {o.id: o.named_documents for o in await store.route_outcomes(TENANT, 0.0)}
         assert kept == {"resp_legacy": False} | {o.id: True for o in named}

@@ -10,7 +10,7 @@ from sqlalchemy import text
 
 from gateway.curation.routing import RouteOutcome, recalibrate_tenant, route_report
 from gateway.curation.store import CurationStore
-from gateway.profiles.model import RoutingThreshold
+from gateway.profiles.model import RoutingCalibration
 from gateway.profiles.store import ProfileStore
 from tests.migration_support import columns, migrate_to, schema_drift
 
@@ -65,7 +65,7 @@ async def router_versions_across_the_migration(url: str) -> None:
         assert applied.router_version is None
         assert applied.stale_for(NEW)  # made before versions were recorded: for no router anyone can name
         profiles = ProfileStore(store.engine)
-        assert await profiles.multi_hop_threshold(TENANT) == RoutingThreshold(0.9, None)
+        assert await profiles.routing_calibration(TENANT) == RoutingCalibration(0.9, None)
 
         await store.add_route_outcomes(
             [_outcome("resp_old", 0.7, OLD, now - 30), _outcome("resp_new", 0.6, NEW, now - 20)]
@@ -82,7 +82,7 @@ async def router_versions_across_the_migration(url: str) -> None:
         stored = await store.calibration(TENANT)
         assert stored is not None
         assert (stored.router_version, stored.multi_hop_threshold) == (NEW, found.multi_hop_threshold)
-        assert await profiles.multi_hop_threshold(TENANT) == RoutingThreshold(found.multi_hop_threshold, NEW)
+        assert await profiles.routing_calibration(TENANT) == RoutingCalibration(found.multi_hop_threshold, NEW)
         versions = {o.id: o.router_version for o in await store.route_outcomes(TENANT, 0.0)}
         assert versions == {"resp_legacy": None, "resp_old": OLD, "resp_new": NEW}
 

@@ -36,17 +36,11 @@ class AssistantProfile:
     allowed_routes: tuple[Route, ...] = ROUTES
     route_models: dict[Route, str] = field(default_factory=dict)
     allow_system_messages: bool = False
-    # The router's threshold on p(multi_hop) for this tenant, as an operator recalibrated it from the tenant's route
-    # outcomes (gateway.curation.routing); None: the router's default. Kept apart from the profile's own fields:
-    # writing a profile never resets it.
-    multi_hop_threshold: float | None = None
-    # The router version that threshold was calibrated for (None: calibrated before versions were recorded). Only the
-    # query service, which owns the router, knows whether it is the version routing now: it applies the threshold
-    # only then, since another version's p(multi_hop) means something else.
-    threshold_router_version: str | None = None
-    # Whether the router's named-documents rule decides for this tenant (a question asking about two of its pages by
-    # title routes multi_hop): on unless the same recalibration turned it off, for the same router version.
-    named_documents_rule: bool = True
+    # The tenant's routing as an operator recalibrated it from its route outcomes (gateway.curation.routing); None:
+    # the router's defaults. Kept apart from the profile's own fields: writing a profile never resets it. Only the
+    # query service, which owns the router, knows whether it was calibrated for the version routing now, and applies
+    # it only then.
+    routing: RoutingCalibration | None = None
     configured: bool = False
     version: int = 0
     updated_at: float | None = None
@@ -66,13 +60,14 @@ class AssistantProfile:
             "allowed_routes": sorted(self.allowed_routes),
             "route_models": dict(sorted(self.route_models.items())),
         }
-        if self.multi_hop_threshold is not None:  # only when set: profiles without one keep their digests
-            shaping["multi_hop_threshold"] = self.multi_hop_threshold
+        routing = self.routing
+        if routing is not None:  # only when set: profiles without one keep their digests
+            shaping["multi_hop_threshold"] = routing.multi_hop_threshold
             # Whether it applies depends on the version: the same value calibrated again for the router in use must
             # not meet answers routed while the old calibration was set aside.
-            shaping["threshold_router_version"] = self.threshold_router_version
-        if not self.named_documents_rule:  # only when off: profiles with the router's rule keep their digests
-            shaping["named_documents_rule"] = False
+            shaping["threshold_router_version"] = routing.router_version
+            if not routing.named_documents_rule:  # only when off: calibrations keeping the rule keep their digests
+                shaping["named_documents_rule"] = False
         encoded = json.dumps(shaping, sort_keys=True, ensure_ascii=True).encode()
         object.__setattr__(self, "digest", hashlib.sha256(encoded).hexdigest()[:16])
 
@@ -116,13 +111,15 @@ class AssistantProfile:
 
 
 @dataclass(frozen=True, slots=True)
-class RoutingThreshold:
-    """A tenant's recalibrated threshold on ``p(multi_hop)`` as stored, with the router version it was calibrated
-    for (None: stored before calibrations recorded one, so for a router nobody can name any more)."""
+class RoutingCalibration:
+    """A tenant's recalibrated routing as stored: the threshold on ``p(multi_hop)``, the router version it was
+    calibrated for (None: stored before calibrations recorded one, so for a router nobody can name any more), and
+    whether the named-documents rule decides (a question asking about two of its pages by title routes multi_hop),
+    kept on or turned off by the same calibration."""
 
-    value: float
+    multi_hop_threshold: float
     router_version: str | None
-    named_documents_rule: bool = True  # the named-documents rule, kept on or turned off by the same calibration
+    named_documents_rule: bool = True
 
 
 def default_profile(tenant: str, settings: AssistantSettings) -> AssistantProfile:

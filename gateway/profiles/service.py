@@ -104,20 +104,15 @@ class Profiles:
         try:
             async with asyncio.timeout(self.settings.load_timeout_s):
                 stored = await self.store.get(tenant)
-                threshold = await self.store.multi_hop_threshold(tenant)
+                routing = await self.store.routing_calibration(tenant)
         except (ProviderUnavailableError, TimeoutError) as exc:
             profile = known.profile if known is not None else self.default(tenant)
             kept = "the last known profile" if known is not None else "the default profile"
             logger.warning("profile store unavailable for tenant %r (%s): answering with %s", tenant, exc, kept)
         else:
             profile = stored if stored is not None else self.default(tenant)
-            if threshold is not None:
-                profile = replace(
-                    profile,
-                    multi_hop_threshold=threshold.value,
-                    threshold_router_version=threshold.router_version,
-                    named_documents_rule=threshold.named_documents_rule,
-                )
+            if routing is not None:
+                profile = replace(profile, routing=routing)
         self._entries[tenant] = _Entry(profile, self._clock() + self.settings.cache_ttl_s)
         return profile
 

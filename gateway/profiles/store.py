@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gateway.curation.tables import assistant_profiles, route_calibrations
 from gateway.errors import ProviderUnavailableError
-from gateway.profiles.model import AssistantProfile, RoutingThreshold
+from gateway.profiles.model import AssistantProfile, RoutingCalibration
 from routes.types import ROUTES, Route
 
 PROVIDER = "profile_store"
@@ -42,16 +42,16 @@ class ProfileStore:
             row = (await connection.execute(query)).mappings().first()
         return _profile(row) if row is not None else None
 
-    async def multi_hop_threshold(self, tenant: str) -> RoutingThreshold | None:
-        """The tenant's recalibrated routing threshold (``gateway.curation.routing``), if an operator applied one,
-        with the router version it was calibrated for: whoever routes decides whether it still applies."""
+    async def routing_calibration(self, tenant: str) -> RoutingCalibration | None:
+        """The tenant's recalibrated routing (``gateway.curation.routing``), if an operator applied one, with the
+        router version it was calibrated for: whoever routes decides whether it still applies."""
         columns = route_calibrations.c
         query = select(columns.multi_hop_threshold, columns.router_version, columns.named_documents).where(
             columns.tenant == tenant
         )
         async with self._connection(write=False) as connection:
             row = (await connection.execute(query)).first()
-        return None if row is None else RoutingThreshold(float(row[0]), row[1], bool(row[2]))
+        return None if row is None else RoutingCalibration(float(row[0]), row[1], bool(row[2]))
 
     async def put(self, profile: AssistantProfile) -> AssistantProfile:
         """Stores ``profile`` as the tenant's (its ``version`` and ``updated_at`` are the store's): the stored one."""

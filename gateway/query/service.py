@@ -304,14 +304,14 @@ class QueryService:
         silently mis-route the tenant, so it is set aside (logged once per tenant) until an operator recalibrates
         on outcomes of this version. One without a version predates versions and is set aside too.
         """
-        threshold = profile.multi_hop_threshold
-        if threshold is None:
+        calibrated = profile.routing
+        if calibrated is None:
             return None
         current = self._router.version
         if current is None:  # the LLM classifier decides: it reads no threshold
             return None
-        if threshold_applies(profile.threshold_router_version, current):
-            return TenantRouting(threshold, profile.named_documents_rule)
+        if threshold_applies(calibrated.router_version, current):
+            return TenantRouting(calibrated.multi_hop_threshold, calibrated.named_documents_rule)
         if profile.tenant not in self._stale_thresholds:
             self._stale_thresholds.add(profile.tenant)
             logger.warning(
@@ -319,8 +319,8 @@ class QueryService:
                 "routing it with the default threshold until it is recalibrated (python -m gateway.curation "
                 "recalibrate --tenant %s)",
                 profile.tenant,
-                threshold,
-                profile.threshold_router_version or "unknown",
+                calibrated.multi_hop_threshold,
+                calibrated.router_version or "unknown",
                 current,
                 profile.tenant,
             )

@@ -12,7 +12,7 @@ import pytest
 
 from gateway.curation.store import CurationStore
 from gateway.errors import ClientError, ProviderUnavailableError, RouteNotAllowedError
-from gateway.profiles.model import AssistantProfile, RoutingThreshold, client_instructions
+from gateway.profiles.model import AssistantProfile, RoutingCalibration, client_instructions
 from gateway.profiles.schemas import Language
 from gateway.profiles.service import ModelPool, Profiles
 from gateway.profiles.store import ProfileStore
@@ -48,7 +48,7 @@ class SlowStore(ProfileStore):
             raise ProviderUnavailableError("database down", provider="profile_store")
         return self.profile
 
-    async def multi_hop_threshold(self, tenant: str) -> RoutingThreshold | None:
+    async def routing_calibration(self, tenant: str) -> RoutingCalibration | None:
         return None  # read in the same load as the profile; the calibration tests cover it
 
 
@@ -151,10 +151,14 @@ def test_the_digest_follows_every_answer_shaping_field() -> None:
         == dataclasses.replace(HOSHI, allowed_routes=("direct", "multi_hop")).digest
     )
     # A recalibrated threshold routes answers only under the router version it was made for: the same value for
-    # another version is another routing, and keys other answers.
-    calibrated = dataclasses.replace(HOSHI, multi_hop_threshold=0.9, threshold_router_version="0123456789ab")
+    # another version is another routing, and keys other answers; so does turning the named-documents rule off.
+    routing = RoutingCalibration(0.9, "0123456789ab")
+    calibrated = dataclasses.replace(HOSHI, routing=routing)
     assert calibrated.digest != HOSHI.digest
-    assert dataclasses.replace(calibrated, threshold_router_version="ba9876543210").digest != calibrated.digest
+    other_version = dataclasses.replace(routing, router_version="ba9876543210")
+    assert dataclasses.replace(HOSHI, routing=other_version).digest != calibrated.digest
+    rule_off = dataclasses.replace(routing, named_documents_rule=False)
+    assert dataclasses.replace(HOSHI, routing=rule_off).digest not in {calibrated.digest, HOSHI.digest}
 
 
 @pytest.mark.parametrize(
