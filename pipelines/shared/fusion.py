@@ -15,9 +15,7 @@ from pipelines.shared.deps import Passage
 RRF_K = 60  # the constant of the original paper; ranks beyond a few dozen barely count
 
 
-def reciprocal_rank_fusion(
-    rankings: Sequence[Sequence[Passage]], k: int, *, keep_first_of: int = 0
-) -> list[Passage]:
+def reciprocal_rank_fusion(rankings: Sequence[Sequence[Passage]], k: int, *, keep_first_of: int = 0) -> list[Passage]:
     """The top ``k`` chunks by the sum of 1 / (RRF_K + rank) over the lists that hold them, in that order.
 
     ``keep_first_of``: the first chunk of each of the first that many lists is among the top ``k`` whatever the
