@@ -32,8 +32,10 @@ def test_each_kept_lists_first_chunk_is_in_the_top_k_and_the_rest_follow_the_sum
     kept = [p.chunk_id for p in reciprocal_rank_fusion([dense, keyword], 4, keep_first_of=2)]
     assert set(kept) == {"only-dense", "only-keyword", *plain[:2]}
     assert kept == [c for c in [*plain, "only-dense", "only-keyword"] if c in kept]  # still in fused order
-    # Fewer places than firsts: the first lists' come first; a third list (the links) keeps no place.
-    assert [p.chunk_id for p in reciprocal_rank_fusion([dense, keyword], 1, keep_first_of=2)] == ["only-dense"]
+    # Fewer places: the best-fused chunk always stays, the firsts take what is left, the first lists' first.
+    assert reciprocal_rank_fusion([dense, keyword], 1, keep_first_of=2) == reciprocal_rank_fusion([dense, keyword], 1)
+    two = [p.chunk_id for p in reciprocal_rank_fusion([dense, keyword], 2, keep_first_of=2)]
+    assert two == [plain[0], "only-dense"]
     linked = chunks("only-linked", *shared)
     three = [p.chunk_id for p in reciprocal_rank_fusion([dense, keyword, linked], 4, keep_first_of=2)]
     assert "only-linked" not in three
