@@ -32,7 +32,6 @@ from typing import Any
 import numpy as np
 
 from gateway.eval.datasets import load_squad_v2
-from gateway.knowledge.service import NewDocument
 from gateway.providers.embeddings import USEEmbeddings
 from tests.benchmarks.retrieval_recall import E5Embeddings, RecallSet
 from tests.benchmarks.retrieval_recall import sets as recall_sets
@@ -50,10 +49,8 @@ class Encoder:
 
 def sets(data_dir: Path) -> list[RecallSet]:
     """The retrieval benchmark's sets (each a tenant of its own documents), with the SQuAD article beside them."""
-    squad = load_squad_v2(data_dir / "squad_v2_dev_normans.json")
-    documents = [NewDocument(id=d["id"], title=d["title"], text=d["text"]) for d in squad.documents]
-    asked = [(q.text, q.gold_doc_ids) for q in squad.questions if q.gold_doc_ids]
-    return [*recall_sets(data_dir), RecallSet("squad-normans", documents, asked)]
+    squad = RecallSet.of("squad-normans", load_squad_v2(data_dir / "squad_v2_dev_normans.json"))
+    return [*recall_sets(data_dir), squad]
 
 
 def encoders() -> list[Encoder]:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +33,7 @@ from langchain_core.embeddings import Embeddings
 
 from gateway.cache.backend import MemoryBackend
 from gateway.cache.versions import KnowledgeVersions
-from gateway.eval.datasets import load_hotpotqa, load_squad_v2
+from gateway.eval.datasets import Dataset, load_hotpotqa, load_near_miss, load_squad_v2
 from gateway.knowledge.chunking import Chunker
 from gateway.knowledge.matrices import TenantMatrices
 from gateway.knowledge.service import KnowledgeBase, NewDocument
@@ -54,18 +53,18 @@ class RecallSet:
     documents: list[NewDocument]
     questions: list[tuple[str, frozenset[str]]]  # question, gold document ids
 
+    @classmethod
+    def of(cls, name: str, data: Dataset) -> RecallSet:
+        """A loaded dataset as one tenant: its documents, and its questions that have gold documents."""
+        documents = [NewDocument(id=d["id"], title=d["title"], text=d["text"]) for d in data.documents]
+        return cls(name, documents, [(q.text, q.gold_doc_ids) for q in data.questions if q.gold_doc_ids])
+
 
 def sets(data_dir: Path) -> list[RecallSet]:
-    hotpot = load_hotpotqa(data_dir / "hotpotqa_train.json")
-    jsquad = load_squad_v2(data_dir / "jsquad_valid_sample.json")
     written = load_written_kb()
     out = [
-        RecallSet(
-            name,
-            [NewDocument(id=d["id"], title=d["title"], text=d["text"]) for d in data.documents],
-            [(q.text, q.gold_doc_ids) for q in data.questions if q.gold_doc_ids],
-        )
-        for name, data in (("hotpotqa", hotpot), ("jsquad", jsquad))
+        RecallSet.of("hotpotqa", load_hotpotqa(data_dir / "hotpotqa_train.json")),
+        RecallSet.of("jsquad", load_squad_v2(data_dir / "jsquad_valid_sample.json")),
     ]
     for lang in ("en", "ja"):
         docs = [NewDocument(id=d.id, title=d.title, text=d.text) for d in written.documents if d.lang == lang]
@@ -75,10 +74,7 @@ def sets(data_dir: Path) -> list[RecallSet]:
             ]
             out.append(RecallSet(f"written-{lang}-{route}", docs, questions))
     for lang in ("en", "ja"):
-        raw = json.loads((NEAR_MISS / f"near_miss_{lang}.json").read_text(encoding="utf-8"))
-        docs = [NewDocument(id=d["id"], title=d["title"], text=d["text"]) for d in raw["documents"]]
-        asked = [(case["question"], frozenset([case["answer_doc"]])) for case in raw["cases"]]
-        out.append(RecallSet(f"near-miss-{lang}", docs, asked))
+        out.append(RecallSet.of(f"near-miss-{lang}", load_near_miss(NEAR_MISS / f"near_miss_{lang}.json")))
     return out
 
 

@@ -3,9 +3,9 @@ outvoted by the chunks both searches hold (the sum of reciprocal ranks favours a
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from gateway.eval.datasets import load_near_miss
 from gateway.knowledge.chunking import Chunker
 from gateway.knowledge.service import HYBRID_DEPTH, KnowledgeBase, NewDocument
 from gateway.providers.embeddings import USEEmbeddings
@@ -49,18 +49,19 @@ async def test_a_paraphrased_answer_page_the_dense_search_ranks_first_survives_t
     """The written near-miss manual, on the real embeddings: the question shares no content word with its answer
     page ("bedtime block" / "video call" against the page's own words), and BM25 finds a dozen chunks of the
     neighbouring pages instead."""
-    raw = json.loads(MANUALS.read_text(encoding="utf-8"))
-    case = next(c for c in raw["cases"] if c["question"].startswith("My kid's bedtime block"))
+    manual = load_near_miss(MANUALS)
+    case = next(q for q in manual.questions if q.text.startswith("My kid's bedtime block"))
+    (answer_doc,) = case.gold_doc_ids
     chunking = ChunkingSettings()
     knowledge = KnowledgeBase(USEEmbeddings(), InMemoryVectorStore(), Chunker(chunking.size, chunking.overlap))
-    documents = [NewDocument(id=d["id"], title=d["title"], text=d["text"]) for d in raw["documents"]]
+    documents = [NewDocument(id=d["id"], title=d["title"], text=d["text"]) for d in manual.documents]
     await knowledge.ingest("manuals", documents)
-    question, k = case["question"], 4
+    question, k = case.text, 4
     vector = await knowledge.embed_query(question)
     dense = await knowledge.dense_search("manuals", question, k * HYBRID_DEPTH, vector=vector)
     keyword = await knowledge.store.keyword_search("manuals", query_terms(question), vector, k * HYBRID_DEPTH)
-    assert dense[0].doc_id == case["answer_doc"]
-    assert case["answer_doc"] not in {p.doc_id for p in keyword}
-    assert case["answer_doc"] not in {p.doc_id for p in reciprocal_rank_fusion([dense, keyword], k)}
+    assert dense[0].doc_id == answer_doc
+    assert answer_doc not in {p.doc_id for p in keyword}
+    assert answer_doc not in {p.doc_id for p in reciprocal_rank_fusion([dense, keyword], k)}
     found = await knowledge.search("manuals", question, k, vector=vector)
-    assert case["answer_doc"] in {p.doc_id for p in found}
+    assert answer_doc in {p.doc_id for p in found}
