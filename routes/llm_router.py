@@ -27,8 +27,9 @@ Choose exactly one route:
   "both/same" questions, totals across documents.
 Each question comes with what a search of the knowledge base found: the best passage's similarity,
 the share of the question's terms the best document holds and the top documents hold together, and
-how many documents cover its parts. Little similarity and coverage means the knowledge base holds
-nothing on it ("direct"); a second document holding what the first lacks suggests "multi_hop".
+how many documents cover its parts, and how many of the top documents the question names together by
+their titles. Little similarity and coverage means the knowledge base holds nothing on it ("direct"); a
+second document holding what the first lacks, or two documents named together, suggests "multi_hop".
 Answer in JSON with route, confidence (0 to 1) and a short reason."""
 
 _NOTHING = ProbeSignals(12, 12, 0.12, 0.03, 0.1, 0.0, 0.1, 0.1, 0.0, 0.0, 0.0, 0, 2, 0, 0.0)
@@ -58,7 +59,8 @@ def describe(signals: ProbeSignals) -> str:
         f"question words covered by the best document {signals.best_coverage:.2f}, by the top "
         f"{signals.documents} documents {signals.union_coverage:.2f}; a second document adds "
         f"{signals.second_document_share:.2f} ({signals.shared_figures} figures repeated from the best one); "
-        f"{signals.covering_documents} documents cover its parts."
+        f"{signals.covering_documents} documents cover its parts; the question names {signals.titled_documents} of "
+        "them together by title."
     )
 
 
