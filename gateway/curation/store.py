@@ -17,7 +17,7 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Connection, delete, or_, select, update
+from sqlalchemy import Connection, delete, or_, select, text, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
@@ -40,6 +40,8 @@ logger = logging.getLogger(__name__)
 
 PROVIDER = "curation_store"
 DAY_S = 86_400.0
+# The PostgreSQL advisory lock the migrations hold (any constant that no other lock of the database uses).
+MIGRATION_LOCK_KEY = 0x6761_7465_7761_79  # "gateway"
 
 
 def _alembic_config(connection: Connection) -> Config:
@@ -50,6 +52,16 @@ def _alembic_config(connection: Connection) -> Config:
 
 
 def _upgrade(connection: Connection) -> None:
+    """Migrate to head, one replica at a time. Replicas of a rollout start together and each migrates on
+    start-up: without the lock, two read an empty version table, both create the tables, and the second fails
+    (degraded until its retry a minute later). The lock is taken in the migration's own transaction, so it is
+    released at its commit; a replica that waited then finds the schema at head and does nothing."""
+    if connection.dialect.name == "postgresql":
+        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
+    elif connection.dialect.name == "sqlite":
+        # SQLite's write lock taken up front (its driver otherwise begins only at the first write, after the
+        # version table was read); another process waits for it for the driver's busy timeout.
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
     command.upgrade(_alembic_config(connection), "head")
 
 
@@ -70,8 +82,9 @@ class CurationStore:
 
     async def migrate(self) -> None:
         try:
-            async with self.engine.begin() as connection:
+            async with self.engine.connect() as connection:
                 await connection.run_sync(_upgrade)
+                await connection.commit()
             self.migrated = True
         except (SQLAlchemyError, OSError) as exc:
             raise ProviderUnavailableError(f"curation store migration failed: {exc}", provider=PROVIDER) from exc

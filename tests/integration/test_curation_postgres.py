@@ -15,6 +15,7 @@ from gateway.curation.store import CurationStore
 from gateway.settings import Settings
 from tests.curation_support import relocation_cycle, relocation_model
 from tests.eval_run_support import abandoned_runs_are_stored_failed, eval_run_states_across_the_migration
+from tests.migration_race_support import replicas_migrate_together
 from tests.named_rule_support import named_documents_rule_across_the_migration
 from tests.postgres_support import fresh_database
 from tests.route_version_support import router_versions_across_the_migration
@@ -99,3 +100,7 @@ async def test_the_relocation_cycle_on_postgresql(
 
 async def test_runs_a_stopped_process_left_running_are_stored_failed(database_url: str) -> None:
     await abandoned_runs_are_stored_failed(database_url)
+
+
+async def test_replicas_starting_together_each_migrate_the_same_database(database_url: str) -> None:
+    await replicas_migrate_together(database_url)

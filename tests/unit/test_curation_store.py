@@ -11,6 +11,7 @@ import pytest
 
 from gateway.curation.cli import main
 from tests.eval_run_support import abandoned_runs_are_stored_failed, eval_run_states_across_the_migration
+from tests.migration_race_support import replicas_migrate_together
 from tests.named_rule_support import named_documents_rule_across_the_migration
 from tests.route_version_support import router_versions_across_the_migration
 
@@ -36,6 +37,10 @@ def test_the_migrate_command_brings_a_database_to_head(tmp_path: Path, monkeypat
     }
     assert version == "0007"
     assert main(["upgrade"]) == 2
+
+
+async def test_replicas_starting_together_each_migrate_one_sqlite_file(tmp_path: Path) -> None:
+    await replicas_migrate_together(f"sqlite+aiosqlite:///{tmp_path}/curation.db")
 
 
 async def test_route_rows_from_before_router_versions_read_back_stale_and_new_ones_keep_theirs(
