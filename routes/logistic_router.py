@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,17 +77,23 @@ class LogisticModel:
         return self.coef.tolist(), self.intercept.tolist(), self.feature_mean.tolist(), self.feature_scale.tolist()
 
     def save(self, path: Path) -> None:
+        """Written to a temporary file of this call's own, then renamed into place: processes started together
+        on an empty cache each train and save the same artefact, and a reader sees a whole file or none."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp.npz")
-        np.savez(
-            tmp,
-            coef=self.coef,
-            intercept=self.intercept,
-            feature_mean=self.feature_mean,
-            feature_scale=self.feature_scale,
-            classes=np.asarray(self.classes),
-        )
-        tmp.replace(path)
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=path.stem, suffix=".tmp.npz", delete=False) as tmp:
+            try:
+                np.savez(
+                    tmp,
+                    coef=self.coef,
+                    intercept=self.intercept,
+                    feature_mean=self.feature_mean,
+                    feature_scale=self.feature_scale,
+                    classes=np.asarray(self.classes),
+                )
+            except BaseException:
+                Path(tmp.name).unlink(missing_ok=True)
+                raise
+        Path(tmp.name).replace(path)
 
     @classmethod
     def load(cls, path: Path) -> LogisticModel:

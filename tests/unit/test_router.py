@@ -8,6 +8,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -277,3 +278,22 @@ def test_active_cues_detect_structure(text: str, cue: str) -> None:
 def test_plain_lookup_has_none_of_the_direct_or_comparison_cues(text: str) -> None:
     cues: Sequence[str] = active_cues(text)
     assert not {"comparison", "greeting", "transform", "arithmetic"} & set(cues), cues
+
+
+def test_savers_of_one_artefact_at_once_each_succeed_and_leave_a_whole_file(tmp_path: Path) -> None:
+    """Two gateways started together on a fresh cache both train and save the same artefact: neither may fail at
+    start-up on the other's temporary file, and what is left loads."""
+    rng = np.random.default_rng(0)
+    model = LogisticModel(
+        coef=rng.normal(size=(3, 520)),
+        intercept=rng.normal(size=3),
+        feature_mean=rng.normal(size=8),
+        feature_scale=np.ones(8),
+        classes=("direct", "single_hop", "multi_hop"),
+    )
+    path = tmp_path / "router.npz"
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        for future in [pool.submit(model.save, path) for _ in range(64)]:
+            future.result()
+    np.testing.assert_array_equal(LogisticModel.load(path).coef, model.coef)
+    assert [p.name for p in tmp_path.iterdir()] == ["router.npz"]
