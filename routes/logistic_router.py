@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import os
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -78,22 +79,26 @@ class LogisticModel:
 
     def save(self, path: Path) -> None:
         """Written to a temporary file of this call's own, then renamed into place: processes started together
-        on an empty cache each train and save the same artefact, and a reader sees a whole file or none."""
+        on an empty cache each train and save the same artefact, and a reader sees a whole file or none. Readable
+        by all (a temporary file is the owner's alone): the image builds it as root and serves as another user."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=path.stem, suffix=".tmp.npz", delete=False) as tmp:
-            try:
+        handle, name = tempfile.mkstemp(dir=path.parent, prefix=path.stem, suffix=".tmp.npz")
+        tmp = Path(name)
+        try:
+            os.fchmod(handle, 0o644)
+            with os.fdopen(handle, "wb") as out:
                 np.savez(
-                    tmp,
+                    out,
                     coef=self.coef,
                     intercept=self.intercept,
                     feature_mean=self.feature_mean,
                     feature_scale=self.feature_scale,
                     classes=np.asarray(self.classes),
                 )
-            except BaseException:
-                Path(tmp.name).unlink(missing_ok=True)
-                raise
-        Path(tmp.name).replace(path)
+            tmp.replace(path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
 
     @classmethod
     def load(cls, path: Path) -> LogisticModel:

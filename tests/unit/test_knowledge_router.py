@@ -256,9 +256,8 @@ def test_the_llm_is_told_when_the_knowledge_base_is_empty() -> None:
 
 def test_the_llm_reads_the_titled_documents_the_default_router_reads() -> None:
     """The two routers are compared on the same evidence, the named-documents rule's count included."""
-    signals = ProbeSignals(12, 7, 0.49, 0.09, 0.46, 0.55, 0.9, 0.35, 0.35, 0.5, 1.0, 2, 11, 0, 0.35)
-    assert "names 0 of them together by title" in describe(signals)
-    assert "names 2 of them together by title" in describe(replace(signals, titled_documents=2))
+    assert "names 0 of them together by title" in describe(TWO_DOCS)
+    assert "names 2 of them together by title" in describe(replace(TWO_DOCS, titled_documents=2))
 
 
 @pytest.mark.parametrize("query", ["Thanks a lot!", "Translate 'good night' into French", "What is 17 + 4?"])

@@ -297,3 +297,10 @@ def test_savers_of_one_artefact_at_once_each_succeed_and_leave_a_whole_file(tmp_
             future.result()
     np.testing.assert_array_equal(LogisticModel.load(path).coef, model.coef)
     assert [p.name for p in tmp_path.iterdir()] == ["router.npz"]
+
+
+def test_a_saved_artefact_is_readable_by_the_user_the_image_serves_as(tmp_path: Path) -> None:
+    """The image trains the artefact as root at build time and serves as an unprivileged user."""
+    model = LogisticModel(np.zeros((3, 4)), np.zeros(3), np.zeros(2), np.ones(2), ("direct", "single_hop", "multi_hop"))
+    model.save(tmp_path / "router.npz")
+    assert (tmp_path / "router.npz").stat().st_mode & 0o777 == 0o644
