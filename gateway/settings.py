@@ -115,6 +115,12 @@ class EmbeddingSettings(SettingsGroup):
         """Whether texts are embedded in this process (the local model) rather than sent to a provider."""
         return self.provider == LOCAL_EMBEDDING_PROVIDER
 
+    def fingerprint(self) -> str:
+        """What decides the vectors, and so every fitted part that reads their cosines (the router, the relevance
+        scorer, the round judge, the thresholds): their artefacts are keyed by it. Every field that changes a vector
+        belongs here; thread counts and row caches change none and stay out, so retuning them refits nothing."""
+        return f"{self.provider}:{self.model}"
+
     @model_validator(mode="after")
     def _local_model_known(self) -> EmbeddingSettings:
         """A typo in a local model's name fails the start, instead of a KeyError on the first embedding."""
