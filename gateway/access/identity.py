@@ -346,7 +346,7 @@ class Identity:
                     "This gateway verifies no user tokens: no identity provider is configured "
                     "(GATEWAY_IDENTITY_ISSUER, GATEWAY_IDENTITY_AUDIENCE, GATEWAY_IDENTITY_JWKS_URL)."
                 )
-            user_id, token_groups = await self._verifier.verify(token.strip())
+            user_id, token_groups = await self._verifier.verify(_bare(token))
             return self.of(user_id, token_groups, "token")
         if user is None and groups is None:
             return self.nobody
@@ -377,6 +377,12 @@ def for_openai_user(reader: Reader, user: str | None, principal: Principal) -> R
     named = Reader(_header_user(user, field="user"), frozenset(), reader.visibility, "header")
     record(named)
     return named
+
+
+def _bare(token: str) -> str:
+    """The token, also when sent the way ``Authorization`` carries one (``Bearer <token>``)."""
+    scheme, _, rest = token.strip().partition(" ")
+    return rest.strip() if scheme.lower() == "bearer" and rest.strip() else token.strip()
 
 
 def _single(headers: Headers, name: str) -> str | None:

@@ -126,6 +126,8 @@ async def test_a_valid_token_is_a_reader_with_its_groups(verifying: Verifying, f
     again = await verifying.identity.reader(CHATBOT, with_token(token(first, subject="bob", groups=["staff"])))
     assert (again.user_id, again.groups) == ("bob", frozenset({"staff"}))
     assert verifying.server.fetched() == 1  # the keys were fetched once and kept
+    prefixed = await verifying.identity.reader(CHATBOT, with_token(f"Bearer {token(first)}"))
+    assert prefixed.user_id == "alice"  # as Authorization carries a token
 
 
 async def test_an_ec_key_without_alg_signs_es256(idp: JwksServer) -> None:
