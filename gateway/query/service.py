@@ -119,7 +119,7 @@ class QueryService:
 
     async def route(self, query: str, tenant: str, *, reader: Reader | None = None) -> RouteResponse:
         """The router's decision and the route that would run on it (the tenant's profile may not allow it).
-        ``reader``: who asks, as for :meth:`answer`; the probe's documents are theirs to see (document access)."""
+        ``reader``: who asks, as for :meth:`answer`. Not read here yet: document access filters the probe by it."""
         query = self.screen(tenant, [query], Vault())[0]  # the LLM classifier is an upstream call too
         vector = await self._knowledge.embed_query(query)
         profile = await self._profiles.get(tenant)
