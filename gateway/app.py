@@ -19,7 +19,8 @@ from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import SwaggerRenderPlugin
 from litestar.openapi.spec import Components
 
-from gateway.access.guard import SECURITY_SCHEMES, open_access, provide_principal
+from gateway.access.guard import SECURITY_SCHEMES, open_access, provide_principal, provide_reader
+from gateway.access.identity import open_identity
 from gateway.cache.versions import ChangeNotAcknowledgedError
 from gateway.chat.controller import ChatController
 from gateway.chat.service import ChatService
@@ -80,6 +81,7 @@ def _lifespan(
             app.state.update(
                 telemetry=platform.telemetry,  # read by the tracing middleware too
                 access=open_access(settings.access, settings.server.host, platform.redis),  # and by the key hooks
+                identity=open_identity(settings.identity, platform.http, settings.access.api_keys),  # by ``reader``
                 knowledge=knowledge,
                 query_service=query_service,
                 chat_service=ChatService(query_service, platform.llm),
@@ -148,6 +150,7 @@ def create_app(settings: Settings | None = None, overrides: ProviderOverrides | 
             **{name: _from_state(name) for name in STATE_DEPENDENCIES},
             "settings": Provide(lambda: settings, sync_to_thread=False, use_cache=True),
             "principal": Provide(provide_principal, sync_to_thread=False),
+            "reader": Provide(provide_reader),
             "curation": Provide(provide_curation, sync_to_thread=False),
             "profiles": Provide(provide_profiles, sync_to_thread=False),
         },

@@ -51,6 +51,16 @@ class AuthenticationError(ClientError):
     headers = {"WWW-Authenticate": "Bearer"}
 
 
+class UserTokenError(AuthenticationError):
+    """The end user's token (not the API key) is missing what it must prove: bad, expired or unverifiable."""
+
+    title = "Invalid user token"
+    headers = {"WWW-Authenticate": 'Bearer realm="end-user", error="invalid_token"'}
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail, code="invalid_user_token")
+
+
 class PermissionDeniedError(ClientError):
     status_code = 403
     title = "Forbidden"
@@ -257,8 +267,8 @@ class ProblemDetails(msgspec.Struct, kw_only=True):
 
 DESCRIPTIONS = {
     400: "Invalid request: what to fix is in 'detail'",
-    401: "Missing or invalid API key",
-    403: "The key lacks the scope, or the body names another tenant than the key's",
+    401: "Missing or invalid API key, or an end user's token that is bad, expired or unverifiable",
+    403: "The key lacks the scope, names an end user it may not, or the body names another tenant than the key's",
     404: "Not found",
     413: "Request body larger than GATEWAY_MAX_BODY_BYTES",
     422: "Refused by the tenant's guardrails: personal data (categories named, never values) or injections",

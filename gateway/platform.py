@@ -34,7 +34,7 @@ from gateway.settings import Settings, VectorStoreSettings
 class Platform:
     telemetry: Telemetry
     redis: ResilientRedis | None  # the one client the caches and the rate limiter share
-    http: httpx.AsyncClient  # web search and readiness pings
+    http: httpx.AsyncClient  # web search, readiness pings and the identity provider's keys
     upstream_http: httpx.AsyncClient  # every model call
     embeddings: Embeddings  # the model itself; queries go through the knowledge base's cached wrapper
     store: VectorStore

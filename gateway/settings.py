@@ -54,6 +54,17 @@ class ApiKeyConfig(BaseModel):
     scopes: list[Literal["query", "admin"]] = Field(default_factory=lambda: list[Literal["query", "admin"]](["query"]))
     requests_per_minute: int | None = Field(None, ge=1)
     daily_tokens: int | None = Field(None, ge=1)
+    # A chatbot backend that asks for its end users: it may name one per request with a token the identity
+    # provider signed (IdentitySettings), and, with ``trusts_user_headers``, also in plain headers an
+    # authenticating ingress set. Neither: a user named on its requests is refused, never silently dropped.
+    acts_for_users: bool = False
+    trusts_user_headers: bool = False
+
+    @model_validator(mode="after")
+    def _headers_need_users(self) -> ApiKeyConfig:
+        if self.trusts_user_headers and not self.acts_for_users:
+            raise ValueError(f"key {self.name!r}: trusts_user_headers needs acts_for_users (it names users)")
+        return self
 
 
 class SettingsGroup(BaseSettings):
@@ -461,6 +472,42 @@ class AccessSettings(SettingsGroup):
     rate_limit_fail_closed: bool = False
 
 
+# What a token's header may name: asymmetric algorithms only. A symmetric one (HS256) would let anyone holding the
+# identity provider's *public* key sign tokens, which is the algorithm-confusion attack.
+TokenAlgorithm = Literal["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"]
+
+
+class IdentitySettings(SettingsGroup):
+    """Who the end user behind a calling key is: the OIDC identity provider whose signed tokens name them (its
+    issuer, the audience its tokens must be for, where its signing keys are published), the claims read, and
+    what a reader sees of documents that name no access. Off (no issuer) until all three of issuer, audience
+    and JWKS URL are set; a key trusting user headers works without it."""
+
+    model_config = SettingsConfigDict(env_prefix="GATEWAY_IDENTITY_")
+    # Answers differ by reader, but through the reader's visibility, which keys the caches itself: these settings
+    # only decide how a reader is learnt.
+    shapes_answers = False
+
+    issuer: str | None = None
+    audience: str | None = None
+    jwks_url: str | None = None
+    algorithms: list[TokenAlgorithm] = Field(default_factory=lambda: list[TokenAlgorithm](["RS256", "ES256"]))
+    user_claim: str = Field("sub", min_length=1)
+    groups_claim: str = Field("groups", min_length=1)
+    # Clock skew allowed on exp, nbf and iat.
+    leeway_s: float = Field(30.0, ge=0, le=300)
+    # Keys fetched are used this long before they are fetched again (a removed key stops working by then);
+    # a token naming a key not among them fetches again at most once per ``jwks_min_refetch_s``, so a flood of
+    # made-up key ids costs the identity provider one request per interval.
+    jwks_max_age_s: float = Field(600.0, gt=0)
+    jwks_min_refetch_s: float = Field(30.0, ge=0)
+    jwks_timeout_s: float = Field(3.0, gt=0)
+    # Documents ingested without ``access``: open to every reader of the tenant, or to none but admins.
+    unset_documents: Literal["open", "closed"] = Field(
+        "open", validation_alias=AliasChoices("GATEWAY_ACCESS_UNSET_DOCUMENTS")
+    )
+
+
 class ConsoleSettings(SettingsGroup):
     """The web console at /console: signed-in sessions (an encrypted, HttpOnly, SameSite=Strict cookie) and CSRF
     tokens, both keyed by ``secret``. Unset, each process draws its own at start: sessions then end with the
@@ -596,6 +643,7 @@ class Settings(BaseModel):
     profiles: ProfileSettings = Field(default_factory=ProfileSettings)
     web_search: WebSearchSettings = Field(default_factory=WebSearchSettings)
     access: AccessSettings = Field(default_factory=AccessSettings)
+    identity: IdentitySettings = Field(default_factory=IdentitySettings)
     observability: ObservabilitySettings = Field(default_factory=ObservabilitySettings)
     console: ConsoleSettings = Field(default_factory=ConsoleSettings)
     curation: CurationSettings = Field(default_factory=CurationSettings)

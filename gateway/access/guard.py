@@ -20,6 +20,7 @@ from typing import Any
 from litestar.connection import ASGIConnection
 from litestar.openapi.spec import Reference, SecurityScheme
 
+from gateway.access.identity import Identity, Reader, check_vouched, record
 from gateway.access.keys import ANONYMOUS, KeyRing, Principal, Scope, check_exposure
 from gateway.access.limits import LocalRateLimiter, RateLimiter, RedisRateLimiter
 from gateway.errors import AuthenticationError, PermissionDeniedError, RateLimitedError
@@ -75,7 +76,11 @@ class RequireScope:
         if access.keys.open:
             connection.state[PRINCIPAL] = ANONYMOUS
             return
-        connection.state[PRINCIPAL] = await admit(access, identify(access.keys, presented_key(connection), self.scope))
+        principal = identify(access.keys, presented_key(connection), self.scope)
+        # Before the limiter counts the request: a key naming a user it may not is refused on every route, also on
+        # those that read no documents, so a misconfigured caller learns of it wherever it first calls.
+        check_vouched(principal, connection.headers)
+        connection.state[PRINCIPAL] = await admit(access, principal)
 
 
 def identify(keys: KeyRing, key: str | None, scope: Scope) -> Principal:
@@ -117,6 +122,15 @@ def require(scope: Scope) -> RequireScope:
 def provide_principal(request: ASGIConnection[Any, Any, Any, Any]) -> Principal:
     principal: Principal = request.state.get(PRINCIPAL, ANONYMOUS)
     return principal
+
+
+async def provide_reader(request: ASGIConnection[Any, Any, Any, Any]) -> Reader:
+    """The ``reader`` dependency: who the request reads for (:mod:`gateway.access.identity`), put on its trace.
+    The route's key check ran first and left the key's principal."""
+    identity: Identity = request.app.state.identity
+    reader = await identity.reader(provide_principal(request), request.headers)
+    record(reader)
+    return reader
 
 
 def open_access(settings: AccessSettings, host: str, redis: ResilientRedis | None) -> Access:

@@ -45,6 +45,9 @@ class Principal:
     requests_per_minute: int | None = None
     daily_tokens: int | None = None
     authenticated: bool = True
+    # May name the end user it asks for (gateway.access.identity): by a signed token, and by plain headers too.
+    acts_for_users: bool = False
+    trusts_user_headers: bool = False
 
     @property
     def limited(self) -> bool:
@@ -66,7 +69,15 @@ class Principal:
         )
 
 
-ANONYMOUS = Principal(name="anonymous", tenant=OPEN_TENANT, scopes=frozenset({"query", "admin"}), authenticated=False)
+# Open mode names any user it is told: everyone there is an admin already, who may read every document.
+ANONYMOUS = Principal(
+    name="anonymous",
+    tenant=OPEN_TENANT,
+    scopes=frozenset({"query", "admin"}),
+    authenticated=False,
+    acts_for_users=True,
+    trusts_user_headers=True,
+)
 
 
 class KeyRing:
@@ -85,6 +96,8 @@ class KeyRing:
                     scopes=frozenset(k.scopes),
                     requests_per_minute=k.requests_per_minute,
                     daily_tokens=k.daily_tokens,
+                    acts_for_users=k.acts_for_users,
+                    trusts_user_headers=k.trusts_user_headers,
                 ),
             )
             for k in keys

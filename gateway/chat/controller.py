@@ -15,6 +15,7 @@ from litestar.params import Body, PathParameter
 from litestar.response import Stream
 
 from gateway.access.guard import BEARER, Access, require
+from gateway.access.identity import Reader, for_openai_user
 from gateway.access.keys import Principal
 from gateway.chat.errors import handle_openai_exception
 from gateway.chat.schemas import MODELS, ChatCompletion, ChatCompletionRequest, ModelCard, ModelList, OpenAIErrorBody
@@ -97,8 +98,8 @@ class ChatOperation(Operation):
 def _errors(*statuses: int) -> dict[int, ResponseSpec]:
     descriptions = {
         400: "Invalid request (validation, malformed JSON, request limits)",
-        401: "Missing or invalid API key",
-        403: "The key lacks the scope or names another tenant",
+        401: "Missing or invalid API key, or a bad, expired or unverifiable end-user token",
+        403: "The key lacks the scope, names an end user it may not, or names another tenant",
         404: "Unknown model",
         413: "Request body larger than GATEWAY_MAX_BODY_BYTES",
         422: "Refused by the tenant's guardrails: personal data (categories named, never values) or injections",
@@ -131,7 +132,9 @@ class ChatController(Controller):
         settings: NamedDependency[Settings],
         principal: NamedDependency[Principal],
         access: NamedDependency[Access],
+        reader: NamedDependency[Reader],
     ) -> Response[ChatCompletion]:
+        reader = for_openai_user(reader, data.user, principal)
         prepared = prepare_chat(data, principal, settings.chat, settings.limits)
         # The question's embedding starts now, beside the profile's lookup; a stream's starts when it is answered,
         # once the response has begun.
@@ -151,7 +154,7 @@ class ChatController(Controller):
 
         async def answer_and_charge(live: TextSink | None = None) -> ChatAnswer:
             """Charged here, as /v1/query is: once the answer is final, before its last chunk is sent."""
-            answer = await chat_service.answer(prepared, vector, live)
+            answer = await chat_service.answer(prepared, vector, live, reader=reader)
             await access.limiter.charge(principal, answer.total_tokens)
             return answer
 

@@ -400,6 +400,19 @@ class Telemetry:
         self.dependency(name, up)
 
 
+def reader_known(user_id: str | None, visibility_key: str, source: str) -> None:
+    """Who asked, on the request's span (the HTTP server span, current while a handler's dependencies are
+    resolved): the end user's id as the key's caller vouched for it, how it was learnt, and the digest of what
+    they may see (``Visibility.key``), the one the caches key answers by. The groups themselves are not written:
+    the digest ties a trace to a cache entry without listing anyone's memberships."""
+    span = _request_span()
+    if span.is_recording():
+        if user_id is not None:
+            span.set_attribute("enduser.id", user_id)
+        span.set_attribute("gateway.reader.source", source)
+        span.set_attribute("gateway.reader.visibility", visibility_key)
+
+
 def _request_span() -> Span:
     """The request's span (where a reader looks for its facts), else whichever span is current."""
     scope = _request_var.get()

@@ -8,6 +8,7 @@ from litestar.di import NamedDependency
 from litestar.params import JSONBody
 
 from gateway.access.guard import BEARER, Access, require
+from gateway.access.identity import Reader
 from gateway.access.keys import Principal
 from gateway.errors import problem_responses
 from gateway.query.schemas import QueryRequest, QueryResponse, RouteRequestBody, RouteResponse
@@ -35,6 +36,7 @@ class QueryController(Controller):
         settings: NamedDependency[Settings],
         principal: NamedDependency[Principal],
         access: NamedDependency[Access],
+        reader: NamedDependency[Reader],
     ) -> QueryResponse:
         tenant = principal.tenant_for(data.tenant)
 
@@ -42,7 +44,7 @@ class QueryController(Controller):
             """The request travels whole: only what the edge decides (the cleaned query, the key's tenant) changes."""
             return msgspec.structs.replace(request, query=clean_query(request.query, settings.limits), tenant=tenant)
 
-        response = await query_service.answer(data, admit)
+        response = await query_service.answer(data, admit, reader=reader)
         await access.limiter.charge(principal, response.usage.input_tokens + response.usage.output_tokens)
         return response
 
@@ -58,6 +60,7 @@ class QueryController(Controller):
         query_service: NamedDependency[QueryService],
         settings: NamedDependency[Settings],
         principal: NamedDependency[Principal],
+        reader: NamedDependency[Reader],
     ) -> RouteResponse:
         tenant = principal.tenant_for(data.tenant)
-        return await query_service.route(clean_query(data.query, settings.limits), tenant)
+        return await query_service.route(clean_query(data.query, settings.limits), tenant, reader=reader)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import msgspec
 from langgraph.types import StreamWriter
 
+from gateway.access.identity import Reader
 from gateway.cache.backend import CacheUnavailableError
 from gateway.cache.exact import ExactCache
 from gateway.cache.keys import KeyParams
@@ -116,8 +117,9 @@ class QueryService:
         """The tenant's assistant profile (cached in-process): the chat edge decides on system messages with it."""
         return await self._profiles.get(tenant)
 
-    async def route(self, query: str, tenant: str) -> RouteResponse:
-        """The router's decision and the route that would run on it (the tenant's profile may not allow it)."""
+    async def route(self, query: str, tenant: str, *, reader: Reader | None = None) -> RouteResponse:
+        """The router's decision and the route that would run on it (the tenant's profile may not allow it).
+        ``reader``: who asks, as for :meth:`answer`. Not read here yet: document access filters the probe by it."""
         query = self.screen(tenant, [query], Vault())[0]  # the LLM classifier is an upstream call too
         vector = await self._knowledge.embed_query(query)
         profile = await self._profiles.get(tenant)
@@ -134,6 +136,7 @@ class QueryService:
         instructions: str = "",
         vector: QueryVector | None = None,
         writer: StreamWriter | None = None,
+        reader: Reader | None = None,
     ) -> QueryResponse:
         """Every answer path (``/v1/query``, chat completions) comes through here: one span and one count each.
 
@@ -158,7 +161,7 @@ class QueryService:
                     screened_query = self.screen(request.tenant, [request.query], vault)[0]
                     request = msgspec.structs.replace(request, query=screened_query)
                 self._telemetry.query_text(scope, request.query)
-                response = await self._answer(request, instructions, vector, writer)
+                response = await self._answer(request, instructions, vector, writer, reader)
             finally:
                 vector.release()
             self._telemetry.answered(scope, route=response.route, cached=response.cached, answer=response.answer)
@@ -175,12 +178,17 @@ class QueryService:
         return msgspec.structs.replace(response, response_id=new_response_id())
 
     async def _answer(
-        self, request: QueryRequest, instructions: str, vector: QueryVector, writer: StreamWriter | None
+        self,
+        request: QueryRequest,
+        instructions: str,
+        vector: QueryVector,
+        writer: StreamWriter | None,
+        reader: Reader | None,
     ) -> QueryResponse:
         started = time.perf_counter()
         profile = await self._profiles.get(request.tenant)
         profile.check_requested(request.route)
-        asked = Asked(request, started, profile, instructions, vector, writer)
+        asked = Asked(request, started, profile, instructions, vector, writer, reader)
         if self._cache is None:
             return await self._compute(asked)
         outcome = await self._cache.get_or_compute(
@@ -338,6 +346,7 @@ class Asked:
     instructions: str  # a chat client's system message, used where the profile allows it
     vectors: QueryVector  # begun as the request arrived, or on first read
     writer: StreamWriter | None  # a streamed request's sink for the answer's text as it is cleared
+    reader: Reader | None = None  # who asks (None: an in-process caller that names nobody)
 
     def key_params(self) -> KeyParams:
         """What keys a cached answer besides the question: the request's knobs and the profile's digest, so a

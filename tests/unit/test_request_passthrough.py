@@ -12,6 +12,7 @@ import msgspec
 import pytest
 from langgraph.types import StreamWriter
 
+from gateway.access.identity import Reader
 from gateway.chat.service import ChatService, PreparedChat
 from gateway.guardrails.vault import Vault
 from gateway.knowledge.query_vector import QueryVector
@@ -20,6 +21,7 @@ from gateway.query.schemas import QueryRequest, QueryResponse
 from gateway.query.service import Admit, QueryService
 from gateway.settings import ModelPrice
 from pipelines.shared.followup import Turn
+from pipelines.shared.visibility import Visibility
 from tests.fakes.scripted_chat import ScriptedChatModel
 from tests.scripted import query_response
 
@@ -40,6 +42,7 @@ class Recorder:
     def __init__(self) -> None:
         self.requests: list[QueryRequest] = []
         self.instructions: list[str] = []
+        self.readers: list[Reader | None] = []
 
     async def answer(
         self,
@@ -50,9 +53,11 @@ class Recorder:
         instructions: str = "",
         vector: QueryVector | None = None,
         writer: StreamWriter | None = None,
+        reader: Reader | None = None,
     ) -> QueryResponse:
         self.requests.append(admit(request) if admit is not None else request)
         self.instructions.append(instructions)
+        self.readers.append(reader)
         return query_response(route="direct")
 
     def screen(self, tenant: str, texts: list[str], vault: Vault) -> list[str]:
@@ -76,6 +81,8 @@ async def test_query_endpoint_passes_every_field_to_the_service(
         response = await client.post("/v1/query", json=SAMPLE)
     assert response.status_code == 200, response.text
     assert recorder.requests == [QueryRequest(**{**SAMPLE, "query": SAMPLE["query"].strip()})]
+    # Who asks travels beside it: here nobody named, so what is open to the tenant.
+    assert recorder.readers == [Reader(None, frozenset(), Visibility.tenant_only(unset_open=True), "none")]
 
 
 async def test_a_rewritten_follow_up_keeps_every_other_field() -> None:
@@ -96,7 +103,9 @@ async def test_a_rewritten_follow_up_keeps_every_other_field() -> None:
         include_usage=False,
         instructions="Answer in one sentence.",
     )
-    answer = await service.answer(prepared)
+    reader = Reader("alice", frozenset({"staff"}), Visibility.of({"staff"}, unset_open=True), "token")
+    answer = await service.answer(prepared, reader=reader)
     assert answer.rewrite is not None
+    assert recorder.readers == [reader]
     assert recorder.requests == [msgspec.structs.replace(request, query="What does the acme VPN policy say?")]
     assert recorder.instructions == ["Answer in one sentence."]  # the client's system message travels too

@@ -98,6 +98,9 @@ def sample(group_name: str, name: str) -> tuple[str, Any]:
         return json.dumps({"acme": choice}), {"acme": choice}
     if annotation == list[str]:
         return json.dumps(["gpt-4o-mini"]), ["gpt-4o-mini"]
+    if get_origin(annotation) is list and get_origin(get_args(annotation)[0]) is Literal:  # token algorithms
+        choice = next(c for c in get_args(get_args(annotation)[0]) if c not in default)
+        return json.dumps([choice]), [choice]
     if annotation == list[ApiKeyConfig]:
         key = {"name": "bot", "key_sha256": KEY_SHA256, "tenant": "acme", "scopes": ["query"]}
         return json.dumps([key]), [ApiKeyConfig.model_validate(key)]

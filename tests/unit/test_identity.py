@@ -1,0 +1,368 @@
+"""Who is asking (gateway.access.identity): tokens verified against a JWKS served on loopback, trusted headers,
+and the one Reader every request gets. Through the real app: tests/integration/test_http_identity.py."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+from litestar.datastructures import Headers
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from gateway.access.identity import (
+    GROUPS_HEADER,
+    TOKEN_HEADER,
+    USER_HEADER,
+    Identity,
+    IdentityConfigError,
+    Reader,
+    SigningKeys,
+    TokenVerifier,
+    for_openai_user,
+    index_keys,
+    open_identity,
+    record,
+)
+from gateway.access.keys import ANONYMOUS, Principal
+from gateway.errors import ClientError, PermissionDeniedError, ProviderUnavailableError, UserTokenError
+from gateway.settings import ApiKeyConfig, IdentitySettings
+from pipelines.shared.visibility import TENANT_OPEN, UNSET, Visibility
+from tests.fakes.identity_provider import (
+    AUDIENCE,
+    ISSUER,
+    JwksServer,
+    SigningKey,
+    ec_key,
+    hmac_with_public_key,
+    jwks_server,
+    rsa_key,
+    token,
+    unsigned_token,
+)
+
+CHATBOT = Principal(name="chatbot", tenant="acme", scopes=frozenset({"query"}), acts_for_users=True)
+INGRESS = Principal(
+    name="ingress", tenant="acme", scopes=frozenset({"query"}), acts_for_users=True, trusts_user_headers=True
+)
+PLAIN = Principal(name="plain", tenant="acme", scopes=frozenset({"query"}))
+
+
+@pytest.fixture(scope="module")
+def first() -> SigningKey:
+    return rsa_key("key-1")
+
+
+@pytest.fixture(scope="module")
+def second() -> SigningKey:
+    return rsa_key("key-2")
+
+
+@pytest.fixture
+def idp(first: SigningKey) -> Iterator[JwksServer]:
+    with jwks_server() as server:
+        server.publish(first)
+        yield server
+
+
+class Clock:
+    """Monotonic time the test moves: when the keys may be fetched again is decided by it, never by waiting."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class Verifying:
+    identity: Identity
+    clock: Clock
+    server: JwksServer
+
+
+def settings_for(server: JwksServer, **changes: Any) -> IdentitySettings:
+    return IdentitySettings(issuer=ISSUER, audience=AUDIENCE, jwks_url=server.url, **changes)
+
+
+@pytest.fixture
+async def verifying(idp: JwksServer) -> AsyncIterator[Verifying]:
+    clock = Clock()
+    settings = settings_for(idp)
+    async with httpx.AsyncClient() as http:
+        keys = SigningKeys(http, settings, clock=clock)
+        yield Verifying(Identity(settings, TokenVerifier(settings, keys)), clock, idp)
+
+
+def sent(**headers: str) -> Headers:
+    return Headers({name: value for name, value in headers.items()})
+
+
+def with_token(value: str) -> Headers:
+    return Headers({TOKEN_HEADER: value})
+
+
+async def refused(identity: Identity, value: str, match: str, principal: Principal = CHATBOT) -> None:
+    with pytest.raises(UserTokenError, match=match) as caught:
+        await identity.reader(principal, with_token(value))
+    assert caught.value.status_code == 401
+    assert caught.value.extra["code"] == "invalid_user_token"
+
+
+async def test_a_valid_token_is_a_reader_with_its_groups(verifying: Verifying, first: SigningKey) -> None:
+    reader = await verifying.identity.reader(CHATBOT, with_token(token(first)))
+    assert reader == Reader(
+        "alice", frozenset({"finance", "staff"}), Visibility.of({"finance", "staff"}, unset_open=True), "token"
+    )
+    assert reader.visibility.groups == frozenset({"finance", "staff", TENANT_OPEN, UNSET})
+    again = await verifying.identity.reader(CHATBOT, with_token(token(first, subject="bob", groups=["staff"])))
+    assert (again.user_id, again.groups) == ("bob", frozenset({"staff"}))
+    assert verifying.server.fetched() == 1  # the keys were fetched once and kept
+    prefixed = await verifying.identity.reader(CHATBOT, with_token(f"Bearer {token(first)}"))
+    assert prefixed.user_id == "alice"  # as Authorization carries a token
+
+
+async def test_an_ec_key_without_alg_signs_es256(idp: JwksServer) -> None:
+    key = ec_key("ec-1")
+    idp.publish(key, with_alg=False)
+    settings = settings_for(idp)
+    async with httpx.AsyncClient() as http:
+        identity = Identity(settings, TokenVerifier(settings, SigningKeys(http, settings)))
+        reader = await identity.reader(CHATBOT, with_token(token(key)))
+    assert reader.user_id == "alice"
+
+
+async def test_expired_wrong_audience_and_wrong_issuer_are_refused(verifying: Verifying, first: SigningKey) -> None:
+    identity = verifying.identity
+    past = int(verifying.clock.now)  # any past instant will do: exp is wall-clock time
+    await refused(identity, token(first, exp=1_000_000, iat=past - 10, nbf=past - 10), "expired")
+    await refused(identity, token(first, aud="another-service"), "not for this gateway")
+    await refused(identity, token(first, iss="https://evil.example.test/"), "not issued by")
+    await refused(identity, token(first, exp=None), "'exp' claim")
+    await refused(identity, token(first, sub=None), "'sub' claim")
+
+
+async def test_a_token_from_the_future_is_refused_beyond_the_leeway(verifying: Verifying, first: SigningKey) -> None:
+    now = int(time.time())
+    await refused(verifying.identity, token(first, nbf=now + 600, iat=now), "not valid yet")
+    within = await verifying.identity.reader(CHATBOT, with_token(token(first, nbf=now + 5, iat=now + 5)))
+    assert within.user_id == "alice"  # 5 s of clock skew is inside the 30 s leeway
+
+
+async def test_a_tampered_token_is_refused(verifying: Verifying, first: SigningKey, second: SigningKey) -> None:
+    header, body, _ = token(first).split(".")
+    _, _, other_signature = token(first, subject="mallory").split(".")
+    await refused(verifying.identity, f"{header}.{body}.{other_signature}", "signature does not verify")
+    # Signed by a key of the right kind under the published key's id: not the provider's key.
+    impostor = SigningKey(first.kid, "RS256", second.private)
+    await refused(verifying.identity, token(impostor), "signature does not verify")
+    await refused(verifying.identity, "not-a-jwt", "not a signed JWT")
+
+
+async def test_alg_none_is_refused_without_fetching_keys(verifying: Verifying, first: SigningKey) -> None:
+    await refused(verifying.identity, unsigned_token(first.kid), "algorithm 'none' is not accepted")
+    assert verifying.server.fetched() == 0
+
+
+async def test_hs256_signed_with_the_public_key_is_refused(verifying: Verifying, first: SigningKey) -> None:
+    """Algorithm confusion: the public key as an HMAC secret. Refused by the allow-list (asymmetric only) and, were
+    HS256 ever listed, by each published key being bound to its own algorithm."""
+    await refused(verifying.identity, hmac_with_public_key(first), "algorithm 'HS256' is not accepted")
+    assert verifying.server.fetched() == 0
+    published = index_keys({"keys": [first.jwk(with_alg=False)]}, ["RS256", "HS256"])
+    assert set(published) == {(first.kid, "RS256")}  # an RSA key never becomes an HMAC secret
+
+
+async def test_no_groups_claim_reads_what_is_open_to_the_tenant(verifying: Verifying, first: SigningKey) -> None:
+    reader = await verifying.identity.reader(CHATBOT, with_token(token(first, groups=None)))
+    assert (reader.user_id, reader.groups, reader.source) == ("alice", frozenset(), "token")
+    assert reader.visibility == Visibility.tenant_only(unset_open=True)
+    one = await verifying.identity.reader(CHATBOT, with_token(token(first, groups="finance")))
+    assert one.groups == {"finance"}
+    reserved = await verifying.identity.reader(CHATBOT, with_token(token(first, groups=["*", "~", "staff"])))
+    assert reserved.groups == {"staff"}  # the reserved tags cannot be claimed
+    await refused(verifying.identity, token(first, groups=[{"name": "staff"}]), "list of group names")
+
+
+async def test_rotated_keys_are_fetched_and_the_removed_one_refused(
+    verifying: Verifying, first: SigningKey, second: SigningKey
+) -> None:
+    identity, clock, server = verifying.identity, verifying.clock, verifying.server
+    assert (await identity.reader(CHATBOT, with_token(token(first)))).user_id == "alice"
+    server.publish(second)  # the provider rotates: the first key is gone, the second one new
+    clock.now += 31  # past the 30 s between fetches
+    reader = await identity.reader(CHATBOT, with_token(token(second, subject="bob")))
+    assert reader.user_id == "bob"
+    assert server.fetched() == 2  # the unknown key id fetched the keys again
+    await refused(identity, token(first), "does not publish")
+    assert server.fetched() == 2  # and the removed key, unknown now, did not fetch again so soon
+
+
+async def test_made_up_key_ids_fetch_at_most_once_per_interval(verifying: Verifying, first: SigningKey) -> None:
+    identity, clock, server = verifying.identity, verifying.clock, verifying.server
+    await identity.reader(CHATBOT, with_token(token(first)))
+    clock.now += 31
+    forged = [SigningKey(f"made-up-{uuid.uuid4().hex}", "RS256", first.private) for _ in range(40)]
+    outcomes = await asyncio.gather(
+        *(identity.reader(CHATBOT, with_token(token(key))) for key in forged), return_exceptions=True
+    )
+    assert all(isinstance(outcome, UserTokenError) for outcome in outcomes)
+    assert server.fetched() == 2  # forty unknown key ids at once: one fetch
+    await refused(identity, token(forged[0]), "does not publish")
+    assert server.fetched() == 2
+    clock.now += 31
+    await refused(identity, token(forged[0]), "does not publish")
+    assert server.fetched() == 3
+
+
+async def test_keys_are_kept_through_a_provider_outage(verifying: Verifying, first: SigningKey) -> None:
+    identity, clock, server = verifying.identity, verifying.clock, verifying.server
+    await identity.reader(CHATBOT, with_token(token(first)))
+    server.status = 503
+    clock.now += 601  # the keys are stale: fetched again, which fails
+    assert (await identity.reader(CHATBOT, with_token(token(first)))).user_id == "alice"
+    assert server.fetched() == 2
+
+
+async def test_no_keys_ever_fetched_is_a_503(idp: JwksServer, first: SigningKey) -> None:
+    idp.status = 500
+    settings = settings_for(idp)
+    async with httpx.AsyncClient() as http:
+        identity = Identity(settings, TokenVerifier(settings, SigningKeys(http, settings, clock=Clock())))
+        with pytest.raises(ProviderUnavailableError) as caught:
+            await identity.reader(CHATBOT, with_token(token(first)))
+    assert caught.value.status_code == 503
+    assert caught.value.provider == "identity_provider"
+
+
+async def test_closed_unset_documents_leave_them_out(idp: JwksServer, first: SigningKey) -> None:
+    settings = settings_for(idp, unset_documents="closed")
+    async with httpx.AsyncClient() as http:
+        identity = Identity(settings, TokenVerifier(settings, SigningKeys(http, settings)))
+        reader = await identity.reader(CHATBOT, with_token(token(first)))
+    assert reader.visibility == Visibility.of({"finance", "staff"}, unset_open=False)
+    assert identity.nobody.visibility == Visibility.tenant_only(unset_open=False)
+    assert UNSET not in (identity.nobody.visibility.groups or ())
+
+
+async def test_a_token_from_a_key_not_acting_for_users_is_403(verifying: Verifying, first: SigningKey) -> None:
+    with pytest.raises(PermissionDeniedError) as caught:
+        await verifying.identity.reader(PLAIN, with_token(token(first)))
+    assert caught.value.extra["code"] == "key_does_not_act_for_users"
+    assert verifying.server.fetched() == 0
+
+
+async def test_no_user_reads_what_is_open_to_the_tenant(verifying: Verifying) -> None:
+    for principal in (PLAIN, CHATBOT, INGRESS, ANONYMOUS):
+        reader = await verifying.identity.reader(principal, sent())
+        assert reader == Reader(None, frozenset(), Visibility.tenant_only(unset_open=True), "none")
+
+
+async def test_trusted_headers_name_the_user_and_groups(verifying: Verifying) -> None:
+    reader = await verifying.identity.reader(INGRESS, sent(**{USER_HEADER: " carol ", GROUPS_HEADER: "hr, staff,,"}))
+    assert reader == Reader(
+        "carol", frozenset({"hr", "staff"}), Visibility.of({"hr", "staff"}, unset_open=True), "header"
+    )
+    alone = await verifying.identity.reader(INGRESS, sent(**{USER_HEADER: "dave"}))
+    assert (alone.groups, alone.visibility) == (frozenset(), Visibility.tenant_only(unset_open=True))
+
+
+@pytest.mark.parametrize("principal", [PLAIN, CHATBOT])
+@pytest.mark.parametrize("header", [USER_HEADER, GROUPS_HEADER])
+async def test_user_headers_from_an_untrusted_key_are_403(
+    verifying: Verifying, principal: Principal, header: str
+) -> None:
+    with pytest.raises(PermissionDeniedError) as caught:
+        await verifying.identity.reader(principal, sent(**{header: "finance"}))
+    assert caught.value.extra["code"] == "user_headers_not_trusted"
+
+
+@pytest.mark.parametrize(
+    ("headers", "code"),
+    [
+        ({GROUPS_HEADER: "finance"}, "no_user"),
+        ({USER_HEADER: ""}, "bad_user"),
+        ({USER_HEADER: "x" * 257}, "bad_user"),
+        ({USER_HEADER: "carol", GROUPS_HEADER: "staff,*"}, "bad_groups"),
+        ({USER_HEADER: "carol", GROUPS_HEADER: "~unset"}, "bad_groups"),
+        ({USER_HEADER: "carol", TOKEN_HEADER: "a.b.c"}, "user_named_twice"),
+    ],
+)
+async def test_bad_user_headers_are_400(verifying: Verifying, headers: dict[str, str], code: str) -> None:
+    with pytest.raises(ClientError) as caught:
+        await verifying.identity.reader(INGRESS, sent(**headers))
+    assert caught.value.status_code == 400
+    assert caught.value.extra["code"] == code
+
+
+async def test_a_repeated_user_header_is_400(verifying: Verifying) -> None:
+    headers = Headers([(USER_HEADER.encode(), b"carol"), (USER_HEADER.encode(), b"admin")])
+    with pytest.raises(ClientError, match="sent 2 times"):
+        await verifying.identity.reader(INGRESS, headers)
+
+
+async def test_tokens_without_an_identity_provider_are_401() -> None:
+    async with httpx.AsyncClient() as http:
+        identity = open_identity(IdentitySettings(), http, [])
+        assert not identity.verifies_tokens
+        with pytest.raises(UserTokenError, match="no identity provider"):
+            await identity.reader(CHATBOT, with_token("a.b.c"))
+
+
+async def test_a_half_configured_provider_stops_the_start_up() -> None:
+    async with httpx.AsyncClient() as http:
+        with pytest.raises(IdentityConfigError, match="all of"):
+            open_identity(IdentitySettings(issuer=ISSUER, audience=AUDIENCE), http, [])
+        with pytest.raises(IdentityConfigError, match="http"):
+            open_identity(IdentitySettings(issuer=ISSUER, audience=AUDIENCE, jwks_url="file:///etc/jwks"), http, [])
+
+
+def test_header_trust_needs_acting_for_users() -> None:
+    with pytest.raises(ValueError, match="trusts_user_headers needs acts_for_users"):
+        ApiKeyConfig(name="k", key_sha256="ab" * 32, tenant="acme", trusts_user_headers=True)
+
+
+async def test_the_openai_user_field(verifying: Verifying, first: SigningKey) -> None:
+    by_token = await verifying.identity.reader(CHATBOT, with_token(token(first)))
+    assert for_openai_user(by_token, "alice", CHATBOT) is by_token
+    assert for_openai_user(by_token, None, CHATBOT) is by_token
+    with pytest.raises(PermissionDeniedError) as caught:
+        for_openai_user(by_token, "bob", CHATBOT)  # the token's subject wins
+    assert caught.value.extra == {"field": "user", "code": "user_mismatch"}
+    by_header = await verifying.identity.reader(INGRESS, sent(**{USER_HEADER: "carol", GROUPS_HEADER: "hr"}))
+    with pytest.raises(PermissionDeniedError):
+        for_openai_user(by_header, "dave", INGRESS)
+    nobody = verifying.identity.nobody
+    named = for_openai_user(nobody, "erin", INGRESS)  # a key trusting user headers may name the user here
+    assert named == Reader("erin", frozenset(), nobody.visibility, "header")
+    assert for_openai_user(nobody, "erin", CHATBOT) is nobody  # any other key: an opaque label, it names nobody
+
+
+def test_the_reader_goes_on_the_request_span() -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    reader = Reader("alice", frozenset({"finance"}), Visibility.of({"finance"}, unset_open=True), "token")
+    with provider.get_tracer("test").start_as_current_span("POST /v1/query"):
+        record(reader)
+    with provider.get_tracer("test").start_as_current_span("POST /v1/query"):
+        record(Reader(None, frozenset(), Visibility.tenant_only(unset_open=True), "none"))
+    named, anonymous = (dict(span.attributes or {}) for span in exporter.get_finished_spans())
+    assert named == {
+        "enduser.id": "alice",
+        "gateway.reader.source": "token",
+        "gateway.reader.visibility": reader.visibility.key(),
+    }
+    assert "finance" not in str(named)  # the groups themselves stay out of traces
+    assert anonymous == {
+        "gateway.reader.source": "none",
+        "gateway.reader.visibility": Visibility.tenant_only(unset_open=True).key(),
+    }
