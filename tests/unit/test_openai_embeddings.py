@@ -29,6 +29,8 @@ from gateway.settings import (
     LLMEndpointSettings,
     ResolvedEmbeddingEndpoint,
 )
+from gateway.system.factory import embeddings_check
+from gateway.system.service import run_checks
 
 BASE_URL = "http://embedder.test/v1"
 # No waits between retries: the policy is the production one, its timing is test_resilience's.
@@ -340,3 +342,32 @@ def test_e5_in_process_refuses_what_would_change_its_vectors_silently() -> None:
         EmbeddingSettings(provider="e5", model="multilingual-e5-base")
     with pytest.raises(ValueError, match="takes no"):
         EmbeddingSettings(provider="e5", query_prefix="query: ")
+
+
+async def test_readiness_reports_the_embedder_as_a_degradable_upstream() -> None:
+    """``ok`` while the server answers its ``/models``; what went wrong when it does not, or while the breaker is
+    open (the probe reports it, never raises)."""
+    server = Server(default=lambda request: answer(request) if request.method == "POST" else httpx.Response(200))
+    embeddings = adapter(server, max_retries=0)
+    check = embeddings_check(embeddings, server.client(), 1.0)
+    assert await run_checks({"embeddings": check}, 1.0) == {"embeddings": "ok"}
+
+    server.default = status(503)
+    for _ in range(3):  # QUICK's threshold of failed calls opens the breaker
+        with pytest.raises(ProviderError):
+            await embeddings.aembed_query("a")
+    outcome = (await run_checks({"embeddings": check}, 1.0))["embeddings"]
+    assert outcome.startswith("error: circuit open (probing again in ")
+
+    down = Server(default=refused)
+    outcome = (await run_checks({"embeddings": embeddings_check(adapter(down), down.client(), 1.0)}, 1.0))["embeddings"]
+    assert outcome.startswith("error: embeddings endpoint http://embedder.test/v1/models unreachable")
+
+
+async def test_an_unknown_dimension_is_learnt_by_a_probe_off_the_event_loop() -> None:
+    """The store's schema needs the width before anything is embedded: the platform probes from a worker thread."""
+    server = Server(default=lambda request: answer(request, width=6))
+    embeddings = adapter(server)
+    assert embeddings.dimensions is None
+    assert await asyncio.to_thread(embedding_dimensions, embeddings) == 6
+    assert server.bodies == [{"input": ["dimension probe"], "model": "served-model", "encoding_format": "float"}]
