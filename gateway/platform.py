@@ -57,15 +57,23 @@ async def open_platform(settings: Settings, overrides: ProviderOverrides, stack:
     if redis is not None:
         stack.push_async_callback(redis.aclose)
     http = await stack.enter_async_context(httpx.AsyncClient())
+    endpoint = settings.llm_endpoint
+    # Opened before the embedder, which calls a server on it too, and so closed after it.
+    upstream_http = await stack.enter_async_context(upstream_client(endpoint.timeout_s))
     embeddings = overrides.embeddings
     if embeddings is None:
-        embeddings = await asyncio.to_thread(build_embeddings, settings.embeddings, settings.llm_endpoint)
+        embedding_endpoint = settings.embedding_endpoint.resolved(endpoint)
+        embeddings = await asyncio.to_thread(
+            build_embeddings, settings.embeddings, embedding_endpoint, http_client=upstream_http, events=telemetry
+        )
     if isinstance(embeddings, USEEmbeddings):
         stack.push_async_callback(asyncio.to_thread, embeddings.close)
-    store = overrides.vector_store or await open_vector_store(settings.vector_store, embedding_dimensions(embeddings))
+    store = overrides.vector_store
+    if store is None:
+        # A server's dimension may need a probe, which blocks: off the event loop.
+        dimensions = await asyncio.to_thread(embedding_dimensions, embeddings)
+        store = await open_vector_store(settings.vector_store, dimensions)
     stack.push_async_callback(store.close)
-    endpoint = settings.llm_endpoint
-    upstream_http = await stack.enter_async_context(upstream_client(endpoint.timeout_s))
     llm = open_llm_client(
         settings.llm, endpoint, telemetry=telemetry, chat_model=overrides.chat_model, http_client=upstream_http
     )

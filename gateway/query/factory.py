@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import asyncio
 
-import numpy as np
-from langchain_core.embeddings import Embeddings
-
 from gateway.cache.layer import open_semantic_cache
 from gateway.curation.service import Curation
 from gateway.guardrails.service import Guardrails, ScreenedRetriever, ScreenedSearch
@@ -17,7 +14,7 @@ from gateway.platform import Platform
 from gateway.profiles.service import Profiles
 from gateway.providers.deadline import within
 from gateway.providers.websearch import LocalStoreSearch, TavilySearch
-from gateway.query.router_artefact import train_knowledge_router
+from gateway.query.router_artefact import passage_embedder, question_embedder, train_knowledge_router
 from gateway.query.service import QueryService
 from gateway.settings import RetrievalSettings, Settings
 from pipelines.corrective.state import CorrectiveContext
@@ -26,7 +23,6 @@ from pipelines.shared.deps import Retriever, WebSearch
 from pipelines.single_hop.state import SingleHopContext
 from routes.knowledge_router import KnowledgeRouter
 from routes.llm_router import LLMRouter
-from routes.logistic_router import EmbedTexts
 from routes.probe import PROBE_DEPTH
 from routes.router import FrontRouter
 from routes.table import PipelineContexts, RoutePolicy, RouteTable
@@ -74,17 +70,13 @@ def early_vectors(settings: Settings) -> bool:
 async def build_router(settings: Settings, platform: Platform, knowledge: KnowledgeBase) -> FrontRouter:
     """The router probes the tenant's store by the query vector alone, as it was trained (``DenseSearch``), deep
     enough for the retrieving routes' first search to be computed from its ranking (:func:`probe_depth`)."""
-    model = await asyncio.to_thread(train_knowledge_router, settings, embed_texts(platform.embeddings))
+    embeddings = platform.embeddings
+    model = await asyncio.to_thread(
+        train_knowledge_router, settings, passage_embedder(embeddings), question_embedder(embeddings)
+    )
     depth = probe_depth(settings.retrieval, knowledge)
     classifier = settings.router.classifier
     return FrontRouter(KnowledgeRouter(model), LLMRouter(platform.llm), classifier, DenseSearch(knowledge), depth)
-
-
-def embed_texts(embeddings: Embeddings) -> EmbedTexts:
-    def embed(texts: list[str]) -> np.ndarray:
-        return np.asarray(embeddings.embed_documents(texts), dtype=np.float32)
-
-    return embed
 
 
 def probe_depth(retrieval: RetrievalSettings, knowledge: KnowledgeBase) -> int:

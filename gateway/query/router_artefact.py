@@ -26,11 +26,40 @@ def _chunking(settings: Settings) -> str:
     return f"c{settings.chunking.size}o{settings.chunking.overlap}"
 
 
-def train_knowledge_router(settings: Settings, embed: EmbedTexts) -> KnowledgeModel:
-    """Load (or train and cache) the knowledge-aware router for these settings."""
+def train_knowledge_router(
+    settings: Settings, embed: EmbedTexts, embed_queries: EmbedTexts | None = None
+) -> KnowledgeModel:
+    """Load (or train and cache) the knowledge-aware router for these settings: ``embed`` embeds the training
+    tenants' passages, ``embed_queries`` the questions (as the gateway embeds a question: :func:`question_embedder`)."""
     split = Chunker(settings.chunking.size, settings.chunking.overlap).split
-    directory, model = settings.router_artefact.cache_dir, settings.embeddings.model
-    return load_or_train(directory, embed, model, split, _chunking(settings))
+    directory, embedder = settings.router_artefact.cache_dir, settings.embeddings.fingerprint()
+    return load_or_train(directory, embed, embedder, split, _chunking(settings), embed_queries)
+
+
+def passage_embedder(embeddings: Embeddings) -> EmbedTexts:
+    """Passages in bulk, as ingestion embeds them."""
+
+    def embed(texts: list[str]) -> np.ndarray:
+        return np.asarray(embeddings.embed_documents(texts), dtype=np.float32)
+
+    return embed
+
+
+def question_embedder(embeddings: Embeddings) -> EmbedTexts:
+    """Questions as a query is embedded (e5's "query: " prefix, a server's query input type), in batches where the
+    model takes many queries at once (``embed_queries``), else one by one."""
+    many = getattr(embeddings, "embed_queries", None)
+
+    def embed(texts: list[str]) -> np.ndarray:
+        vectors = many(texts) if callable(many) else [embeddings.embed_query(text) for text in texts]
+        return np.asarray(vectors, dtype=np.float32).reshape(len(texts), -1)
+
+    return embed
+
+
+def settings_embeddings(settings: Settings) -> Embeddings:
+    """The embedder these settings describe, for a process that has no app (no shared HTTP client)."""
+    return build_embeddings(settings.embeddings, settings.embedding_endpoint.resolved(settings.llm_endpoint))
 
 
 def router_version(settings: Settings) -> str | None:
@@ -41,24 +70,26 @@ def router_version(settings: Settings) -> str | None:
         return None
     built: list[Embeddings] = []
 
-    def embed(texts: list[str]) -> np.ndarray:
+    def embedder() -> Embeddings:
         if not built:
-            built.append(build_embeddings(settings.embeddings, settings.llm_endpoint))
-        return np.asarray(built[0].embed_documents(texts), dtype=np.float32)
+            built.append(settings_embeddings(settings))
+        return built[0]
 
-    return train_knowledge_router(settings, embed).version
+    def embed(texts: list[str]) -> np.ndarray:
+        return passage_embedder(embedder())(texts)
+
+    def embed_queries(texts: list[str]) -> np.ndarray:
+        return question_embedder(embedder())(texts)
+
+    return train_knowledge_router(settings, embed, embed_queries).version
 
 
 def build_artefact(settings: Settings, embeddings: Embeddings) -> list[Path]:
     """Train (or reuse) the artefacts the app will look up for these settings; return their paths."""
-
-    def embed(texts: list[str]) -> np.ndarray:
-        return np.asarray(embeddings.embed_documents(texts), dtype=np.float32)
-
-    train_knowledge_router(settings, embed)
+    train_knowledge_router(settings, passage_embedder(embeddings), question_embedder(embeddings))
     cases, chunking = all_cases(), _chunking(settings)
-    directory, model = settings.router_artefact.cache_dir, settings.embeddings.model
-    paths = [artefact_path(directory, cases, model, chunking, stage) for stage in ("retrieve", "spread")]
+    directory, embedder = settings.router_artefact.cache_dir, settings.embeddings.fingerprint()
+    paths = [artefact_path(directory, cases, embedder, chunking, stage) for stage in ("retrieve", "spread")]
     missing = [path for path in paths if not path.is_file()]
     if missing:
         raise RuntimeError(f"router artefacts were not written to {missing} (is the directory writable?)")
@@ -68,7 +99,7 @@ def build_artefact(settings: Settings, embeddings: Embeddings) -> list[Path]:
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     settings = Settings()
-    for path in build_artefact(settings, build_embeddings(settings.embeddings, settings.llm_endpoint)):
+    for path in build_artefact(settings, settings_embeddings(settings)):
         print(path)
 
 

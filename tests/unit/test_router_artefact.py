@@ -19,8 +19,8 @@ def test_build_artefact_writes_what_start_up_loads(tmp_path: Path) -> None:
     settings = Settings().replace(router_artefact={"cache_dir": tmp_path / "router"}, embeddings={"model": "fake-64"})
     paths = build_artefact(settings, DeterministicFakeEmbedding(size=64))
 
-    directory, chunking = settings.router_artefact.cache_dir, "c700o100"
-    expected = [artefact_path(directory, all_cases(), "fake-64", chunking, s) for s in ("retrieve", "spread")]
+    directory, chunking, embedder = settings.router_artefact.cache_dir, "c700o100", settings.embeddings.fingerprint()
+    expected = [artefact_path(directory, all_cases(), embedder, chunking, s) for s in ("retrieve", "spread")]
     assert paths == expected
     assert sorted(LogisticModel.load(paths[0]).classes) == ["direct", "single_hop"]
     assert sorted(LogisticModel.load(paths[1]).classes) == ["multi_hop", "single_hop"]
@@ -37,6 +37,21 @@ def test_other_chunking_is_another_artefact(tmp_path: Path) -> None:
     default = build_artefact(settings, DeterministicFakeEmbedding(size=64))
     other = build_artefact(settings.replace(chunking={"size": 300}), DeterministicFakeEmbedding(size=64))
     assert set(default).isdisjoint(other)
+
+
+def test_an_embedder_with_other_vectors_is_another_artefact(tmp_path: Path) -> None:
+    """Artefacts are keyed by the embedder's fingerprint, not its model's name: the same model asked with another
+    prefix or input type gives other vectors, and a router fitted on one set of cosines must not read the other's."""
+    settings = Settings().replace(router_artefact={"cache_dir": tmp_path / "router"}, embeddings={"model": "fake-64"})
+    default = build_artefact(settings, DeterministicFakeEmbedding(size=64))
+    prefixed = settings.replace(embeddings={"query_prefix": "query: ", "passage_prefix": "passage: "})
+    typed = settings.replace(embeddings={"query_input_type": "query"})
+    served = settings.replace(embeddings={"provider": "openai"})
+    others = [build_artefact(other, DeterministicFakeEmbedding(size=64)) for other in (prefixed, typed, served)]
+    names = {path.name for paths in [default, *others] for path in paths}
+    assert len(names) == 8  # two stages each, none shared
+    # What changes no vector shares the artefact.
+    assert build_artefact(settings.replace(embeddings={"threads": 2}), DeterministicFakeEmbedding(size=64)) == default
 
 
 def test_build_artefact_fails_loudly_when_it_cannot_write(tmp_path: Path) -> None:

@@ -73,7 +73,8 @@ def sample(group_name: str, name: str) -> tuple[str, Any]:
     if annotation is bool:
         return ("false" if default else "true"), not default
     if annotation is int:
-        return str(default + 1), default + 1
+        value = 3 if default is None else default + 1  # an optional count (unset: another group's)
+        return str(value), value
     if annotation is float:
         value = default / 2 if default else 0.25
         return repr(value), value

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from gateway.providers.embeddings import USEEmbeddings, build_embeddings
 from gateway.providers.use_onnx import USEOnnx, _int8_columns
-from gateway.settings import EmbeddingSettings, LLMEndpointSettings
+from gateway.settings import EmbeddingSettings
 
 TEXTS = [
     "What is the capital of France? Answer in one word.",
@@ -111,16 +111,15 @@ def test_a_fresh_model_computes_no_row_for_a_stream_of_numbered_questions() -> N
 
 
 def test_the_models_name_chooses_the_form() -> None:
-    endpoint = LLMEndpointSettings()
     assert EmbeddingSettings().model == "use-multilingual-v3"
-    default = build_embeddings(EmbeddingSettings(), endpoint)
-    int8 = build_embeddings(EmbeddingSettings(model="use-multilingual-v3-int8"), endpoint)
+    default = build_embeddings(EmbeddingSettings())
+    int8 = build_embeddings(EmbeddingSettings(model="use-multilingual-v3-int8"))
     assert isinstance(default, USEEmbeddings)
     assert isinstance(int8, USEEmbeddings)
     assert not default.quantized
     assert int8.quantized
     assert default._model.pieces.resident > 3000  # the number pieces' rows: on unless the settings say not
-    off = build_embeddings(EmbeddingSettings(number_rows=False), endpoint)
+    off = build_embeddings(EmbeddingSettings(number_rows=False))
     assert isinstance(off, USEEmbeddings)
     assert off._model.pieces.resident == 0
     with pytest.raises(ValidationError, match="must be one of"):
