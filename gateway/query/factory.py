@@ -11,7 +11,6 @@ from langchain_core.embeddings import Embeddings
 from gateway.cache.layer import open_semantic_cache
 from gateway.curation.service import Curation
 from gateway.guardrails.service import Guardrails, ScreenedRetriever, ScreenedSearch
-from gateway.knowledge.factory import keeps_vectors, shares_vectors
 from gateway.knowledge.service import DenseSearch, KnowledgeBase
 from gateway.platform import Platform
 from gateway.profiles.service import Profiles
@@ -57,17 +56,6 @@ async def open_query_service(
         on_answer=curation.recorder.observe if curation is not None else None,
         guard=guard,
         profiles=profiles,
-        early_vectors=early_vectors(settings),
-    )
-
-
-def early_vectors(settings: Settings) -> bool:
-    """Whether a question's vector may be begun before its screening: only where the question never leaves the
-    process (the local model), and where an answer-cache hit wastes nothing (its vector is kept in this process)."""
-    return (
-        settings.embeddings.local
-        and not shares_vectors(settings)
-        and (not settings.cache.enabled or keeps_vectors(settings))
     )
 
 

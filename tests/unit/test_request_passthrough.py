@@ -14,7 +14,6 @@ from langgraph.types import StreamWriter
 
 from gateway.chat.service import ChatService, PreparedChat
 from gateway.guardrails.vault import Vault
-from gateway.knowledge.query_vector import QueryVector
 from gateway.providers.llm import LLMClient
 from gateway.query.schemas import QueryRequest, QueryResponse
 from gateway.query.service import Admit, QueryService
@@ -48,7 +47,6 @@ class Recorder:
         *,
         vault: Vault | None = None,
         instructions: str = "",
-        vector: QueryVector | None = None,
         writer: StreamWriter | None = None,
     ) -> QueryResponse:
         self.requests.append(admit(request) if admit is not None else request)
