@@ -21,7 +21,6 @@ from gateway.settings import DEFAULT_PIECE_ROWS, LOCAL_EMBEDDING_MODELS, Embeddi
 logger = logging.getLogger(__name__)
 
 USE_DIMENSIONS = 512
-Vector = np.ndarray[Any, np.dtype[np.float32]]
 # The local models by name (``GATEWAY_EMBEDDING_MODEL``): whether the second n-gram layer runs in int8. The name
 # keys the router's artefacts, the vector caches and the response namespace; passages already in a vector store
 # keep the vectors they were ingested with (the two forms are at cosine ~0.9999: re-ingest to match exactly).
@@ -35,8 +34,9 @@ class USEEmbeddings(Embeddings):
     (the number pieces' rows computed now, as the service does) change no vector, only what a text costs.
 
     The sync methods run on the caller's thread (the router's training, in a worker thread; scripts). The async ones
-    run off the event loop: queries one by one on this model's own worker thread, so that they queue behind each other
-    rather than behind an ingest's documents, which go to a thread of their own (``asyncio.to_thread``)."""
+    run off the event loop: queries one by one on this model's own worker thread (``threads`` is a run's budget, so
+    concurrent queries queue rather than share the cores, and :meth:`close` can wait for them), documents on a
+    thread of their own (``asyncio.to_thread``), so that an ingest's batch never holds the queries up."""
 
     def __init__(
         self,
