@@ -185,18 +185,9 @@ class MemoryBackend(CacheBackend):
             self._bytes -= len(entry[0])
 
     async def get(self, key: str) -> bytes | None:
-        return self.peek(key)
-
-    async def set(self, key: str, value: bytes, ttl_s: float) -> None:
-        self.put(key, value, ttl_s)
-
-    def peek(self, key: str) -> bytes | None:
-        """``get`` without awaiting: for a caller that must not give up the event loop (a query's embedding is
-        started before its handler's next step, :mod:`gateway.knowledge.query_vector`)."""
         return self._read(key)
 
-    def put(self, key: str, value: bytes, ttl_s: float) -> None:
-        """``set`` without awaiting (see :meth:`peek`)."""
+    async def set(self, key: str, value: bytes, ttl_s: float) -> None:
         _ttl_ms(ttl_s)
         self._write(key, value, ttl_s)
 

@@ -136,25 +136,17 @@ class ChatController(Controller):
     ) -> Response[ChatCompletion]:
         reader = for_openai_user(reader, data.user, principal)
         prepared = prepare_chat(data, principal, settings.chat, settings.limits)
-        # The question's embedding starts now, beside the profile's lookup; a stream's starts when it is answered,
-        # once the response has begun.
-        vector = None if data.stream else await chat_service.begin_vector(prepared)
-        try:
-            # System messages: the tenant's assistant profile takes them as instructions, or they are ignored aloud.
-            profile = await chat_service.profile(prepared.query.tenant)
-            instructions, warning = client_instructions(
-                profile, prepared.instructions, settings.profiles.max_instructions_chars
-            )
-        except BaseException:
-            if vector is not None:
-                vector.release()
-            raise
+        # System messages: the tenant's assistant profile takes them as instructions, or they are ignored aloud.
+        profile = await chat_service.profile(prepared.query.tenant)
+        instructions, warning = client_instructions(
+            profile, prepared.instructions, settings.profiles.max_instructions_chars
+        )
         prepared = dataclasses.replace(prepared, instructions=instructions)
         warned = {WARNING_HEADER: warning} if warning else {}
 
         async def answer_and_charge(live: TextSink | None = None) -> ChatAnswer:
             """Charged here, as /v1/query is: once the answer is final, before its last chunk is sent."""
-            answer = await chat_service.answer(prepared, vector, live, reader=reader)
+            answer = await chat_service.answer(prepared, live, reader=reader)
             await access.limiter.charge(principal, answer.total_tokens)
             return answer
 

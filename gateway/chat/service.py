@@ -15,7 +15,6 @@ import msgspec
 from gateway.access.identity import Reader
 from gateway.chat.schemas import AssistantMessage, ChatCompletion, Choice, CompletionUsage, GatewayInfo
 from gateway.guardrails.vault import Vault
-from gateway.knowledge.query_vector import QueryVector
 from gateway.profiles.model import AssistantProfile
 from gateway.providers.llm import LLMClient
 from gateway.query.schemas import QueryRequest, QueryResponse
@@ -100,50 +99,32 @@ class ChatService:
         """The tenant's assistant profile: the handler decides on the client's system messages with it."""
         return await self._queries.profile(tenant)
 
-    async def begin_vector(self, prepared: PreparedChat) -> QueryVector | None:
-        """A first question's query vector, begun now (it is routed as sent, once screened); None for a follow-up,
-        which is routed as rewritten, so its vector is begun once the rewrite is known (QueryService.answer)."""
-        query = prepared.query
-        return None if prepared.history else await self._queries.begin_vector(query.query, query.route)
-
     async def answer(
-        self,
-        prepared: PreparedChat,
-        vector: QueryVector | None = None,
-        live: TextSink | None = None,
-        *,
-        reader: Reader | None = None,
+        self, prepared: PreparedChat, live: TextSink | None = None, *, reader: Reader | None = None
     ) -> ChatAnswer:
         """Every turn, and the client's system message when the profile takes it, is screened with one vault
         (an address is one placeholder in all of them) before the follow-up rewrite, the first upstream call.
-        ``vector``: what :meth:`begin_vector` began for ``prepared`` (it is let go here when the answer is done),
-        else it is begun now, beside the screening. ``live``: a streamed request's sink for the answer's text as the
-        route clears it, with the placeholders restored as it streams. ``reader``: who asks (QueryService.answer)."""
+        ``live``: a streamed request's sink for the answer's text as the route clears it, with the placeholders
+        restored as it streams. ``reader``: who asks (QueryService.answer)."""
         query, vault = prepared.query, Vault()
-        if vector is None:
-            vector = await self.begin_vector(prepared)
-        try:
-            turns = [*(t.text for t in prepared.history), query.query]
-            extra = [prepared.instructions] if prepared.instructions else []
-            texts = self._queries.screen(query.tenant, [*turns, *extra], vault)
-            instructions = texts[len(turns)] if extra else ""
-            texts = texts[: len(turns)]
-            history = [replace(turn, text=text) for turn, text in zip(prepared.history, texts, strict=False)]
-            query = msgspec.structs.replace(query, query=texts[-1])
-            restoring = _Restoring(live, vault) if live is not None else None
-            rewrite = None
-            if history:
-                rewrite = await rewrite_followup(self._llm, history, query.query)
-                query = msgspec.structs.replace(query, query=rewrite.query)
-                rewrite = replace(rewrite, query=vault.restore(rewrite.query))
-            answer = await self._queries.answer(
-                query, vault=vault, instructions=instructions, vector=vector, writer=restoring, reader=reader
-            )
-            if restoring is not None:
-                restoring.flush()
-        finally:
-            if vector is not None:
-                vector.release()
+        turns = [*(t.text for t in prepared.history), query.query]
+        extra = [prepared.instructions] if prepared.instructions else []
+        texts = self._queries.screen(query.tenant, [*turns, *extra], vault)
+        instructions = texts[len(turns)] if extra else ""
+        texts = texts[: len(turns)]
+        history = [replace(turn, text=text) for turn, text in zip(prepared.history, texts, strict=False)]
+        query = msgspec.structs.replace(query, query=texts[-1])
+        restoring = _Restoring(live, vault) if live is not None else None
+        rewrite = None
+        if history:
+            rewrite = await rewrite_followup(self._llm, history, query.query)
+            query = msgspec.structs.replace(query, query=rewrite.query)
+            rewrite = replace(rewrite, query=vault.restore(rewrite.query))
+        answer = await self._queries.answer(
+            query, vault=vault, instructions=instructions, writer=restoring, reader=reader
+        )
+        if restoring is not None:
+            restoring.flush()
         return ChatAnswer(answer, rewrite)
 
     def completion(self, prepared: PreparedChat, answer: ChatAnswer) -> ChatCompletion:

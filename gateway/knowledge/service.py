@@ -33,7 +33,6 @@ from gateway.errors import ProviderError
 from gateway.knowledge.chunking import Chunker, Piece
 from gateway.knowledge.files.sections import Section
 from gateway.knowledge.matrices import TenantMatrices
-from gateway.knowledge.query_vector import StartedEmbedding
 from gateway.providers.vectorstores.base import ChunkRecord, VectorStore
 from gateway.providers.vectorstores.fusion import query_terms
 from pipelines.shared.deps import Passage
@@ -268,14 +267,7 @@ class KnowledgeBase:
         except ProviderError:
             raise
         except Exception as exc:  # any embeddings backend: translate at the boundary
-            raise _embedding_error(exc) from exc
-
-    def begin_query(self, text: str) -> StartedEmbedding | None:
-        """``embed_query`` started now, without a task, where the embeddings can (``CachedEmbeddings.begin_query``
-        over the local model); None elsewhere. Its failures are reported as ``embed_query`` reports them."""
-        begin = getattr(self._embeddings, "begin_query", None)
-        started = begin(text) if callable(begin) else None
-        return started.reporting(_embedding_error) if isinstance(started, StartedEmbedding) else None
+            raise ProviderError(f"embedding failed: {exc}", provider="embeddings") from exc
 
     async def _embed_documents(self, texts: list[str]) -> list[list[float]]:
         if not texts:
@@ -284,13 +276,6 @@ class KnowledgeBase:
             return await self._embeddings.aembed_documents(texts)
         except Exception as exc:
             raise ProviderError(f"embedding failed: {exc}", provider="embeddings") from exc
-
-
-def _embedding_error(error: Exception) -> Exception:
-    """Any embeddings backend's failure, translated at the boundary."""
-    if isinstance(error, ProviderError):
-        return error
-    return ProviderError(f"embedding failed: {error}", provider="embeddings")
 
 
 def _embedding_text(title: str, piece: Piece) -> str:

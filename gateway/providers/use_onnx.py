@@ -26,15 +26,8 @@ each piece row its own, so a vector never depends on which texts happened to be 
 
 from __future__ import annotations
 
-import atexit
 import functools
 import logging
-import threading
-import weakref
-from collections import deque
-from collections.abc import Callable
-from concurrent.futures import Future
-from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
@@ -71,38 +64,19 @@ logger = logging.getLogger(__name__)
 
 
 class EmbeddingRunError(RuntimeError):
-    """ONNX Runtime failed a run (its status message)."""
-
-
-# The outcome of one text's run, handed over on ONNX Runtime's thread: its vector, or the error that stopped it.
-Done = Callable[[Vectors | None, BaseException | None], None]
-
-
-@dataclass(frozen=True, slots=True)
-class _Run:
-    lookup: PieceLookup  # the kept rows the run reads (pinned until it ends) and the pieces whose rows it computes
-    # Held until the run ends: ONNX Runtime reads numpy feeds in place, without a reference of its own.
-    feeds: dict[str, np.ndarray[Any, Any]]
-    done: Done
-    deferred: bool  # its rows wait for settle_pending (queued before ``done``), else are settled after ``done``
+    """ONNX Runtime failed a run (its message)."""
 
 
 class USEOnnx:
-    """``encode(texts)``: (len(texts), 512) L2-normalised float32 vectors; ``encode_async(text, done)``: one text's,
-    handed to ``done`` from ONNX Runtime's thread. Thread-safe (the kept piece rows take a lock).
+    """``encode(texts)``: (len(texts), 512) L2-normalised float32 vectors, each text its own run on the calling thread.
+    Thread-safe: ONNX Runtime's session runs concurrently and the kept piece rows take a lock, and the session lets
+    the GIL go while it runs (the async API, :class:`~gateway.providers.embeddings.USEEmbeddings`, calls it from a
+    worker thread).
 
     One graph: it computes what depends on one sentence piece alone (its embedding, projection and first-layer
     n-gram products) for the pieces the text lacks, and the rest of the sentence from those rows and the rows kept
     per piece by :class:`~gateway.providers.use_pieces.PieceRows` (``pieces`` rows at most, ~15 KB each); the new
-    rows come back with the vector and are kept.
-
-    Every run is ``run_async``: the caller (the event loop, for a query) prepares the feeds and returns, and one of
-    ONNX Runtime's own threads runs the graph. A Python thread would need the GIL to begin (and between two runs),
-    and a loop running Python gives it up only when it blocks on I/O or after the interpreter's 5 ms switch
-    interval: a query begun on a worker thread while the loop screened the question began only once the loop sent
-    its first Redis command (~0.6 ms later). ONNX Runtime's thread needs the GIL only at the end, to hand
-    the vector over. ``encode`` (documents, start-up) waits for the same runs, so a text's vector is the same
-    whichever way it was asked for.
+    rows come back with the vector and are kept before the vector is returned.
     """
 
     def __init__(
@@ -121,29 +95,17 @@ class USEOnnx:
         self._scale: Vectors = weights.scale
         self._low: Vectors = weights.lo
         options = ort.SessionOptions()
-        # ``run_async`` runs on the intra-op pool, whose threads are the count less the caller's: ``threads`` of
-        # them, one running the graph and the others sharing its operators.
-        options.intra_op_num_threads = threads + 1
+        # ``run`` computes on the calling thread and ``threads - 1`` pool threads share its operators.
+        options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # idle threads sleep, not spin
         self._session = ort.InferenceSession(
             _Graph(quantize).encoder(weights).SerializeToString(), options, providers=["CPUExecutionProvider"]
         )
-        self._start = self._session.run_async
         self._outputs = [output.name for output in self._session.get_outputs()]
         resident = tokenizer.number_pieces() if numbers else []
         self.pieces = PieceRows(_ROW_WIDTH, pieces, resident=len(resident))
-        self._running = 0
-        self._idle = threading.Condition()
-        # Runs over whose rows wait for settle_pending (their ``done``'s owner has it run): appended on ONNX Runtime's
-        # thread, drained on any (a deque's append and popleft are atomic).
-        self._unsettled: deque[tuple[PieceLookup, Vectors | None]] = deque()
-        # A process must not end with a run in flight: ONNX Runtime's thread would call back into an interpreter
-        # that is finalizing, and the process aborts (SIGABRT) instead of exiting. The app waits in its lifespan
-        # (USEEmbeddings.close); this covers every other user (scripts, tests) at exit. A weak reference: the
-        # hook keeps no model alive.
-        atexit.register(_wait_at_exit, weakref.ref(self))
         self._reside(resident)
 
     def _reside(self, pieces: list[int]) -> None:
@@ -159,45 +121,26 @@ class USEOnnx:
             self.pieces.reside(chunk, rows)
 
     def encode(self, texts: list[str]) -> Vectors:
-        """Each text's vector, one run after the other (this thread waits for each)."""
+        """Each text's vector, one run after the other."""
         out = np.empty((len(texts), _EMB_DIM), dtype=np.float32)
         for row, text in enumerate(texts):
-            out[row] = self._wait(text)
+            out[row] = self.encode_one(text)
         return out
 
-    def _wait(self, text: str) -> Vectors:
-        outcome: Future[Vectors] = Future()
-
-        def done(vector: Vectors | None, error: BaseException | None) -> None:
-            if vector is not None:
-                outcome.set_result(vector)
-            else:  # done() is given one or the other
-                outcome.set_exception(error or EmbeddingRunError("a run ended with neither a vector nor an error"))
-
-        self.encode_async(text, done)
-        return outcome.result()
-
-    def encode_async(self, text: str, done: Done, *, defer_rows: bool = False) -> None:
-        """Starts ``text``'s run and returns: ``done(vector, None)`` or ``done(None, error)`` follows, called on ONNX
-        Runtime's thread. Runs queue on that thread one after the other, in the order they were started.
-
-        The run's piece rows are settled (those it read unpinned, those it computed kept) after ``done``, on ONNX
-        Runtime's thread; or, with ``defer_rows``, queued for :meth:`settle_pending` before ``done`` is called, and
-        ``done``'s owner has that run on its own thread (the event loop, once its query has gone on:
-        :class:`USEEmbeddings`). Settled on ONNX Runtime's thread, the rows held the GIL the loop needs to take the
-        vector, ~0.1 ms of every query with a new piece in a serving process; until they are settled, a
-        text with the same new piece computes it again."""
+    def encode_one(self, text: str) -> Vectors:
+        """``text``'s vector. The rows its run read are unpinned and those it computed kept before it returns: the
+        caller's thread holds the GIL for that either way (before the hand-over or while the event loop waits to take
+        the vector), and a text that follows finds them."""
         ids = self._tokenize(text)
-        lookup = self.pieces.lookup(ids)  # pins the rows it names: settled below if the run does not start
-        with self._idle:
-            self._running += 1
+        lookup = self.pieces.lookup(ids)  # pins the rows it names until the run is settled
+        new_rows: Vectors | None = None
         try:
-            feeds = self._feeds(ids, lookup)
-            self._start(self._outputs, feeds, self._ran, _Run(lookup, feeds, done, defer_rows), None)
-        except BaseException:
-            self.pieces.settle(lookup, None)
-            self._finished()
-            raise
+            batch, new_rows = self._session.run(self._outputs, self._feeds(ids, lookup))
+        except Exception as exc:  # ONNX Runtime's own exception types, translated here
+            raise EmbeddingRunError(f"ONNX Runtime failed a run: {exc}") from exc
+        finally:
+            self._settle(lookup, new_rows)
+        return batch[0]  # type: ignore[no-any-return]
 
     def _feeds(self, ids: list[int], lookup: PieceLookup) -> dict[str, np.ndarray[Any, Any]]:
         shape = _kept_shape_feeds(len(ids)) if len(ids) <= _KEPT_LENGTHS else _shape_feeds(len(ids))
@@ -219,79 +162,18 @@ class USEOnnx:
             "piece_low": self._low[chunk, None],
         }
 
-    def wait_idle(self, timeout_s: float | None = None) -> bool:
-        """Waits until no run is in flight (False if ``timeout_s`` ran out first), then settles the rows still waiting
-        (an event loop that stopped first never will): before the process ends."""
-        with self._idle:
-            idle = self._idle.wait_for(lambda: self._running == 0, timeout_s)
-        self.settle_pending()
-        return idle
-
-    def settle_pending(self) -> None:
-        """Settles the rows still waiting of every finished run (each once, whichever thread drains the queue)."""
-        while True:
-            try:
-                lookup, rows = self._unsettled.popleft()
-            except IndexError:
-                return
-            self._settle(lookup, rows)
-
-    def _ran(self, results: list[Vectors], run: _Run, error: str) -> None:
-        """On ONNX Runtime's thread: hand the vector over, and settle the run's rows (unpin those it read, keep those
-        it computed) after it, or, for a deferred run, queue them for :meth:`settle_pending` before it.
-
-        The rows are queued before ``done``, so that its owner wakes the loop once for both (it was woken twice, the
-        rows' post after the vector's). In a serving gateway the hand-over took as long either way (~0.16-0.23 ms
-        from this callback to the query going on, most of it the halted loop waking): this saves a post,
-        not time on the query's path. What fails here goes to ``done``, or is logged, and nothing is raised into ONNX
-        Runtime's thread (it would reach no caller, and could end the process)."""
-        vector: Vectors | None = None
-        new_rows: Vectors | None = None
-        failure: BaseException | None = EmbeddingRunError(error) if error else None
-        if failure is None:
-            try:
-                batch, new_rows = results
-                vector = batch[0]
-            except Exception as exc:  # handed to the caller, who raises it where it waits
-                failure, new_rows = exc, None
-        if run.deferred:
-            self._unsettled.append((run.lookup, new_rows))
-        try:
-            run.done(vector, failure)
-        except Exception:  # ``done`` itself failed: a bug, logged; its caller is not told and may wait
-            logger.exception("handing an embedding over failed; its rows are settled here")
-            self.settle_pending()
-        finally:
-            if not run.deferred:
-                self._settle(run.lookup, new_rows)
-            self._finished()
-
     def _settle(self, lookup: PieceLookup, rows: Vectors | None) -> None:
-        """Unpins a run's rows and keeps its new ones once its vector is handed over. A failure costs only their
-        reuse, so it is logged (``PieceRows.settle`` unpins before it keeps anything)."""
+        """Unpins a run's rows and keeps its new ones (None: the run failed). A failure here costs only their reuse,
+        so it is logged and the vector still goes to its caller (``PieceRows.settle`` unpins before it keeps
+        anything)."""
         try:
             self.pieces.settle(lookup, rows)
-        except Exception:  # the vector is out already; the next text with these pieces computes them again
+        except Exception:  # the next text with these pieces computes them again
             logger.exception("settling an embedding's piece rows failed")
-
-    def _finished(self) -> None:
-        with self._idle:
-            self._running -= 1
-            if self._running == 0:
-                self._idle.notify_all()
 
 
 # Pieces computed per run at start-up (as one text: its second layer and head are computed too, and dropped).
 _RESIDE_CHUNK = 256
-
-# How long the process's exit waits for runs still in flight (a run takes ~1 ms; a queue of them, more).
-_EXIT_WAIT_S = 10.0
-
-
-def _wait_at_exit(model: weakref.ref[USEOnnx]) -> None:
-    alive = model()
-    if alive is not None:
-        alive.wait_idle(_EXIT_WAIT_S)
 
 
 def _read_only(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
@@ -300,7 +182,7 @@ def _read_only(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
 
 
 # The missing pieces' feeds of a text that lacks none (nearly every query once its pieces are kept): made once and
-# shared, instead of four empty arrays made and indexed per query on the event loop before its run begins.
+# shared, instead of four empty arrays made and indexed per query before its run begins.
 _NONE_MISSING: dict[str, np.ndarray[Any, Any]] = {
     "pieces": _read_only(np.zeros((0, _EMB_DIM), dtype=np.uint8)),
     "piece_scale": _read_only(np.zeros((0, 1), dtype=np.float32)),

@@ -43,11 +43,11 @@ class PieceLookup:
 class PieceRows:
     """Rows kept per piece id (``capacity`` rows at most; 0 keeps none), least recently used out: ``lookup(ids)`` says
     what a text has and lacks, ``settle(lookup, rows)`` keeps the rows computed for it. Thread-safe: texts are
-    looked up on the event loop (or a worker thread) and settled there or on ONNX Runtime's thread.
+    looked up and settled on whichever thread embeds them (the async API's worker, or a caller of the sync one).
 
     The rows a text uses are not copied out: the encoder's graph gathers them from :attr:`store` itself (ONNX
-    Runtime takes a numpy input without copying it), on its own thread. Copied on the event loop, ~20 rows of 15 KB
-    cost a query ~0.05-0.09 ms before its run could begin (cold rows, the loop's cache). A looked-up row is
+    Runtime takes a numpy input without copying it). Copied out, ~20 rows of 15 KB cost a query ~0.05-0.09 ms before
+    its run could begin (cold rows). A looked-up row is
     pinned until its text's run settles, so that no row another text keeps meanwhile is written over it.
 
     ``resident`` more rows are for pieces kept for good (:meth:`reside`), looked up before the recent ones."""
@@ -89,8 +89,8 @@ class PieceRows:
     def lookup(self, ids: list[int]) -> PieceLookup:
         # One pass over the text's distinct pieces, in order of first use: each is given its place in the run's rows
         # (a kept row's place among the kept ones; a missing piece's, counted from the end of them, after the pass).
-        # It runs on the event loop before the run can begin, cold, ~50 µs in place: one dict of places
-        # and one pass instead of a list, a dict and two passes.
+        # It runs before the run can begin, cold, ~50 µs in place: one dict of places and one pass instead of a
+        # list, a dict and two passes.
         places = dict.fromkeys(ids, -1)
         kept: list[int] = []  # store slots, in the order their pieces come first
         missing: list[int] = []

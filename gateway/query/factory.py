@@ -8,7 +8,6 @@ import asyncio
 from gateway.cache.layer import open_semantic_cache
 from gateway.curation.service import Curation
 from gateway.guardrails.service import Guardrails, ScreenedRetriever, ScreenedSearch
-from gateway.knowledge.factory import keeps_vectors, shares_vectors
 from gateway.knowledge.service import DenseSearch, KnowledgeBase
 from gateway.platform import Platform
 from gateway.profiles.service import Profiles
@@ -53,17 +52,6 @@ async def open_query_service(
         on_answer=curation.recorder.observe if curation is not None else None,
         guard=guard,
         profiles=profiles,
-        early_vectors=early_vectors(settings),
-    )
-
-
-def early_vectors(settings: Settings) -> bool:
-    """Whether a question's vector may be begun before its screening: only where the question never leaves the
-    process (the local model), and where an answer-cache hit wastes nothing (its vector is kept in this process)."""
-    return (
-        settings.embeddings.local
-        and not shares_vectors(settings)
-        and (not settings.cache.enabled or keeps_vectors(settings))
     )
 
 

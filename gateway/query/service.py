@@ -1,7 +1,7 @@
 """The request path as one straight line: embed once (when anything reads the vector) -> route -> run -> respond.
 
-The embedding is begun as the question arrives (:mod:`gateway.knowledge.query_vector`), on ONNX Runtime's own
-thread for the local model, so it runs beside the screening and the answer cache's lookup instead of after them.
+The query vector is awaited where it is first read (the semantic cache's lookup, else routing), on the screened
+text, and handed on from there: an answer-cache hit or a forced ``direct`` embeds nothing.
 
 Requests arrive validated (each domain's ``validation`` module, at the edge) and leave uncharged (the API
 handlers charge token budgets): this layer only answers.
@@ -26,7 +26,6 @@ from gateway.cache.semantic import SemanticCache, semantic_scope
 from gateway.cache.versions import KnowledgeVersions
 from gateway.guardrails.service import Guardrails
 from gateway.guardrails.vault import Vault
-from gateway.knowledge.query_vector import QueryVector
 from gateway.knowledge.service import KnowledgeBase
 from gateway.observability.recorder import Telemetry
 from gateway.profiles.model import AssistantProfile
@@ -40,7 +39,7 @@ from routes.knowledge_router import TenantRouting, threshold_applies
 from routes.probe import PROBE_DEPTH, Probe
 from routes.router import FrontRouter
 from routes.table import RouteTable, StepTime
-from routes.types import RouteDecision, RouteRequest
+from routes.types import RouteDecision
 
 Admit = Callable[[QueryRequest], QueryRequest]
 # Sees every answer as it leaves (the curation recorder): must return at once and never raise.
@@ -67,12 +66,7 @@ class QueryService:
         on_answer: OnAnswer | None = None,
         guard: Guardrails | None = None,
         profiles: Profiles | None = None,
-        *,
-        early_vectors: bool = False,
     ) -> None:
-        """``early_vectors``: begin a question's embedding before screening, as it arrives. Only where the text
-        never leaves the process (the local model, its vectors kept in this process): see
-        :mod:`gateway.knowledge.query_vector`."""
         self._knowledge = knowledge
         self._router = router
         self._table = table
@@ -83,7 +77,6 @@ class QueryService:
         self._on_answer = on_answer
         self._guard = guard
         self._profiles = profiles or Profiles(None, AssistantSettings(), ProfileSettings())
-        self._early_vectors = early_vectors
         # Tenants whose applied threshold was calibrated for another router version: warned about once per process.
         # Checked and added with no await in between, so two concurrent requests cannot both warn.
         self._stale_thresholds: set[str] = set()
@@ -93,17 +86,6 @@ class QueryService:
         """The version of the router this service routes with (None: the LLM classifier decides): what route
         outcomes are recorded under and what a tenant's recalibration must be made for."""
         return self._router.version
-
-    async def begin_vector(self, text: str, route: RouteRequest) -> QueryVector:
-        """The request's query vector, begun now on ``text`` when something will read it (the router, unless the
-        caller forces ``direct``; the semantic cache) and early vectors are on; else computed on first read."""
-        embed = self._knowledge.embed_query
-        if self._early_vectors and (self._semantic is not None or self._router.reads_vector(route)):
-            started = self._knowledge.begin_query(text)
-            if started is not None:
-                return QueryVector.started(embed, text, started)
-            return await QueryVector.begin(embed, text)
-        return QueryVector(embed)
 
     def screen(self, tenant: str, texts: list[str], vault: Vault) -> list[str]:
         """The user's texts as they may go upstream (the tenant's guardrails; unchanged without them)."""
@@ -134,7 +116,6 @@ class QueryService:
         *,
         vault: Vault | None = None,
         instructions: str = "",
-        vector: QueryVector | None = None,
         writer: StreamWriter | None = None,
         reader: Reader | None = None,
     ) -> QueryResponse:
@@ -146,24 +127,18 @@ class QueryService:
         records see placeholders only, and the caller gets the answer with its values restored. A caller
         passing ``vault`` has screened the query (and ``instructions``) already (the chat API, with the turns
         before it). Beyond that this layer checks only the tenant's assistant profile (routes it allows).
-        ``instructions``: a chat client's system message, used when the profile allows it. ``vector``: the query
-        vector the caller began (:meth:`begin_vector`, on the text before screening), else begun here.
+        ``instructions``: a chat client's system message, used when the profile allows it.
         """
         screened = vault is not None
         vault = vault if vault is not None else Vault()
         with self._telemetry.request(request.route) as scope, KnowledgeVersions.snapshot():
             if admit is not None:
                 request = admit(request)
-            if vector is None:
-                vector = await self.begin_vector(request.query, request.route)
-            try:
-                if not screened:
-                    screened_query = self.screen(request.tenant, [request.query], vault)[0]
-                    request = msgspec.structs.replace(request, query=screened_query)
-                self._telemetry.query_text(scope, request.query)
-                response = await self._answer(request, instructions, vector, writer, reader)
-            finally:
-                vector.release()
+            if not screened:
+                screened_query = self.screen(request.tenant, [request.query], vault)[0]
+                request = msgspec.structs.replace(request, query=screened_query)
+            self._telemetry.query_text(scope, request.query)
+            response = await self._answer(request, instructions, writer, reader)
             self._telemetry.answered(scope, route=response.route, cached=response.cached, answer=response.answer)
             response = msgspec.structs.replace(response, trace_id=scope.trace_id, response_id=new_response_id())
             if self._on_answer is not None:
@@ -173,22 +148,17 @@ class QueryService:
     async def answer_fresh(self, request: QueryRequest) -> QueryResponse:
         """An answer computed now, past both answer caches and unrecorded: a curator's re-run of a question."""
         profile = await self._profiles.get(request.tenant)
-        asked = Asked(request, time.perf_counter(), profile, "", QueryVector(self._knowledge.embed_query), None)
+        asked = Asked(request, time.perf_counter(), profile, "", None)
         response = await self._compute(asked)
         return msgspec.structs.replace(response, response_id=new_response_id())
 
     async def _answer(
-        self,
-        request: QueryRequest,
-        instructions: str,
-        vector: QueryVector,
-        writer: StreamWriter | None,
-        reader: Reader | None,
+        self, request: QueryRequest, instructions: str, writer: StreamWriter | None, reader: Reader | None
     ) -> QueryResponse:
         started = time.perf_counter()
         profile = await self._profiles.get(request.tenant)
         profile.check_requested(request.route)
-        asked = Asked(request, started, profile, instructions, vector, writer, reader)
+        asked = Asked(request, started, profile, instructions, writer, reader)
         if self._cache is None:
             return await self._compute(asked)
         outcome = await self._cache.get_or_compute(
@@ -210,7 +180,7 @@ class QueryService:
         except CacheUnavailableError:
             return await self._compute(asked)
         scope = semantic_scope(request.route, asked.key_params())
-        vector = await asked.vectors.of(request.query)
+        vector = await self._knowledge.embed_query(request.query)
         hit = await self._semantic.lookup(request.tenant, version, request.query, vector, scope=scope)
         if hit is not None:
             try:
@@ -234,9 +204,9 @@ class QueryService:
         if vector is None and self._router.reads_vector(request.route):
             # One embedding per request at most, shared by the router's probe and retrieval (the semantic cache
             # hands its own in); a forced ``direct`` reads no vector, so it embeds nothing. What the router reads of
-            # the text alone is read first, while the vector may still be on its way.
+            # the text alone is read first (kept per text for the decision).
             self._router.read_question(query, request.route)
-            vector = await asked.vectors.of(query)
+            vector = await self._knowledge.embed_query(query)
         decision, router_calls = await self._decide(query, request, vector, asked.profile)
         routed_at = time.perf_counter()
         route = asked.profile.clamp(decision.route)
@@ -344,7 +314,6 @@ class Asked:
     started: float  # perf_counter() when the service took it
     profile: AssistantProfile
     instructions: str  # a chat client's system message, used where the profile allows it
-    vectors: QueryVector  # begun as the request arrived, or on first read
     writer: StreamWriter | None  # a streamed request's sink for the answer's text as it is cleared
     reader: Reader | None = None  # who asks (None: an in-process caller that names nobody)
 

@@ -3,9 +3,9 @@
     python -m tests.benchmarks.miss_threads [--seq-n 500] [--rounds 2] [--gateway-env NAME=VALUE ...]
 
 A process's CPU per request (``load.py --pid``) does not say which thread spent it. An ``auto`` miss embeds its
-query on ONNX Runtime's own thread (``USEOnnx.encode_async``) while everything else runs on the event loop, and
-the two are cut by different changes: the embedding by the model and its tokenizer, the loop by the router,
-the caches and the model call. This starts one gateway against the kit's fake upstream (as
+query on the model's own worker thread (``USEEmbeddings.aembed_query``) while everything else runs on the event
+loop, and the two are cut by different changes: the embedding by the model and its tokenizer, the loop by the
+router, the caches and the model call. This starts one gateway against the kit's fake upstream (as
 :mod:`tests.benchmarks.miss_cost` does), runs ``load.py overhead --unique`` for each model and reads every
 thread's user + system time from ``/proc/<pid>/task`` before and after, printing each thread's share of the
 process's CPU per miss, in ms (threads under 0.01 ms left out), beside the process's figure and the added p50

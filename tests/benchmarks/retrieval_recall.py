@@ -82,7 +82,7 @@ async def measure(
     recall_set: RecallSet, embeddings: Embeddings, ks: list[int], *, batched: bool = False
 ) -> dict[str, list[float]]:
     """``batched``: every question's vector comes from ``aembed_query`` called for all questions at once, as a
-    busy gateway embeds concurrent queries (queued on ONNX Runtime's thread, ``USEOnnx.encode_async``)."""
+    busy gateway embeds concurrent queries (queued on the model's worker thread, ``USEEmbeddings.aembed_query``)."""
     chunking = ChunkingSettings()
     with tempfile.TemporaryDirectory() as tmp:
         store = await LanceVectorStore.open(Path(tmp), embedding_dimensions(embeddings))

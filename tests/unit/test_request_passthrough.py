@@ -15,7 +15,6 @@ from langgraph.types import StreamWriter
 from gateway.access.identity import Reader
 from gateway.chat.service import ChatService, PreparedChat
 from gateway.guardrails.vault import Vault
-from gateway.knowledge.query_vector import QueryVector
 from gateway.providers.llm import LLMClient
 from gateway.query.schemas import QueryRequest, QueryResponse
 from gateway.query.service import Admit, QueryService
@@ -51,7 +50,6 @@ class Recorder:
         *,
         vault: Vault | None = None,
         instructions: str = "",
-        vector: QueryVector | None = None,
         writer: StreamWriter | None = None,
         reader: Reader | None = None,
     ) -> QueryResponse:
