@@ -22,6 +22,7 @@ from gateway.chat.service import ChatAnswer, ChatService
 from gateway.chat.sse import stream_chat
 from gateway.chat.validation import prepare_chat
 from gateway.errors import NotFoundError
+from gateway.knowledge.permissions import interim_visibility
 from gateway.profiles.model import WARNING_HEADER, client_instructions
 from gateway.settings import Settings
 from pipelines.shared.deps import TextSink
@@ -151,7 +152,7 @@ class ChatController(Controller):
 
         async def answer_and_charge(live: TextSink | None = None) -> ChatAnswer:
             """Charged here, as /v1/query is: once the answer is final, before its last chunk is sent."""
-            answer = await chat_service.answer(prepared, vector, live)
+            answer = await chat_service.answer(prepared, vector, live, visibility=interim_visibility(principal))
             await access.limiter.charge(principal, answer.total_tokens)
             return answer
 

@@ -23,6 +23,7 @@ from gateway.query.steps import RewriteFollowup, StepEvent, render_steps
 from pipelines.shared.deps import TextSink
 from pipelines.shared.events import AnswerText
 from pipelines.shared.followup import Rewrite, Turn, rewrite_followup
+from pipelines.shared.visibility import Visibility
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,13 +107,19 @@ class ChatService:
         return None if prepared.history else await self._queries.begin_vector(query.query, query.route)
 
     async def answer(
-        self, prepared: PreparedChat, vector: QueryVector | None = None, live: TextSink | None = None
+        self,
+        prepared: PreparedChat,
+        vector: QueryVector | None = None,
+        live: TextSink | None = None,
+        *,
+        visibility: Visibility,
     ) -> ChatAnswer:
         """Every turn, and the client's system message when the profile takes it, is screened with one vault
         (an address is one placeholder in all of them) before the follow-up rewrite, the first upstream call.
         ``vector``: what :meth:`begin_vector` began for ``prepared`` (it is let go here when the answer is done),
         else it is begun now, beside the screening. ``live``: a streamed request's sink for the answer's text as the
-        route clears it, with the placeholders restored as it streams."""
+        route clears it, with the placeholders restored as it streams. ``visibility``: the reader's (every
+        retrieval and the answer caches are theirs)."""
         query, vault = prepared.query, Vault()
         if vector is None:
             vector = await self.begin_vector(prepared)
@@ -131,7 +138,7 @@ class ChatService:
                 query = msgspec.structs.replace(query, query=rewrite.query)
                 rewrite = replace(rewrite, query=vault.restore(rewrite.query))
             answer = await self._queries.answer(
-                query, vault=vault, instructions=instructions, vector=vector, writer=restoring
+                query, visibility=visibility, vault=vault, instructions=instructions, vector=vector, writer=restoring
             )
             if restoring is not None:
                 restoring.flush()

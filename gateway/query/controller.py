@@ -10,6 +10,7 @@ from litestar.params import JSONBody
 from gateway.access.guard import BEARER, Access, require
 from gateway.access.keys import Principal
 from gateway.errors import problem_responses
+from gateway.knowledge.permissions import interim_visibility
 from gateway.query.schemas import QueryRequest, QueryResponse, RouteRequestBody, RouteResponse
 from gateway.query.service import QueryService
 from gateway.query.validation import clean_query
@@ -42,7 +43,7 @@ class QueryController(Controller):
             """The request travels whole: only what the edge decides (the cleaned query, the key's tenant) changes."""
             return msgspec.structs.replace(request, query=clean_query(request.query, settings.limits), tenant=tenant)
 
-        response = await query_service.answer(data, admit)
+        response = await query_service.answer(data, admit, visibility=interim_visibility(principal))
         await access.limiter.charge(principal, response.usage.input_tokens + response.usage.output_tokens)
         return response
 
@@ -60,4 +61,5 @@ class QueryController(Controller):
         principal: NamedDependency[Principal],
     ) -> RouteResponse:
         tenant = principal.tenant_for(data.tenant)
-        return await query_service.route(clean_query(data.query, settings.limits), tenant)
+        query = clean_query(data.query, settings.limits)
+        return await query_service.route(query, tenant, visibility=interim_visibility(principal))

@@ -5,6 +5,10 @@ thread for the local model, so it runs beside the screening and the answer cache
 
 Requests arrive validated (each domain's ``validation`` module, at the edge) and leave uncharged (the API
 handlers charge token budgets): this layer only answers.
+
+Each request carries its reader's ``Visibility`` (what documents they may read), handed in by the edge: the probe,
+every retrieval of the route and both answer caches' keys (hence request coalescing too) are the reader's, so an
+answer is computed from, and shared among, only readers who may read its sources.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from gateway.query.steps import RouteClamp, RouteQuery, SemanticCacheHit, StepEv
 from gateway.query.timeline import numbered, waterfall
 from gateway.settings import AssistantSettings, ProfileSettings
 from pipelines.shared.deps import LLMCall, Passage
+from pipelines.shared.visibility import Visibility
 from routes.knowledge_router import TenantRouting, threshold_applies
 from routes.probe import PROBE_DEPTH, Probe
 from routes.router import FrontRouter
@@ -116,13 +121,16 @@ class QueryService:
         """The tenant's assistant profile (cached in-process): the chat edge decides on system messages with it."""
         return await self._profiles.get(tenant)
 
-    async def route(self, query: str, tenant: str) -> RouteResponse:
-        """The router's decision and the route that would run on it (the tenant's profile may not allow it)."""
+    async def route(self, query: str, tenant: str, *, visibility: Visibility) -> RouteResponse:
+        """The router's decision and the route that would run on it (the tenant's profile may not allow it), with
+        the probe of what ``visibility``'s reader may see (its documents are theirs only)."""
         query = self.screen(tenant, [query], Vault())[0]  # the LLM classifier is an upstream call too
         vector = await self._knowledge.embed_query(query)
         profile = await self._profiles.get(tenant)
         # The tenant's own routing, as a query would be routed: its recalibrated threshold and named-documents rule.
-        decision, _ = await self._router.decide(query, "auto", vector, tenant, self._routing(profile))
+        decision, _ = await self._router.decide(
+            query, "auto", vector, tenant, self._routing(profile), visibility=visibility
+        )
         return to_route_response(decision, profile.clamp(decision.route))
 
     async def answer(
@@ -130,6 +138,7 @@ class QueryService:
         request: QueryRequest,
         admit: Admit | None = None,
         *,
+        visibility: Visibility,
         vault: Vault | None = None,
         instructions: str = "",
         vector: QueryVector | None = None,
@@ -143,6 +152,8 @@ class QueryService:
         records see placeholders only, and the caller gets the answer with its values restored. A caller
         passing ``vault`` has screened the query (and ``instructions``) already (the chat API, with the turns
         before it). Beyond that this layer checks only the tenant's assistant profile (routes it allows).
+        ``visibility``: the reader's (required: no request path may search, or be served, the whole tenant by
+        forgetting whose request it is).
         ``instructions``: a chat client's system message, used when the profile allows it. ``vector``: the query
         vector the caller began (:meth:`begin_vector`, on the text before screening), else begun here.
         """
@@ -158,7 +169,7 @@ class QueryService:
                     screened_query = self.screen(request.tenant, [request.query], vault)[0]
                     request = msgspec.structs.replace(request, query=screened_query)
                 self._telemetry.query_text(scope, request.query)
-                response = await self._answer(request, instructions, vector, writer)
+                response = await self._answer(request, instructions, vector, writer, visibility)
             finally:
                 vector.release()
             self._telemetry.answered(scope, route=response.route, cached=response.cached, answer=response.answer)
@@ -167,20 +178,28 @@ class QueryService:
                 self._on_answer(request, response)
             return restore_response(response, vault)
 
-    async def answer_fresh(self, request: QueryRequest) -> QueryResponse:
-        """An answer computed now, past both answer caches and unrecorded: a curator's re-run of a question."""
+    async def answer_fresh(self, request: QueryRequest, *, visibility: Visibility | None = None) -> QueryResponse:
+        """An answer computed now, past both answer caches and unrecorded: a curator's re-run of a question. A
+        curator (an admin) sees every document unless ``visibility`` says whose view to re-run it in."""
         profile = await self._profiles.get(request.tenant)
-        asked = Asked(request, time.perf_counter(), profile, "", QueryVector(self._knowledge.embed_query), None)
+        seen = Visibility.everything() if visibility is None else visibility
+        vectors = QueryVector(self._knowledge.embed_query)
+        asked = Asked(request, time.perf_counter(), profile, "", vectors, None, seen)
         response = await self._compute(asked)
         return msgspec.structs.replace(response, response_id=new_response_id())
 
     async def _answer(
-        self, request: QueryRequest, instructions: str, vector: QueryVector, writer: StreamWriter | None
+        self,
+        request: QueryRequest,
+        instructions: str,
+        vector: QueryVector,
+        writer: StreamWriter | None,
+        visibility: Visibility,
     ) -> QueryResponse:
         started = time.perf_counter()
         profile = await self._profiles.get(request.tenant)
         profile.check_requested(request.route)
-        asked = Asked(request, started, profile, instructions, vector, writer)
+        asked = Asked(request, started, profile, instructions, vector, writer, visibility)
         if self._cache is None:
             return await self._compute(asked)
         outcome = await self._cache.get_or_compute(
@@ -188,6 +207,7 @@ class QueryService:
             route=request.route,
             query=request.query,
             params=asked.key_params(),
+            visibility=asked.visibility,
             compute=lambda: self._semantic_or_compute(asked),
         )
         return outcome.value if not outcome.cached else _served_from_cache(outcome.value, started)
@@ -203,7 +223,9 @@ class QueryService:
             return await self._compute(asked)
         scope = semantic_scope(request.route, asked.key_params())
         vector = await asked.vectors.of(request.query)
-        hit = await self._semantic.lookup(request.tenant, version, request.query, vector, scope=scope)
+        hit = await self._semantic.lookup(
+            request.tenant, version, request.query, vector, visibility=asked.visibility, scope=scope
+        )
         if hit is not None:
             try:
                 found = msgspec.json.decode(hit.payload, type=QueryResponse)
@@ -217,7 +239,16 @@ class QueryService:
         ttl = self._cache.ttl_for(response.route) if self._cache is not None else 0
         if ttl > 0 and not response.abstained:
             payload = msgspec.json.encode(response)
-            await self._semantic.store(request.tenant, version, request.query, vector, payload, scope=scope, ttl_s=ttl)
+            await self._semantic.store(
+                request.tenant,
+                version,
+                request.query,
+                vector,
+                payload,
+                visibility=asked.visibility,
+                scope=scope,
+                ttl_s=ttl,
+            )
         return response
 
     async def _compute(self, asked: Asked, *, vector: list[float] | None = None) -> QueryResponse:
@@ -229,7 +260,7 @@ class QueryService:
             # the text alone is read first, while the vector may still be on its way.
             self._router.read_question(query, request.route)
             vector = await asked.vectors.of(query)
-        decision, router_calls = await self._decide(query, request, vector, asked.profile)
+        decision, router_calls = await self._decide(query, request, vector, asked.profile, asked.visibility)
         routed_at = time.perf_counter()
         route = asked.profile.clamp(decision.route)
         result = await self._table.run(
@@ -238,6 +269,7 @@ class QueryService:
             tenant=request.tenant,
             top_k=request.top_k,
             query_vector=vector,
+            visibility=asked.visibility,
             allow_escalation=request.allow_escalation and asked.profile.allows("multi_hop"),
             # The probe's dense ranking serves the first retrieval: dense retrieval takes its head, hybrid
             # retrieval fuses it with the keyword hits (KnowledgeBase.search_reusing).
@@ -277,13 +309,18 @@ class QueryService:
         )
 
     async def _decide(
-        self, query: str, request: QueryRequest, vector: list[float] | None, profile: AssistantProfile
+        self,
+        query: str,
+        request: QueryRequest,
+        vector: list[float] | None,
+        profile: AssistantProfile,
+        visibility: Visibility,
     ) -> tuple[RouteDecision, list[LLMCall]]:
         """The router's decision, in its own span with the probe's signals; with the tenant's recalibrated
         threshold where an operator set one for this router."""
         with self._telemetry.routing() as span:
             decision, router_calls = await self._router.decide(
-                query, request.route, vector, request.tenant, self._routing(profile)
+                query, request.route, vector, request.tenant, self._routing(profile), visibility=visibility
             )
             probe = decision.probe
             self._telemetry.decided(
@@ -338,6 +375,7 @@ class Asked:
     instructions: str  # a chat client's system message, used where the profile allows it
     vectors: QueryVector  # begun as the request arrived, or on first read
     writer: StreamWriter | None  # a streamed request's sink for the answer's text as it is cleared
+    visibility: Visibility  # the reader's: what the probe, the retrievals and the cache keys may see
 
     def key_params(self) -> KeyParams:
         """What keys a cached answer besides the question: the request's knobs and the profile's digest, so a

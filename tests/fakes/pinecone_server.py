@@ -46,14 +46,24 @@ def _cosine(a: list[float], b: list[float]) -> float:
 
 
 def _matches(where: Any, metadata: dict[str, Any]) -> bool:
-    """Pinecone's ``{"field": {"$in": [...]}}``, the one filter the gateway sends: a list-of-strings field matches
-    when any of its strings is listed. Anything else is refused, so the adapter cannot lean on more."""
+    """The filters the gateway sends, as Pinecone evaluates them: ``{"field": {"$in": [...]}}`` (a list-of-strings
+    field matches when any of its strings is listed), ``{"field": {"$exists": bool}}``, and ``$and`` / ``$or`` of
+    those. Anything else is refused, so the adapter cannot lean on more."""
     if not isinstance(where, dict) or len(where) != 1:
-        raise _BadRequest("the fake implements one {field: {$in: [...]}} filter")
+        raise _BadRequest("the fake implements one {field: condition} or {$and|$or: [...]} filter")
     ((field, condition),) = where.items()
-    if not isinstance(condition, dict) or set(condition) != {"$in"} or not isinstance(condition["$in"], list):
-        raise _BadRequest("the fake implements $in only")
+    if field in ("$and", "$or"):
+        if not isinstance(condition, list) or not condition:
+            raise _BadRequest(f"{field} takes a non-empty list of filters")
+        results = [_matches(part, metadata) for part in condition]
+        return all(results) if field == "$and" else any(results)
+    if not isinstance(condition, dict) or len(condition) != 1:
+        raise _BadRequest("the fake implements $in and $exists only")
     value = metadata.get(field)
+    if set(condition) == {"$exists"} and isinstance(condition["$exists"], bool):
+        return (field in metadata) == condition["$exists"]
+    if set(condition) != {"$in"} or not isinstance(condition["$in"], list):
+        raise _BadRequest("the fake implements $in and $exists only")
     held = value if isinstance(value, list) else [value]
     return any(item in condition["$in"] for item in held)
 

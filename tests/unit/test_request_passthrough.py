@@ -20,6 +20,7 @@ from gateway.query.schemas import QueryRequest, QueryResponse
 from gateway.query.service import Admit, QueryService
 from gateway.settings import ModelPrice
 from pipelines.shared.followup import Turn
+from pipelines.shared.visibility import Visibility
 from tests.fakes.scripted_chat import ScriptedChatModel
 from tests.scripted import query_response
 
@@ -40,12 +41,14 @@ class Recorder:
     def __init__(self) -> None:
         self.requests: list[QueryRequest] = []
         self.instructions: list[str] = []
+        self.visibilities: list[Visibility] = []
 
     async def answer(
         self,
         request: QueryRequest,
         admit: Admit | None = None,
         *,
+        visibility: Visibility,
         vault: Vault | None = None,
         instructions: str = "",
         vector: QueryVector | None = None,
@@ -53,6 +56,7 @@ class Recorder:
     ) -> QueryResponse:
         self.requests.append(admit(request) if admit is not None else request)
         self.instructions.append(instructions)
+        self.visibilities.append(visibility)
         return query_response(route="direct")
 
     def screen(self, tenant: str, texts: list[str], vault: Vault) -> list[str]:
@@ -76,6 +80,8 @@ async def test_query_endpoint_passes_every_field_to_the_service(
         response = await client.post("/v1/query", json=SAMPLE)
     assert response.status_code == 200, response.text
     assert recorder.requests == [QueryRequest(**{**SAMPLE, "query": SAMPLE["query"].strip()})]
+    # The open gateway's caller is an admin: until the gateway knows users' groups, it sees every document.
+    assert recorder.visibilities == [Visibility.everything()]
 
 
 async def test_a_rewritten_follow_up_keeps_every_other_field() -> None:
@@ -96,7 +102,9 @@ async def test_a_rewritten_follow_up_keeps_every_other_field() -> None:
         include_usage=False,
         instructions="Answer in one sentence.",
     )
-    answer = await service.answer(prepared)
+    reader = Visibility.of(["hr"], unset_open=False)
+    answer = await service.answer(prepared, visibility=reader)
     assert answer.rewrite is not None
+    assert recorder.visibilities == [reader]  # the reader travels with the rewritten question
     assert recorder.requests == [msgspec.structs.replace(request, query="What does the acme VPN policy say?")]
     assert recorder.instructions == ["Answer in one sentence."]  # the client's system message travels too

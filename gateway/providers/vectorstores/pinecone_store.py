@@ -15,6 +15,11 @@ the sparse side from :func:`gateway.providers.vectorstores.fusion.index_terms` (
 shared tokenizer's terms, so Japanese gets bigrams) and weighs dense against sparse with an alpha,
 or runs a separate sparse index and fuses the two rankings with
 :func:`~pipelines.shared.fusion.reciprocal_rank_fusion` as the LanceDB store does.
+
+Document permissions are an ``access`` list of strings in each vector's metadata, and a restricted reader's query
+carries the metadata filter ``{"access": {"$in": <the reader's tags>}}``: Pinecone applies it inside the search, so
+the ``top_k`` are the reader's best. Vectors written before the field existed carry none and read as ``UNSET``
+(``$exists: false`` alongside, for a reader who sees ``UNSET``); re-upserting a document tags them.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from pinecone.errors.exceptions import (
 from gateway.errors import ClientError, ProviderError, ProviderTimeoutError, ProviderUnavailableError
 from gateway.providers.vectorstores.base import ChunkRecord, VectorStore, check_tenant
 from pipelines.shared.deps import Passage
+from pipelines.shared.visibility import UNSET, Visibility
 
 PROVIDER = "vector_store"
 UPSERT_BATCH = 100
@@ -87,6 +93,16 @@ def _decode_metadata(raw: Any) -> dict[str, Any]:
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}
+
+
+def access_filter(visibility: Visibility) -> dict[str, Any] | None:
+    """The metadata filter of what ``visibility`` allows; None for a reader who sees everything."""
+    if visibility.groups is None:
+        return None
+    allowed: dict[str, Any] = {"access": {"$in": sorted(visibility.groups)}}
+    if UNSET in visibility.groups:
+        return {"$or": [allowed, {"access": {"$exists": False}}]}
+    return allowed
 
 
 class PineconeVectorStore(VectorStore):
@@ -154,6 +170,7 @@ class PineconeVectorStore(VectorStore):
                 "metadata_json": json.dumps(chunk.metadata, ensure_ascii=False, default=str),
                 # A list of strings is flat metadata Pinecone filters on natively: the entity links' lookup.
                 "about": list(chunk.about),
+                "access": list(chunk.access),
             },
         }
 
@@ -196,13 +213,17 @@ class PineconeVectorStore(VectorStore):
             except NotFoundError:
                 return  # the namespace vanished meanwhile: nothing left to delete
 
-    async def search(self, tenant: str, vector: Sequence[float], k: int) -> list[Passage]:
-        return await self._query(tenant, vector, k, None)
+    async def search(self, tenant: str, vector: Sequence[float], k: int, *, visibility: Visibility) -> list[Passage]:
+        return await self._query(tenant, vector, k, access_filter(visibility))
 
-    async def linked_search(self, tenant: str, keys: Sequence[str], vector: Sequence[float], k: int) -> list[Passage]:
+    async def linked_search(
+        self, tenant: str, keys: Sequence[str], vector: Sequence[float], k: int, *, visibility: Visibility
+    ) -> list[Passage]:
         if not keys:
             return []
-        return await self._query(tenant, vector, k, {"about": {"$in": list(keys)}})
+        linked: dict[str, Any] = {"about": {"$in": list(keys)}}
+        allowed = access_filter(visibility)
+        return await self._query(tenant, vector, k, linked if allowed is None else {"$and": [linked, allowed]})
 
     async def _query(self, tenant: str, vector: Sequence[float], k: int, where: dict[str, Any] | None) -> list[Passage]:
         namespace = check_tenant(tenant)
