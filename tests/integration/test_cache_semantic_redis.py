@@ -188,5 +188,5 @@ async def test_lookup_touches_a_bounded_number_of_candidates(
     assert cache.stats.last_ids_seen > cache.stats.last_candidates  # more were filed than were fetched
     assert cache.stats.last_candidates <= 16
     assert cache.stats.last_ids_seen <= 24 * 8
-    buckets = [key async for key in redis.scan_iter(match=f"{prefix}:sem:acme:v1:any:h*", count=1000)]
+    buckets = [key async for key in redis.scan_iter(match=f"{prefix}:sem:acme:v1:rall:any:h*", count=1000)]
     assert max([await redis.zcard(key) for key in buckets]) <= 8  # buckets are trimmed as they fill

@@ -173,7 +173,8 @@ async def test_metadata_round_trips_through_flat_pinecone_metadata(
     assert hit.metadata == metadata
     assert (hit.title, hit.text) == ("doc title", "doc chunk 0")
     stored = fake.namespaces["acme"]["doc#0"]["metadata"]
-    assert set(stored) == {"doc_id", "chunk_index", "title", "text", "metadata_json", "about"}
+    assert set(stored) == {"doc_id", "chunk_index", "title", "text", "metadata_json", "about", "access"}
+    assert stored["access"] == ["~"]  # no access given: UNSET, the tenant's policy decides
     assert isinstance(stored["metadata_json"], str)
 
 
