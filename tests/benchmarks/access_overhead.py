@@ -10,8 +10,9 @@ tenant, the rest spread over five groups (``g0``..``g4``).
 1. **Added latency.** For EN/JA questions whose vectors are computed beforehand (the embedding is not what access
    changes), times the retrieval work of an ``auto`` request: the router's decision (its probe, the signals, the
    model) and the first retrieval served from the probe (``ProbeFirstRetriever``: the keyword half and the links,
-   pre-filtered in LanceDB), once for a reader who sees everything and once for a reader of one group, the two
-   alternating question by question. Both with the tenant's in-memory matrix warm (how the gateway serves a
+   pre-filtered in LanceDB), for a reader who sees everything, a reader of one group (who sees about half the
+   chunks) and a reader of every group (filtered, yet allowed every chunk: the filter's own cost), in rotating
+   order question by question. Both with the tenant's in-memory matrix warm (how the gateway serves a
    tenant with Redis) and with the store alone (no matrix: a cold tenant, or Pinecone's shape of search).
 2. **Cache hit rate.** A replayed workload: ``--requests`` questions drawn (Zipf, s=1.1) from the question pool by
    readers of one group each (uniform over the five). Each reader's answer rests on their own top-4 passages (the
@@ -99,15 +100,24 @@ async def fill(store: LanceVectorStore, embeddings: USEEmbeddings, chunks: int) 
     return len(passages)
 
 
+Timings = dict[str, list[tuple[int, float]]]  # reader -> (question, milliseconds) per request
+
+
 async def time_auto(
     router: FrontRouter, knowledge: KnowledgeBase, asked: list[str], vectors: list[list[float]], n: int
-) -> dict[str, list[float]]:
-    """Milliseconds per ``auto`` request's decision and first retrieval, per reader kind, alternating."""
-    readers = {"everything": Visibility.everything(), "one group": Visibility.of(["g1"], unset_open=False)}
-    timings: dict[str, list[float]] = {name: [] for name in readers}
+) -> Timings:
+    """Milliseconds per ``auto`` request's decision and first retrieval, per reader kind, the two alternating."""
+    readers = {
+        "everything": Visibility.everything(),
+        "one group": Visibility.of(["g1"], unset_open=False),
+        # Filtered, yet allowed every chunk: the filter's own cost, without the smaller candidate set.
+        "every group": Visibility.of([f"g{g}" for g in range(GROUPS)], unset_open=False),
+    }
+    timings: Timings = {name: [] for name in readers}
     for i in range(WARM_UP + n):
-        query, vector = asked[i % len(asked)], vectors[i % len(asked)]
-        names = list(readers) if i % 2 == 0 else list(reversed(readers))
+        q = i % len(asked)
+        query, vector = asked[q], vectors[q]
+        names = list(readers)[i % len(readers) :] + list(readers)[: i % len(readers)]  # rotated: no fixed order
         for name in names:
             reader = readers[name]
             t0 = time.perf_counter()
@@ -118,22 +128,38 @@ async def time_auto(
             elapsed = (time.perf_counter() - t0) * 1000
             assert found or reader.groups is not None
             if i >= WARM_UP:
-                timings[name].append(elapsed)
+                timings[name].append((q, elapsed))
     return timings
 
 
-def report(title: str, timings: dict[str, list[float]]) -> None:
-    print(f"\n{title}\n| reader | p50 ms | p95 ms | mean ms |\n|---|---|---|---|")
-    for name, values in timings.items():
+def report(title: str, timings: Timings) -> None:
+    """All requests' p50/p95, and each question's fastest request per reader: on a machine other work shares, the
+    fastest of a question's requests is the one nothing else delayed, so their difference is access's own cost."""
+    print(f"\n{title}\n| reader | p50 ms | p95 ms | mean ms | p50 of each question's fastest, ms |")
+    print("|---|---|---|---|---|")
+    fastest: dict[str, dict[int, float]] = {}
+    for name, samples in timings.items():
+        values = [ms for _, ms in samples]
+        best: dict[int, float] = {}
+        for q, ms in samples:
+            best[q] = min(ms, best.get(q, ms))
+        fastest[name] = best
+        p50, p95 = percentile(values, 50), percentile(values, 95)
         print(
-            f"| {name} | {percentile(values, 50):.2f} | {percentile(values, 95):.2f} | {statistics.fmean(values):.2f} |"
+            f"| {name} | {p50:.2f} | {p95:.2f} | {statistics.fmean(values):.2f} | "
+            f"{percentile(list(best.values()), 50):.2f} |"
         )
-    added = percentile(timings["one group"], 50) - percentile(timings["everything"], 50)
-    pairs = [r - e for r, e in zip(timings["one group"], timings["everything"], strict=True)]
-    print(
-        f"added p50 (difference of p50s): {added:+.3f} ms; median of per-question differences: "
-        f"{statistics.median(pairs):+.3f} ms"
-    )
+    everything = timings["everything"]
+    for name in ("one group", "every group"):
+        restricted = timings[name]
+        added = percentile([ms for _, ms in restricted], 50) - percentile([ms for _, ms in everything], 50)
+        pairs = [r - e for (_, r), (_, e) in zip(restricted, everything, strict=True)]
+        best_pairs = [fastest[name][q] - fastest["everything"][q] for q in fastest["everything"]]
+        print(
+            f"{name}: added p50 (difference of p50s) {added:+.3f} ms; median of per-request differences "
+            f"{statistics.median(pairs):+.3f} ms; median of per-question fastest differences "
+            f"{statistics.median(best_pairs):+.3f} ms"
+        )
 
 
 async def hit_rates(knowledge: KnowledgeBase, asked: list[str], vectors: list[list[float]], requests: int) -> None:
