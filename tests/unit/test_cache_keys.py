@@ -7,6 +7,7 @@ import hashlib
 import pytest
 
 from gateway.cache.keys import embedding_key, exact_key, lock_key, normalize_query, version_key
+from pipelines.shared.visibility import Visibility
 
 
 @pytest.mark.parametrize(
@@ -32,7 +33,7 @@ def test_normalisation_is_idempotent() -> None:
 def test_key_is_prefix_tenant_version_route_and_digest_of_the_normalised_query() -> None:
     key = exact_key("rag", "acme", 7, "auto", "  What is  the VPN? ", visibility="all")
     digest = hashlib.sha256(b"what is the vpn?").hexdigest()
-    assert key == f"rag:q:acme:v7:auto:{digest}"
+    assert key == f"rag:q:acme:v7:auto:rall:{digest}"
     assert exact_key("rag", "acme", 7, "auto", "WHAT IS THE VPN?", visibility="all") == key
 
 
@@ -43,6 +44,14 @@ def test_every_key_part_separates_entries() -> None:
     assert exact_key("rag", "acme", 1, "multi_hop", "q", visibility="all") != base
     assert exact_key("other", "acme", 1, "auto", "q", visibility="all") != base
     assert exact_key("rag", "acme", 1, "auto", "q2", visibility="all") != base
+    # What the reader may see: an answer computed from documents one may read never reaches another.
+    hr, eng = Visibility.of(["hr"], unset_open=False).key(), Visibility.of(["eng"], unset_open=False).key()
+    assert len({base, exact_key("rag", "acme", 1, "auto", "q", visibility=hr)}) == 2
+    assert exact_key("rag", "acme", 1, "auto", "q", visibility=hr) != exact_key(
+        "rag", "acme", 1, "auto", "q", visibility=eng
+    )
+    with pytest.raises(ValueError, match="visibility"):
+        exact_key("rag", "acme", 1, "auto", "q", visibility="all:q:globex")  # no forged key segment
 
 
 def test_options_that_change_the_answer_change_the_key_whatever_their_order() -> None:
