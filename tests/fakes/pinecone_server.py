@@ -24,6 +24,7 @@ from urllib.parse import parse_qs, urlsplit
 FAKE_API_KEY = "fake-pinecone-key"
 MAX_BATCH = 1000
 MAX_LIST_PAGE = 100
+MAX_FETCH = 1000
 
 Reply = tuple[int, dict[str, Any]]
 
@@ -118,6 +119,7 @@ class FakePinecone:
                 ("POST", "/query"): self._query,
                 ("POST", "/vectors/delete"): self._delete,
                 ("GET", "/vectors/list"): self._list,
+                ("GET", "/vectors/fetch"): self._fetch,
                 ("POST", "/describe_index_stats"): self._stats,
                 ("GET", "/describe_index_stats"): self._stats,
             }.get((method, path))
@@ -208,6 +210,23 @@ class FakePinecone:
         if len(ids) > limit:
             reply["pagination"] = {"next": _b64(page[-1])}
         return reply
+
+    def _fetch(self, _: dict[str, Any], query: dict[str, list[str]]) -> dict[str, Any]:
+        namespace = query.get("namespace", [""])[0]
+        ids = query.get("ids", [])
+        if not ids or len(ids) > MAX_FETCH:
+            raise _BadRequest(f"fetch takes 1 to {MAX_FETCH} ids")
+        stored = self.namespaces.get(namespace, {})
+        vectors = {
+            i: {
+                "id": i,
+                "values": stored[i]["values"],
+                **({"metadata": stored[i]["metadata"]} if stored[i]["metadata"] else {}),
+            }
+            for i in ids
+            if i in stored
+        }
+        return {"vectors": vectors, "namespace": namespace, "usage": {"readUnits": 1}}
 
     def _stats(self, payload: dict[str, Any], _: dict[str, list[str]]) -> dict[str, Any]:
         if "filter" in payload:

@@ -21,6 +21,7 @@ import lancedb
 import msgspec
 import pyarrow as pa
 import pytest
+from langchain_core.embeddings import DeterministicFakeEmbedding
 
 from gateway.access.keys import hash_key
 from gateway.knowledge.chunking import Chunker
@@ -176,6 +177,46 @@ async def test_pinecone_filters_by_metadata_inside_the_query(pinecone: PineconeV
         fake.namespaces[TENANT]["memo#0"] = {**legacy, "metadata": {**legacy["metadata"], "doc_id": "memo"}}
     assert "memo" in docs_of(await pinecone.search(TENANT, QUERY, 5, visibility=Visibility.of([], unset_open=True)))
     assert "memo" not in docs_of(await pinecone.search(TENANT, QUERY, 5, visibility=HR))
+
+
+class CountingFakeEmbedding(DeterministicFakeEmbedding):
+    """Deterministic vectors, counting the texts embedded for storage."""
+
+    embedded: int = 0
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        self.embedded += len(texts)
+        return super().embed_documents(texts)
+
+
+@pytest.mark.parametrize("kind", ["lancedb", "pinecone"])
+async def test_changing_only_access_retags_the_stored_chunks_without_embedding(
+    kind: str, tmp_path: Path, fake: FakePinecone
+) -> None:
+    store: Any = (
+        await LanceVectorStore.open(tmp_path / "db", DIM)
+        if kind == "lancedb"
+        else await PineconeVectorStore.open(FAKE_API_KEY, fake.url, "test-index", DIM)
+    )
+    try:
+        embeddings = CountingFakeEmbedding(size=DIM)
+        kb = KnowledgeBase(embeddings, store, Chunker(60, 10))
+        text = "The deploy freeze starts on 20 December. " * 6  # several chunks
+        first = await kb.ingest(TENANT, [NewDocument("falcon", text, "Project Falcon", access=("eng",))])
+        assert first.chunks > 1
+        embedded = embeddings.embedded
+        before = await store.document_chunks(TENANT, ["falcon"])
+        moved = await kb.ingest(TENANT, [NewDocument("falcon", text, "Project Falcon", access=("eng", "hr"))])
+        after = await store.document_chunks(TENANT, ["falcon"])
+        assert moved.retagged == ("falcon",)
+        assert embeddings.embedded == embedded
+        assert before is not None
+        assert after is not None
+        assert [c.access for c in after["falcon"]] == [("eng", "hr")] * first.chunks
+        assert [list(c.vector) for c in after["falcon"]] == [list(c.vector) for c in before["falcon"]]
+        assert docs_of(await store.search(TENANT, QUERY, 1, visibility=HR)) == ["falcon"]
+    finally:
+        await store.close()
 
 
 # --- the request path: LanceDB, Redis as the cache, the app's own query service ---------------------------------

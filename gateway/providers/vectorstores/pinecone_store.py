@@ -19,7 +19,9 @@ or runs a separate sparse index and fuses the two rankings with
 Document permissions are an ``access`` list of strings in each vector's metadata, and a restricted reader's query
 carries the metadata filter ``{"access": {"$in": <the reader's tags>}}``: Pinecone applies it inside the search, so
 the ``top_k`` are the reader's best. Vectors written before the field existed carry none and read as ``UNSET``
-(``$exists: false`` alongside, for a reader who sees ``UNSET``); re-upserting a document tags them.
+(``$exists: false`` alongside, for a reader who sees ``UNSET``); re-upserting a document tags them. An upsert
+reads a document's stored chunks back (list by id prefix, then fetch), so one whose access alone changed keeps its
+vectors instead of being embedded again.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ PROVIDER = "vector_store"
 UPSERT_BATCH = 100
 DELETE_BATCH = 1000  # the API's cap on ids per delete request
 LIST_PAGE = 100  # the API's cap on ids per list page
+FETCH_BATCH = 100  # ids per fetch: they travel in the URL
 QUERY_TOP_K_MAX = 10_000
 _TRANSIENT_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 _LOCK_STRIPES = 64
@@ -103,6 +106,22 @@ def access_filter(visibility: Visibility) -> dict[str, Any] | None:
     if UNSET in visibility.groups:
         return {"$or": [allowed, {"access": {"$exists": False}}]}
     return allowed
+
+
+def _record(doc_id: str, vector: Any) -> ChunkRecord:
+    """A fetched vector as the chunk it stores (a vector written before access was kept reads as ``UNSET``)."""
+    metadata = vector.metadata or {}
+    access = metadata.get("access")
+    return ChunkRecord(
+        doc_id=doc_id,
+        index=int(metadata.get("chunk_index", vector.id.rpartition("#")[2] or 0)),
+        title=str(metadata.get("title", "")),
+        text=str(metadata.get("text", "")),
+        vector=[float(x) for x in vector.values],
+        metadata=_decode_metadata(metadata.get("metadata_json")),
+        about=tuple(str(key) for key in metadata.get("about") or ()),
+        access=tuple(str(tag) for tag in access) if isinstance(access, list) and access else (UNSET,),
+    )
 
 
 class PineconeVectorStore(VectorStore):
@@ -205,6 +224,22 @@ class PineconeVectorStore(VectorStore):
         async for page in self._index.list(prefix=prefix, limit=LIST_PAGE, namespace=namespace):
             ids.extend(item.id for item in page.vectors if item.id and _is_chunk_of(item.id, prefix))
         return ids
+
+    async def document_chunks(self, tenant: str, doc_ids: Sequence[str]) -> dict[str, list[ChunkRecord]] | None:
+        namespace = check_tenant(tenant)
+        found: dict[str, list[ChunkRecord]] = {}
+        with _upstream("reading a document's chunks"):
+            for doc_id in doc_ids:
+                if not doc_id.isascii():
+                    continue  # never stored: replace_document refuses such ids
+                ids = await self._chunk_ids(namespace, doc_id)
+                chunks: list[ChunkRecord] = []
+                for start in range(0, len(ids), FETCH_BATCH):
+                    response = await self._index.fetch(ids=ids[start : start + FETCH_BATCH], namespace=namespace)
+                    chunks += [_record(doc_id, vector) for vector in response.vectors.values()]
+                if chunks:
+                    found[doc_id] = sorted(chunks, key=lambda c: c.index)
+        return found
 
     async def _delete_ids(self, namespace: str, ids: Sequence[str]) -> None:
         for start in range(0, len(ids), DELETE_BATCH):
