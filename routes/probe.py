@@ -60,6 +60,7 @@ import Stemmer
 
 from pipelines.shared.deps import Passage, Retriever
 from pipelines.shared.text import EN_STOPWORDS, content_terms, content_words, has_cjk, normalise, tokens
+from pipelines.shared.visibility import Visibility
 
 # How many of the probe's passages the signals read (what the router was trained on). The probe itself
 # may search deeper (``FrontRouter.depth``) so retrieval can reuse its ranking.
@@ -157,6 +158,8 @@ class Probe:
     passages: tuple[Passage, ...]
     signals: ProbeSignals
     covering: tuple[str, ...]  # doc ids of the greedy cover, in the order they joined it
+    # Whose search it was: retrieval reuses it for that reader only (None, offline probes: never reused).
+    visibility: Visibility | None = None
 
     @property
     def empty(self) -> bool:
@@ -454,10 +457,21 @@ def read_signals(question: str, passages: Sequence[Passage]) -> tuple[ProbeSigna
     return signals, tuple(doc_id[source] for source in cover)
 
 
-def probe_of(tenant: str, question: str, passages: Sequence[Passage], depth: int) -> Probe:
-    """``passages``: a dense ranking searched ``depth`` deep; the signals read its first ``PROBE_DEPTH``."""
+def probe_of(
+    tenant: str, question: str, passages: Sequence[Passage], depth: int, visibility: Visibility | None = None
+) -> Probe:
+    """``passages``: a dense ranking searched ``depth`` deep (for ``visibility``'s reader); the signals read its
+    first ``PROBE_DEPTH``."""
     signals, cover = read_signals(question, passages[:PROBE_DEPTH])
-    return Probe(tenant=tenant, query=question, depth=depth, passages=tuple(passages), signals=signals, covering=cover)
+    return Probe(
+        tenant=tenant,
+        query=question,
+        depth=depth,
+        passages=tuple(passages),
+        signals=signals,
+        covering=cover,
+        visibility=visibility,
+    )
 
 
 @runtime_checkable
@@ -466,9 +480,17 @@ class RankingReuser(Protocol):
     (``gateway.knowledge.KnowledgeBase``: dense retrieval takes its head, hybrid fuses it with keyword hits)."""
 
     async def search_reusing(
-        self, tenant: str, query: str, k: int, *, vector: list[float] | None, dense: Sequence[Passage], depth: int
+        self,
+        tenant: str,
+        query: str,
+        k: int,
+        *,
+        visibility: Visibility,
+        vector: list[float] | None,
+        dense: Sequence[Passage],
+        depth: int,
     ) -> list[Passage] | None:
-        """None when ``dense`` (searched ``depth`` deep) is too shallow for ``k``."""
+        """None when ``dense`` (searched ``depth`` deep, for ``visibility``) is too shallow for ``k``."""
         ...
 
 
@@ -486,16 +508,19 @@ class ProbeFirstRetriever:
         self._probe = probe
         self.served = 0  # searches answered from the probe, for tests and telemetry
 
-    async def search(self, tenant: str, query: str, k: int, *, vector: list[float] | None = None) -> list[Passage]:
+    async def search(
+        self, tenant: str, query: str, k: int, *, visibility: Visibility, vector: list[float] | None = None
+    ) -> list[Passage]:
         probe = self._probe
-        if probe is not None and probe.tenant == tenant and probe.query == query:
+        # The probe's ranking is one reader's: another visibility (or an unknown one) searches afresh.
+        if probe is not None and probe.tenant == tenant and probe.query == query and probe.visibility == visibility:
             retriever = self._retriever
             found = None
             if isinstance(retriever, RankingReuser):
                 found = await retriever.search_reusing(
-                    tenant, query, k, vector=vector, dense=probe.passages, depth=probe.depth
+                    tenant, query, k, visibility=visibility, vector=vector, dense=probe.passages, depth=probe.depth
                 )
             if found is not None:
                 self.served += 1
                 return found
-        return await self._retriever.search(tenant, query, k, vector=vector)
+        return await self._retriever.search(tenant, query, k, visibility=visibility, vector=vector)

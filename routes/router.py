@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pipelines.shared.deps import LLMCall, Retriever
+from pipelines.shared.visibility import Visibility
 from routes.features import active_cues
 from routes.knowledge_router import DEFAULT_ROUTING, KnowledgeRouter, TenantRouting
 from routes.llm_router import LLMRouter
@@ -39,9 +40,11 @@ class FrontRouter:
     def classifier_name(self) -> str:
         return self._llm.name if self.mode == "llm" else self._knowledge.name
 
-    async def probe(self, tenant: str, query: str, vector: Sequence[float]) -> Probe:
-        passages = await self._retriever.search(tenant, query, self.depth, vector=list(vector))
-        return probe_of(tenant, query, passages, self.depth)
+    async def probe(self, tenant: str, query: str, vector: Sequence[float], visibility: Visibility) -> Probe:
+        """The reader's probe: routing reads the knowledge they may see (a question about documents hidden from
+        them is routed as the tenant holding only theirs would route it), and retrieval reuses it for them."""
+        passages = await self._retriever.search(tenant, query, self.depth, visibility=visibility, vector=list(vector))
+        return probe_of(tenant, query, passages, self.depth, visibility)
 
     def read_question(self, query: str, requested: RouteRequest) -> None:
         """Reads now what the decision reads of the question's text alone (its terms and names for the probe's
@@ -68,6 +71,8 @@ class FrontRouter:
         vector: Sequence[float] | None,
         tenant: str,
         routing: TenantRouting | None = None,
+        *,
+        visibility: Visibility,
     ) -> tuple[RouteDecision, list[LLMCall]]:
         """``vector`` may be None only when :meth:`reads_vector` says the decision does not read it.
         ``routing``: the tenant's recalibrated routing, for the knowledge-aware classifier (None: the router's
@@ -78,7 +83,7 @@ class FrontRouter:
             raise ValueError(
                 f"deciding route {requested!r} probes the store by the query vector: embed the query first"
             )
-        probe = await self.probe(tenant, query, vector)
+        probe = await self.probe(tenant, query, vector, visibility)
         if requested != "auto":
             return RouteDecision(requested, 1.0, "route requested by the caller", "override", probe), []
         if self.mode == "llm":

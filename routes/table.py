@@ -30,6 +30,7 @@ from pipelines.shared.events import Escalate, PipelineEvent, Stop, StopReason, W
 from pipelines.shared.persona import DEFAULT_ASSISTANT, Assistant
 from pipelines.shared.state import PipelineState
 from pipelines.shared.telemetry import NO_TELEMETRY, PipelineTelemetry
+from pipelines.shared.visibility import Visibility
 from pipelines.single_hop.graph import build_graph as build_single_hop
 from pipelines.single_hop.state import SingleHopContext, SingleHopState
 from routes.probe import Probe, ProbeFirstRetriever
@@ -126,13 +127,16 @@ class RouteTable:
         tenant: str,
         top_k: int | None,
         query_vector: list[float] | None,
+        visibility: Visibility,
         allow_escalation: bool = True,
         probe: Probe | None = None,
         profile: RunProfile = DEFAULT_RUN,
         writer: StreamWriter | None = None,
     ) -> RouteResult:
-        """``probe`` is the router's search of the tenant's store: the first retrieval of single_hop and of the
-        corrective pipeline is served from it, so a request searches the store once for both. ``profile``: the
+        """``visibility``: the reader's, carried in each graph's state so that every retrieval of the run (the
+        first, each hop's, search-more's) searches only what they may see. ``probe`` is the router's search of the
+        tenant's store: the first retrieval of single_hop and of the corrective pipeline is served from it (when it
+        was the same reader's), so a request searches the store once for both. ``profile``: the
         tenant's assistant and models, set on each graph's context for this run. ``writer``: a streamed request's
         sink for the answer's text as each graph clears it (:class:`~pipelines.shared.events.AnswerText`), taken
         from LangGraph's ``custom`` stream."""
@@ -142,6 +146,7 @@ class RouteTable:
             tenant=tenant,
             top_k=top_k,
             query_vector=query_vector,
+            visibility=visibility,
             allow_escalation=allow_escalation,
             probe=probe,
             profile=profile,
@@ -160,6 +165,7 @@ class RouteTable:
         tenant: str,
         top_k: int | None,
         query_vector: list[float] | None,
+        visibility: Visibility,
         allow_escalation: bool = True,
         probe: Probe | None = None,
         profile: RunProfile = DEFAULT_RUN,
@@ -177,13 +183,16 @@ class RouteTable:
             return _result(route, state, [StepTime("direct", started, time.perf_counter(), len(state.events))])
         multi_hop_k = self._k(top_k, self._policy.multi_hop_top_k)
         if route == "multi_hop":
-            return await self._run_corrective(query, tenant, multi_hop_k, query_vector, probe, profile, writer)
+            return await self._run_corrective(
+                query, tenant, multi_hop_k, query_vector, visibility, probe, profile, writer
+            )
         with self._telemetry.route("single_hop"):
             initial = {
                 "query": query,
                 "tenant": tenant,
                 "top_k": self._k(top_k, self._policy.default_top_k),
                 "query_vector": query_vector,
+                "visibility": visibility,
                 "allow_escalation": allow_escalation and self._policy.escalate_on_incorrect,
             }
             single_hop = self._contexts.single_hop
@@ -198,7 +207,9 @@ class RouteTable:
             return plain
         self._telemetry.escalation("single_hop", "multi_hop", "retrieval_incorrect")
         escalated_at = time.perf_counter()
-        corrective = await self._run_corrective(query, tenant, multi_hop_k, query_vector, probe, profile, writer)
+        corrective = await self._run_corrective(
+            query, tenant, multi_hop_k, query_vector, visibility, probe, profile, writer
+        )
         escalate = Escalate(from_route="single_hop", to_route="multi_hop", reason="retrieval_incorrect")
         corrective.events = [*plain.events, escalate, *corrective.events]
         corrective.steps = [*plain.steps, StepTime("escalate", escalated_at, escalated_at, 1), *corrective.steps]
@@ -212,6 +223,7 @@ class RouteTable:
         tenant: str,
         top_k: int,
         query_vector: list[float] | None,
+        visibility: Visibility,
         probe: Probe | None,
         profile: RunProfile,
         writer: StreamWriter | None,
@@ -226,6 +238,7 @@ class RouteTable:
             "tenant": tenant,
             "top_k": top_k,
             "query_vector": query_vector,
+            "visibility": visibility,
             "started_at": context.clock(),
         }
         config = RunnableConfig(recursion_limit=self._policy.recursion_limit)

@@ -57,7 +57,7 @@ MAX_JWKS_BYTES = 1024 * 1024
 # An RSA key published without ``alg`` may sign with any of these; an EC or OKP key's curve names its algorithm.
 RSA_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512")
 
-ReaderSource = Literal["token", "header", "none"]
+ReaderSource = Literal["token", "header", "none", "system"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +70,12 @@ class Reader:
     groups: frozenset[str]
     visibility: Visibility
     source: ReaderSource
+
+    @classmethod
+    def unrestricted(cls) -> Reader:
+        """The gateway's own maintenance reads (an admin's console, an offline evaluation): every document. Never
+        made from a request's headers, only by code that acts for nobody."""
+        return cls(None, frozenset(), Visibility.everything(), "system")
 
 
 class IdentityConfigError(RuntimeError):

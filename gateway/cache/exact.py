@@ -24,6 +24,7 @@ from gateway.cache.events import NO_CACHE_EVENTS, CacheEvents
 from gateway.cache.keys import DEFAULT_PREFIX, KeyParams, exact_key, exact_key_parts, lock_key, versioned
 from gateway.cache.single_flight import StampedeGuard
 from gateway.cache.versions import KnowledgeVersions
+from pipelines.shared.visibility import Visibility
 
 R = TypeVar("R", bound=msgspec.Struct)
 Outcome = Literal["hit", "computed", "coalesced", "bypass"]
@@ -131,14 +132,16 @@ class ExactCache(Generic[R]):
     def ttl_for(self, route: str) -> float:
         return self._ttls.get(route, self._default_ttl_s)
 
-    async def key_for(self, tenant: str, route: str, query: str, params: KeyParams | None = None) -> str | None:
+    async def key_for(
+        self, tenant: str, route: str, query: str, params: KeyParams | None = None, *, visibility: Visibility
+    ) -> str | None:
         """The key of this request, or None when the tenant's version is unavailable (bypass)."""
         try:
             version = await self._versions.current(tenant)
         except CacheUnavailableError as exc:
             self._record_error(exc)
             return None
-        return exact_key(self._prefix, tenant, version, route, query, params)
+        return exact_key(self._prefix, tenant, version, route, query, params, visibility=visibility.key())
 
     async def get(self, key: str) -> R | None:
         """A hit, or None on a miss *and* on any cache failure (counted, never raised)."""
@@ -171,9 +174,13 @@ class ExactCache(Generic[R]):
         route: str,
         query: str,
         compute: Callable[[], Awaitable[R]],
+        visibility: Visibility,
         params: KeyParams | None = None,
     ) -> CacheOutcome[R]:
         """Serve from the cache, or compute once for every concurrent identical miss and store.
+
+        ``visibility`` is the reader's and part of the key, so both the entry and the single flight (in this
+        process and across replicas, both keyed by it) are shared only by readers who see the same documents.
 
         The lookup reads the tenant's knowledge version, the entry keyed by it and, on a miss, takes the entry's
         stampede lock, all in one backend call (a hit is one round trip, a miss two with the store). A lookup that
@@ -182,7 +189,7 @@ class ExactCache(Generic[R]):
         """
         # In a task of its own, which a caller that goes away (client disconnect) does not cancel: a lookup that took
         # the lock is followed by the computation and the store others wait for, not by a lock left to expire.
-        work = asyncio.ensure_future(self._get_or_compute(tenant, route, query, compute, params))
+        work = asyncio.ensure_future(self._get_or_compute(tenant, route, query, compute, visibility, params))
         self._running.add(work)
         work.add_done_callback(self._settled)
         outcome = await asyncio.shield(work)
@@ -202,10 +209,11 @@ class ExactCache(Generic[R]):
         route: str,
         query: str,
         compute: Callable[[], Awaitable[R]],
+        visibility: Visibility,
         params: KeyParams | None,
     ) -> CacheOutcome[R] | None:
         """The outcome, or None when the lookup failed (a bypass, which the caller computes)."""
-        parts = exact_key_parts(self._prefix, tenant, route, query, params)
+        parts = exact_key_parts(self._prefix, tenant, route, query, params, visibility=visibility.key())
         token = uuid4().hex
         with self._events.cache_lookup("exact"):
             try:

@@ -2,7 +2,9 @@
 
 A key carries everything that may change an answer: the tenant (isolation), the tenant's knowledge
 version (so nothing computed before a document change is served after it), the route the caller
-asked for, and a digest of the normalised question plus any request options that change the work.
+asked for, the reader's visibility digest (what documents they may read: an answer computed from documents
+one reader may see never reaches another who may not), and a digest of the normalised question plus any
+request options that change the work.
 Digests keep keys short and printable whatever the query holds (newlines, emoji, 4000 characters).
 """
 
@@ -50,20 +52,23 @@ def exact_key(
     route: str,
     query: str,
     params: KeyParams | None = None,
+    *,
+    visibility: str,
 ) -> str:
-    """``{prefix}:q:{tenant}:v{version}:{route}:{sha256(normalised query)}[:{params digest}]``.
+    """``{prefix}:q:{tenant}:v{version}:{route}:r{visibility}:{sha256(normalised query)}[:{params digest}]``.
 
     ``route`` is the route the caller asked for ("auto" included), not the one that answered:
-    the key must be computable before any work is done.
+    the key must be computable before any work is done. ``visibility`` is the reader's
+    ``Visibility.key()``.
     """
-    return versioned(exact_key_parts(prefix, tenant, route, query, params), version)
+    return versioned(exact_key_parts(prefix, tenant, route, query, params, visibility=visibility), version)
 
 
 def exact_key_parts(
-    prefix: str, tenant: str, route: str, query: str, params: KeyParams | None = None
+    prefix: str, tenant: str, route: str, query: str, params: KeyParams | None = None, *, visibility: str
 ) -> tuple[str, str]:
     """``exact_key`` before and after its version: a lookup sends both, and Redis reads the version between them."""
-    tail = f":{_check_route(route)}:{sha256_hex(normalize_query(query))}"
+    tail = f":{_check_route(route)}:r{_check_visibility(visibility)}:{sha256_hex(normalize_query(query))}"
     if params:
         tail += f":{_params_digest(params)}"
     return f"{prefix}:q:{check_tenant(tenant)}:v", tail
@@ -90,6 +95,13 @@ LOCK_SUFFIX = ":lock"
 def lock_key(key: str) -> str:
     """The stampede lock of a cache key lives beside it, so prefix-scoped cleanup removes both."""
     return f"{key}{LOCK_SUFFIX}"
+
+
+def _check_visibility(visibility: str) -> str:
+    # A digest ("all", or hex): anything else would let a caller forge another reader's key segment.
+    if not visibility or not visibility.isalnum() or not visibility.isascii():
+        raise ValueError(f"invalid visibility key {visibility!r}")
+    return visibility
 
 
 def _check_route(route: str) -> str:

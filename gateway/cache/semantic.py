@@ -8,8 +8,10 @@ guard (:mod:`gateway.cache.contrast`) whether the best match really asks the sam
 is therefore bounded whatever the cache size: ``bands`` bucket reads of ``bucket_cap`` ids, one
 MGET of ``max_candidates`` vectors, one GET of the winning payload.
 
-Every key carries the tenant and its knowledge version (and a scope digest of the request options),
-so tenants never see each other's answers and a version bump makes every earlier entry unreachable.
+Every key carries the tenant and its knowledge version, the reader's visibility digest
+(:meth:`pipelines.shared.visibility.Visibility.key`) and a scope digest of the request options, so tenants never
+see each other's answers, a reader is never served a paraphrase's answer computed from documents hidden from them,
+and a version bump makes every earlier entry unreachable.
 Like the exact cache it never fails a request: any backend error or timeout is a miss.
 """
 
@@ -32,6 +34,7 @@ from gateway.cache.contrast import Contrast, find_contrast
 from gateway.cache.events import NO_CACHE_EVENTS, CacheEvents
 from gateway.cache.keys import DEFAULT_PREFIX, normalize_query, sha256_hex
 from gateway.providers.vectorstores.base import check_tenant
+from pipelines.shared.visibility import Visibility
 
 logger = logging.getLogger(__name__)
 
@@ -232,16 +235,18 @@ class SemanticCache:
         self._events = events
         self.stats = SemanticStats()
 
-    def _base(self, tenant: str, version: int, scope: str) -> str:
+    def _base(self, tenant: str, version: int, scope: str, visibility: Visibility) -> str:
         scope_part = sha256_hex(scope)[:12] if scope else "any"
-        return f"{self._prefix}:sem:{check_tenant(tenant)}:v{version}:{scope_part}"
+        return f"{self._prefix}:sem:{check_tenant(tenant)}:v{version}:r{visibility.key()}:{scope_part}"
 
-    def bucket_keys(self, tenant: str, version: int, vector: Vector, scope: str = "") -> list[str]:
-        """One key per band: prefix, tenant, version, scope, LSH shape and the band's value."""
+    def bucket_keys(
+        self, tenant: str, version: int, vector: Vector, scope: str = "", *, visibility: Visibility
+    ) -> list[str]:
+        """One key per band: prefix, tenant, version, visibility, scope, LSH shape and the band's value."""
         lsh = self._lsh.get(vector.shape[0])
         if lsh is None:
             lsh = self._lsh[vector.shape[0]] = HyperplaneLSH(vector.shape[0], self._bands, self._bits, self._seed)
-        head = f"{self._base(tenant, version, scope)}:h{self._bands}x{self._bits}d{lsh.dim}s{self._seed}"
+        head = f"{self._base(tenant, version, scope, visibility)}:h{self._bands}x{self._bits}d{lsh.dim}s{self._seed}"
         width = (self._bits + 3) // 4
         return [f"{head}:b{band}:{value:0{width}x}" for band, value in enumerate(lsh.band_values(vector))]
 
@@ -258,14 +263,15 @@ class SemanticCache:
             return None
 
     async def lookup(
-        self, tenant: str, version: int, query: str, vector: Any = None, *, scope: str = ""
+        self, tenant: str, version: int, query: str, vector: Any = None, *, visibility: Visibility, scope: str = ""
     ) -> SemanticHit | None:
-        """The closest cached question above the threshold that the guard accepts, else None (also on errors)."""
+        """The closest cached question above the threshold that the guard accepts, else None (also on errors).
+        Only entries stored for the same ``visibility`` are candidates."""
         self.stats.lookups += 1
         self.stats.last_candidates = self.stats.last_ids_seen = 0
         self.stats.last_rejection = None
         with self._events.cache_lookup("semantic"):
-            hit = await self._lookup(tenant, version, query, vector, scope)
+            hit = await self._lookup(tenant, version, query, vector, scope, visibility)
             if hit is None:
                 self.stats.misses += 1
             else:
@@ -273,14 +279,16 @@ class SemanticCache:
             self._events.cache_result("semantic", "miss" if hit is None else "hit")
         return hit
 
-    async def _lookup(self, tenant: str, version: int, query: str, vector: Any, scope: str) -> SemanticHit | None:
+    async def _lookup(
+        self, tenant: str, version: int, query: str, vector: Any, scope: str, visibility: Visibility
+    ) -> SemanticHit | None:
         qvec = await self._vector(query, vector)
         if qvec is None:
             return None
-        base = self._base(tenant, version, scope)
+        base = self._base(tenant, version, scope, visibility)
         try:
             rows = await self._index.members(
-                self.bucket_keys(tenant, version, qvec, scope), self._bucket_cap, _now_ms()
+                self.bucket_keys(tenant, version, qvec, scope, visibility=visibility), self._bucket_cap, _now_ms()
             )
             # Ids colliding in more bands are likelier to be close: fetch those first (ties: first seen, i.e.
             # latest-expiring in the first band that holds them).
@@ -329,6 +337,7 @@ class SemanticCache:
         vector: Any,
         payload: bytes,
         *,
+        visibility: Visibility,
         scope: str = "",
         ttl_s: float | None = None,
     ) -> bool:
@@ -340,11 +349,11 @@ class SemanticCache:
         if qvec is None:
             return False
         entry = sha256_hex(normalize_query(query))[:16]  # the same question replaces its entry
-        base = self._base(tenant, version, scope)
+        base = self._base(tenant, version, scope, visibility)
         record = msgspec.msgpack.encode(_Record(query, qvec.astype(np.float32).tobytes()))
         values = {f"{base}:e:{entry}": record, f"{base}:r:{entry}": payload}
         try:
-            buckets = self.bucket_keys(tenant, version, qvec, scope)
+            buckets = self.bucket_keys(tenant, version, qvec, scope, visibility=visibility)
             await self._index.put(values, buckets, entry, ttl, self._bucket_cap)
         except CacheUnavailableError:
             self._record_error()

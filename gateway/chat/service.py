@@ -99,13 +99,11 @@ class ChatService:
         """The tenant's assistant profile: the handler decides on the client's system messages with it."""
         return await self._queries.profile(tenant)
 
-    async def answer(
-        self, prepared: PreparedChat, live: TextSink | None = None, *, reader: Reader | None = None
-    ) -> ChatAnswer:
+    async def answer(self, prepared: PreparedChat, live: TextSink | None = None, *, reader: Reader) -> ChatAnswer:
         """Every turn, and the client's system message when the profile takes it, is screened with one vault
         (an address is one placeholder in all of them) before the follow-up rewrite, the first upstream call.
         ``live``: a streamed request's sink for the answer's text as the route clears it, with the placeholders
-        restored as it streams. ``reader``: who asks (QueryService.answer)."""
+        restored as it streams. ``reader``: who asks (every retrieval and the answer caches are theirs)."""
         query, vault = prepared.query, Vault()
         turns = [*(t.text for t in prepared.history), query.query]
         extra = [prepared.instructions] if prepared.instructions else []

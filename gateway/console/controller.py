@@ -24,6 +24,7 @@ from litestar.response import Redirect, Template
 from litestar.template.config import TemplateConfig
 
 from gateway.access.guard import Access
+from gateway.access.identity import Reader
 from gateway.access.keys import Principal
 from gateway.console.schemas import AskForm, DeleteForm, SignInForm, UploadForm
 from gateway.console.service import Catalogue, linked_answer, waterfall
@@ -108,7 +109,8 @@ class PlaygroundController(Controller):
             raise ClientError(f"Unknown route {data.route!r}: one of {', '.join(ROUTES)}.")
         query = clean_query(data.query, settings.limits)
         request = QueryRequest(query=query, tenant=principal.tenant, route=route, include_passages=True)
-        response = await query_service.answer(request)
+        # The playground is an admin's (ConsoleAccess("admin")): it answers from every document of the tenant.
+        response = await query_service.answer(request, reader=Reader.unrestricted())
         await access.limiter.charge(principal, response.usage.input_tokens + response.usage.output_tokens)
         context = {
             "tenant": principal.tenant,
@@ -166,7 +168,7 @@ class KnowledgePagesController(Controller):
         principal: NamedDependency[Principal],
     ) -> FilesResponse:
         """The uploader's endpoint: the API's upload for the signed-in tenant (JSON, each file's outcome)."""
-        return await index_uploaded(knowledge, principal.tenant, data.files, settings.limits)
+        return await index_uploaded(knowledge, principal.tenant, data.files, settings.limits, access=data.access)
 
     @post("/delete", include_in_schema=False, status_code=303)
     async def delete(

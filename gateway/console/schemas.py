@@ -60,6 +60,8 @@ class DeleteForm:
 
 @dataclass
 class UploadForm:
-    """One or more files, each part's file name its path (a folder's files keep their relative paths)."""
+    """One or more files, each part's file name its path (a folder's files keep their relative paths); ``access``:
+    who may read them (``tenant``, or group names separated by commas; empty: the tenant's default)."""
 
     files: list[UploadFile] = field(default_factory=list)
+    access: str | None = None

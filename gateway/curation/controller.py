@@ -106,7 +106,9 @@ class CurationController(Controller):
         "/knowledge-gaps/{gap_id:str}/resolution",
         status_code=200,
         summary="Add verified documents to a gap, re-run its questions uncached and score before/after",
-        responses=problem_responses(400, 401, 403, 404, 502, 503, 504),
+        responses=problem_responses(
+            400, 401, 403, 404, 422, 502, 503, 504, described={422: "A document's access is invalid"}
+        ),
     )
     async def resolve(
         self,

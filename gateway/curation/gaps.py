@@ -26,6 +26,7 @@ from gateway.curation.store import CurationStore
 from gateway.knowledge.service import KnowledgeBase
 from pipelines.shared.relevance import QueryScorer, RelevanceModel, overlap
 from pipelines.shared.support import terms
+from pipelines.shared.visibility import Visibility
 
 Diagnosis = Literal["knowledge_gap", "ranking", "generation", "stale"]
 # A passage "holds" the expected answer when it has this share of the answer's content terms.
@@ -128,7 +129,9 @@ class Diagnoser:
         record = gap.records[-1]
         k = max(record.top_k, 1)
         expected = gap.expected_answer
-        passages = await self._knowledge.search(gap.tenant, record.question, self._deep_k)
+        # A curator's diagnosis of what the tenant holds (an admin's): every document, whoever asked the question.
+        everything = Visibility.everything()
+        passages = await self._knowledge.search(gap.tenant, record.question, self._deep_k, visibility=everything)
         scorer = QueryScorer.of(self._model, record.question)
         expected_terms = frozenset(terms(expected)) if expected else frozenset()
         ranked: list[dict[str, Any]] = []

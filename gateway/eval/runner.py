@@ -17,6 +17,7 @@ from gateway.query.schemas import QueryResponse, RouteResponse
 from gateway.query.steps import StepEvent
 from pipelines.shared.events import Assess, Evaluate, Generate, PlanHop, Rewrite
 from pipelines.shared.relevance import Verdict
+from pipelines.shared.visibility import Visibility
 
 Mode = Literal["plain", "corrective", "adaptive"]
 MODE_REQUEST: dict[Mode, dict[str, Any]] = {
@@ -83,7 +84,8 @@ class FirstRetrieval:
 
 async def first_retrieval(knowledge: KnowledgeBase, top_k: int, tenant: str, question: Question) -> FirstRetrieval:
     """The same in every mode: searched once per question, not once per mode."""
-    passages = await knowledge.search(tenant, question.text, top_k)
+    # An evaluation measures the whole tenant's knowledge: maintenance, not a reader's request.
+    passages = await knowledge.search(tenant, question.text, top_k, visibility=Visibility.everything())
     ids = [p.doc_id for p in passages]
     gold = bool(question.gold_doc_ids & set(ids)) if question.gold_doc_ids else None
     return FirstRetrieval(gold, passage_recall(ids, question.gold_doc_ids))

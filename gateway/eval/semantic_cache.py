@@ -27,6 +27,7 @@ from gateway.cache.backend import MemoryBackend
 from gateway.cache.contrast import find_contrast
 from gateway.cache.semantic import DEFAULT_THRESHOLD, SemanticCache
 from gateway.providers.embeddings import USEEmbeddings
+from pipelines.shared.visibility import Visibility
 
 THRESHOLDS = [round(0.85 + 0.01 * i, 2) for i in range(13)]
 LANGS = ("en", "ja")
@@ -102,15 +103,19 @@ def closest_unguarded(pairs: list[Pair]) -> Pair | None:
     return max(passed, key=lambda p: p.similarity, default=None)
 
 
+# An offline replay of the cache's matching: one reader who sees everything.
+EVERYTHING = Visibility.everything()
+
+
 async def replay(pairs: list[Pair], embeddings: USEEmbeddings, threshold: float) -> dict[str, Any]:
     """Every ``a`` stored in one cache, every ``b`` looked up: LSH recall and cross-pair interference count."""
     cache = SemanticCache(MemoryBackend(), embeddings, threshold=threshold)
     for pair in pairs:
-        await cache.store("eval", 1, pair.a, None, pair.a.encode())
+        await cache.store("eval", 1, pair.a, None, pair.a.encode(), visibility=EVERYTHING)
     served: Counter[str] = Counter()
     wrong: list[str] = []
     for pair in pairs:
-        hit = await cache.lookup("eval", 1, pair.b)
+        hit = await cache.lookup("eval", 1, pair.b, visibility=EVERYTHING)
         if hit is None or hit.matched_query == pair.b:
             continue
         served[f"{pair.kind}:{pair.lang}"] += 1

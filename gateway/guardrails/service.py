@@ -19,6 +19,7 @@ from gateway.guardrails.vault import Vault
 from gateway.observability.recorder import Telemetry
 from gateway.settings import GuardrailSettings
 from pipelines.shared.deps import Passage, Retriever, WebSearch
+from pipelines.shared.visibility import Visibility
 from routes.probe import RankingReuser
 
 
@@ -117,17 +118,30 @@ class ScreenedRetriever:
         self._inner = inner
         self._guard = guard
 
-    async def search(self, tenant: str, query: str, k: int, *, vector: list[float] | None = None) -> list[Passage]:
-        return self._guard.screen_passages(tenant, await self._inner.search(tenant, query, k, vector=vector))
+    async def search(
+        self, tenant: str, query: str, k: int, *, visibility: Visibility, vector: list[float] | None = None
+    ) -> list[Passage]:
+        found = await self._inner.search(tenant, query, k, visibility=visibility, vector=vector)
+        return self._guard.screen_passages(tenant, found)
 
     async def search_reusing(
-        self, tenant: str, query: str, k: int, *, vector: list[float] | None, dense: Sequence[Passage], depth: int
+        self,
+        tenant: str,
+        query: str,
+        k: int,
+        *,
+        visibility: Visibility,
+        vector: list[float] | None,
+        dense: Sequence[Passage],
+        depth: int,
     ) -> list[Passage] | None:
         """The router probe's ranking serves the first retrieval (one dense search per request), screened like
         any other search; None (search the store) when the inner retriever cannot reuse a ranking."""
         if not isinstance(self._inner, RankingReuser):
             return None
-        found = await self._inner.search_reusing(tenant, query, k, vector=vector, dense=dense, depth=depth)
+        found = await self._inner.search_reusing(
+            tenant, query, k, visibility=visibility, vector=vector, dense=dense, depth=depth
+        )
         return None if found is None else self._guard.screen_passages(tenant, found)
 
 
@@ -139,5 +153,5 @@ class ScreenedSearch:
         self._guard = guard
         self.name = inner.name
 
-    async def search(self, tenant: str, query: str, k: int) -> list[Passage]:
-        return self._guard.screen_passages(tenant, await self._inner.search(tenant, query, k))
+    async def search(self, tenant: str, query: str, k: int, *, visibility: Visibility) -> list[Passage]:
+        return self._guard.screen_passages(tenant, await self._inner.search(tenant, query, k, visibility=visibility))

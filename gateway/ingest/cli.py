@@ -4,6 +4,7 @@ Walks the folders, asks the gateway which files it already holds (by path and co
 changed ones in batches through ``POST /v1/files``, and with ``--sync`` deletes the documents of files that are
 gone (only under the folders given). Progress shows files, chunks, rate and time left; the summary lists every
 refused file and why. Interrupted, it stops after the batch in flight; run it again and it skips what landed.
+Who may read a folder's files is its ``.access`` file (``tenant``, or group names; see :mod:`gateway.ingest.plan`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from gateway.ingest.client import GatewayFiles, IngestError, Outcome
-from gateway.ingest.plan import Plan, batches, plan, walk
+from gateway.ingest.plan import AccessFileError, Plan, batches, plan, walk
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 BATCH_FILES = 16
@@ -88,7 +89,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
     console = Console(stderr=True)
     started = time.monotonic()
-    local, unsupported, prefixes = walk(args.paths)
+    try:
+        local, unsupported, prefixes = walk(args.paths)
+    except AccessFileError as exc:
+        console.print(f"[red]stopped before uploading anything: {exc}[/red]")
+        return 1
     gateway = GatewayFiles(args.url, args.key, args.tenant)
     outcomes: list[Outcome] = []
     work = Plan()

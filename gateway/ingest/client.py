@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
 
-from gateway.ingest.plan import LocalFile
+from gateway.ingest.plan import IndexedEntry, LocalFile, held_access
 
 TRANSIENT = {429, 502, 503, 504}
 
@@ -67,21 +67,26 @@ class GatewayFiles:
             detail = response.text
         return IngestError(f"{response.request.method} {response.request.url.path}: {response.status_code} {detail}")
 
-    def indexed(self) -> dict[str, tuple[str, list[str]]]:
-        """The tenant's files as the gateway holds them: path -> (content hash, documents)."""
+    def indexed(self) -> dict[str, IndexedEntry]:
+        """The tenant's files as the gateway holds them: path -> (content hash, documents, access tags)."""
         try:
             response = self._send("GET", "/v1/files")
         except httpx.HTTPError as exc:
             raise IngestError(f"the gateway at {self._http.base_url} did not answer: {exc}") from exc
         if response.status_code != 200:
             raise self._refused(response)
-        return {f["file"]: (f["sha256"], f["documents"]) for f in response.json()["files"]}
+        return {
+            f["file"]: (f["sha256"], f["documents"], held_access(f.get("access"))) for f in response.json()["files"]
+        }
 
     def upload(self, files: list[LocalFile]) -> tuple[list[Outcome], int | None]:
-        """Each file's outcome, and the tenant's knowledge version after the upload."""
+        """Each file's outcome, and the tenant's knowledge version after the upload. The files share one access
+        (``plan.batches``), sent as the form's ``access`` field."""
         parts = [("files", (f.name, f.path.read_bytes(), "application/octet-stream")) for f in files]
+        access = files[0].access_field if files else None
+        form = {"access": access} if access is not None else None
         try:
-            response = self._send("POST", "/v1/files", files=parts)
+            response = self._send("POST", "/v1/files", files=parts, data=form)
         except httpx.HTTPError as exc:
             raise IngestError(f"upload failed: {exc}") from exc
         body = response.json() if response.headers.get("content-type", "").endswith("json") else {}

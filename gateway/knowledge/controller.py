@@ -17,6 +17,7 @@ from litestar.params import Body, JSONBody, PathParameter, QueryParameter
 from gateway.access.guard import BEARER, require
 from gateway.access.keys import Principal
 from gateway.errors import ClientError, NotFoundError, problem_responses
+from gateway.knowledge.permissions import parse_access_field
 from gateway.knowledge.schemas import (
     DeleteResponse,
     DocumentsRequest,
@@ -41,7 +42,14 @@ class DocumentController(Controller):
         "/",
         status_code=200,
         summary="Upsert documents by id; long texts are chunked",
-        responses=problem_responses(400, 401, 403, 413, 429, 502, 503, 504),
+        description=(
+            'A document\'s `access` (group names, or "tenant") goes on every chunk of it, and every search filters '
+            "by it. An upsert that changes only a document's access re-tags its chunks without embedding them again "
+            "(listed in `retagged`)."
+        ),
+        responses=problem_responses(
+            400, 401, 403, 413, 422, 429, 502, 503, 504, described={422: "A document's access is invalid"}
+        ),
     )
     async def upsert(
         self,
@@ -52,7 +60,7 @@ class DocumentController(Controller):
     ) -> DocumentsResponse:
         tenant = principal.tenant_for(data.tenant)
         result = await knowledge.ingest(tenant, valid_documents(data.documents, settings.limits))
-        return DocumentsResponse(upserted=result.upserted, chunks=result.chunks)
+        return DocumentsResponse(upserted=result.upserted, chunks=result.chunks, retagged=list(result.retagged))
 
     @delete(
         "/{doc_id:path}",
@@ -87,9 +95,12 @@ class DocumentController(Controller):
 
 @dataclass
 class FileUploadForm:
-    """The multipart form: one part named ``files`` per file, its file name the file's path."""
+    """The multipart form: one part named ``files`` per file, its file name the file's path; ``access``: who may
+    read every document of the upload (``tenant``, or group names separated by commas; none: the tenant's
+    default)."""
 
     files: list[UploadFile]
+    access: str | None = None
 
 
 class FilesRefusedError(ClientError):
@@ -105,15 +116,21 @@ class FilesRefusedError(ClientError):
 
 
 async def index_uploaded(
-    knowledge: KnowledgeBase, tenant: str, parts: list[UploadFile], limits: RequestLimits
+    knowledge: KnowledgeBase,
+    tenant: str,
+    parts: list[UploadFile],
+    limits: RequestLimits,
+    access: str | None = None,
 ) -> FilesResponse:
     """An upload's files indexed for ``tenant`` (the API's and the console's): each file's outcome, or the refused
-    files' problem when none could be indexed."""
+    files' problem when none could be indexed. ``access``: the form's field, every document's (checked first: a
+    bad group name refuses the upload with nothing read)."""
+    tags = parse_access_field(access, what="the upload")
     files = [f for f in parts if isinstance(f, UploadFile)]
     if not files:
         raise ClientError("No files in the upload: send them as multipart/form-data parts named 'files'.")
     uploads = [Upload(name=f.filename or "", data=await f.read()) for f in files]
-    response = await ingest_files(knowledge, tenant, uploads, limits)
+    response = await ingest_files(knowledge, tenant, uploads, limits, access=tags)
     if not response.indexed:
         raise FilesRefusedError(response)
     return response
@@ -133,7 +150,9 @@ class FileController(Controller):
             "Each part's file name is its path, the id of the document it becomes (a JSONL file's lines keep their "
             "own ids). Readable files are indexed together as one knowledge change; a file that cannot be is refused "
             "whole (413 too large, 415 unsupported type, 422 unreadable) and listed with its reason. The response is "
-            "200 when any file was indexed, else the refused files' status."
+            "200 when any file was indexed, else the refused files' status. The optional form field `access` says "
+            "who may read every document of the upload: `tenant`, or group names separated by commas (422 when a "
+            "name is invalid); left out, the tenant's default."
         ),
         responses=problem_responses(
             400,
@@ -149,7 +168,10 @@ class FileController(Controller):
             described={
                 413: "The upload is over GATEWAY_MAX_UPLOAD_BYTES, or its only files are over the per-file limits",
                 415: "No file is of a supported type",
-                422: "No file could be read (corrupt, encrypted, not text); each file's reason is in 'files'",
+                422: (
+                    "No file could be read (corrupt, encrypted, not text); each file's reason is in 'files'. Or the "
+                    "'access' field names an invalid group"
+                ),
             },
         ),
     )
@@ -161,7 +183,9 @@ class FileController(Controller):
         principal: NamedDependency[Principal],
         tenant: Annotated[str, QueryParameter(pattern=TENANT_PATTERN)] = "default",
     ) -> FilesResponse:
-        return await index_uploaded(knowledge, principal.tenant_for(tenant), data.files, settings.limits)
+        return await index_uploaded(
+            knowledge, principal.tenant_for(tenant), data.files, settings.limits, access=data.access
+        )
 
     @get(
         "/",

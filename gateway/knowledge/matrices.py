@@ -22,6 +22,10 @@ same vectors in memory is exact and costs about a millisecond, so this keeps one
 - **Bounded.** A least-recently-used set of tenants within ``max_bytes`` (vectors, texts, ids and
   metadata counted); a tenant larger than the whole budget is never loaded and is searched in the
   store, as is every tenant of a store that cannot export its chunks (Pinecone).
+- **Masked, not post-filtered.** Each chunk's access tags are kept as one boolean row mask per tag; a restricted
+  reader's search scores every row (the one product), sets the rows their tags do not allow to minus infinity and
+  only then takes its top ``k``, so they get the ``k`` best chunks they may read. A reader's mask (the OR of their
+  tags' masks) is kept per visibility on the matrix, so a repeated reader pays one ``np.where``.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import logging
 import sys
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -42,10 +46,14 @@ from gateway.cache.versions import KnowledgeVersions
 from gateway.errors import ProviderError
 from gateway.providers.vectorstores.base import StoredChunks, VectorStore
 from pipelines.shared.deps import Passage
+from pipelines.shared.visibility import UNSET, Visibility
 
 logger = logging.getLogger(__name__)
 
 FloatMatrix = np.ndarray[Any, np.dtype[np.float32]]
+BoolRow = np.ndarray[Any, np.dtype[np.bool_]]
+# Readers' masks kept per matrix (distinct visibilities: group combinations, a handful per tenant in practice).
+READER_MASKS_KEPT = 64
 
 
 def _string_bytes(values: Sequence[str]) -> int:
@@ -81,6 +89,10 @@ class TenantMatrix:
     nbytes: int
     # Rows about each entity key (the links' targets): a linked search scores only these rows.
     about: dict[str, np.ndarray[Any, np.dtype[np.intp]]]
+    # The rows carrying each access tag (a chunk the store kept no tags for is ``UNSET``).
+    tags: dict[str, BoolRow]
+    # Each restricted reader's mask (the OR of their tags' rows), by ``Visibility.key()``; filled on first use.
+    readers: dict[str, BoolRow] = field(default_factory=dict)
 
     @classmethod
     def of(cls, version: int, chunks: StoredChunks) -> TenantMatrix:
@@ -98,15 +110,41 @@ class TenantMatrix:
                     rows.setdefault(key, []).append(i)
         about = {key: np.asarray(found, dtype=np.intp) for key, found in rows.items()}
         about_bytes = sum(sys.getsizeof(key) + found.nbytes for key, found in about.items()) + sys.getsizeof(about)
-        nbytes = unit.nbytes + sum(_string_bytes(column) for column in text) + parsed_bytes + about_bytes
-        return cls(version, chunks, unit, metadata, nbytes, about)
+        tags = _tag_rows(chunks)
+        tag_bytes = sum(sys.getsizeof(tag) + held.nbytes for tag, held in tags.items())
+        nbytes = unit.nbytes + sum(_string_bytes(column) for column in text) + parsed_bytes + about_bytes + tag_bytes
+        return cls(version, chunks, unit, metadata, nbytes, about, tags)
 
-    def linked(self, keys: Sequence[str], vector: Sequence[float], k: int) -> list[Passage]:
-        """The ``k`` chunks about any of ``keys`` of highest cosine to ``vector``: the store's linked search."""
+    def mask(self, visibility: Visibility) -> BoolRow | None:
+        """The rows ``visibility`` allows, None when it allows every row (nothing to mask)."""
+        groups = visibility.groups
+        if groups is None:
+            return None
+        key = visibility.key()
+        found = self.readers.get(key)
+        if found is None:
+            found = np.zeros(len(self.chunks), dtype=np.bool_)
+            for tag in groups:
+                held = self.tags.get(tag)
+                if held is not None:
+                    found |= held
+            if len(self.readers) >= READER_MASKS_KEPT:
+                self.readers.clear()  # a tenant with this many reader kinds rebuilds its masks now and then
+            self.readers[key] = found
+        return found
+
+    def linked(self, keys: Sequence[str], vector: Sequence[float], k: int, visibility: Visibility) -> list[Passage]:
+        """The ``k`` chunks ``visibility`` allows about any of ``keys`` of highest cosine to ``vector``: the store's
+        linked search."""
         found = [self.about[key] for key in keys if key in self.about]
         if not found or k <= 0:
             return []
         rows = np.unique(np.concatenate(found))
+        allowed = self.mask(visibility)
+        if allowed is not None:
+            rows = rows[allowed[rows]]
+            if not len(rows):
+                return []
         query = np.asarray(vector, dtype=np.float32)
         query = query / max(float(np.sqrt(query @ query)), 1e-12)
         scores = self.unit[rows] @ query
@@ -124,22 +162,47 @@ class TenantMatrix:
             metadata=dict(flat) if flat is not None else json.loads(c.metadata[i]),
         )
 
-    def top(self, vector: Sequence[float], k: int) -> list[Passage]:
-        """The ``k`` chunks of highest cosine to ``vector``, best first: the store's exact search."""
+    def top(self, vector: Sequence[float], k: int, visibility: Visibility) -> list[Passage]:
+        """The ``k`` chunks ``visibility`` allows of highest cosine to ``vector``, best first: the store's exact
+        search. The rows it does not allow are masked before the top ``k`` is taken."""
         n = len(self.chunks)
         if n == 0 or k <= 0:
             return []
+        allowed = self.mask(visibility)
+        if allowed is not None:
+            n = int(np.count_nonzero(allowed))
+            if n == 0:
+                return []
         query = np.asarray(vector, dtype=np.float32)
         # np.linalg.norm's own arithmetic (a float32 dot, then its square root), without its Python around one vector
         query = query / max(float(np.sqrt(query @ query)), 1e-12)
         scores = self.unit @ query
+        if allowed is not None:
+            scores = np.where(allowed, scores, np.float32(-np.inf))
         if k < n:
             head = np.argpartition(-scores, k - 1)[:k]
             order = head[np.argsort(-scores[head], kind="stable")]
         else:
-            order = np.argsort(-scores, kind="stable")
+            order = np.argsort(-scores, kind="stable")[:n]
         # Python ints and floats, each read in one call
         return [self._passage(i, score) for i, score in zip(order.tolist(), scores[order].tolist(), strict=True)]
+
+
+def _tag_rows(chunks: StoredChunks) -> dict[str, BoolRow]:
+    """Each access tag's rows; every row ``UNSET`` where the store kept no tags (a table before permissions)."""
+    n = len(chunks)
+    if len(chunks.access) != n:
+        return {UNSET: np.ones(n, dtype=np.bool_)}
+    rows: dict[str, list[int]] = {}
+    for i, tags in enumerate(chunks.access):
+        for tag in tags or (UNSET,):
+            rows.setdefault(tag, []).append(i)
+    masks: dict[str, BoolRow] = {}
+    for tag, found in rows.items():
+        held = np.zeros(n, dtype=np.bool_)
+        held[np.asarray(found, dtype=np.intp)] = True
+        masks[tag] = held
+    return masks
 
 
 class TenantMatrices:
@@ -169,17 +232,20 @@ class TenantMatrices:
         """Each warm tenant's chunks and bytes (for the benchmark and tests)."""
         return {tenant: (len(entry.chunks), entry.nbytes) for tenant, entry in self._entries.items()}
 
-    async def search(self, tenant: str, vector: Sequence[float], k: int) -> list[Passage] | None:
-        """The exact top ``k`` from memory, or None: the caller searches the store (not warm, or no version)."""
+    async def search(
+        self, tenant: str, vector: Sequence[float], k: int, *, visibility: Visibility
+    ) -> list[Passage] | None:
+        """The exact top ``k`` that ``visibility`` allows from memory, or None: the caller searches the store (not
+        warm, or no version)."""
         entry = await self._current(tenant)
-        return None if entry is None else entry.top(vector, k)
+        return None if entry is None else entry.top(vector, k, visibility)
 
     async def linked_search(
-        self, tenant: str, keys: Sequence[str], vector: Sequence[float], k: int
+        self, tenant: str, keys: Sequence[str], vector: Sequence[float], k: int, *, visibility: Visibility
     ) -> list[Passage] | None:
         """The store's ``linked_search`` from memory, or None as :meth:`search`."""
         entry = await self._current(tenant, counted=False)
-        return None if entry is None else entry.linked(keys, vector, k)
+        return None if entry is None else entry.linked(keys, vector, k, visibility)
 
     async def _current(self, tenant: str, *, counted: bool = True) -> TenantMatrix | None:
         """The tenant's matrix when it is current, else None and a load started. ``counted``: a probe's search

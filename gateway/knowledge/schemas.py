@@ -11,6 +11,18 @@ from gateway.providers.vectorstores.base import TENANT_PATTERN
 
 Tenant = Annotated[str, Meta(pattern=TENANT_PATTERN, description="Tenant id: letters, digits, '_' or '-'.")]
 DocumentId = Annotated[str, Meta(min_length=1, max_length=256)]
+# Checked by ``gateway.knowledge.permissions.document_tags`` (a 422 problem naming the bad group), not by the wire
+# type, whose refusal would be a bare 400.
+Access = Annotated[
+    list[str] | str,
+    Meta(
+        description=(
+            'Who may read the document: a list of group names (letters, digits, "_", "-", ".", ":", "/"; not '
+            'starting with "*" or "~"), or "tenant" for every reader of the tenant. Left out: the tenant\'s '
+            "default for documents without access."
+        )
+    ),
+]
 
 
 class DocumentIn(msgspec.Struct, kw_only=True):
@@ -18,6 +30,7 @@ class DocumentIn(msgspec.Struct, kw_only=True):
     text: Annotated[str, Meta(min_length=1)]
     title: Annotated[str, Meta(max_length=512)] | None = None
     metadata: dict[str, Any] | None = None
+    access: Access | None = None
 
 
 class DocumentsRequest(msgspec.Struct, kw_only=True):
@@ -25,9 +38,11 @@ class DocumentsRequest(msgspec.Struct, kw_only=True):
     documents: Annotated[list[DocumentIn], Meta(min_length=1)]
 
 
-class DocumentsResponse(msgspec.Struct):
+class DocumentsResponse(msgspec.Struct, kw_only=True):
     upserted: int
     chunks: int
+    # The documents whose only change was their access: re-tagged without being embedded again.
+    retagged: list[str] = msgspec.field(default_factory=list)
 
 
 class DeleteResponse(msgspec.Struct):
@@ -60,6 +75,9 @@ class IndexedFile(msgspec.Struct, kw_only=True):
     file: str
     sha256: str
     documents: list[str]
+    # Its documents' access as the documents API takes it (None: the tenant's default): a sync re-sends a file
+    # whose access changed, and the gateway re-tags it without embedding it again.
+    access: list[str] | str | None = None
 
 
 class IndexedFilesResponse(msgspec.Struct, kw_only=True):

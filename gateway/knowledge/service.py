@@ -16,13 +16,19 @@ The dense half is answered from the tenant's in-memory matrix when it is warm
 (:mod:`gateway.knowledge.matrices`: the same exact cosine ranking, about a millisecond instead of a scan of
 the store), and a dense ranking the router's probe already made is reused rather than searched again
 (:meth:`KnowledgeBase.search_reusing`): a request searches the vectors once for routing and retrieval.
+
+Every search takes the reader's ``Visibility`` and hands it to the store or the matrix, which filter inside their
+search (:mod:`gateway.providers.vectorstores.base`): the dense, keyword and linked halves of one request all rank
+only what its reader may see. A document's access tags go on every chunk of it; an upsert that changes nothing of
+a document but its access writes its chunks again with the vectors they have (read back from the store), so
+re-permissioning a library costs no embedding, and still moves the tenant's knowledge version like any change.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from langchain_core.embeddings import Embeddings
@@ -38,6 +44,7 @@ from gateway.providers.vectorstores.fusion import query_terms
 from pipelines.shared.deps import Passage
 from pipelines.shared.fusion import reciprocal_rank_fusion
 from pipelines.shared.links import about_keys, mention_keys
+from pipelines.shared.visibility import UNSET, Visibility
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +69,8 @@ class NewDocument:
     title: str = ""
     metadata: dict[str, Any] = field(default_factory=dict)
     sections: tuple[Section, ...] = ()
+    # Its access tags, every chunk's (``gateway.knowledge.permissions.document_tags``): UNSET when it names none.
+    access: tuple[str, ...] = (UNSET,)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +78,8 @@ class IngestResult:
     upserted: int
     chunks: int
     chunks_by_document: dict[str, int] = field(default_factory=dict)
+    # Documents whose only change was their access: their chunks were re-tagged, not embedded again.
+    retagged: tuple[str, ...] = ()
 
 
 # Told which documents of a tenant changed, after the write (the curation store's ``stale`` diagnosis).
@@ -124,15 +135,75 @@ class KnowledgeBase:
         return [Piece(text) for text in self._chunker.split(document.text)]
 
     async def ingest(self, tenant: str, documents: Sequence[NewDocument]) -> IngestResult:
-        """Index ``documents``, each replacing its earlier chunks, as one change of the tenant's knowledge."""
-        planned = [(d, self._pieces(d)) for d in documents]
-        texts = [_embedding_text(doc.title, piece) for doc, pieces in planned for piece in pieces]
-        vectors = await self._embed_documents(texts)
-        total = await self._change(tenant, lambda: self._store_all(tenant, planned, vectors))
+        """Index ``documents``, each replacing its earlier chunks, as one change of the tenant's knowledge.
+
+        A document whose chunks would be what the store holds but for their access tags keeps its stored vectors
+        (re-tagged, not embedded again); the others are embedded."""
+        planned = [(d, self._records(d, self._pieces(d))) for d in documents]
+        reused = await self._retaggable(tenant, planned)
+        texts = [
+            _embedding_text(doc.title, piece)
+            for doc, records in planned
+            if doc.id not in reused
+            for piece in (p for p, _ in records)
+        ]
+        vectors = iter(await self._embed_documents(texts))
+        writes: list[tuple[str, list[ChunkRecord]]] = []
+        for doc, records in planned:
+            stored = reused.get(doc.id)
+            if stored is not None:
+                writes.append(
+                    (doc.id, [replace(r, vector=old.vector) for (_, r), old in zip(records, stored, strict=True)])
+                )
+            else:
+                writes.append((doc.id, [replace(r, vector=next(vectors)) for _, r in records]))
+        total = await self._change(tenant, lambda: self._store_all(tenant, writes))
         if self._on_change is not None:
             await self._on_change(tenant, [doc.id for doc, _ in planned])
-        by_document = {doc.id: len(pieces) for doc, pieces in planned}
-        return IngestResult(upserted=len(planned), chunks=total, chunks_by_document=by_document)
+        by_document = {doc.id: len(records) for doc, records in planned}
+        return IngestResult(
+            upserted=len(planned), chunks=total, chunks_by_document=by_document, retagged=tuple(sorted(reused))
+        )
+
+    @staticmethod
+    def _records(doc: NewDocument, pieces: list[Piece]) -> list[tuple[Piece, ChunkRecord]]:
+        """The document's chunks as they will be stored, their vectors still to come."""
+        about = tuple(sorted(about_keys(doc.title or doc.id)))
+        return [
+            (
+                piece,
+                ChunkRecord(
+                    doc_id=doc.id,
+                    index=i,
+                    title=doc.title or doc.id,
+                    text=piece.text,
+                    vector=(),
+                    metadata={**doc.metadata, "section": piece.heading} if piece.heading else doc.metadata,
+                    about=about,
+                    access=doc.access,
+                ),
+            )
+            for i, piece in enumerate(pieces)
+        ]
+
+    async def _retaggable(
+        self, tenant: str, planned: list[tuple[NewDocument, list[tuple[Piece, ChunkRecord]]]]
+    ) -> dict[str, list[ChunkRecord]]:
+        """The stored chunks of each planned document that differs from what is stored in its access alone."""
+        try:
+            stored = await self.store.document_chunks(tenant, [doc.id for doc, _ in planned])
+        except ProviderError as exc:
+            # Embedding everything again is what an upsert did before re-tagging existed: slower, never wrong.
+            logger.warning("stored chunks of tenant %r not read back (embedding all): %s", tenant, exc)
+            return {}
+        if not stored:
+            return {}
+        found: dict[str, list[ChunkRecord]] = {}
+        for doc, records in planned:
+            held = stored.get(doc.id)
+            if held and _only_access_differs([r for _, r in records], held):
+                found[doc.id] = held
+        return found
 
     async def version(self, tenant: str) -> int | None:
         """The tenant's knowledge version (what a change moves on), None where no cache keeps versions."""
@@ -143,27 +214,11 @@ class KnowledgeBase:
         except CacheUnavailableError:
             return None  # the change itself was acknowledged; only this read failed
 
-    async def _store_all(
-        self, tenant: str, planned: list[tuple[NewDocument, list[Piece]]], vectors: list[list[float]]
-    ) -> int:
-        position = 0
+    async def _store_all(self, tenant: str, writes: list[tuple[str, list[ChunkRecord]]]) -> int:
         total = 0
-        for doc, chunks in planned:
-            records = [
-                ChunkRecord(
-                    doc_id=doc.id,
-                    index=i,
-                    title=doc.title or doc.id,
-                    text=piece.text,
-                    vector=vectors[position + i],
-                    metadata={**doc.metadata, "section": piece.heading} if piece.heading else doc.metadata,
-                    about=tuple(sorted(about_keys(doc.title or doc.id))),
-                )
-                for i, piece in enumerate(chunks)
-            ]
-            position += len(chunks)
+        for doc_id, records in writes:
             total += len(records)
-            await self.store.replace_document(tenant, doc.id, records)
+            await self.store.replace_document(tenant, doc_id, records)
         return total
 
     async def delete(self, tenant: str, doc_id: str) -> bool:
@@ -173,23 +228,35 @@ class KnowledgeBase:
             await self._on_change(tenant, [doc_id])
         return deleted
 
-    async def search(self, tenant: str, query: str, k: int, *, vector: list[float] | None = None) -> list[Passage]:
+    async def search(
+        self, tenant: str, query: str, k: int, *, visibility: Visibility, vector: list[float] | None = None
+    ) -> list[Passage]:
         if vector is None:
             vector = await self.embed_query(query)
         if not self.hybrid:
-            return await self._dense(tenant, vector, k)
-        return await self._fuse(tenant, query, k, vector, await self._dense(tenant, vector, k * HYBRID_DEPTH))
+            return await self._dense(tenant, vector, k, visibility)
+        dense = await self._dense(tenant, vector, k * HYBRID_DEPTH, visibility)
+        return await self._fuse(tenant, query, k, vector, dense, visibility)
 
     def ranking_depth(self, k: int) -> int:
         """How deep a dense ranking must be for ``search(k)`` to be computed from it."""
         return k * HYBRID_DEPTH if self.hybrid else k
 
     async def search_reusing(
-        self, tenant: str, query: str, k: int, *, vector: list[float] | None, dense: Sequence[Passage], depth: int
+        self,
+        tenant: str,
+        query: str,
+        k: int,
+        *,
+        visibility: Visibility,
+        vector: list[float] | None,
+        dense: Sequence[Passage],
+        depth: int,
     ) -> list[Passage] | None:
-        """``search`` computed from a dense ranking already made for this query (``dense``, searched ``depth``
-        deep: the router's probe), or None when that ranking is too shallow. Dense retrieval is its head;
-        hybrid retrieval fuses it with the keyword hits, so only the keyword half touches the store."""
+        """``search`` computed from a dense ranking already made for this query and this ``visibility``
+        (``dense``, searched ``depth`` deep: the router's probe), or None when that ranking is too shallow. Dense
+        retrieval is its head; hybrid retrieval fuses it with the keyword hits, so only the keyword half touches
+        the store."""
         need = self.ranking_depth(k)
         if need > depth:
             return None
@@ -198,26 +265,29 @@ class KnowledgeBase:
             return ranking
         if vector is None:
             vector = await self.embed_query(query)
-        return await self._fuse(tenant, query, k, vector, ranking)
+        return await self._fuse(tenant, query, k, vector, ranking, visibility)
 
     async def dense_search(
-        self, tenant: str, query: str, k: int, *, vector: list[float] | None = None
+        self, tenant: str, query: str, k: int, *, visibility: Visibility, vector: list[float] | None = None
     ) -> list[Passage]:
         """The query vector alone, whatever ``hybrid`` says: the ranking the router's probe signals were trained
         on (its training tenants are searched by cosine), so routing reads the store as it learnt to."""
         if vector is None:
             vector = await self.embed_query(query)
-        return await self._dense(tenant, vector, k)
+        return await self._dense(tenant, vector, k, visibility)
 
-    async def _dense(self, tenant: str, vector: list[float], k: int) -> list[Passage]:
+    async def _dense(self, tenant: str, vector: list[float], k: int, visibility: Visibility) -> list[Passage]:
         if self.matrices is not None:
-            found = await self.matrices.search(tenant, vector, k)
+            found = await self.matrices.search(tenant, vector, k, visibility=visibility)
             if found is not None:
                 return found
-        return await self.store.search(tenant, vector, k)
+        return await self.store.search(tenant, vector, k, visibility=visibility)
 
-    async def _fuse(self, tenant: str, query: str, k: int, vector: list[float], dense: list[Passage]) -> list[Passage]:
-        keyword = await self.store.keyword_search(tenant, query_terms(query), vector, k * HYBRID_DEPTH)
+    async def _fuse(
+        self, tenant: str, query: str, k: int, vector: list[float], dense: list[Passage], visibility: Visibility
+    ) -> list[Passage]:
+        terms = query_terms(query)
+        keyword = await self.store.keyword_search(tenant, terms, vector, k * HYBRID_DEPTH, visibility=visibility)
         if not self.links:
             return reciprocal_rank_fusion([dense, keyword], k, keep_first_of=SEARCHES)
         seeds = reciprocal_rank_fusion([dense, keyword], LINK_SEEDS, keep_first_of=SEARCHES)
@@ -225,12 +295,15 @@ class KnowledgeBase:
         # the passages they link to. Without the seeds, a passage the links reach and both searches rank lowly
         # outranked them (the written KB's bridge questions lost a third of their recall@4); with the targets ahead
         # of them, or given a reserved slot, single-hop questions lost their fourth passage to a linked one.
-        linked = seeds + await self.linked(tenant, vector, seeds, k * HYBRID_DEPTH)
+        linked = seeds + await self.linked(tenant, vector, seeds, k * HYBRID_DEPTH, visibility=visibility)
         return reciprocal_rank_fusion([dense, keyword, linked], k, keep_first_of=SEARCHES)
 
-    async def linked(self, tenant: str, vector: list[float], seeds: Sequence[Passage], k: int) -> list[Passage]:
-        """The passages ``seeds`` link to (they mention what those passages are about), best cosine to ``vector``
-        first: a second hop found without asking the model to name its entity."""
+    async def linked(
+        self, tenant: str, vector: list[float], seeds: Sequence[Passage], k: int, *, visibility: Visibility
+    ) -> list[Passage]:
+        """The passages ``seeds`` link to (they mention what those passages are about) that ``visibility`` allows,
+        best cosine to ``vector`` first: a second hop found without asking the model to name its entity. Only the
+        visible passages are followed: a link never leads a reader to a document they may not read."""
         keys: set[str] = set()
         own: set[str] = set()
         for seed in seeds:
@@ -242,11 +315,11 @@ class KnowledgeBase:
         # Longest first: a long name is more specific than the single words inside it.
         wanted = sorted(keys, key=lambda key: (-len(key), key))[:MAX_LINK_KEYS]
         if self.matrices is not None:
-            found = await self.matrices.linked_search(tenant, wanted, vector, k)
+            found = await self.matrices.linked_search(tenant, wanted, vector, k, visibility=visibility)
             if found is not None:
                 return found
         try:
-            return await self.store.linked_search(tenant, wanted, vector, k)
+            return await self.store.linked_search(tenant, wanted, vector, k, visibility=visibility)
         except ProviderError as exc:
             # The links add to a search that already has its two rankings: without them it is the hybrid search.
             logger.warning("entity links not followed for tenant %r: %s", tenant, exc)
@@ -278,6 +351,18 @@ class KnowledgeBase:
             raise ProviderError(f"embedding failed: {exc}", provider="embeddings") from exc
 
 
+def _only_access_differs(planned: list[ChunkRecord], stored: list[ChunkRecord]) -> bool:
+    """Whether ``planned`` are ``stored`` with other access tags: same chunks, same text, title, metadata and links.
+    The embedded text is the title, the heading (in the metadata) and the text, so the stored vectors still fit."""
+    if len(planned) != len(stored):
+        return False
+    same = all(
+        (p.index, p.title, p.text, p.metadata, p.about) == (s.index, s.title, s.text, s.metadata, s.about)
+        for p, s in zip(planned, stored, strict=True)
+    )
+    return same and any(tuple(p.access) != tuple(s.access) for p, s in zip(planned, stored, strict=True))
+
+
 def _embedding_text(title: str, piece: Piece) -> str:
     """The title and the heading path name what a chunk's text often only refers to ("they are retried")."""
     return "\n".join(part for part in (title, piece.heading, piece.text) if part)
@@ -289,5 +374,7 @@ class DenseSearch:
 
     knowledge: KnowledgeBase
 
-    async def search(self, tenant: str, query: str, k: int, *, vector: list[float] | None = None) -> list[Passage]:
-        return await self.knowledge.dense_search(tenant, query, k, vector=vector)
+    async def search(
+        self, tenant: str, query: str, k: int, *, visibility: Visibility, vector: list[float] | None = None
+    ) -> list[Passage]:
+        return await self.knowledge.dense_search(tenant, query, k, visibility=visibility, vector=vector)

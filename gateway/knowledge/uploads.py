@@ -17,10 +17,12 @@ from dataclasses import dataclass
 from gateway.errors import ClientError
 from gateway.knowledge.files.formats import read_file
 from gateway.knowledge.files.sections import FileRejectedError, ParsedDocument
+from gateway.knowledge.permissions import wire_access
 from gateway.knowledge.schemas import FileOutcome, FilesResponse, IndexedFile
 from gateway.knowledge.service import KnowledgeBase, NewDocument
 from gateway.knowledge.validation import check_limits
 from gateway.settings import RequestLimits
+from pipelines.shared.visibility import UNSET
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,8 +44,14 @@ def _checked(documents: list[ParsedDocument], taken: set[str], limits: RequestLi
 
 
 async def ingest_files(
-    knowledge: KnowledgeBase, tenant: str, uploads: Sequence[Upload], limits: RequestLimits
+    knowledge: KnowledgeBase,
+    tenant: str,
+    uploads: Sequence[Upload],
+    limits: RequestLimits,
+    *,
+    access: tuple[str, ...] = (UNSET,),
 ) -> FilesResponse:
+    """``access``: every document's access tags (``gateway.knowledge.permissions``), the upload's form field."""
     outcomes: list[FileOutcome] = []
     accepted: list[tuple[int, list[ParsedDocument]]] = []
     taken: set[str] = set()
@@ -58,7 +66,7 @@ async def ingest_files(
         outcomes.append(FileOutcome(file=upload.name, status=200, documents=[d.id for d in documents]))
     if accepted:
         new = [
-            NewDocument(id=d.id, text="", title=d.title, metadata=d.metadata, sections=tuple(d.sections))
+            NewDocument(id=d.id, text="", title=d.title, metadata=d.metadata, sections=tuple(d.sections), access=access)
             for _, documents in accepted
             for d in documents
         ]
@@ -82,10 +90,16 @@ async def indexed_files(knowledge: KnowledgeBase, tenant: str) -> list[IndexedFi
     if stored is None:
         return []
     by_file: dict[tuple[str, str], set[str]] = defaultdict(set)
+    access: dict[tuple[str, str], tuple[str, ...]] = {}
     parsed: dict[str, dict[str, object]] = {}
-    for doc_id, text in zip(stored.doc_ids, stored.metadata, strict=True):
+    tags = stored.access if len(stored.access) == len(stored) else [(UNSET,)] * len(stored)
+    for doc_id, text, held in zip(stored.doc_ids, stored.metadata, tags, strict=True):
         metadata = parsed.setdefault(text, json.loads(text or "{}"))
         source, digest = metadata.get("source"), metadata.get("sha256")
         if isinstance(source, str) and isinstance(digest, str):
             by_file[(source, digest)].add(doc_id)
-    return [IndexedFile(file=f, sha256=h, documents=sorted(ids)) for (f, h), ids in sorted(by_file.items())]
+            access.setdefault((source, digest), tuple(held))
+    return [
+        IndexedFile(file=f, sha256=h, documents=sorted(ids), access=wire_access(access[(f, h)]))
+        for (f, h), ids in sorted(by_file.items())
+    ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from gateway.errors import ClientError
+from gateway.knowledge.permissions import document_tags
 from gateway.knowledge.schemas import DocumentIn
 from gateway.knowledge.service import NewDocument
 from gateway.settings import RequestLimits
@@ -35,4 +36,13 @@ def valid_documents(documents: Sequence[DocumentIn], limits: RequestLimits) -> l
     if len(set(ids)) != len(ids):
         raise ClientError("The same document id appears twice in one request; send each id once.")
     check_limits({d.id: len(d.text) if d.text.strip() else 0 for d in documents}, limits)
-    return [NewDocument(id=d.id, text=d.text, title=d.title or "", metadata=d.metadata or {}) for d in documents]
+    return [
+        NewDocument(
+            id=d.id,
+            text=d.text,
+            title=d.title or "",
+            metadata=d.metadata or {},
+            access=document_tags(d.access, what=f"document {d.id!r}"),
+        )
+        for d in documents
+    ]

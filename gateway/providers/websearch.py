@@ -13,6 +13,7 @@ from langchain_core.embeddings import Embeddings
 from gateway.errors import ProviderError, ProviderTimeoutError, ProviderUnavailableError
 from gateway.knowledge.service import KnowledgeBase
 from pipelines.shared.deps import Passage
+from pipelines.shared.visibility import Visibility
 
 PROVIDER = "web_search"
 TAVILY_URL = "https://api.tavily.com/search"
@@ -24,8 +25,9 @@ class LocalStoreSearch:
     def __init__(self, knowledge: KnowledgeBase) -> None:
         self._knowledge = knowledge
 
-    async def search(self, tenant: str, query: str, k: int) -> list[Passage]:
-        return await self._knowledge.search(tenant, query, k)
+    async def search(self, tenant: str, query: str, k: int, *, visibility: Visibility) -> list[Passage]:
+        """The tenant's store searched again, over what the reader may see, as every retrieval of the request."""
+        return await self._knowledge.search(tenant, query, k, visibility=visibility)
 
 
 class TavilySearch:
@@ -41,7 +43,8 @@ class TavilySearch:
         self._embeddings = embeddings
         self._timeout = timeout_s
 
-    async def search(self, tenant: str, query: str, k: int) -> list[Passage]:
+    async def search(self, tenant: str, query: str, k: int, *, visibility: Visibility) -> list[Passage]:
+        """The public web: open to every reader, so ``visibility`` filters nothing here."""
         payload = {"query": query, "max_results": k, "search_depth": "basic", "include_answer": False}
         headers = {"Authorization": f"Bearer {self._api_key}"}
         try:

@@ -5,6 +5,10 @@ text, and handed on from there: an answer-cache hit or a forced ``direct`` embed
 
 Requests arrive validated (each domain's ``validation`` module, at the edge) and leave uncharged (the API
 handlers charge token budgets): this layer only answers.
+
+Each request carries its reader's ``Visibility`` (what documents they may read), handed in by the edge: the probe,
+every retrieval of the route and both answer caches' keys (hence request coalescing too) are the reader's, so an
+answer is computed from, and shared among, only readers who may read its sources.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from gateway.query.steps import RouteClamp, RouteQuery, SemanticCacheHit, StepEv
 from gateway.query.timeline import numbered, waterfall
 from gateway.settings import AssistantSettings, ProfileSettings
 from pipelines.shared.deps import LLMCall, Passage
+from pipelines.shared.visibility import Visibility
 from routes.knowledge_router import TenantRouting, threshold_applies
 from routes.probe import PROBE_DEPTH, Probe
 from routes.router import FrontRouter
@@ -99,14 +104,16 @@ class QueryService:
         """The tenant's assistant profile (cached in-process): the chat edge decides on system messages with it."""
         return await self._profiles.get(tenant)
 
-    async def route(self, query: str, tenant: str, *, reader: Reader | None = None) -> RouteResponse:
-        """The router's decision and the route that would run on it (the tenant's profile may not allow it).
-        ``reader``: who asks, as for :meth:`answer`. Not read here yet: document access filters the probe by it."""
+    async def route(self, query: str, tenant: str, *, reader: Reader) -> RouteResponse:
+        """The router's decision and the route that would run on it (the tenant's profile may not allow it), with
+        the probe of what ``reader`` may see (its documents are theirs only)."""
         query = self.screen(tenant, [query], Vault())[0]  # the LLM classifier is an upstream call too
         vector = await self._knowledge.embed_query(query)
         profile = await self._profiles.get(tenant)
         # The tenant's own routing, as a query would be routed: its recalibrated threshold and named-documents rule.
-        decision, _ = await self._router.decide(query, "auto", vector, tenant, self._routing(profile))
+        decision, _ = await self._router.decide(
+            query, "auto", vector, tenant, self._routing(profile), visibility=reader.visibility
+        )
         return to_route_response(decision, profile.clamp(decision.route))
 
     async def answer(
@@ -114,10 +121,10 @@ class QueryService:
         request: QueryRequest,
         admit: Admit | None = None,
         *,
+        reader: Reader,
         vault: Vault | None = None,
         instructions: str = "",
         writer: StreamWriter | None = None,
-        reader: Reader | None = None,
     ) -> QueryResponse:
         """Every answer path (``/v1/query``, chat completions) comes through here: one span and one count each.
 
@@ -127,6 +134,8 @@ class QueryService:
         records see placeholders only, and the caller gets the answer with its values restored. A caller
         passing ``vault`` has screened the query (and ``instructions``) already (the chat API, with the turns
         before it). Beyond that this layer checks only the tenant's assistant profile (routes it allows).
+        ``reader``: who asks (required: no request path may search, or be served, the whole tenant by forgetting
+        whose request it is); every retrieval and cache key reads its visibility.
         ``instructions``: a chat client's system message, used when the profile allows it.
         """
         screened = vault is not None
@@ -145,15 +154,17 @@ class QueryService:
                 self._on_answer(request, response)
             return restore_response(response, vault)
 
-    async def answer_fresh(self, request: QueryRequest) -> QueryResponse:
-        """An answer computed now, past both answer caches and unrecorded: a curator's re-run of a question."""
+    async def answer_fresh(self, request: QueryRequest, *, reader: Reader | None = None) -> QueryResponse:
+        """An answer computed now, past both answer caches and unrecorded: a curator's re-run of a question. A
+        curator (an admin) sees every document unless ``reader`` says whose view to re-run it in."""
         profile = await self._profiles.get(request.tenant)
-        asked = Asked(request, time.perf_counter(), profile, "", None)
+        seen = Reader.unrestricted() if reader is None else reader
+        asked = Asked(request, time.perf_counter(), profile, "", None, seen)
         response = await self._compute(asked)
         return msgspec.structs.replace(response, response_id=new_response_id())
 
     async def _answer(
-        self, request: QueryRequest, instructions: str, writer: StreamWriter | None, reader: Reader | None
+        self, request: QueryRequest, instructions: str, writer: StreamWriter | None, reader: Reader
     ) -> QueryResponse:
         started = time.perf_counter()
         profile = await self._profiles.get(request.tenant)
@@ -166,6 +177,7 @@ class QueryService:
             route=request.route,
             query=request.query,
             params=asked.key_params(),
+            visibility=asked.visibility,
             compute=lambda: self._semantic_or_compute(asked),
         )
         return outcome.value if not outcome.cached else _served_from_cache(outcome.value, started)
@@ -181,7 +193,9 @@ class QueryService:
             return await self._compute(asked)
         scope = semantic_scope(request.route, asked.key_params())
         vector = await self._knowledge.embed_query(request.query)
-        hit = await self._semantic.lookup(request.tenant, version, request.query, vector, scope=scope)
+        hit = await self._semantic.lookup(
+            request.tenant, version, request.query, vector, visibility=asked.visibility, scope=scope
+        )
         if hit is not None:
             try:
                 found = msgspec.json.decode(hit.payload, type=QueryResponse)
@@ -195,7 +209,16 @@ class QueryService:
         ttl = self._cache.ttl_for(response.route) if self._cache is not None else 0
         if ttl > 0 and not response.abstained:
             payload = msgspec.json.encode(response)
-            await self._semantic.store(request.tenant, version, request.query, vector, payload, scope=scope, ttl_s=ttl)
+            await self._semantic.store(
+                request.tenant,
+                version,
+                request.query,
+                vector,
+                payload,
+                visibility=asked.visibility,
+                scope=scope,
+                ttl_s=ttl,
+            )
         return response
 
     async def _compute(self, asked: Asked, *, vector: list[float] | None = None) -> QueryResponse:
@@ -207,7 +230,7 @@ class QueryService:
             # the text alone is read first (kept per text for the decision).
             self._router.read_question(query, request.route)
             vector = await self._knowledge.embed_query(query)
-        decision, router_calls = await self._decide(query, request, vector, asked.profile)
+        decision, router_calls = await self._decide(query, request, vector, asked.profile, asked.visibility)
         routed_at = time.perf_counter()
         route = asked.profile.clamp(decision.route)
         result = await self._table.run(
@@ -216,6 +239,7 @@ class QueryService:
             tenant=request.tenant,
             top_k=request.top_k,
             query_vector=vector,
+            visibility=asked.visibility,
             allow_escalation=request.allow_escalation and asked.profile.allows("multi_hop"),
             # The probe's dense ranking serves the first retrieval: dense retrieval takes its head, hybrid
             # retrieval fuses it with the keyword hits (KnowledgeBase.search_reusing).
@@ -255,13 +279,18 @@ class QueryService:
         )
 
     async def _decide(
-        self, query: str, request: QueryRequest, vector: list[float] | None, profile: AssistantProfile
+        self,
+        query: str,
+        request: QueryRequest,
+        vector: list[float] | None,
+        profile: AssistantProfile,
+        visibility: Visibility,
     ) -> tuple[RouteDecision, list[LLMCall]]:
         """The router's decision, in its own span with the probe's signals; with the tenant's recalibrated
         threshold where an operator set one for this router."""
         with self._telemetry.routing() as span:
             decision, router_calls = await self._router.decide(
-                query, request.route, vector, request.tenant, self._routing(profile)
+                query, request.route, vector, request.tenant, self._routing(profile), visibility=visibility
             )
             probe = decision.probe
             self._telemetry.decided(
@@ -315,7 +344,11 @@ class Asked:
     profile: AssistantProfile
     instructions: str  # a chat client's system message, used where the profile allows it
     writer: StreamWriter | None  # a streamed request's sink for the answer's text as it is cleared
-    reader: Reader | None = None  # who asks (None: an in-process caller that names nobody)
+    reader: Reader  # who asks: the probe, the retrievals and the cache keys read what they may see
+
+    @property
+    def visibility(self) -> Visibility:
+        return self.reader.visibility
 
     def key_params(self) -> KeyParams:
         """What keys a cached answer besides the question: the request's knobs and the profile's digest, so a

@@ -59,7 +59,9 @@ HOP_FUSION_DEPTH = 4  # each list of a hop's fused search holds at least this ma
 
 async def retrieve(state: CorrectiveState, runtime: Run) -> Update:
     retriever = runtime.context.retriever
-    found = await retriever.search(state.tenant, state.query, state.top_k, vector=state.query_vector)
+    found = await retriever.search(
+        state.tenant, state.query, state.top_k, visibility=state.visibility, vector=state.query_vector
+    )
     return {"candidates": found, "events": [Retrieve(k=state.top_k, found=len(found))]}
 
 
@@ -170,7 +172,13 @@ async def search_hop(state: CorrectiveState, runtime: Run) -> Update:
     # Searched concurrently; the question's own vector, computed for the first retrieval, is not computed again.
     found = await asyncio.gather(
         *(
-            retriever.search(state.tenant, query, k, vector=state.query_vector if query == state.query else None)
+            retriever.search(
+                state.tenant,
+                query,
+                k,
+                visibility=state.visibility,
+                vector=state.query_vector if query == state.query else None,
+            )
             for query in queries
         )
     )
@@ -223,7 +231,8 @@ async def search_more(state: CorrectiveState, runtime: Run) -> Update:
     found: dict[str, Passage] = {}
     for query in queries:
         # Over-fetch by what is already known, or known chunks would crowd out the new ones.
-        for passage in _unseen(state, await search.search(state.tenant, query, state.top_k + len(known))):
+        found_now = await search.search(state.tenant, query, state.top_k + len(known), visibility=state.visibility)
+        for passage in _unseen(state, found_now):
             if passage.score > found.get(passage.chunk_id, passage).score - 1e-9:
                 found[passage.chunk_id] = passage
     fresh = sorted(found.values(), key=lambda p: -p.score)[: state.top_k]

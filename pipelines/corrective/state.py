@@ -21,6 +21,7 @@ from pipelines.shared.relevance import Verdict
 from pipelines.shared.sentence_gate import Judged
 from pipelines.shared.state import PipelineState
 from pipelines.shared.telemetry import NO_TELEMETRY, PipelineTelemetry
+from pipelines.shared.visibility import Visibility
 
 NextStep = Literal[
     "answer_plainly",
@@ -53,6 +54,9 @@ class AnswerSnapshot:
 @dataclass(kw_only=True)
 class CorrectiveState(PipelineState):
     top_k: int
+    # Whose request it is: the first retrieval, every hop's searches and search-more all search what this reader
+    # may see. No default, so a run started without it fails at once instead of searching the whole tenant.
+    visibility: Visibility
     started_at: float  # on the context's clock
     query_vector: list[float] | None = None
     search_query: str = ""  # the query of the current follow-up round ("" in the first)

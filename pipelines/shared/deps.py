@@ -13,6 +13,8 @@ from typing import Any, Protocol, TypeVar
 from langchain_core.messages import BaseMessage
 from pydantic import BaseModel
 
+from pipelines.shared.visibility import Visibility
+
 SchemaT = TypeVar("SchemaT", bound=BaseModel)
 
 
@@ -77,10 +79,15 @@ class ChatClient(Protocol):
 
 
 class Retriever(Protocol):
-    """Tenant-scoped search over the knowledge base."""
+    """Tenant-scoped search over the knowledge base, over what one reader may see."""
 
-    async def search(self, tenant: str, query: str, k: int, *, vector: list[float] | None = None) -> list[Passage]:
-        """``vector`` is the query's embedding when the caller already has it (the router does)."""
+    async def search(
+        self, tenant: str, query: str, k: int, *, visibility: Visibility, vector: list[float] | None = None
+    ) -> list[Passage]:
+        """``vector`` is the query's embedding when the caller already has it (the router does). ``visibility``:
+        the reader's; the search ranks only chunks it allows (a filter inside the search, never after its top
+        ``k``), so a reader gets ``k`` passages they may read whatever others' documents outrank them. Required
+        so that no retrieval of a request can forget whose it is."""
         ...
 
 
@@ -89,8 +96,9 @@ class WebSearch(Protocol):
 
     name: str
 
-    async def search(self, tenant: str, query: str, k: int) -> list[Passage]:
-        """Passages whose ``score`` is the cosine similarity to ``query``, like the retriever's."""
+    async def search(self, tenant: str, query: str, k: int, *, visibility: Visibility) -> list[Passage]:
+        """Passages whose ``score`` is the cosine similarity to ``query``, like the retriever's. ``visibility``:
+        the reader's, which the tenant's own store honours (the web is open to all and ignores it)."""
         ...
 
 

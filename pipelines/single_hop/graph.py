@@ -23,7 +23,9 @@ from pipelines.single_hop.state import SingleHopContext, SingleHopState
 
 async def retrieve(state: SingleHopState, runtime: Runtime[SingleHopContext]) -> Update:
     retriever = runtime.context.retriever
-    passages = await retriever.search(state.tenant, state.query, state.top_k, vector=state.query_vector)
+    passages = await retriever.search(
+        state.tenant, state.query, state.top_k, visibility=state.visibility, vector=state.query_vector
+    )
     return {"passages": passages, "events": [Retrieve(k=state.top_k, found=len(passages))]}
 
 

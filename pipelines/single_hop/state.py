@@ -10,11 +10,15 @@ from pipelines.shared.persona import DEFAULT_ASSISTANT, Assistant
 from pipelines.shared.relevance import RelevanceModel, Verdict
 from pipelines.shared.state import PipelineState
 from pipelines.shared.telemetry import NO_TELEMETRY, PipelineTelemetry
+from pipelines.shared.visibility import Visibility
 
 
 @dataclass(kw_only=True)
 class SingleHopState(PipelineState):
     top_k: int
+    # Whose request it is: every retrieval of the run searches what this reader may see. No default, so a run
+    # started without it fails at once instead of searching the whole tenant.
+    visibility: Visibility
     query_vector: list[float] | None = None
     allow_escalation: bool = False
     passages: list[Passage] = field(default_factory=list)

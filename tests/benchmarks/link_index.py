@@ -32,6 +32,7 @@ from gateway.providers.embeddings import USE_DIMENSIONS
 from gateway.providers.vectorstores.base import ChunkRecord
 from gateway.providers.vectorstores.lance import LanceVectorStore
 from pipelines.shared.links import about_keys, mention_keys
+from pipelines.shared.visibility import Visibility
 from routes.corpus import load_tenants
 
 CHUNKS_PER_DOC = 20
@@ -110,9 +111,9 @@ async def main() -> None:
                 own |= about_keys(passages[int(i)].title)
             wanted = sorted(keys - own)
             t1 = time.perf_counter()
-            hits = await store.linked_search("bench", wanted, vector, LINKED_DEPTH)
+            hits = await store.linked_search("bench", wanted, vector, LINKED_DEPTH, visibility=Visibility.everything())
             t2 = time.perf_counter()
-            matrix.linked(wanted, vector, LINKED_DEPTH)
+            matrix.linked(wanted, vector, LINKED_DEPTH, Visibility.everything())
             t3 = time.perf_counter()
             mention.append(t1 - t0)
             lance.append(t2 - t1)

@@ -41,6 +41,7 @@ from gateway.providers.embeddings import USEEmbeddings, embedding_dimensions
 from gateway.providers.vectorstores.lance import LanceVectorStore
 from gateway.query.factory import probe_depth
 from gateway.settings import ChunkingSettings, RetrievalSettings
+from pipelines.shared.visibility import Visibility
 from routes.written_kb import load_written_kb
 
 TENANT = "bench"
@@ -107,16 +108,26 @@ async def measure(
             complete = {k: 0 for k in ks}
             for (question, gold), given in zip(recall_set.questions, vectors, strict=True):
                 vector = given if given is not None else await knowledge.embed_query(question)
-                dense = await knowledge.dense_search(TENANT, question, probing, vector=vector)
+                dense = await knowledge.dense_search(
+                    TENANT, question, probing, vector=vector, visibility=Visibility.everything()
+                )
                 for k in ks:
                     if mode.endswith("from probe"):
                         reused = await knowledge.search_reusing(
-                            TENANT, question, k, vector=vector, dense=dense, depth=probing
+                            TENANT,
+                            question,
+                            k,
+                            vector=vector,
+                            dense=dense,
+                            depth=probing,
+                            visibility=Visibility.everything(),
                         )
                         assert reused is not None, "the probe is too shallow for this k"
                         found = reused
                     else:
-                        found = await knowledge.search(TENANT, question, k, vector=vector)
+                        found = await knowledge.search(
+                            TENANT, question, k, vector=vector, visibility=Visibility.everything()
+                        )
                     docs = {p.doc_id for p in found[:k]}
                     recall[k] += len(gold & docs) / len(gold)
                     complete[k] += gold <= docs

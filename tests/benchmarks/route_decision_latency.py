@@ -43,6 +43,7 @@ from gateway.providers.vectorstores.lance import LanceVectorStore
 from gateway.query.factory import probe_depth
 from gateway.query.router_artefact import train_knowledge_router
 from gateway.settings import ModelPrice, RedisSettings, Settings
+from pipelines.shared.visibility import Visibility
 from routes.corpus import load_tenants
 from routes.examples import load_examples
 from routes.knowledge_router import KnowledgeRouter
@@ -132,9 +133,9 @@ async def _time(router: FrontRouter, knowledge: KnowledgeBase, vectors: list[lis
     for i in range(WARM_UP + n):
         query, vector = questions[i % len(questions)], vectors[i % len(questions)]
         t0 = time.perf_counter()
-        decision, _ = await router.decide(query, "auto", vector, TENANT)
+        decision, _ = await router.decide(query, "auto", vector, TENANT, visibility=Visibility.everything())
         t1 = time.perf_counter()
-        await knowledge.dense_search(TENANT, query, router.depth, vector=vector)
+        await knowledge.dense_search(TENANT, query, router.depth, vector=vector, visibility=Visibility.everything())
         t2 = time.perf_counter()
         decided[i % len(questions)] = decision.route
         if i >= WARM_UP:

@@ -24,6 +24,7 @@ from urllib.parse import parse_qs, urlsplit
 FAKE_API_KEY = "fake-pinecone-key"
 MAX_BATCH = 1000
 MAX_LIST_PAGE = 100
+MAX_FETCH = 1000
 
 Reply = tuple[int, dict[str, Any]]
 
@@ -46,14 +47,24 @@ def _cosine(a: list[float], b: list[float]) -> float:
 
 
 def _matches(where: Any, metadata: dict[str, Any]) -> bool:
-    """Pinecone's ``{"field": {"$in": [...]}}``, the one filter the gateway sends: a list-of-strings field matches
-    when any of its strings is listed. Anything else is refused, so the adapter cannot lean on more."""
+    """The filters the gateway sends, as Pinecone evaluates them: ``{"field": {"$in": [...]}}`` (a list-of-strings
+    field matches when any of its strings is listed), ``{"field": {"$exists": bool}}``, and ``$and`` / ``$or`` of
+    those. Anything else is refused, so the adapter cannot lean on more."""
     if not isinstance(where, dict) or len(where) != 1:
-        raise _BadRequest("the fake implements one {field: {$in: [...]}} filter")
+        raise _BadRequest("the fake implements one {field: condition} or {$and|$or: [...]} filter")
     ((field, condition),) = where.items()
-    if not isinstance(condition, dict) or set(condition) != {"$in"} or not isinstance(condition["$in"], list):
-        raise _BadRequest("the fake implements $in only")
+    if field in ("$and", "$or"):
+        if not isinstance(condition, list) or not condition:
+            raise _BadRequest(f"{field} takes a non-empty list of filters")
+        results = [_matches(part, metadata) for part in condition]
+        return all(results) if field == "$and" else any(results)
+    if not isinstance(condition, dict) or len(condition) != 1:
+        raise _BadRequest("the fake implements $in and $exists only")
     value = metadata.get(field)
+    if set(condition) == {"$exists"} and isinstance(condition["$exists"], bool):
+        return (field in metadata) == condition["$exists"]
+    if set(condition) != {"$in"} or not isinstance(condition["$in"], list):
+        raise _BadRequest("the fake implements $in and $exists only")
     held = value if isinstance(value, list) else [value]
     return any(item in condition["$in"] for item in held)
 
@@ -108,6 +119,7 @@ class FakePinecone:
                 ("POST", "/query"): self._query,
                 ("POST", "/vectors/delete"): self._delete,
                 ("GET", "/vectors/list"): self._list,
+                ("GET", "/vectors/fetch"): self._fetch,
                 ("POST", "/describe_index_stats"): self._stats,
                 ("GET", "/describe_index_stats"): self._stats,
             }.get((method, path))
@@ -198,6 +210,23 @@ class FakePinecone:
         if len(ids) > limit:
             reply["pagination"] = {"next": _b64(page[-1])}
         return reply
+
+    def _fetch(self, _: dict[str, Any], query: dict[str, list[str]]) -> dict[str, Any]:
+        namespace = query.get("namespace", [""])[0]
+        ids = query.get("ids", [])
+        if not ids or len(ids) > MAX_FETCH:
+            raise _BadRequest(f"fetch takes 1 to {MAX_FETCH} ids")
+        stored = self.namespaces.get(namespace, {})
+        vectors = {
+            i: {
+                "id": i,
+                "values": stored[i]["values"],
+                **({"metadata": stored[i]["metadata"]} if stored[i]["metadata"] else {}),
+            }
+            for i in ids
+            if i in stored
+        }
+        return {"vectors": vectors, "namespace": namespace, "usage": {"readUnits": 1}}
 
     def _stats(self, payload: dict[str, Any], _: dict[str, list[str]]) -> dict[str, Any]:
         if "filter" in payload:

@@ -7,6 +7,7 @@ import pytest
 from gateway.cache.layer import open_cache
 from gateway.providers.redis import open_redis
 from gateway.settings import Settings
+from pipelines.shared.visibility import Visibility
 from tests.integration.conftest import REDIS_TEST_URL
 
 pytestmark = pytest.mark.redis
@@ -32,7 +33,11 @@ async def test_switching_the_router_classifier_changes_the_answer_cache_key(
         assert redis is not None
         try:
             params = {"top_k": None, "allow_escalation": True}
-            keys.append(await cache.responses.key_for("default", "auto", "How do I reset the VPN?", params))
+            keys.append(
+                await cache.responses.key_for(
+                    "default", "auto", "How do I reset the VPN?", params, visibility=Visibility.everything()
+                )
+            )
         finally:
             await redis.aclose()
     assert keys[0] is not None

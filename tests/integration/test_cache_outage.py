@@ -24,6 +24,7 @@ from gateway.cache.exact import ExactCache
 from gateway.cache.versions import KnowledgeVersions
 from gateway.providers.redis import RedisUnavailableError, ResilientRedis
 from gateway.query.schemas import QueryResponse
+from pipelines.shared.visibility import Visibility
 from tests.redis_proxy import TcpProxy
 from tests.scripted import CountedCompute, query_response
 
@@ -80,17 +81,27 @@ async def test_redis_stopping_mid_run_degrades_to_misses_and_caching_resumes_whe
     versions = KnowledgeVersions(backend, prefix=prefix)
     cache = ExactCache(backend, versions, QueryResponse, prefix=prefix)
     compute = CountedCompute()
-    assert (await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)).source == "computed"
+    assert (
+        await cache.get_or_compute(
+            tenant="acme", route="auto", query="q", compute=compute, visibility=Visibility.everything()
+        )
+    ).source == "computed"
     await cache.drain()  # the answer went before its store
-    key = await cache.key_for("acme", "auto", "q")
+    key = await cache.key_for("acme", "auto", "q", visibility=Visibility.everything())
     assert key is not None
-    assert (await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)).source == "hit"
+    assert (
+        await cache.get_or_compute(
+            tenant="acme", route="auto", query="q", compute=compute, visibility=Visibility.everything()
+        )
+    ).source == "hit"
 
     await proxy.stop()
     assert await cache.get(key) is None  # a miss, not an exception
     assert cache.errors == 1
     assert backend.redis.failures == 1
-    down = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)
+    down = await cache.get_or_compute(
+        tenant="acme", route="auto", query="q", compute=compute, visibility=Visibility.everything()
+    )
     assert (down.source, down.value.answer) == ("bypass", "computed #2")
     assert not await cache.set(key, query_response("lost"))
     assert await versions.bump("acme") is None  # a document changed while Redis was down
@@ -102,11 +113,15 @@ async def test_redis_stopping_mid_run_degrades_to_misses_and_caching_resumes_whe
 
     await proxy.start()
     await asyncio.sleep(BACKOFF_S + 0.05)
-    after = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)
+    after = await cache.get_or_compute(
+        tenant="acme", route="auto", query="q", compute=compute, visibility=Visibility.everything()
+    )
     assert (after.source, after.value.answer) == ("computed", "computed #3")  # the deferred bump landed first
     assert not versions.pending
     await cache.drain()
-    again = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)
+    again = await cache.get_or_compute(
+        tenant="acme", route="auto", query="q", compute=compute, visibility=Visibility.everything()
+    )
     assert (again.source, again.value.answer) == ("hit", "computed #3")
     await backend.ping()
 
@@ -115,7 +130,7 @@ async def test_a_slow_redis_costs_a_request_the_timeout_not_the_delay(
     proxy: TcpProxy, backend: RedisBackend, prefix: str
 ) -> None:
     cache = ExactCache(backend, KnowledgeVersions(backend, prefix=prefix), QueryResponse, prefix=prefix)
-    key = await cache.key_for("acme", "auto", "q")
+    key = await cache.key_for("acme", "auto", "q", visibility=Visibility.everything())
     assert key is not None
     assert await cache.set(key, query_response("stored"))
 
@@ -126,7 +141,9 @@ async def test_a_slow_redis_costs_a_request_the_timeout_not_the_delay(
     assert loop.time() - started < 0.25  # 50 ms budget plus scheduling slack, far below the 500 ms delay
     assert cache.errors == 1
     started = loop.time()
-    outcome = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=CountedCompute())
+    outcome = await cache.get_or_compute(
+        tenant="acme", route="auto", query="q", compute=CountedCompute(), visibility=Visibility.everything()
+    )
     assert outcome.source == "bypass"
     assert loop.time() - started < 0.05  # within the backoff: Redis is skipped outright
 

@@ -20,6 +20,7 @@ from gateway.cache.keys import embedding_key, exact_key, exact_key_parts, lock_k
 from gateway.cache.versions import KnowledgeVersions
 from gateway.providers.redis import ResilientRedis
 from gateway.query.schemas import QueryResponse
+from pipelines.shared.visibility import Visibility
 from tests.integration.conftest import REDIS_TEST_URL
 from tests.scripted import CountedCompute, query_response
 
@@ -34,9 +35,13 @@ def make_cache(backend: RedisBackend, prefix: str, **kwargs: float | dict[str, f
 async def test_miss_then_hit(backend: RedisBackend, prefix: str, redis: Redis) -> None:
     cache = make_cache(backend, prefix)
     compute = CountedCompute()
-    miss = await cache.get_or_compute(tenant="acme", route="auto", query="Where is Osaka?", compute=compute)
+    miss = await cache.get_or_compute(
+        tenant="acme", route="auto", query="Where is Osaka?", compute=compute, visibility=Visibility.everything()
+    )
     await cache.drain()  # the answer went before its store
-    hit = await cache.get_or_compute(tenant="acme", route="auto", query="where is  OSAKA?", compute=compute)
+    hit = await cache.get_or_compute(
+        tenant="acme", route="auto", query="where is  OSAKA?", compute=compute, visibility=Visibility.everything()
+    )
     assert (miss.source, hit.source, compute.calls) == ("computed", "hit", 1)
     assert hit.value == miss.value
     assert miss.key is not None
@@ -47,8 +52,12 @@ async def test_miss_then_hit(backend: RedisBackend, prefix: str, redis: Redis) -
 
 async def test_same_question_two_tenants_two_entries(backend: RedisBackend, prefix: str, redis: Redis) -> None:
     cache = make_cache(backend, prefix)
-    acme = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=CountedCompute("acme"))
-    globex = await cache.get_or_compute(tenant="globex", route="auto", query="q", compute=CountedCompute("globex"))
+    acme = await cache.get_or_compute(
+        tenant="acme", route="auto", query="q", compute=CountedCompute("acme"), visibility=Visibility.everything()
+    )
+    globex = await cache.get_or_compute(
+        tenant="globex", route="auto", query="q", compute=CountedCompute("globex"), visibility=Visibility.everything()
+    )
     await cache.drain()
     assert acme.key is not None
     assert globex.key is not None
@@ -70,14 +79,24 @@ async def test_a_bump_means_the_old_entry_is_never_served(backend: RedisBackend,
     cache = ExactCache(backend, versions, QueryResponse, prefix=prefix)
     other_replica = ExactCache(backend, KnowledgeVersions(backend, prefix=prefix), QueryResponse, prefix=prefix)
     compute = CountedCompute()
-    old = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)
+    old = await cache.get_or_compute(
+        tenant="acme", route="auto", query="q", compute=compute, visibility=Visibility.everything()
+    )
     await versions.bump("acme")
-    new = await other_replica.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)
+    new = await other_replica.get_or_compute(
+        tenant="acme", route="auto", query="q", compute=compute, visibility=Visibility.everything()
+    )
     assert (new.source, new.value.answer) == ("computed", "computed #2")
     assert old.key != new.key
-    globex = await cache.get_or_compute(tenant="globex", route="auto", query="q", compute=CountedCompute("g"))
+    globex = await cache.get_or_compute(
+        tenant="globex", route="auto", query="q", compute=CountedCompute("g"), visibility=Visibility.everything()
+    )
     await cache.drain()
-    assert (await cache.get_or_compute(tenant="globex", route="auto", query="q", compute=compute)).source == "hit"
+    assert (
+        await cache.get_or_compute(
+            tenant="globex", route="auto", query="q", compute=compute, visibility=Visibility.everything()
+        )
+    ).source == "hit"
     assert globex.source == "computed"
 
 
@@ -86,7 +105,11 @@ async def test_ttl_per_answering_route(backend: RedisBackend, prefix: str, redis
     ttls = {}
     for route in ("direct", "multi_hop", "single_hop"):
         outcome = await cache.get_or_compute(
-            tenant="acme", route="auto", query=route, compute=CountedCompute(route=route)
+            tenant="acme",
+            route="auto",
+            query=route,
+            compute=CountedCompute(route=route),
+            visibility=Visibility.everything(),
         )
         assert outcome.key is not None
         await cache.drain()
@@ -100,7 +123,12 @@ async def test_twenty_concurrent_misses_compute_once(backend: RedisBackend, pref
     cache = make_cache(backend, prefix)
     compute = CountedCompute(delay_s=0.2)
     outcomes = await asyncio.gather(
-        *(cache.get_or_compute(tenant="acme", route="auto", query="Popular?", compute=compute) for _ in range(20))
+        *(
+            cache.get_or_compute(
+                tenant="acme", route="auto", query="Popular?", compute=compute, visibility=Visibility.everything()
+            )
+            for _ in range(20)
+        )
     )
     assert compute.calls == 1
     assert {o.value.answer for o in outcomes} == {"computed #1"}
@@ -115,7 +143,9 @@ async def test_concurrent_misses_on_two_replicas_compute_once(prefix: str) -> No
     try:
         outcomes = await asyncio.gather(
             *(
-                caches[i % 2].get_or_compute(tenant="acme", route="auto", query="Popular?", compute=compute)
+                caches[i % 2].get_or_compute(
+                    tenant="acme", route="auto", query="Popular?", compute=compute, visibility=Visibility.everything()
+                )
                 for i in range(20)
             )
         )
@@ -131,12 +161,14 @@ async def test_a_dead_holders_lock_expires_and_another_replica_computes(
     backend: RedisBackend, prefix: str, redis: Redis
 ) -> None:
     cache = make_cache(backend, prefix, poll_s=0.02)
-    key = await cache.key_for("acme", "auto", "q")
+    key = await cache.key_for("acme", "auto", "q", visibility=Visibility.everything())
     assert key is not None
     await redis.set(lock_key(key), "a replica that crashed", px=300)
     loop = asyncio.get_running_loop()
     started = loop.time()
-    outcome = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=CountedCompute())
+    outcome = await cache.get_or_compute(
+        tenant="acme", route="auto", query="q", compute=CountedCompute(), visibility=Visibility.everything()
+    )
     assert outcome.source == "computed"
     assert 0.25 <= loop.time() - started < 2.0
 
@@ -216,10 +248,14 @@ async def test_a_miss_costs_two_round_trips_and_a_hit_one(prefix: str) -> None:
     try:
         cache = make_cache(RedisBackend(counting), prefix)
         compute = CountedCompute()
-        await cache.get_or_compute(tenant="acme", route="auto", query="Where is Kyoto?", compute=compute)
+        await cache.get_or_compute(
+            tenant="acme", route="auto", query="Where is Kyoto?", compute=compute, visibility=Visibility.everything()
+        )
         await cache.drain()  # the store, after the answer
         miss, counting.calls = counting.calls, []
-        await cache.get_or_compute(tenant="acme", route="auto", query="Where is Kyoto?", compute=compute)
+        await cache.get_or_compute(
+            tenant="acme", route="auto", query="Where is Kyoto?", compute=compute, visibility=Visibility.everything()
+        )
         hit = counting.calls
     finally:
         await counting.aclose()
@@ -238,7 +274,9 @@ async def test_a_request_that_read_the_version_looks_up_the_entry_alone(prefix: 
         compute = CountedCompute()
         with KnowledgeVersions.snapshot():
             await versions.current("acme")  # e.g. the router's probe, had it run first
-            await cache.get_or_compute(tenant="acme", route="auto", query="Where is Nara?", compute=compute)
+            await cache.get_or_compute(
+                tenant="acme", route="auto", query="Where is Nara?", compute=compute, visibility=Visibility.everything()
+            )
         await cache.drain()  # the answer is stored after it is served
     finally:
         await counting.aclose()
@@ -247,7 +285,7 @@ async def test_a_request_that_read_the_version_looks_up_the_entry_alone(prefix: 
 
 async def test_a_lookup_retried_after_its_reply_was_lost_holds_its_own_lock(backend: RedisBackend, prefix: str) -> None:
     """A retry runs the script again over the lock the first run took: still ours, not someone else's to wait for."""
-    head_tail = exact_key_parts(prefix, "acme", "auto", "Where is Osaka?")
+    head_tail = exact_key_parts(prefix, "acme", "auto", "Where is Osaka?", visibility="all")
     first = await backend.lookup_versioned(version_key(prefix, "acme"), head_tail, "me", 5)
     again = await backend.lookup_versioned(version_key(prefix, "acme"), head_tail, "me", 5)
     other = await backend.lookup_versioned(version_key(prefix, "acme"), head_tail, "you", 5)
@@ -261,12 +299,12 @@ async def test_the_lookup_script_builds_the_key_exact_key_builds(
     backend: RedisBackend, prefix: str, redis: Redis
 ) -> None:
     """Redis seeds a missing version from its clock and puts it between the key's head and tail, as ``exact_key``."""
-    head, tail = exact_key_parts(prefix, "acme", "auto", "Where is Kyoto?", {"top_k": 3})
+    head, tail = exact_key_parts(prefix, "acme", "auto", "Where is Kyoto?", {"top_k": 3}, visibility="all")
     seconds, _ = await redis.time()
     version, value, held = await backend.lookup_versioned(version_key(prefix, "acme"), (head, tail), "me", 5)
     assert (value, held) == (None, True)
     assert abs(version - seconds * 1000) < 5_000
-    key = exact_key(prefix, "acme", version, "auto", "Where is Kyoto?", {"top_k": 3})
+    key = exact_key(prefix, "acme", version, "auto", "Where is Kyoto?", {"top_k": 3}, visibility="all")
     assert await redis.get(lock_key(key)) == b"me"
     await backend.set_and_release(key, b"answer", 60, lock_key(key), "me")
     assert await backend.lookup_versioned(version_key(prefix, "acme"), (head, tail), "you", 5) == (

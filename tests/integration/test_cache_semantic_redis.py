@@ -19,6 +19,7 @@ from gateway.cache.versions import KnowledgeVersions
 from gateway.eval.semantic_cache import Pair, load_pairs
 from gateway.providers.embeddings import USEEmbeddings
 from gateway.providers.redis import ResilientRedis
+from pipelines.shared.visibility import Visibility
 from tests.integration.conftest import REDIS_TEST_URL
 
 pytestmark = pytest.mark.redis
@@ -47,8 +48,10 @@ def hardest_pair(category: str, embeddings: USEEmbeddings) -> Pair:
 
 
 async def test_a_paraphrase_hits(cache: SemanticCache, redis: Redis, prefix: str) -> None:
-    assert await cache.store("acme", 7, "How do I reset my VPN password?", None, b'{"answer":"vpn"}')
-    hit = await cache.lookup("acme", 7, "How can I reset the password for my VPN?")
+    assert await cache.store(
+        "acme", 7, "How do I reset my VPN password?", None, b'{"answer":"vpn"}', visibility=Visibility.everything()
+    )
+    hit = await cache.lookup("acme", 7, "How can I reset the password for my VPN?", visibility=Visibility.everything())
     assert hit is not None
     assert hit.payload == b'{"answer":"vpn"}'
     assert hit.matched_query == "How do I reset my VPN password?"
@@ -57,12 +60,23 @@ async def test_a_paraphrase_hits(cache: SemanticCache, redis: Redis, prefix: str
     assert keys
     assert all(key.startswith(f"{prefix}:sem:acme:v7:") for key in keys)
     assert min([await redis.pttl(key) for key in keys]) > 0  # entries and buckets expire
-    assert await cache.lookup("acme", 7, "How do I reset my VPN password?") is not None  # itself, too
+    assert (
+        await cache.lookup("acme", 7, "How do I reset my VPN password?", visibility=Visibility.everything()) is not None
+    )  # itself, too
 
 
 async def test_japanese_paraphrase_hits(cache: SemanticCache) -> None:
-    await cache.store("acme", 1, "VPNのパスワードをリセットする方法を教えてください。", None, b"vpn")
-    hit = await cache.lookup("acme", 1, "VPNのパスワードはどうすればリセットできますか？")
+    await cache.store(
+        "acme",
+        1,
+        "VPNのパスワードをリセットする方法を教えてください。",
+        None,
+        b"vpn",
+        visibility=Visibility.everything(),
+    )
+    hit = await cache.lookup(
+        "acme", 1, "VPNのパスワードはどうすればリセットできますか？", visibility=Visibility.everything()
+    )
     assert hit is not None
     assert hit.payload == b"vpn"
 
@@ -70,18 +84,25 @@ async def test_japanese_paraphrase_hits(cache: SemanticCache) -> None:
 @pytest.mark.parametrize("category", CATEGORIES)
 async def test_contrast_pairs_do_not_hit(cache: SemanticCache, embeddings: USEEmbeddings, category: str) -> None:
     pair = hardest_pair(category, embeddings)
-    await cache.store("acme", 1, pair.a, None, b"a")
-    assert await cache.lookup("acme", 1, pair.b) is None, (pair.a, pair.b)
+    await cache.store("acme", 1, pair.a, None, b"a", visibility=Visibility.everything())
+    assert await cache.lookup("acme", 1, pair.b, visibility=Visibility.everything()) is None, (pair.a, pair.b)
     if category != "topic":  # these are close enough to pass the threshold: the guard refused them
         assert cache.stats.rejected == 1
         assert find_contrast(pair.b, pair.a) is not None
 
 
 async def test_tenants_are_isolated(cache: SemanticCache) -> None:
-    await cache.store("acme", 1, "How do I reset my VPN password?", None, b"acme")
-    assert await cache.lookup("globex", 1, "How can I reset the password for my VPN?") is None
-    await cache.store("globex", 1, "How do I reset my VPN password?", None, b"globex")
-    hit = await cache.lookup("globex", 1, "How can I reset the password for my VPN?")
+    await cache.store("acme", 1, "How do I reset my VPN password?", None, b"acme", visibility=Visibility.everything())
+    assert (
+        await cache.lookup("globex", 1, "How can I reset the password for my VPN?", visibility=Visibility.everything())
+        is None
+    )
+    await cache.store(
+        "globex", 1, "How do I reset my VPN password?", None, b"globex", visibility=Visibility.everything()
+    )
+    hit = await cache.lookup(
+        "globex", 1, "How can I reset the password for my VPN?", visibility=Visibility.everything()
+    )
     assert hit is not None
     assert hit.payload == b"globex"
 
@@ -91,21 +112,35 @@ async def test_a_version_bump_makes_old_entries_unreachable(
 ) -> None:
     versions = KnowledgeVersions(backend, prefix=prefix)
     before = await versions.current("acme")
-    await cache.store("acme", before, "How do I reset my VPN password?", None, b"old")
+    await cache.store(
+        "acme", before, "How do I reset my VPN password?", None, b"old", visibility=Visibility.everything()
+    )
     after = await versions.bump("acme")
     assert after is not None
     assert after > before
     assert (
-        await cache.lookup("acme", await versions.current("acme"), "How can I reset the password for my VPN?") is None
+        await cache.lookup(
+            "acme",
+            await versions.current("acme"),
+            "How can I reset the password for my VPN?",
+            visibility=Visibility.everything(),
+        )
+        is None
     )
 
 
 async def test_entries_expire(backend: RedisBackend, embeddings: USEEmbeddings, prefix: str) -> None:
     cache = SemanticCache(backend, embeddings, prefix=prefix, ttl_s=0.3)
-    await cache.store("acme", 1, "How do I reset my VPN password?", None, b"x")
-    assert await cache.lookup("acme", 1, "How can I reset the password for my VPN?") is not None
+    await cache.store("acme", 1, "How do I reset my VPN password?", None, b"x", visibility=Visibility.everything())
+    assert (
+        await cache.lookup("acme", 1, "How can I reset the password for my VPN?", visibility=Visibility.everything())
+        is not None
+    )
     await asyncio.sleep(0.4)
-    assert await cache.lookup("acme", 1, "How can I reset the password for my VPN?") is None
+    assert (
+        await cache.lookup("acme", 1, "How can I reset the password for my VPN?", visibility=Visibility.everything())
+        is None
+    )
 
 
 async def test_redis_outage_degrades_to_a_miss(embeddings: USEEmbeddings) -> None:
@@ -113,8 +148,18 @@ async def test_redis_outage_degrades_to_a_miss(embeddings: USEEmbeddings) -> Non
     redis = ResilientRedis.from_url(f"redis://{host}:{closed_port()}/15", timeout_s=0.2, backoff_s=0.0)
     cache = SemanticCache(RedisBackend(redis), embeddings, prefix="unreachable")
     try:
-        assert await cache.store("acme", 1, "How do I reset my VPN password?", None, b"x") is False
-        assert await cache.lookup("acme", 1, "How can I reset the password for my VPN?") is None
+        assert (
+            await cache.store(
+                "acme", 1, "How do I reset my VPN password?", None, b"x", visibility=Visibility.everything()
+            )
+            is False
+        )
+        assert (
+            await cache.lookup(
+                "acme", 1, "How can I reset the password for my VPN?", visibility=Visibility.everything()
+            )
+            is None
+        )
         assert cache.stats.errors == 2
         assert redis.failures == 2  # no backoff here: both calls reached for Redis and failed
     finally:
@@ -136,10 +181,12 @@ async def test_lookup_touches_a_bounded_number_of_candidates(
     assert len(questions) == 500
     vectors = embeddings.embed_array(questions)
     for question, vector in zip(questions, vectors, strict=True):
-        await cache.store("acme", 1, question, vector, b"x")
-    await cache.lookup("acme", 1, "What is the travel policy for the sales team in office 3 and 4?")
+        await cache.store("acme", 1, question, vector, b"x", visibility=Visibility.everything())
+    await cache.lookup(
+        "acme", 1, "What is the travel policy for the sales team in office 3 and 4?", visibility=Visibility.everything()
+    )
     assert cache.stats.last_ids_seen > cache.stats.last_candidates  # more were filed than were fetched
     assert cache.stats.last_candidates <= 16
     assert cache.stats.last_ids_seen <= 24 * 8
-    buckets = [key async for key in redis.scan_iter(match=f"{prefix}:sem:acme:v1:any:h*", count=1000)]
+    buckets = [key async for key in redis.scan_iter(match=f"{prefix}:sem:acme:v1:rall:any:h*", count=1000)]
     assert max([await redis.zcard(key) for key in buckets]) <= 8  # buckets are trimmed as they fill

@@ -40,7 +40,7 @@ async def test_same_question_two_tenants_two_answers(make_client: Any) -> None:
 async def test_resending_a_document_replaces_it_and_delete_removes_it(make_client: Any) -> None:
     async with make_client(answer_with_first_passage) as (client, _):
         first = await upsert(client, "acme", "leave", "Acme employees get 25 days of annual leave.")
-        assert first == {"upserted": 1, "chunks": 1}
+        assert first == {"upserted": 1, "chunks": 1, "retagged": []}
         await upsert(client, "acme", "leave", "Acme employees get 28 days of annual leave.")
         assert "28 days" in (await ask(client, "acme", "How many days of annual leave?"))["answer"]
         deleted = await client.delete("/v1/documents/leave?tenant=acme")

@@ -88,3 +88,43 @@ async def test_sync_deletes_only_under_the_folders_it_was_given(
         capsys.readouterr()
         held = await listing(url)
     assert "faq/faq.md" in held  # another folder's file, untouched by this folder's sync
+
+
+async def access_listing(url: str) -> dict[str, object]:
+    async with httpx.AsyncClient(base_url=url) as client:
+        files = (await client.get("/v1/files?tenant=manuals")).json()["files"]
+    return {f["file"]: f["access"] for f in files}
+
+
+async def test_access_files_set_who_may_read_a_folder_and_a_changed_one_resends_only_its_files(
+    settings: Settings, embeddings: USEEmbeddings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``.access`` applies to its folder and below (the nearest wins); a file under none gets the tenant's
+    default; changing a folder's ``.access`` sends its files again (re-tagged by the gateway), no other."""
+    manuals = folder(tmp_path)
+    (manuals / "en" / ".access").write_text("# who reads the English manuals\nhr, eng\n")
+    (manuals / "ja" / ".access").write_text("tenant\n")
+    ingest = [str(manuals), "--tenant", "manuals"]
+    async with served(settings, embeddings) as url:
+        assert await asyncio.to_thread(main, [*ingest, "--url", url]) == 0
+        first = await access_listing(url)
+        capsys.readouterr()
+        (manuals / "en" / ".access").write_text("eng\n")
+        assert await asyncio.to_thread(main, [*ingest, "--url", url]) == 0
+        changed_out = capsys.readouterr().out
+        second = await access_listing(url)
+        (manuals / "ja" / ".access").write_text("*everyone\n")
+        refused = await asyncio.to_thread(main, [*ingest, "--url", url])
+        after_refusal = await access_listing(url)
+
+    assert first == {
+        **{f"manuals/en/handbook.{k}": ["eng", "hr"] for k in ("md", "pdf", "docx")},
+        **{f"manuals/ja/handbook.{k}": "tenant" for k in ("md", "pdf", "docx")},
+    }
+    assert "3 files indexed" in changed_out
+    assert "3 unchanged" in changed_out
+    assert {name: access for name, access in second.items() if "/en/" in name} == {
+        f"manuals/en/handbook.{k}": ["eng"] for k in ("md", "pdf", "docx")
+    }
+    assert refused == 1  # an invalid group stops the sync before anything is sent
+    assert after_refusal == second

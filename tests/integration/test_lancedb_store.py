@@ -11,6 +11,7 @@ from gateway.providers.vectorstores.fusion import query_terms
 from gateway.providers.vectorstores.lance import LanceVectorStore
 from gateway.providers.vectorstores.memory import InMemoryVectorStore
 from pipelines.shared.fusion import reciprocal_rank_fusion
+from pipelines.shared.visibility import Visibility
 
 
 def chunk(doc: str, index: int, vector: list[float], text: str = "t") -> ChunkRecord:
@@ -22,7 +23,7 @@ async def test_documents_survive_a_restart(tmp_path: Path) -> None:
     await store.replace_document("acme", "a", [chunk("a", 0, [1, 0, 0], "alpha")])
     await store.close()
     reopened = await LanceVectorStore.open(tmp_path, 3)
-    found = await reopened.search("acme", [1, 0, 0], 5)
+    found = await reopened.search("acme", [1, 0, 0], 5, visibility=Visibility.everything())
     assert [(p.chunk_id, p.text, p.metadata) for p in found] == [("a#0", "alpha", {"n": 0})]
     assert found[0].score == pytest.approx(1.0, abs=1e-5)
 
@@ -33,16 +34,18 @@ async def test_replace_leaves_only_the_new_chunks(tmp_path: Path) -> None:
     await store.replace_document("acme", "b", [chunk("b", 0, [0, 0, 1])])
     await store.replace_document("acme", "a", [chunk("a", 0, [1, 0, 0], "new")])
     assert await store.count_chunks("acme") == 2
-    texts = {p.chunk_id: p.text for p in await store.search("acme", [1, 0, 0], 10)}
+    texts = {p.chunk_id: p.text for p in await store.search("acme", [1, 0, 0], 10, visibility=Visibility.everything())}
     assert texts == {"a#0": "new", "b#0": "t"}
 
 
 async def test_tenants_are_separate_tables(tmp_path: Path) -> None:
     store = await LanceVectorStore.open(tmp_path, 3)
     await store.replace_document("acme", "secret", [chunk("secret", 0, [1, 0, 0])])
-    assert await store.search("globex", [1, 0, 0], 10) == []
+    assert await store.search("globex", [1, 0, 0], 10, visibility=Visibility.everything()) == []
     await store.replace_document("globex", "other", [chunk("other", 0, [1, 0, 0])])
-    assert [p.doc_id for p in await store.search("globex", [1, 0, 0], 10)] == ["other"]
+    assert [p.doc_id for p in await store.search("globex", [1, 0, 0], 10, visibility=Visibility.everything())] == [
+        "other"
+    ]
     assert await store.delete_document("globex", "secret") is False
     assert await store.count_chunks("acme") == 1
 
@@ -58,7 +61,7 @@ async def test_delete_reports_whether_anything_was_removed(tmp_path: Path) -> No
 async def test_invalid_tenant_never_reaches_the_store(tmp_path: Path) -> None:
     store = await LanceVectorStore.open(tmp_path, 3)
     with pytest.raises(ValueError, match="invalid tenant"):
-        await store.search("../escape", [1, 0, 0], 1)
+        await store.search("../escape", [1, 0, 0], 1, visibility=Visibility.everything())
 
 
 @pytest.mark.parametrize("store_kind", ["lancedb", "memory"])
@@ -76,12 +79,21 @@ async def test_keyword_search_matches_japanese_by_bigrams_and_reports_the_cosine
     )
     await store.replace_document("acme", "k2", [chunk("k2", 0, [0, 0, 1], "The Kumo Carrier K2 lifts 150 kg.")])
     vector = [0.6, 0.8, 0.0]
-    found = await store.keyword_search("acme", query_terms("解約したら日割りになりますか"), vector, 5)
+    found = await store.keyword_search(
+        "acme", query_terms("解約したら日割りになりますか"), vector, 5, visibility=Visibility.everything()
+    )
     assert [p.doc_id for p in found][:1] == ["cancel"]  # 解約, 日割: the failed-payment passage shares only kana
     assert "k2" not in [p.doc_id for p in found]
     assert found[0].score == pytest.approx(0.8, abs=1e-5)
-    assert [p.doc_id for p in await store.keyword_search("acme", query_terms("Kumo K2 payload"), vector, 5)] == ["k2"]
-    assert await store.keyword_search("globex", query_terms("解約"), vector, 5) == []
+    assert [
+        p.doc_id
+        for p in await store.keyword_search(
+            "acme", query_terms("Kumo K2 payload"), vector, 5, visibility=Visibility.everything()
+        )
+    ] == ["k2"]
+    assert (
+        await store.keyword_search("globex", query_terms("解約"), vector, 5, visibility=Visibility.everything()) == []
+    )
 
 
 async def test_hybrid_search_fuses_a_keyword_only_hit_into_the_top_k(tmp_path: Path) -> None:
@@ -90,8 +102,10 @@ async def test_hybrid_search_fuses_a_keyword_only_hit_into_the_top_k(tmp_path: P
     await store.replace_document("acme", "near", [chunk("near", 0, [1, 0, 0], "general overview")])
     await store.replace_document("acme", "mid", [chunk("mid", 0, [0.9, 0.1, 0], "another overview")])
     await store.replace_document("acme", "named", [chunk("named", 0, [0, 0, 1], "the Zephyrine protocol")])
-    dense = await store.search("acme", [1, 0, 0], 3)
-    keyword = await store.keyword_search("acme", query_terms("Zephyrine"), [1, 0, 0], 3)
+    dense = await store.search("acme", [1, 0, 0], 3, visibility=Visibility.everything())
+    keyword = await store.keyword_search(
+        "acme", query_terms("Zephyrine"), [1, 0, 0], 3, visibility=Visibility.everything()
+    )
     assert [p.doc_id for p in dense] == ["near", "mid", "named"]
     fused = reciprocal_rank_fusion([dense, keyword], 2)
     assert [p.doc_id for p in fused] == ["named", "near"]
@@ -112,14 +126,21 @@ async def test_linked_search_finds_the_chunks_about_the_keys_and_survives_a_rest
     await store.replace_document("acme", "dunmore", [about("dunmore", ("dunmore", "ダンモア"), [0, 0, 1])])
     await store.replace_document("acme", "it's", [about("it's", ("it's",), [1, 0, 0])])  # a quote in a key
 
-    found = await store.linked_search("acme", ["ダンモア", "mara quill", "it's"], [0, 0.6, 0.8], 5)
+    found = await store.linked_search(
+        "acme", ["ダンモア", "mara quill", "it's"], [0, 0.6, 0.8], 5, visibility=Visibility.everything()
+    )
     assert [p.doc_id for p in found] == ["dunmore", "quill", "it's"]
-    assert await store.linked_search("acme", ["nobody"], [1, 0, 0], 5) == []
-    assert await store.linked_search("globex", ["mara quill"], [1, 0, 0], 5) == []
+    assert await store.linked_search("acme", ["nobody"], [1, 0, 0], 5, visibility=Visibility.everything()) == []
+    assert await store.linked_search("globex", ["mara quill"], [1, 0, 0], 5, visibility=Visibility.everything()) == []
     if isinstance(store, LanceVectorStore):
         await store.close()
         reopened = await LanceVectorStore.open(tmp_path, 3)
-        assert [p.doc_id for p in await reopened.linked_search("acme", ["mara quill"], [1, 0, 0], 5)] == ["quill"]
+        assert [
+            p.doc_id
+            for p in await reopened.linked_search(
+                "acme", ["mara quill"], [1, 0, 0], 5, visibility=Visibility.everything()
+            )
+        ] == ["quill"]
         exported = await reopened.export_chunks("acme")
         assert exported is not None
         assert dict(zip(exported.doc_ids, exported.about, strict=True))["dunmore"] == ("dunmore", "ダンモア")
@@ -145,8 +166,8 @@ async def test_a_table_written_before_links_existed_keeps_working_without_them(t
     await db.create_table("kb_acme", schema=old)
     store = await LanceVectorStore.open(tmp_path, 3)
     await store.replace_document("acme", "quill", [about("quill", ("mara quill",), [0, 1, 0])])
-    assert [p.doc_id for p in await store.search("acme", [0, 1, 0], 5)] == ["quill"]
-    assert await store.linked_search("acme", ["mara quill"], [0, 1, 0], 5) == []
+    assert [p.doc_id for p in await store.search("acme", [0, 1, 0], 5, visibility=Visibility.everything())] == ["quill"]
+    assert await store.linked_search("acme", ["mara quill"], [0, 1, 0], 5, visibility=Visibility.everything()) == []
     exported = await store.export_chunks("acme")
     assert exported is not None
     assert exported.about == []

@@ -16,6 +16,7 @@ from pinecone.errors.exceptions import PineconeError
 from gateway.errors import ClientError, ProviderError, ProviderUnavailableError
 from gateway.providers.vectorstores.base import ChunkRecord
 from gateway.providers.vectorstores.pinecone_store import PineconeVectorStore
+from pipelines.shared.visibility import Visibility
 from tests.fakes.pinecone_server import FAKE_API_KEY, FakePinecone, running_fake_pinecone
 from tests.ports import free_port
 
@@ -68,7 +69,7 @@ async def test_search_ranks_by_cosine_similarity(store: PineconeVectorStore) -> 
     await store.replace_document("acme", "paris", _chunks("paris", [[0, 0, 1, 0], [0, 0.6, 0.8, 0]]))
     query = [0.9, 0.1, 0.0, 0.0]
 
-    hits = await store.search("acme", query, k=3)
+    hits = await store.search("acme", query, k=3, visibility=Visibility.everything())
 
     assert [h.chunk_id for h in hits] == ["osaka#0", "osaka#1", "paris#1"]
     assert [h.doc_id for h in hits] == ["osaka", "osaka", "paris"]
@@ -85,11 +86,16 @@ async def test_linked_search_finds_the_chunks_about_the_keys_by_cosine(store: Pi
     await store.replace_document("acme", "kiss", about("kiss", ("kiss and tell",), [1, 0, 0, 0]))
     await store.replace_document("acme", "black", about("black", ("shirley temple black", "black"), [0, 0, 1, 0]))
 
-    hits = await store.linked_search("acme", ["shirley temple", "black"], [0, 0.6, 0.8, 0], k=5)
+    hits = await store.linked_search(
+        "acme", ["shirley temple", "black"], [0, 0.6, 0.8, 0], k=5, visibility=Visibility.everything()
+    )
 
     assert [h.doc_id for h in hits] == ["black", "temple"]
-    assert await store.linked_search("acme", ["nobody"], [1, 0, 0, 0], k=5) == []
-    assert await store.linked_search("other", ["shirley temple"], [1, 0, 0, 0], k=5) == []
+    assert await store.linked_search("acme", ["nobody"], [1, 0, 0, 0], k=5, visibility=Visibility.everything()) == []
+    assert (
+        await store.linked_search("other", ["shirley temple"], [1, 0, 0, 0], k=5, visibility=Visibility.everything())
+        == []
+    )
 
 
 async def test_reupsert_with_fewer_chunks_removes_leftovers(store: PineconeVectorStore, fake: FakePinecone) -> None:
@@ -99,7 +105,7 @@ async def test_reupsert_with_fewer_chunks_removes_leftovers(store: PineconeVecto
     await store.replace_document("acme", "doc", new)
 
     assert fake.ids("acme") == ["doc#0"]
-    hits = await store.search("acme", [0, 1, 0, 0], k=10)
+    hits = await store.search("acme", [0, 1, 0, 0], k=10, visibility=Visibility.everything())
     assert [(h.chunk_id, h.text, h.title) for h in hits] == [("doc#0", "only chunk", "v2")]
 
 
@@ -140,10 +146,10 @@ async def test_tenants_are_isolated_by_namespace(store: PineconeVectorStore, fak
     await store.replace_document("tenant-a", "secret", _chunks("secret", [[1, 0, 0, 0]]))
     await store.replace_document("tenant-b", "public", _chunks("public", [[0, 1, 0, 0]]))
 
-    hits = await store.search("tenant-b", [1, 0, 0, 0], k=10)
+    hits = await store.search("tenant-b", [1, 0, 0, 0], k=10, visibility=Visibility.everything())
 
     assert [h.doc_id for h in hits] == ["public"]
-    assert await store.search("tenant-c", [1, 0, 0, 0], k=10) == []
+    assert await store.search("tenant-c", [1, 0, 0, 0], k=10, visibility=Visibility.everything()) == []
     assert await store.delete_document("tenant-b", "secret") is False
     assert fake.ids("tenant-a") == ["secret#0"]
 
@@ -153,7 +159,7 @@ async def test_delete_returns_true_then_false(store: PineconeVectorStore) -> Non
 
     assert await store.delete_document("acme", "doc") is True
     assert await store.delete_document("acme", "doc") is False
-    assert await store.search("acme", [1, 0, 0, 0], k=5) == []
+    assert await store.search("acme", [1, 0, 0, 0], k=5, visibility=Visibility.everything()) == []
 
 
 async def test_metadata_round_trips_through_flat_pinecone_metadata(
@@ -162,12 +168,13 @@ async def test_metadata_round_trips_through_flat_pinecone_metadata(
     metadata = {"source": "wiki", "tags": ["a", "b"], "nested": {"year": 2024, "ok": True}, "city": "大阪"}
     await store.replace_document("acme", "doc", _chunks("doc", [[1, 0, 0, 0]], **metadata))
 
-    [hit] = await store.search("acme", [1, 0, 0, 0], k=1)
+    [hit] = await store.search("acme", [1, 0, 0, 0], k=1, visibility=Visibility.everything())
 
     assert hit.metadata == metadata
     assert (hit.title, hit.text) == ("doc title", "doc chunk 0")
     stored = fake.namespaces["acme"]["doc#0"]["metadata"]
-    assert set(stored) == {"doc_id", "chunk_index", "title", "text", "metadata_json", "about"}
+    assert set(stored) == {"doc_id", "chunk_index", "title", "text", "metadata_json", "about", "access"}
+    assert stored["access"] == ["~"]  # no access given: UNSET, the tenant's policy decides
     assert isinstance(stored["metadata_json"], str)
 
 
@@ -181,7 +188,7 @@ async def test_server_down_raises_provider_unavailable() -> None:
     store = await PineconeVectorStore.open(FAKE_API_KEY, f"http://127.0.0.1:{free_port()}", "idx", DIM)
     try:
         with pytest.raises(ProviderUnavailableError) as search_error:
-            await store.search("acme", [1, 0, 0, 0], k=3)
+            await store.search("acme", [1, 0, 0, 0], k=3, visibility=Visibility.everything())
         assert search_error.value.provider == "vector_store"
         assert isinstance(search_error.value.__cause__, PineconeError)
         with pytest.raises(ProviderUnavailableError):
@@ -198,7 +205,7 @@ async def test_server_down_raises_provider_unavailable() -> None:
 async def test_upstream_5xx_is_unavailable(store: PineconeVectorStore, fake: FakePinecone) -> None:
     fake.fail_with = 503
     with pytest.raises(ProviderUnavailableError) as caught:
-        await store.search("acme", [1, 0, 0, 0], k=3)
+        await store.search("acme", [1, 0, 0, 0], k=3, visibility=Visibility.everything())
     assert caught.value.status_code == 503
 
 
@@ -206,7 +213,7 @@ async def test_rejected_api_key_is_a_provider_error(fake: FakePinecone) -> None:
     store = await PineconeVectorStore.open("wrong-key", fake.url, "test-index", DIM)
     try:
         with pytest.raises(ProviderError) as caught:
-            await store.search("acme", [1, 0, 0, 0], k=3)
+            await store.search("acme", [1, 0, 0, 0], k=3, visibility=Visibility.everything())
         assert type(caught.value) is ProviderError
         with pytest.raises(ProviderUnavailableError):
             await store.ping()  # readiness: any failure means "cannot serve"
@@ -216,11 +223,11 @@ async def test_rejected_api_key_is_a_provider_error(fake: FakePinecone) -> None:
 
 async def test_input_errors_fail_before_the_network(store: PineconeVectorStore, fake: FakePinecone) -> None:
     with pytest.raises(ValueError, match="invalid tenant"):
-        await store.search("../other", [1, 0, 0, 0], k=1)
+        await store.search("../other", [1, 0, 0, 0], k=1, visibility=Visibility.everything())
     with pytest.raises(ClientError):
         await store.replace_document("acme", "café", _chunks("café", [[1, 0, 0, 0]]))
     assert await store.delete_document("acme", "café") is False
     with pytest.raises(ProviderError, match="dimensions"):
-        await store.search("acme", [1, 0, 0], k=1)
-    assert await store.search("acme", [1, 0, 0, 0], k=0) == []
+        await store.search("acme", [1, 0, 0], k=1, visibility=Visibility.everything())
+    assert await store.search("acme", [1, 0, 0, 0], k=0, visibility=Visibility.everything()) == []
     assert fake.requests == []

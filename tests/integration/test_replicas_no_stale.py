@@ -22,6 +22,7 @@ from gateway.providers.vectorstores.base import ChunkRecord, VectorStore
 from gateway.providers.vectorstores.lance import LanceVectorStore
 from gateway.settings import Settings
 from pipelines.shared.deps import Passage
+from pipelines.shared.visibility import Visibility
 from tests.fakes.scripted_chat import ScriptedChatModel
 from tests.redis_proxy import ThreadedProxy
 from tests.scripted import answer_with_first_passage
@@ -59,8 +60,8 @@ class HookedStore(VectorStore):
             self.before_write()
         return await self._inner.delete_document(tenant, doc_id)
 
-    async def search(self, tenant: str, vector: Sequence[float], k: int) -> list[Passage]:
-        found = await self._inner.search(tenant, vector, k)
+    async def search(self, tenant: str, vector: Sequence[float], k: int, *, visibility: Visibility) -> list[Passage]:
+        found = await self._inner.search(tenant, vector, k, visibility=visibility)
         if self.after_search is not None:
             await self.after_search()
         return found

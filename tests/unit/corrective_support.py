@@ -32,6 +32,7 @@ from pipelines.shared import events as ev
 from pipelines.shared.deps import Passage, WebSearch
 from pipelines.shared.generation import GroundingPolicy
 from pipelines.shared.relevance import relevance
+from pipelines.shared.visibility import Visibility
 from pipelines.single_hop.state import SingleHopContext
 from routes.table import PipelineContexts, RoutePolicy, RouteTable
 from tests.fakes.scripted_chat import ScriptedChatModel
@@ -276,8 +277,10 @@ async def run_graph(
     query_vector: list[float] | None = None,
     search: WebSearch | None = None,
     clock: Callable[[], float] = time.monotonic,
+    visibility: Visibility | None = None,
 ) -> tuple[CorrectiveState, ScriptedChatModel]:
-    """One run of the corrective graph; ``clock`` is its time budget's (a :class:`FakeClock`'s ``monotonic``)."""
+    """One run of the corrective graph; ``clock`` is its time budget's (a :class:`FakeClock`'s ``monotonic``);
+    ``visibility`` the reader's (everything by default)."""
     policy = policy or CorrectivePolicy()
     llm, model = make_llm(script)
     search = search or LocalStoreSearch(knowledge)
@@ -290,6 +293,7 @@ async def run_graph(
         "top_k": top_k,
         "started_at": clock() if started_at is None else started_at,
         "query_vector": query_vector,
+        "visibility": Visibility.everything() if visibility is None else visibility,
     }
     output = await build_graph().ainvoke(initial, context=context, config={"recursion_limit": policy.recursion_limit})
     state = CorrectiveState(**output)
@@ -337,9 +341,9 @@ class RecordingSearch:
         self.inner = LocalStoreSearch(knowledge)
         self.calls: list[tuple[str, int]] = []
 
-    async def search(self, tenant: str, query: str, k: int) -> list[Passage]:
+    async def search(self, tenant: str, query: str, k: int, *, visibility: Visibility) -> list[Passage]:
         self.calls.append((query, k))
-        return await self.inner.search(tenant, query, k)
+        return await self.inner.search(tenant, query, k, visibility=visibility)
 
 
 class FakeClock:
@@ -361,7 +365,7 @@ async def scores(knowledge: KnowledgeBase, query: str, k: int = 5, search_query:
     against ``query``. The evaluator scores a search_more round with the better of the question and the
     rewritten query, so to probe such a round pass the rewrite as both ``query`` and ``search_query``."""
     model = CorrectivePolicy().relevance
-    found = await knowledge.search(TENANT, search_query or query, k)
+    found = await knowledge.search(TENANT, search_query or query, k, visibility=Visibility.everything())
     return {p.doc_id: relevance(model, query, p.title, p.text, p.score) for p in found}
 
 
@@ -371,6 +375,11 @@ async def follow_up_score(
     """The fast score a search_more round gives ``doc_id``: the passage as found by the rewrite or the expansion
     (whichever scores it higher), scored against the better of the question and the rewrite."""
     model = CorrectivePolicy().relevance
-    found = [p for q in (rewrite, expansion) for p in await knowledge.search(tenant, q, 5) if p.doc_id == doc_id]
+    found = [
+        p
+        for q in (rewrite, expansion)
+        for p in await knowledge.search(tenant, q, 5, visibility=Visibility.everything())
+        if p.doc_id == doc_id
+    ]
     best = max(found, key=lambda p: p.score)
     return max(relevance(model, q, best.title, best.text, best.score) for q in (question, rewrite))

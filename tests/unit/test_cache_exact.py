@@ -16,6 +16,7 @@ from gateway.cache.keys import lock_key
 from gateway.cache.single_flight import SingleFlight
 from gateway.cache.versions import KnowledgeVersions
 from gateway.query.schemas import QueryResponse
+from pipelines.shared.visibility import Visibility
 from tests.scripted import CountedCompute, query_response
 
 
@@ -73,9 +74,13 @@ def make_cache(backend: MemoryBackend, **kwargs: Any) -> ExactCache[QueryRespons
 async def test_a_miss_computes_and_stores_then_the_same_question_hits() -> None:
     cache = make_cache(MemoryBackend())
     compute = CountedCompute()
-    first = await cache.get_or_compute(tenant="acme", route="auto", query="What is X?", compute=compute)
+    first = await cache.get_or_compute(
+        tenant="acme", route="auto", query="What is X?", compute=compute, visibility=Visibility.everything()
+    )
     await cache.drain()  # the answer went before its store: wait for that
-    second = await cache.get_or_compute(tenant="acme", route="auto", query="  what is x? ", compute=compute)
+    second = await cache.get_or_compute(
+        tenant="acme", route="auto", query="  what is x? ", compute=compute, visibility=Visibility.everything()
+    )
     assert (first.source, first.cached, second.source, second.cached) == ("computed", False, "hit", True)
     assert second.value == first.value  # the full response round-trips through JSON
     assert compute.calls == 1
@@ -102,18 +107,25 @@ async def test_the_answer_goes_before_its_store_and_a_repeat_meanwhile_shares_it
     cache = make_cache(backend)
     compute = CountedCompute()
     first = await asyncio.wait_for(
-        cache.get_or_compute(tenant="acme", route="auto", query="What is X?", compute=compute), 5.0
+        cache.get_or_compute(
+            tenant="acme", route="auto", query="What is X?", compute=compute, visibility=Visibility.everything()
+        ),
+        5.0,
     )
     assert first.source == "computed"
     assert cache.stats.stores == 0  # answered; not stored yet
     assert cache.storing == 1
-    second = await cache.get_or_compute(tenant="acme", route="auto", query="What is X?", compute=compute)
+    second = await cache.get_or_compute(
+        tenant="acme", route="auto", query="What is X?", compute=compute, visibility=Visibility.everything()
+    )
     assert (second.source, second.cached, second.value) == ("coalesced", True, first.value)
     assert compute.calls == 1
     backend.let_go.set()
     await cache.drain()
     assert (cache.stats.stores, cache.storing) == (1, 0)
-    third = await cache.get_or_compute(tenant="acme", route="auto", query="What is X?", compute=compute)
+    third = await cache.get_or_compute(
+        tenant="acme", route="auto", query="What is X?", compute=compute, visibility=Visibility.everything()
+    )
     assert (third.source, compute.calls) == ("hit", 1)
 
 
@@ -127,7 +139,11 @@ async def test_drain_waits_for_a_computation_whose_caller_left_and_its_store() -
         await release.wait()
         return query_response("late")
 
-    caller = asyncio.ensure_future(cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute))
+    caller = asyncio.ensure_future(
+        cache.get_or_compute(
+            tenant="acme", route="auto", query="q", compute=compute, visibility=Visibility.everything()
+        )
+    )
     await asyncio.sleep(0.01)
     caller.cancel()
     draining = asyncio.ensure_future(cache.drain())
@@ -141,7 +157,7 @@ async def test_drain_waits_for_a_computation_whose_caller_left_and_its_store() -
 
 async def test_get_and_set_by_key() -> None:
     cache = make_cache(MemoryBackend())
-    key = await cache.key_for("acme", "auto", "q")
+    key = await cache.key_for("acme", "auto", "q", visibility=Visibility.everything())
     assert key is not None
     assert await cache.get(key) is None
     assert await cache.set(key, query_response("a"))
@@ -150,11 +166,17 @@ async def test_get_and_set_by_key() -> None:
 
 async def test_tenants_never_share_entries() -> None:
     cache = make_cache(MemoryBackend())
-    acme = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=CountedCompute("acme"))
-    globex = await cache.get_or_compute(tenant="globex", route="auto", query="q", compute=CountedCompute("globex"))
+    acme = await cache.get_or_compute(
+        tenant="acme", route="auto", query="q", compute=CountedCompute("acme"), visibility=Visibility.everything()
+    )
+    globex = await cache.get_or_compute(
+        tenant="globex", route="auto", query="q", compute=CountedCompute("globex"), visibility=Visibility.everything()
+    )
     assert acme.key != globex.key
     assert (acme.source, globex.source) == ("computed", "computed")
-    again = await cache.get_or_compute(tenant="globex", route="auto", query="q", compute=CountedCompute("never"))
+    again = await cache.get_or_compute(
+        tenant="globex", route="auto", query="q", compute=CountedCompute("never"), visibility=Visibility.everything()
+    )
     assert again.value.answer == "globex #1"
 
 
@@ -163,9 +185,13 @@ async def test_a_version_bump_makes_earlier_answers_unreachable() -> None:
     versions = KnowledgeVersions(backend, prefix="t")
     cache = ExactCache(backend, versions, QueryResponse, prefix="t")
     compute = CountedCompute()
-    before = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)
+    before = await cache.get_or_compute(
+        tenant="acme", route="auto", query="q", compute=compute, visibility=Visibility.everything()
+    )
     await versions.bump("acme")
-    after = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)
+    after = await cache.get_or_compute(
+        tenant="acme", route="auto", query="q", compute=compute, visibility=Visibility.everything()
+    )
     assert (after.source, after.value.answer, compute.calls) == ("computed", "computed #2", 2)
     assert after.key != before.key
     await cache.drain()  # answers are stored after they are served
@@ -175,8 +201,12 @@ async def test_a_version_bump_makes_earlier_answers_unreachable() -> None:
 async def test_options_that_change_the_work_are_part_of_the_key() -> None:
     cache = make_cache(MemoryBackend())
     compute = CountedCompute()
-    await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute, params={"top_k": 4})
-    other = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute, params={"top_k": 8})
+    await cache.get_or_compute(
+        tenant="acme", route="auto", query="q", compute=compute, params={"top_k": 4}, visibility=Visibility.everything()
+    )
+    other = await cache.get_or_compute(
+        tenant="acme", route="auto", query="q", compute=compute, params={"top_k": 8}, visibility=Visibility.everything()
+    )
     assert other.source == "computed"
 
 
@@ -184,9 +214,18 @@ async def test_each_answering_route_has_its_own_ttl_and_zero_means_uncached() ->
     backend = MemoryBackend()
     cache = make_cache(backend, route_ttls={"direct": 0, "multi_hop": 3600}, default_ttl_s=60)
     for route in ("single_hop", "multi_hop", "direct"):
-        await cache.get_or_compute(tenant="acme", route="auto", query=route, compute=CountedCompute(route=route))
+        await cache.get_or_compute(
+            tenant="acme",
+            route="auto",
+            query=route,
+            compute=CountedCompute(route=route),
+            visibility=Visibility.everything(),
+        )
     await cache.drain()  # answers are stored after they are served
-    keys = {route: await cache.key_for("acme", "auto", route) for route in ("single_hop", "multi_hop", "direct")}
+    keys = {
+        route: await cache.key_for("acme", "auto", route, visibility=Visibility.everything())
+        for route in ("single_hop", "multi_hop", "direct")
+    }
     assert backend.ttl_remaining(keys["single_hop"] or "") == pytest.approx(60, abs=1)
     assert backend.ttl_remaining(keys["multi_hop"] or "") == pytest.approx(3600, abs=1)
     assert await cache.get(keys["direct"] or "") is None
@@ -196,7 +235,7 @@ async def test_each_answering_route_has_its_own_ttl_and_zero_means_uncached() ->
 
 async def test_a_predicate_can_refuse_values() -> None:
     cache = make_cache(MemoryBackend(), cacheable=lambda r: not r.abstained)
-    key = await cache.key_for("acme", "auto", "q")
+    key = await cache.key_for("acme", "auto", "q", visibility=Visibility.everything())
     assert key is not None
     assert not await cache.set(key, query_response("I don't know", abstained=True))
     assert await cache.get(key) is None
@@ -205,7 +244,7 @@ async def test_a_predicate_can_refuse_values() -> None:
 async def test_entries_that_no_longer_decode_are_misses(caplog: pytest.LogCaptureFixture) -> None:
     backend = MemoryBackend()
     cache = make_cache(backend)
-    key = await cache.key_for("acme", "auto", "q")
+    key = await cache.key_for("acme", "auto", "q", visibility=Visibility.everything())
     assert key is not None
     await backend.set(key, msgspec.json.encode({"answer": "old schema"}), 60)
     with caplog.at_level(logging.WARNING):
@@ -221,10 +260,12 @@ async def test_an_entry_that_no_longer_decodes_is_recomputed_under_the_lock_or_b
 
     for backend, source in ((MemoryBackend(), "computed"), (NoLocks(), "bypass")):
         cache = make_cache(backend)
-        key = await cache.key_for("acme", "auto", "q")
+        key = await cache.key_for("acme", "auto", "q", visibility=Visibility.everything())
         assert key is not None
         await backend.set(key, msgspec.json.encode({"answer": "old schema"}), 60)
-        outcome = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=CountedCompute())
+        outcome = await cache.get_or_compute(
+            tenant="acme", route="auto", query="q", compute=CountedCompute(), visibility=Visibility.everything()
+        )
         assert outcome.source == source
         await cache.drain()
         stored = await cache.get(key)
@@ -235,14 +276,21 @@ async def test_twenty_concurrent_identical_misses_compute_once() -> None:
     cache = make_cache(MemoryBackend())
     compute = CountedCompute(delay_s=0.1)
     outcomes = await asyncio.gather(
-        *(cache.get_or_compute(tenant="acme", route="auto", query="Popular?", compute=compute) for _ in range(20))
+        *(
+            cache.get_or_compute(
+                tenant="acme", route="auto", query="Popular?", compute=compute, visibility=Visibility.everything()
+            )
+            for _ in range(20)
+        )
     )
     assert compute.calls == 1
     assert {o.value.answer for o in outcomes} == {"computed #1"}
     assert sorted(o.source for o in outcomes) == ["coalesced"] * 19 + ["computed"]
     assert cache.stats.coalesced == 19
     await cache.drain()
-    late = await cache.get_or_compute(tenant="acme", route="auto", query="popular?", compute=compute)
+    late = await cache.get_or_compute(
+        tenant="acme", route="auto", query="popular?", compute=compute, visibility=Visibility.everything()
+    )
     assert late.source == "hit"
 
 
@@ -252,11 +300,21 @@ async def test_a_question_asked_after_a_change_never_joins_a_computation_begun_b
     versions = KnowledgeVersions(backend, prefix="t")
     cache = ExactCache(backend, versions, QueryResponse, prefix="t")
     compute = CountedCompute(delay_s=0.1)
-    before = asyncio.create_task(cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute))
-    joined = asyncio.create_task(cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute))
+    before = asyncio.create_task(
+        cache.get_or_compute(
+            tenant="acme", route="auto", query="q", compute=compute, visibility=Visibility.everything()
+        )
+    )
+    joined = asyncio.create_task(
+        cache.get_or_compute(
+            tenant="acme", route="auto", query="q", compute=compute, visibility=Visibility.everything()
+        )
+    )
     await asyncio.sleep(0.02)  # both have looked up; the first is computing
     await versions.bump("acme")
-    after = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)
+    after = await cache.get_or_compute(
+        tenant="acme", route="auto", query="q", compute=compute, visibility=Visibility.everything()
+    )
     first, second = await before, await joined
     assert (first.source, second.source, after.source) == ("computed", "coalesced", "computed")
     assert compute.calls == 2
@@ -285,14 +343,20 @@ async def test_a_caller_gone_while_its_lookup_took_the_lock_still_computes_store
     backend = SlowReplies(0.05)
     cache = make_cache(backend)
     compute = CountedCompute()
-    asked = asyncio.create_task(cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute))
+    asked = asyncio.create_task(
+        cache.get_or_compute(
+            tenant="acme", route="auto", query="q", compute=compute, visibility=Visibility.everything()
+        )
+    )
     await asyncio.sleep(0.01)  # the lock is taken; the reply is on its way
     asked.cancel()
     with pytest.raises(asyncio.CancelledError):
         await asked
     await asyncio.sleep(0.1)
     assert compute.calls == 1
-    again = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)
+    again = await cache.get_or_compute(
+        tenant="acme", route="auto", query="q", compute=compute, visibility=Visibility.everything()
+    )
     assert (again.source, compute.calls) == ("hit", 1)
     assert again.key is not None
     assert await backend.get(lock_key(again.key)) is None
@@ -313,7 +377,9 @@ async def test_a_bypass_is_computed_in_the_callers_task_so_a_caller_gone_cancels
             raise
         return query_response("late", "direct")
 
-    asked = asyncio.create_task(cache.get_or_compute(tenant="acme", route="auto", query="q", compute=slow))
+    asked = asyncio.create_task(
+        cache.get_or_compute(tenant="acme", route="auto", query="q", compute=slow, visibility=Visibility.everything())
+    )
     await asyncio.sleep(0.02)
     asked.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -328,9 +394,15 @@ async def test_a_request_whose_lookup_reply_came_first_joins_the_lock_takers_com
     backend = SlowReplies(0.03, 0.0)
     cache = make_cache(backend, poll_s=0.01, cacheable=lambda _: False)
     compute = CountedCompute(delay_s=0.1)
-    taker = asyncio.create_task(cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute))
+    taker = asyncio.create_task(
+        cache.get_or_compute(
+            tenant="acme", route="auto", query="q", compute=compute, visibility=Visibility.everything()
+        )
+    )
     await asyncio.sleep(0)
-    waiter = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)
+    waiter = await cache.get_or_compute(
+        tenant="acme", route="auto", query="q", compute=compute, visibility=Visibility.everything()
+    )
     first = await taker
     assert compute.calls == 1
     assert (first.source, waiter.source) == ("computed", "coalesced")
@@ -348,53 +420,78 @@ async def test_a_failed_computation_reaches_every_waiter_and_is_not_cached() -> 
         raise RuntimeError("llm down")
 
     results = await asyncio.gather(
-        *(cache.get_or_compute(tenant="acme", route="auto", query="q", compute=failing) for _ in range(5)),
+        *(
+            cache.get_or_compute(
+                tenant="acme", route="auto", query="q", compute=failing, visibility=Visibility.everything()
+            )
+            for _ in range(5)
+        ),
         return_exceptions=True,
     )
     assert calls == 1
     assert all(isinstance(r, RuntimeError) for r in results)
-    retry = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=CountedCompute())
+    retry = await cache.get_or_compute(
+        tenant="acme", route="auto", query="q", compute=CountedCompute(), visibility=Visibility.everything()
+    )
     assert retry.source == "computed"
 
 
 async def test_a_caller_that_goes_away_does_not_cancel_the_shared_work() -> None:
     cache = make_cache(MemoryBackend())
     compute = CountedCompute(delay_s=0.1)
-    first = asyncio.create_task(cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute))
+    first = asyncio.create_task(
+        cache.get_or_compute(
+            tenant="acme", route="auto", query="q", compute=compute, visibility=Visibility.everything()
+        )
+    )
     await asyncio.sleep(0.01)
-    second = asyncio.create_task(cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute))
+    second = asyncio.create_task(
+        cache.get_or_compute(
+            tenant="acme", route="auto", query="q", compute=compute, visibility=Visibility.everything()
+        )
+    )
     await asyncio.sleep(0.01)
     first.cancel()
     outcome = await second
     assert (outcome.source, compute.calls) == ("coalesced", 1)
     await cache.drain()
-    assert (await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)).source == "hit"
+    assert (
+        await cache.get_or_compute(
+            tenant="acme", route="auto", query="q", compute=compute, visibility=Visibility.everything()
+        )
+    ).source == "hit"
 
 
 async def test_a_failing_cache_degrades_to_computing_and_recovers_by_itself() -> None:
     backend = FlakyMemory()
     cache = make_cache(backend)
     compute = CountedCompute()
-    await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)
+    await cache.get_or_compute(
+        tenant="acme", route="auto", query="q", compute=compute, visibility=Visibility.everything()
+    )
     await cache.drain()  # stored after it was served, before the cache goes down
     backend.down = True
-    degraded = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)
+    degraded = await cache.get_or_compute(
+        tenant="acme", route="auto", query="q", compute=compute, visibility=Visibility.everything()
+    )
     assert (degraded.source, degraded.cached, compute.calls) == ("bypass", False, 2)
     assert cache.stats.errors == 1
     backend.down = False
-    recovered = await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)
+    recovered = await cache.get_or_compute(
+        tenant="acme", route="auto", query="q", compute=compute, visibility=Visibility.everything()
+    )
     assert (recovered.source, recovered.value.answer) == ("hit", "computed #1")
 
 
 async def test_get_and_set_never_raise_for_cache_failures() -> None:
     backend = FlakyMemory()
     cache = make_cache(backend)
-    key = await cache.key_for("acme", "auto", "q")
+    key = await cache.key_for("acme", "auto", "q", visibility=Visibility.everything())
     assert key is not None
     backend.down = True
     assert await cache.get(key) is None
     assert not await cache.set(key, query_response("a"))
-    assert await cache.key_for("acme", "auto", "q") is None
+    assert await cache.key_for("acme", "auto", "q", visibility=Visibility.everything()) is None
     assert cache.errors == 3
 
 

@@ -9,6 +9,7 @@ from gateway.cache.layer import shares_embeddings
 from gateway.providers.redis import ResilientRedis
 from gateway.query.schemas import QueryResponse
 from gateway.settings import CacheSettings
+from pipelines.shared.visibility import Visibility
 from tests.scripted import query_response
 
 
@@ -36,7 +37,7 @@ async def test_with_a_redis_client_nothing_is_dialled_until_first_use() -> None:
     assert layer.backend.redis is redis  # the caller's client, not a pool of its own
     assert redis.failures == 0
     outcome = await layer.responses.get_or_compute(
-        tenant="acme", route="auto", query="q", compute=lambda: _value("single_hop")
+        tenant="acme", route="auto", query="q", compute=lambda: _value("single_hop"), visibility=Visibility.everything()
     )
     assert outcome.source == "bypass"
     assert redis.failures == 1
@@ -50,11 +51,11 @@ async def _value(route: str) -> QueryResponse:
 async def test_versions_and_responses_share_backend_and_prefix() -> None:
     layer: CacheLayer = open_cache(None, CacheSettings(prefix="p"))
     first = await layer.responses.get_or_compute(
-        tenant="acme", route="auto", query="q", compute=lambda: _value("single_hop")
+        tenant="acme", route="auto", query="q", compute=lambda: _value("single_hop"), visibility=Visibility.everything()
     )
     await layer.versions.bump("acme")
     second = await layer.responses.get_or_compute(
-        tenant="acme", route="auto", query="q", compute=lambda: _value("single_hop")
+        tenant="acme", route="auto", query="q", compute=lambda: _value("single_hop"), visibility=Visibility.everything()
     )
     assert (first.source, second.source) == ("computed", "computed")
     assert first.key is not None
@@ -92,7 +93,7 @@ def test_auto_shares_a_remote_providers_vectors_and_keeps_the_local_models() -> 
 async def test_a_namespace_separates_answers_but_not_versions() -> None:
     layer = open_cache(None, CacheSettings(prefix="p"), namespace="cfg1")
     first = await layer.responses.get_or_compute(
-        tenant="acme", route="auto", query="q", compute=lambda: _value("single_hop")
+        tenant="acme", route="auto", query="q", compute=lambda: _value("single_hop"), visibility=Visibility.everything()
     )
     assert first.key is not None
     assert first.key.startswith("p:cfg1:q:acme:")

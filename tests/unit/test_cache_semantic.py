@@ -9,6 +9,7 @@ from gateway.cache.backend import MemoryBackend
 from gateway.cache.contrast import Contrast
 from gateway.cache.semantic import DEFAULT_THRESHOLD, HyperplaneLSH, SemanticCache, SemanticHit, semantic_scope
 from gateway.providers.embeddings import USEEmbeddings
+from pipelines.shared.visibility import Visibility
 from tests.unit.test_cache_backend import FakeClock
 from tests.unit.test_cache_exact import FlakyMemory
 
@@ -64,15 +65,23 @@ def test_lsh_rejects_impossible_shapes() -> None:
 
 def test_bucket_keys_carry_prefix_tenant_version_and_scope() -> None:
     cache = make(bands=6, bits_per_band=10)
-    keys = cache.bucket_keys("acme", 42, unit(1))
+    keys = cache.bucket_keys("acme", 42, unit(1), visibility=Visibility.everything())
     assert len(keys) == 6
-    assert all(key.startswith("t:sem:acme:v42:any:h6x10d64s0:b") for key in keys)
-    assert set(keys).isdisjoint(cache.bucket_keys("globex", 42, unit(1)))
-    assert set(keys).isdisjoint(cache.bucket_keys("acme", 43, unit(1)))
-    assert set(keys).isdisjoint(cache.bucket_keys("acme", 42, unit(1), scope=semantic_scope("auto", {"top_k": 4})))
-    assert keys == cache.bucket_keys("acme", 42, unit(1))
+    assert all(key.startswith("t:sem:acme:v42:rall:any:h6x10d64s0:b") for key in keys)
+    # Another reader's entries are filed apart: a paraphrase never reaches a reader of other documents.
+    hr = Visibility.of(["hr"], unset_open=True)
+    assert set(keys).isdisjoint(cache.bucket_keys("acme", 42, unit(1), visibility=hr))
+    assert all(f":v42:r{hr.key()}:any:" in key for key in cache.bucket_keys("acme", 42, unit(1), visibility=hr))
+    assert set(keys).isdisjoint(cache.bucket_keys("globex", 42, unit(1), visibility=Visibility.everything()))
+    assert set(keys).isdisjoint(cache.bucket_keys("acme", 43, unit(1), visibility=Visibility.everything()))
+    assert set(keys).isdisjoint(
+        cache.bucket_keys(
+            "acme", 42, unit(1), scope=semantic_scope("auto", {"top_k": 4}), visibility=Visibility.everything()
+        )
+    )
+    assert keys == cache.bucket_keys("acme", 42, unit(1), visibility=Visibility.everything())
     with pytest.raises(ValueError, match="tenant"):
-        cache.bucket_keys("acme:v1", 42, unit(1))
+        cache.bucket_keys("acme:v1", 42, unit(1), visibility=Visibility.everything())
 
 
 def test_scope_is_canonical() -> None:
@@ -83,12 +92,19 @@ def test_scope_is_canonical() -> None:
 async def test_hit_above_threshold_and_miss_below() -> None:
     cache = make(threshold=0.9)
     stored = unit(1)
-    await cache.store("acme", 1, "Where is the VPN guide?", stored, b"answer")
-    hit = await cache.lookup("acme", 1, "Where can I find the VPN guide?", near(stored, 0.95))
+    await cache.store("acme", 1, "Where is the VPN guide?", stored, b"answer", visibility=Visibility.everything())
+    hit = await cache.lookup(
+        "acme", 1, "Where can I find the VPN guide?", near(stored, 0.95), visibility=Visibility.everything()
+    )
     assert isinstance(hit, SemanticHit)
     assert (hit.payload, hit.matched_query) == (b"answer", "Where is the VPN guide?")
     assert hit.similarity == pytest.approx(0.95, abs=1e-3)
-    assert await cache.lookup("acme", 1, "Where can I find the VPN guide?", near(stored, 0.85)) is None
+    assert (
+        await cache.lookup(
+            "acme", 1, "Where can I find the VPN guide?", near(stored, 0.85), visibility=Visibility.everything()
+        )
+        is None
+    )
     assert (cache.stats.hits, cache.stats.misses, cache.stats.stores) == (1, 1, 1)
 
 
@@ -96,13 +112,20 @@ async def test_guard_refuses_a_reversal_however_close() -> None:
     backend = MemoryBackend()
     cache = make(backend, threshold=0.9)
     vector = unit(1)
-    await cache.store("acme", 1, "Who joined the company before Alice?", vector, b"before")
-    assert await cache.lookup("acme", 1, "Who joined the company after Alice?", vector) is None
+    await cache.store(
+        "acme", 1, "Who joined the company before Alice?", vector, b"before", visibility=Visibility.everything()
+    )
+    assert (
+        await cache.lookup("acme", 1, "Who joined the company after Alice?", vector, visibility=Visibility.everything())
+        is None
+    )
     assert cache.stats.rejected == 1
     assert cache.stats.last_rejection is not None
     assert cache.stats.last_rejection.rule == "direction_differs"
     unguarded = make(backend, threshold=0.9, guard=None)
-    hit = await unguarded.lookup("acme", 1, "Who joined the company after Alice?", vector)
+    hit = await unguarded.lookup(
+        "acme", 1, "Who joined the company after Alice?", vector, visibility=Visibility.everything()
+    )
     assert hit is not None  # exactly the GPTCache issue 694 failure the guard exists for
     assert hit.payload == b"before"
 
@@ -110,9 +133,13 @@ async def test_guard_refuses_a_reversal_however_close() -> None:
 async def test_a_refused_best_match_falls_back_to_the_next_acceptable_one() -> None:
     cache = make(threshold=0.9)
     query = unit(1)
-    await cache.store("acme", 1, "What were our sales in Q3 2023?", near(query, 0.99, 5), b"2023")
-    await cache.store("acme", 1, "How much did we sell in Q3 2024?", near(query, 0.93, 6), b"2024")
-    hit = await cache.lookup("acme", 1, "What were our sales in Q3 2024?", query)
+    await cache.store(
+        "acme", 1, "What were our sales in Q3 2023?", near(query, 0.99, 5), b"2023", visibility=Visibility.everything()
+    )
+    await cache.store(
+        "acme", 1, "How much did we sell in Q3 2024?", near(query, 0.93, 6), b"2024", visibility=Visibility.everything()
+    )
+    hit = await cache.lookup("acme", 1, "What were our sales in Q3 2024?", query, visibility=Visibility.everything())
     assert hit is not None
     assert hit.payload == b"2024"
     assert cache.stats.rejected == 1
@@ -126,25 +153,47 @@ async def test_custom_guard_is_used() -> None:
         return Contrast("custom", "no")
 
     cache = make(guard=refuse_all)
-    await cache.store("acme", 1, "a question", unit(1), b"x")
-    assert await cache.lookup("acme", 1, "another question", unit(1)) is None
+    await cache.store("acme", 1, "a question", unit(1), b"x", visibility=Visibility.everything())
+    assert await cache.lookup("acme", 1, "another question", unit(1), visibility=Visibility.everything()) is None
     assert calls == [("another question", "a question")]
 
 
 async def test_tenants_versions_and_scopes_are_isolated() -> None:
     cache = make()
-    await cache.store("acme", 1, "Where is the VPN guide?", unit(1), b"acme", scope="auto:{}")
-    assert await cache.lookup("acme", 1, "Where's the VPN guide?", unit(1), scope="auto:{}") is not None
-    assert await cache.lookup("globex", 1, "Where's the VPN guide?", unit(1), scope="auto:{}") is None
-    assert await cache.lookup("acme", 2, "Where's the VPN guide?", unit(1), scope="auto:{}") is None
-    assert await cache.lookup("acme", 1, "Where's the VPN guide?", unit(1), scope="direct:{}") is None
+    await cache.store(
+        "acme", 1, "Where is the VPN guide?", unit(1), b"acme", scope="auto:{}", visibility=Visibility.everything()
+    )
+    assert (
+        await cache.lookup(
+            "acme", 1, "Where's the VPN guide?", unit(1), scope="auto:{}", visibility=Visibility.everything()
+        )
+        is not None
+    )
+    assert (
+        await cache.lookup(
+            "globex", 1, "Where's the VPN guide?", unit(1), scope="auto:{}", visibility=Visibility.everything()
+        )
+        is None
+    )
+    assert (
+        await cache.lookup(
+            "acme", 2, "Where's the VPN guide?", unit(1), scope="auto:{}", visibility=Visibility.everything()
+        )
+        is None
+    )
+    assert (
+        await cache.lookup(
+            "acme", 1, "Where's the VPN guide?", unit(1), scope="direct:{}", visibility=Visibility.everything()
+        )
+        is None
+    )
 
 
 async def test_storing_the_same_question_replaces_its_entry() -> None:
     cache = make()
-    await cache.store("acme", 1, "Where is the VPN guide?", unit(1), b"old")
-    await cache.store("acme", 1, "where is the  VPN guide?", unit(1), b"new")
-    hit = await cache.lookup("acme", 1, "Where's the VPN guide?", unit(1))
+    await cache.store("acme", 1, "Where is the VPN guide?", unit(1), b"old", visibility=Visibility.everything())
+    await cache.store("acme", 1, "where is the  VPN guide?", unit(1), b"new", visibility=Visibility.everything())
+    hit = await cache.lookup("acme", 1, "Where's the VPN guide?", unit(1), visibility=Visibility.everything())
     assert hit is not None
     assert hit.payload == b"new"
     assert cache.stats.last_candidates == 1
@@ -153,24 +202,31 @@ async def test_storing_the_same_question_replaces_its_entry() -> None:
 async def test_entries_expire_with_their_ttl() -> None:
     clock = FakeClock()
     cache = make(MemoryBackend(clock=clock), ttl_s=60)
-    await cache.store("acme", 1, "Where is the VPN guide?", unit(1), b"x")
-    await cache.store("acme", 1, "Where is the HR guide?", unit(2), b"y", ttl_s=600)
+    await cache.store("acme", 1, "Where is the VPN guide?", unit(1), b"x", visibility=Visibility.everything())
+    await cache.store("acme", 1, "Where is the HR guide?", unit(2), b"y", ttl_s=600, visibility=Visibility.everything())
     clock.now += 61
-    assert await cache.lookup("acme", 1, "Where's the VPN guide?", unit(1)) is None
-    assert await cache.lookup("acme", 1, "Where's the HR guide?", unit(2)) is not None
-    assert not await cache.store("acme", 1, "never cached", unit(3), b"z", ttl_s=0)
+    assert await cache.lookup("acme", 1, "Where's the VPN guide?", unit(1), visibility=Visibility.everything()) is None
+    assert (
+        await cache.lookup("acme", 1, "Where's the HR guide?", unit(2), visibility=Visibility.everything()) is not None
+    )
+    assert not await cache.store("acme", 1, "never cached", unit(3), b"z", ttl_s=0, visibility=Visibility.everything())
 
 
 async def test_backend_failure_is_a_miss_and_a_failed_store() -> None:
     backend = FlakyMemory()
     cache = make(backend)
-    await cache.store("acme", 1, "Where is the VPN guide?", unit(1), b"x")
+    await cache.store("acme", 1, "Where is the VPN guide?", unit(1), b"x", visibility=Visibility.everything())
     backend.down = True
-    assert await cache.lookup("acme", 1, "Where's the VPN guide?", unit(1)) is None
-    assert await cache.store("acme", 1, "Where is the HR guide?", unit(2), b"y") is False
+    assert await cache.lookup("acme", 1, "Where's the VPN guide?", unit(1), visibility=Visibility.everything()) is None
+    assert (
+        await cache.store("acme", 1, "Where is the HR guide?", unit(2), b"y", visibility=Visibility.everything())
+        is False
+    )
     assert cache.stats.errors == 2
     backend.down = False
-    assert await cache.lookup("acme", 1, "Where's the VPN guide?", unit(1)) is not None
+    assert (
+        await cache.lookup("acme", 1, "Where's the VPN guide?", unit(1), visibility=Visibility.everything()) is not None
+    )
 
 
 async def test_embedding_failure_is_a_miss() -> None:
@@ -178,22 +234,24 @@ async def test_embedding_failure_is_a_miss() -> None:
         raise RuntimeError("model gone")
 
     cache = SemanticCache(MemoryBackend(), broken, prefix="t")
-    assert await cache.lookup("acme", 1, "anything") is None
-    assert await cache.store("acme", 1, "anything", None, b"x") is False
+    assert await cache.lookup("acme", 1, "anything", visibility=Visibility.everything()) is None
+    assert await cache.store("acme", 1, "anything", None, b"x", visibility=Visibility.everything()) is False
     assert cache.stats.errors == 2
 
 
 async def test_a_vector_is_required_without_an_embedder() -> None:
     with pytest.raises(ValueError, match="embed"):
-        await make().lookup("acme", 1, "anything")
+        await make().lookup("acme", 1, "anything", visibility=Visibility.everything())
 
 
 async def test_lookup_cost_is_bounded_as_the_cache_grows() -> None:
     cache = make(MemoryBackend(max_entries=100_000, max_bytes=1 << 30), max_candidates=16, bucket_cap=8, bands=6)
     base = unit(1)
     for i in range(500):  # all close to each other: every bucket of the query is crowded
-        await cache.store("acme", 1, f"question number {i}", near(base, 0.9, seed=1000 + i), b"x")
-    await cache.lookup("acme", 1, "question number 5000", base)
+        await cache.store(
+            "acme", 1, f"question number {i}", near(base, 0.9, seed=1000 + i), b"x", visibility=Visibility.everything()
+        )
+    await cache.lookup("acme", 1, "question number 5000", base, visibility=Visibility.everything())
     assert cache.stats.last_ids_seen <= 6 * 8
     assert cache.stats.last_ids_seen > 16
     assert cache.stats.last_candidates == 16
@@ -202,13 +260,17 @@ async def test_lookup_cost_is_bounded_as_the_cache_grows() -> None:
 async def test_real_embeddings_serve_a_paraphrase_and_refuse_a_reversal(embeddings: USEEmbeddings) -> None:
     cache = SemanticCache(MemoryBackend(), embeddings, prefix="t")
     assert cache.threshold == DEFAULT_THRESHOLD
-    await cache.store("acme", 1, "How do I reset my VPN password?", None, b"vpn")
-    await cache.store("acme", 1, "Who joined the company before Alice?", None, b"before")
-    hit = await cache.lookup("acme", 1, "How can I reset the password for my VPN?")
+    await cache.store("acme", 1, "How do I reset my VPN password?", None, b"vpn", visibility=Visibility.everything())
+    await cache.store(
+        "acme", 1, "Who joined the company before Alice?", None, b"before", visibility=Visibility.everything()
+    )
+    hit = await cache.lookup("acme", 1, "How can I reset the password for my VPN?", visibility=Visibility.everything())
     assert hit is not None
     assert hit.payload == b"vpn"
     assert hit.similarity >= DEFAULT_THRESHOLD
-    assert await cache.lookup("acme", 1, "Who joined the company after Alice?") is None
+    assert (
+        await cache.lookup("acme", 1, "Who joined the company after Alice?", visibility=Visibility.everything()) is None
+    )
     assert cache.stats.rejected == 1
 
 
@@ -218,5 +280,7 @@ async def test_langchain_style_embedder_is_accepted() -> None:
             return [float(x) for x in unit(len(text))]
 
     cache = SemanticCache(MemoryBackend(), Embedder(), prefix="t", guard=None)
-    await cache.store("acme", 1, "abc", None, b"x")
-    assert await cache.lookup("acme", 1, "xyz") is not None  # same length -> same vector in this fake
+    await cache.store("acme", 1, "abc", None, b"x", visibility=Visibility.everything())
+    assert (
+        await cache.lookup("acme", 1, "xyz", visibility=Visibility.everything()) is not None
+    )  # same length -> same vector in this fake

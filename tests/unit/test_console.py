@@ -228,3 +228,22 @@ async def test_open_mode_signs_in_to_a_chosen_tenant(make_client: Callable[..., 
         assert bad.status_code == 400
         await client.post("/console/sign-in", data={"tenant": "team-a", "_csrf_token": csrf(page.text)})
         assert '<code id="tenant">team-a</code>' in (await client.get("/console/playground/")).text
+
+
+async def test_the_uploader_sends_who_may_read_the_files(make_client: Callable[..., Any], settings: Settings) -> None:
+    """The upload form's "Readable by" field travels as the upload's ``access``: the files' chunks carry it, and a
+    group name the API refuses is refused here too (422, nothing indexed)."""
+    async with make_client(settings_override=keyed(settings)) as (client, _):
+        token = await sign_in(client, "key-of-acme-admin")
+        page = await client.get("/console/knowledge/")
+        assert 'id="access"' in page.text
+        headers = {"x-csrftoken": token, "accept": "application/json"}
+        files = [("files", ("hr/leave.md", b"# Leave\n\nRequests are filed by 1 December.\n"))]
+        reply = await client.post("/console/knowledge/files", files=files, data={"access": "hr"}, headers=headers)
+        assert reply.status_code == 200, reply.text
+        listing = (await client.get("/v1/files", headers={"Authorization": "Bearer key-of-acme-admin"})).json()
+        assert [(f["file"], f["access"]) for f in listing["files"]] == [("hr/leave.md", ["hr"])]
+        other = [("files", ("hr/other.md", b"# Other\n\nText.\n"))]
+        refused = await client.post("/console/knowledge/files", files=other, data={"access": "~hr"}, headers=headers)
+        assert refused.status_code == 422
+        assert "'~hr'" in refused.json()["detail"]

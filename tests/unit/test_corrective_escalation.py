@@ -14,6 +14,7 @@ from pipelines.shared import events as ev
 from pipelines.shared.deps import Passage
 from pipelines.shared.prompts import ABSTAIN_EN
 from pipelines.shared.relevance import relevance
+from pipelines.shared.visibility import Visibility
 from routes.probe import probe_of
 from routes.table import RouteTable
 from tests.fakes.scripted_chat import ScriptedChatModel
@@ -59,7 +60,7 @@ async def test_single_hop_with_incorrect_retrieval_escalates_to_the_corrective_p
     # The caller's query vector points at the VPN document, so both single_hop and the corrective
     # pipeline's first round retrieve it (top_k=1) and find it irrelevant.
     policy = CorrectivePolicy()
-    (first,) = await knowledge.search(TENANT, HEAVY_QUESTION, 1, vector=vpn_vector)
+    (first,) = await knowledge.search(TENANT, HEAVY_QUESTION, 1, vector=vpn_vector, visibility=Visibility.everything())
     assert first.doc_id == "vpn"
     assert relevance(policy.relevance, HEAVY_QUESTION, first.title, first.text, first.score) < policy.lower
     # The rewritten query finds the K2 document. Scored against the rewrite (as the evaluator does) it is
@@ -71,7 +72,14 @@ async def test_single_hop_with_incorrect_retrieval_escalates_to_the_corrective_p
     answer = "The carrier lifts at most 150 kg [1]."
     script = Script(rewrites=[rewrite], grades={"Kumo Carrier K2": relevant(K2_FACT)}, answers=[answer])
     table, model = make_table(knowledge, script)
-    result = await table.run("single_hop", query=HEAVY_QUESTION, tenant=TENANT, top_k=1, query_vector=vpn_vector)
+    result = await table.run(
+        "single_hop",
+        query=HEAVY_QUESTION,
+        tenant=TENANT,
+        top_k=1,
+        query_vector=vpn_vector,
+        visibility=Visibility.everything(),
+    )
 
     assert result.route == "multi_hop"
     assert result.escalated_from == "single_hop"
@@ -101,7 +109,9 @@ async def test_single_hop_with_incorrect_retrieval_escalates_to_the_corrective_p
 
 async def test_escalated_request_with_nothing_to_find_ends_without_evidence(knowledge: KnowledgeBase) -> None:
     table, _ = make_table(knowledge, Script(rewrites=["Sistine Chapel painter"]))
-    result = await table.run("single_hop", query=OFF_TOPIC, tenant=TENANT, top_k=2, query_vector=None)
+    result = await table.run(
+        "single_hop", query=OFF_TOPIC, tenant=TENANT, top_k=2, query_vector=None, visibility=Visibility.everything()
+    )
     assert result.route == "multi_hop"
     assert result.escalated_from == "single_hop"
     assert result.events[:4] == escalated(2)  # the caller's top_k is kept for the corrective run
@@ -113,7 +123,13 @@ async def test_escalated_request_with_nothing_to_find_ends_without_evidence(know
 async def test_single_hop_does_not_escalate_when_escalation_is_not_allowed(knowledge: KnowledgeBase) -> None:
     table, model = make_table(knowledge, Script())
     result = await table.run(
-        "single_hop", query=OFF_TOPIC, tenant=TENANT, top_k=None, query_vector=None, allow_escalation=False
+        "single_hop",
+        query=OFF_TOPIC,
+        tenant=TENANT,
+        top_k=None,
+        query_vector=None,
+        allow_escalation=False,
+        visibility=Visibility.everything(),
     )
     assert result.route == "single_hop"
     assert result.escalated_from is None
@@ -129,7 +145,9 @@ async def test_single_hop_does_not_escalate_when_escalation_is_not_allowed(knowl
 
 async def test_single_hop_does_not_escalate_when_the_route_policy_forbids_it(knowledge: KnowledgeBase) -> None:
     table, _ = make_table(knowledge, Script(), escalate=False)
-    result = await table.run("single_hop", query=OFF_TOPIC, tenant=TENANT, top_k=None, query_vector=None)
+    result = await table.run(
+        "single_hop", query=OFF_TOPIC, tenant=TENANT, top_k=None, query_vector=None, visibility=Visibility.everything()
+    )
     assert result.route == "single_hop"
     assert result.escalated_from is None
     assert ESCALATE not in result.events
@@ -137,7 +155,9 @@ async def test_single_hop_does_not_escalate_when_the_route_policy_forbids_it(kno
 
 async def test_single_hop_in_an_empty_tenant_does_not_escalate(knowledge: KnowledgeBase) -> None:
     table, model = make_table(knowledge, Script())
-    result = await table.run("single_hop", query=OFF_TOPIC, tenant="empty", top_k=None, query_vector=None)
+    result = await table.run(
+        "single_hop", query=OFF_TOPIC, tenant="empty", top_k=None, query_vector=None, visibility=Visibility.everything()
+    )
     assert result.route == "single_hop"
     assert result.escalated_from is None
     assert result.events[:2] == [ev.Retrieve(k=4, found=0), ev.Assess(verdict="incorrect")]
@@ -148,7 +168,14 @@ async def test_single_hop_in_an_empty_tenant_does_not_escalate(knowledge: Knowle
 
 async def test_single_hop_with_correct_retrieval_answers_without_escalating(knowledge: KnowledgeBase) -> None:
     table, _ = make_table(knowledge, Script())
-    result = await table.run("single_hop", query=K2_QUESTION, tenant=TENANT, top_k=None, query_vector=None)
+    result = await table.run(
+        "single_hop",
+        query=K2_QUESTION,
+        tenant=TENANT,
+        top_k=None,
+        query_vector=None,
+        visibility=Visibility.everything(),
+    )
     assert result.route == "single_hop"
     assert result.escalated_from is None
     assert result.events == [ev.Retrieve(k=4, found=4), ev.Assess(verdict="correct"), ev.Generate()]
@@ -157,7 +184,9 @@ async def test_single_hop_with_correct_retrieval_answers_without_escalating(know
 
 async def test_corrective_run_hitting_the_recursion_limit_is_reported_not_raised(knowledge: KnowledgeBase) -> None:
     table, _ = make_table(knowledge, Script(), recursion_limit=3)
-    result = await table.run("multi_hop", query=K2_QUESTION, tenant=TENANT, top_k=None, query_vector=None)
+    result = await table.run(
+        "multi_hop", query=K2_QUESTION, tenant=TENANT, top_k=None, query_vector=None, visibility=Visibility.everything()
+    )
     assert result.route == "multi_hop"
     assert result.stop_reason == "recursion_limit"
     assert result.events == [ev.Stop(reason="recursion_limit")]
@@ -179,10 +208,14 @@ async def test_an_escalated_request_runs_the_corrective_pipeline_inside_its_budg
 
     llm, _ = make_llm(Script(rewrites=["Sistine Chapel painter"]))
     table = build_route_table(llm, knowledge, corrective_scope=scope)
-    plain = await table.run("single_hop", query=K2_QUESTION, tenant=TENANT, top_k=2, query_vector=None)
+    plain = await table.run(
+        "single_hop", query=K2_QUESTION, tenant=TENANT, top_k=2, query_vector=None, visibility=Visibility.everything()
+    )
     assert plain.escalated_from is None
     assert entered == []
-    escalated_result = await table.run("single_hop", query=OFF_TOPIC, tenant=TENANT, top_k=2, query_vector=None)
+    escalated_result = await table.run(
+        "single_hop", query=OFF_TOPIC, tenant=TENANT, top_k=2, query_vector=None, visibility=Visibility.everything()
+    )
     assert escalated_result.escalated_from == "single_hop"
     assert entered == ["corrective"]
 
@@ -193,20 +226,38 @@ async def test_the_routers_probe_serves_the_first_retrieval_so_the_store_is_sear
     """The router already searched the tenant's store (top 8) for its signals: single_hop's retrieval of the same
     query reuses those passages instead of searching again; without a probe it searches the store."""
     depth = knowledge.ranking_depth(8)  # the gateway's probe: a dense ranking deep enough for hybrid retrieval
-    probe = probe_of(TENANT, K2_QUESTION, await knowledge.dense_search(TENANT, K2_QUESTION, depth), depth)
-    expected = await knowledge.search(TENANT, K2_QUESTION, 2)
+    probe = probe_of(
+        TENANT,
+        K2_QUESTION,
+        await knowledge.dense_search(TENANT, K2_QUESTION, depth, visibility=Visibility.everything()),
+        depth,
+        Visibility.everything(),
+    )
+    expected = await knowledge.search(TENANT, K2_QUESTION, 2, visibility=Visibility.everything())
     searched: list[tuple[str, int]] = []
     search = knowledge.search
 
-    async def counting(tenant: str, query: str, k: int, *, vector: list[float] | None = None) -> list[Passage]:
+    async def counting(
+        tenant: str, query: str, k: int, *, visibility: Visibility, vector: list[float] | None = None
+    ) -> list[Passage]:
         searched.append((query, k))
-        return await search(tenant, query, k, vector=vector)
+        return await search(tenant, query, k, visibility=visibility, vector=vector)
 
     monkeypatch.setattr(knowledge, "search", counting)
     table, _ = make_table(knowledge, Script())
-    reused = await table.run("single_hop", query=K2_QUESTION, tenant=TENANT, top_k=2, query_vector=None, probe=probe)
+    reused = await table.run(
+        "single_hop",
+        query=K2_QUESTION,
+        tenant=TENANT,
+        top_k=2,
+        query_vector=None,
+        probe=probe,
+        visibility=Visibility.everything(),
+    )
     assert searched == []
     assert reused.events[0] == ev.Retrieve(k=2, found=2)
     assert {p.chunk_id for p in reused.context} <= {p.chunk_id for p in expected}
-    await table.run("single_hop", query=K2_QUESTION, tenant=TENANT, top_k=2, query_vector=None)
+    await table.run(
+        "single_hop", query=K2_QUESTION, tenant=TENANT, top_k=2, query_vector=None, visibility=Visibility.everything()
+    )
     assert searched == [(K2_QUESTION, 2)]

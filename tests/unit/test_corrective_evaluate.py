@@ -17,6 +17,7 @@ from pipelines.shared.deps import Passage
 from pipelines.shared.events import Evaluate, Refine, Retrieve
 from pipelines.shared.prompts import ABSTAIN_EN, NOT_IN_CONTEXT
 from pipelines.shared.relevance import relevance
+from pipelines.shared.visibility import Visibility
 from tests.unit.corrective_support import (
     ANSWERED,
     AURORA,
@@ -105,7 +106,7 @@ async def test_follow_up_round_scores_each_document_with_the_better_of_question_
     knowledge: KnowledgeBase, round_query: str | None, verdict: str, graded: int
 ) -> None:
     policy = CorrectivePolicy()
-    (k2,) = await knowledge.search(TENANT, "carrier weight limit", 1)
+    (k2,) = await knowledge.search(TENANT, "carrier weight limit", 1, visibility=Visibility.everything())
     against_question = relevance(policy.relevance, HEAVY_QUESTION, k2.title, k2.text, k2.score)
     against_rewrite = relevance(policy.relevance, "carrier weight limit", k2.title, k2.text, k2.score)
     # Below lower against the question (but high enough that a follow-up round would explore it), in the band
@@ -126,8 +127,14 @@ async def test_follow_up_round_scores_each_document_with_the_better_of_question_
 
 async def aurora_second_hop_candidates(aurora: KnowledgeBase) -> list[Passage]:
     """What the follow-up round finds once the bridge is known: every other document, best first."""
-    expansion = expanded_query(AURORA_QUESTION, await aurora.search(AURORA, AURORA_QUESTION, 1))
-    return [p for p in await aurora.search(AURORA, expansion, 5) if p.doc_id != "project-aurora"]
+    expansion = expanded_query(
+        AURORA_QUESTION, await aurora.search(AURORA, AURORA_QUESTION, 1, visibility=Visibility.everything())
+    )
+    return [
+        p
+        for p in await aurora.search(AURORA, expansion, 5, visibility=Visibility.everything())
+        if p.doc_id != "project-aurora"
+    ]
 
 
 @pytest.mark.parametrize(
@@ -186,7 +193,7 @@ async def test_explored_document_the_grader_does_not_judge_is_not_kept(
 async def test_follow_up_round_does_not_explore_a_best_document_below_the_floor(knowledge: KnowledgeBase) -> None:
     # The grader says "yes" too easily: a document that is hopeless against both queries is not offered to it.
     policy = CorrectivePolicy()
-    found = await knowledge.search(TENANT, "Sistine Chapel painter", 5)
+    found = await knowledge.search(TENANT, "Sistine Chapel painter", 5, visibility=Visibility.everything())
     assert all(
         relevance(policy.relevance, q, p.title, p.text, p.score) < policy.explore_floor
         for p in found

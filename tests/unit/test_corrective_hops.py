@@ -16,6 +16,7 @@ from pipelines.corrective.routing import PLANNER_TRUSTED_NOTE, TRUSTED_NOTE
 from pipelines.shared import events as ev
 from pipelines.shared.deps import Passage
 from pipelines.shared.relevance import relevance
+from pipelines.shared.visibility import Visibility
 from tests.unit.corrective_support import (
     AURORA,
     AURORA_ANSWER,
@@ -47,8 +48,10 @@ def aurora_script(hops: list[dict[str, str]]) -> Script:
 
 
 async def test_bridge_question_is_answered_by_one_planned_hop_in_four_calls(aurora: KnowledgeBase) -> None:
-    assert doc_ids(await aurora.search(AURORA, AURORA_QUESTION, 1)) == ["project-aurora"]  # only the bridge
-    [sheet] = await aurora.search(AURORA, HOP_QUERY, 1)
+    assert doc_ids(await aurora.search(AURORA, AURORA_QUESTION, 1, visibility=Visibility.everything())) == [
+        "project-aurora"
+    ]  # only the bridge
+    [sheet] = await aurora.search(AURORA, HOP_QUERY, 1, visibility=Visibility.everything())
     assert relevance(HOPS.relevance, HOP_QUERY, sheet.title, sheet.text, sheet.score) >= HOPS.upper  # no grading
 
     state, model = await run_graph(
@@ -247,7 +250,7 @@ async def test_a_round_no_planner_reads_is_still_graded(aurora: KnowledgeBase) -
     # One hop allowed: the hop's own round is not read by the planner, so the LLM grader judges it as CRAG does.
     # A vague sub-question leaves the sheet in the fast scorer's uncertain band (probed first).
     vague = "K3 robot"
-    [_, sheet] = await aurora.search(AURORA, vague, 2)
+    [_, sheet] = await aurora.search(AURORA, vague, 2, visibility=Visibility.everything())
     policy = CorrectivePolicy(max_hops=1, trust_correct_grounded=True, grade_planned_rounds=False)
     assert policy.lower <= relevance(policy.relevance, vague, sheet.title, sheet.text, sheet.score) < policy.upper
     script = aurora_script([{"found": BRIDGE_FACT, "next_query": vague}])

@@ -17,6 +17,7 @@ from pipelines.corrective.rewrite import expanded_query
 from pipelines.shared.events import Evaluate, Refine, Retrieve, Rewrite, SearchMore
 from pipelines.shared.prompts import ABSTAIN_EN
 from pipelines.shared.relevance import relevance
+from pipelines.shared.visibility import Visibility
 from tests.unit.corrective_support import (
     ANSWERED,
     CANTEEN_ANSWER,
@@ -68,7 +69,9 @@ async def test_incorrect_retrieval_rewrites_at_most_max_rewrites_times_then_abst
         *NO_EVIDENCE,
     ]
     # Each search over-fetches by the five chunks already known.
-    expansion = expanded_query(OFF_TOPIC, await knowledge.search(TENANT, OFF_TOPIC, 5))
+    expansion = expanded_query(
+        OFF_TOPIC, await knowledge.search(TENANT, OFF_TOPIC, 5, visibility=Visibility.everything())
+    )
     assert search.calls == [("Sistine Chapel ceiling painter", 10), (expansion, 10), ("Michelangelo frescoes", 10)]
     assert state.verdicts == ["incorrect", "incorrect", "incorrect"]
     assert state.rewrites == policy.max_rewrites == 2
@@ -110,7 +113,7 @@ async def test_incorrect_round_is_discarded_and_evidence_comes_from_the_rewritte
     knowledge: KnowledgeBase, vpn_vector: list[float]
 ) -> None:
     # The caller's query vector points at the VPN document: retrieved, but it shares no word with the question.
-    first = await knowledge.search(TENANT, K2_QUESTION, 1, vector=vpn_vector)
+    first = await knowledge.search(TENANT, K2_QUESTION, 1, vector=vpn_vector, visibility=Visibility.everything())
     policy = CorrectivePolicy()
     assert doc_ids(first) == ["vpn"]
     assert relevance(policy.relevance, K2_QUESTION, first[0].title, first[0].text, first[0].score) < policy.lower
@@ -337,7 +340,9 @@ async def test_documents_evaluated_in_an_earlier_round_are_not_evaluated_again(k
     # The second rewrite repeats the first, so the question expanded by osaka (round 2's best) is searched: it
     # finds the VPN document, too far from both queries to be explored.
     expansion = f"{CANTEEN_QUESTION} Osaka office: {DOCS[3].text}"
-    vpn = next(p for p in await knowledge.search(TENANT, expansion, 5) if p.doc_id == "vpn")
+    vpn = next(
+        p for p in await knowledge.search(TENANT, expansion, 5, visibility=Visibility.everything()) if p.doc_id == "vpn"
+    )
     for query in (CANTEEN_QUESTION, expansion):
         assert relevance(policy.relevance, query, vpn.title, vpn.text, vpn.score) < policy.explore_floor
     script = Script(rewrites=[rewrite], grades={d.title: NOT_RELEVANT for d in DOCS})

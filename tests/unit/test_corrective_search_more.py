@@ -10,6 +10,7 @@ from pipelines.corrective.rewrite import expanded_query
 from pipelines.shared.deps import Passage
 from pipelines.shared.events import Evaluate, Generate, Refine, Retrieve, Rewrite, SearchMore, Withhold
 from pipelines.shared.relevance import relevance
+from pipelines.shared.visibility import Visibility
 from tests.unit.corrective_support import (
     ANSWERED,
     AURORA,
@@ -37,7 +38,7 @@ async def test_first_retrieval_misses_and_the_follow_up_search_recovers_the_seco
     policy = CorrectivePolicy()
     # Round 1 (top_k=1) retrieves the bridge alone; it is in the band and the grader rejects it (it names the
     # robot, not its payload), so the round is Incorrect and its document discarded.
-    (bridge,) = await aurora.search(AURORA, AURORA_QUESTION, 1)
+    (bridge,) = await aurora.search(AURORA, AURORA_QUESTION, 1, visibility=Visibility.everything())
     assert bridge.doc_id == "project-aurora"
     assert policy.lower < relevance(policy.relevance, AURORA_QUESTION, bridge.title, bridge.text, bridge.score) < 0.5
     # The follow-up searches with the rewrite and with the question expanded by the bridge, which names the K3.
@@ -46,8 +47,11 @@ async def test_first_retrieval_misses_and_the_follow_up_search_recovers_the_seco
     # Asked for one document, both searches return the known bridge again: only the over-fetch (k = top_k + the
     # one known chunk) lets the K3 sheet through.
     for query in (AURORA_REWRITE, expansion):
-        assert doc_ids(await aurora.search(AURORA, query, 1)) == ["project-aurora"]
-        assert doc_ids(await aurora.search(AURORA, query, 2)) == ["project-aurora", "k3-spec"]
+        assert doc_ids(await aurora.search(AURORA, query, 1, visibility=Visibility.everything())) == ["project-aurora"]
+        assert doc_ids(await aurora.search(AURORA, query, 2, visibility=Visibility.everything())) == [
+            "project-aurora",
+            "k3-spec",
+        ]
 
     script = Script(
         rewrites=[AURORA_REWRITE],
@@ -72,7 +76,10 @@ async def test_first_retrieval_misses_and_the_follow_up_search_recovers_the_seco
     assert graded_titles(model) == ["Project Aurora", "Kumo Carrier K3 specification"]
     assert nodes(state) == ["grade_document", "rewrite_query", "grade_document", "generate", "check_useful"]
     # Found by both searches, the K3 sheet keeps the better score: the expansion's (it names the K3).
-    spec_scores = [(await aurora.search(AURORA, q, 2))[1].score for q in (AURORA_REWRITE, expansion)]
+    spec_scores = [
+        (await aurora.search(AURORA, q, 2, visibility=Visibility.everything()))[1].score
+        for q in (AURORA_REWRITE, expansion)
+    ]
     assert state.evidence[0].score == max(spec_scores) > min(spec_scores)
     assert state.seen == ["project-aurora#0", "k3-spec#0"]
     assert doc_ids(state.evidence) == ["k3-spec"]
@@ -89,7 +96,9 @@ async def test_rewrite_echoing_the_question_is_replaced_by_the_expansion_carryin
 ) -> None:
     # The rewriter only echoes the question (in other case): the expansion query replaces it, the step shows its
     # first 120 characters, and search_more does not run the same query twice.
-    expansion = expanded_query(AURORA_QUESTION, await aurora.search(AURORA, AURORA_QUESTION, 1))
+    expansion = expanded_query(
+        AURORA_QUESTION, await aurora.search(AURORA, AURORA_QUESTION, 1, visibility=Visibility.everything())
+    )
     assert expansion == f"{AURORA_QUESTION} Project Aurora: {AURORA_DOCS[0].text}"
     assert len(expansion) > 200
     script = Script(
@@ -133,7 +142,7 @@ class CannedSearch:
         self.other = other
         self.calls: list[tuple[str, int]] = []
 
-    async def search(self, tenant: str, query: str, k: int) -> list[Passage]:
+    async def search(self, tenant: str, query: str, k: int, *, visibility: Visibility) -> list[Passage]:
         self.calls.append((query, k))
         return self.by_query.get(query, self.other)[:k]
 
@@ -143,7 +152,9 @@ def canned(name: str, score: float) -> Passage:
 
 
 async def test_search_more_merges_both_searches_best_first_without_known_chunks(knowledge: KnowledgeBase) -> None:
-    first = await knowledge.search(TENANT, OFF_TOPIC, 2)  # round 1: two documents, both Incorrect
+    first = await knowledge.search(
+        TENANT, OFF_TOPIC, 2, visibility=Visibility.everything()
+    )  # round 1: two documents, both Incorrect
     known = replace(first[0], score=0.95)  # found again by the rewrite, at the top
     rewrite_results = [known, canned("xenon", 0.5), canned("yttrium", 0.3)]
     expansion_results = [canned("xenon", 0.7), canned("zinc", 0.6), canned("wolfram", 0.1)]

@@ -14,6 +14,7 @@ from gateway.providers.vectorstores.memory import InMemoryVectorStore
 from gateway.settings import ChunkingSettings
 from pipelines.shared.deps import Passage
 from pipelines.shared.fusion import reciprocal_rank_fusion
+from pipelines.shared.visibility import Visibility
 
 MANUALS = Path(__file__).resolve().parents[2] / "routes" / "data" / "near_miss_en.json"
 
@@ -58,10 +59,14 @@ async def test_a_paraphrased_answer_page_the_dense_search_ranks_first_survives_t
     await knowledge.ingest("manuals", documents)
     question, k = case.text, 4
     vector = await knowledge.embed_query(question)
-    dense = await knowledge.dense_search("manuals", question, k * HYBRID_DEPTH, vector=vector)
-    keyword = await knowledge.store.keyword_search("manuals", query_terms(question), vector, k * HYBRID_DEPTH)
+    dense = await knowledge.dense_search(
+        "manuals", question, k * HYBRID_DEPTH, vector=vector, visibility=Visibility.everything()
+    )
+    keyword = await knowledge.store.keyword_search(
+        "manuals", query_terms(question), vector, k * HYBRID_DEPTH, visibility=Visibility.everything()
+    )
     assert dense[0].doc_id == answer_doc
     assert answer_doc not in {p.doc_id for p in keyword}
     assert answer_doc not in {p.doc_id for p in reciprocal_rank_fusion([dense, keyword], k)}
-    found = await knowledge.search("manuals", question, k, vector=vector)
+    found = await knowledge.search("manuals", question, k, vector=vector, visibility=Visibility.everything())
     assert answer_doc in {p.doc_id for p in found}

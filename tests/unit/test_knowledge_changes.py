@@ -14,6 +14,7 @@ from gateway.knowledge.chunking import Chunker
 from gateway.knowledge.service import KnowledgeBase, NewDocument
 from gateway.providers.vectorstores.base import ChunkRecord, VectorStore
 from pipelines.shared.deps import Passage
+from pipelines.shared.visibility import Visibility
 from tests.unit.test_cache_exact import FlakyMemory
 
 DOC = NewDocument(id="leave", text="Acme employees get 30 days.", title="Leave")
@@ -54,7 +55,7 @@ class DictStore(VectorStore):
         await self._write()
         return self.docs.pop(doc_id, None) is not None
 
-    async def search(self, tenant: str, vector: Sequence[float], k: int) -> list[Passage]:
+    async def search(self, tenant: str, vector: Sequence[float], k: int, *, visibility: Visibility) -> list[Passage]:
         return []
 
     async def ping(self) -> None:

@@ -14,6 +14,7 @@ from langchain_core.messages import BaseMessage
 from gateway.providers.llm import LLMClient
 from gateway.settings import ModelPrice
 from pipelines.shared.deps import Passage
+from pipelines.shared.visibility import Visibility
 from routes.corpus import Case
 from routes.features import active_cues
 from routes.knowledge_router import (
@@ -170,7 +171,9 @@ class FakeRetriever:
         self.passages = passages
         self.calls: list[tuple[str, str, int, list[float] | None]] = []
 
-    async def search(self, tenant: str, query: str, k: int, *, vector: list[float] | None = None) -> list[Passage]:
+    async def search(
+        self, tenant: str, query: str, k: int, *, visibility: Visibility, vector: list[float] | None = None
+    ) -> list[Passage]:
         self.calls.append((tenant, query, k, vector))
         return self.passages[:k]
 
@@ -188,7 +191,9 @@ async def test_auto_searches_the_tenant_once_with_the_query_vector(router: Knowl
     retriever = FakeRetriever([LISBON, TRAVEL])
     client, chat_model = scripted_llm("{}")
     front = FrontRouter(router, LLMRouter(client), "logistic", retriever)
-    decision, calls = await front.decide("When did the Lisbon office open?", "auto", [0.5, 0.5], "acme")
+    decision, calls = await front.decide(
+        "When did the Lisbon office open?", "auto", [0.5, 0.5], "acme", visibility=Visibility.everything()
+    )
     assert retriever.calls == [("acme", "When did the Lisbon office open?", PROBE_DEPTH, [0.5, 0.5])]
     assert decision.probe is not None
     assert decision.probe.tenant == "acme"
@@ -210,11 +215,11 @@ async def test_explicit_routes_override_without_any_model_call(router: Knowledge
     retriever = FakeRetriever([LISBON])
     client, chat_model = scripted_llm('{"route": "direct", "confidence": 0.9, "reason": "x"}')
     front = FrontRouter(router, LLMRouter(client), mode, retriever)
-    direct, _ = await front.decide("Hello!", "direct", [0.0], "acme")
+    direct, _ = await front.decide("Hello!", "direct", [0.0], "acme", visibility=Visibility.everything())
     assert direct == RouteDecision("direct", 1.0, "route requested by the caller", "override")
     assert retriever.calls == []  # nothing to retrieve: no search
     for requested in ("single_hop", "multi_hop"):
-        decision, calls = await front.decide("Hello!", requested, [0.0], "acme")
+        decision, calls = await front.decide("Hello!", requested, [0.0], "acme", visibility=Visibility.everything())
         assert (decision.route, decision.reason, decision.classifier) == (
             requested,
             "route requested by the caller",
@@ -231,7 +236,9 @@ async def test_llm_mode_is_shown_the_same_signals(router: KnowledgeRouter) -> No
     client, chat_model = scripted_llm('{"route":"single_hop","confidence":0.8,"reason":"one document"}')
     front = FrontRouter(router, LLMRouter(client), "llm", retriever)
     assert front.classifier_name == "llm"
-    decision, calls = await front.decide("When did the Lisbon office open?", "auto", [0.1], "acme")
+    decision, calls = await front.decide(
+        "When did the Lisbon office open?", "auto", [0.1], "acme", visibility=Visibility.everything()
+    )
     assert (decision.route, decision.confidence, decision.reason, decision.classifier) == (
         "single_hop",
         0.8,
@@ -316,5 +323,7 @@ async def test_decisions_with_a_probability_carry_the_router_version_and_the_llm
     assert FrontRouter(router, LLMRouter(client), "logistic", FakeRetriever([LISBON])).version == router.version
     llm = FrontRouter(router, LLMRouter(client), "llm", FakeRetriever([LISBON]))
     assert llm.version is None  # no threshold applies, no probability is recorded
-    decision, _ = await llm.decide("When did the Lisbon office open?", "auto", [0.1], "acme")
+    decision, _ = await llm.decide(
+        "When did the Lisbon office open?", "auto", [0.1], "acme", visibility=Visibility.everything()
+    )
     assert (decision.p_multi_hop, decision.router_version) == (None, None)

@@ -20,6 +20,7 @@ from gateway.providers.vectorstores.memory import InMemoryVectorStore
 from pipelines.shared.deps import Passage
 from pipelines.shared.links import about_keys, mention_keys
 from pipelines.shared.text import content_terms
+from pipelines.shared.visibility import Visibility
 
 
 def test_a_title_is_about_its_name_without_the_disambiguator() -> None:
@@ -92,13 +93,15 @@ async def test_the_second_hop_is_found_through_the_links_alone() -> None:
     # The actress's page shares no content word with the question: only the film's page names her.
     assert not set(content_terms(QUESTION)) & set(content_terms(f"{ACTRESS.title}\n{ACTRESS.text}"))
     knowledge = await unlinked([FILM, ACTRESS, *DISTRACTORS])
-    without = await knowledge.search("films", QUESTION, 4)
+    without = await knowledge.search("films", QUESTION, 4, visibility=Visibility.everything())
     assert "lights" in {p.doc_id for p in without}
-    assert "quill" not in {p.doc_id for p in await knowledge.search("films", QUESTION, 8)}
+    assert "quill" not in {
+        p.doc_id for p in await knowledge.search("films", QUESTION, 8, visibility=Visibility.everything())
+    }
     knowledge.links = True
     # At the corrective route's depth (``multi_hop_top_k``): the links join the fusion beside both searches, so a
     # passage only they find ranks behind the passages both searches agree on.
-    found = [p.doc_id for p in await knowledge.search("films", QUESTION, 8)]
+    found = [p.doc_id for p in await knowledge.search("films", QUESTION, 8, visibility=Visibility.everything())]
     assert found[0] == "lights"
     assert "quill" in found
 
@@ -137,15 +140,19 @@ async def test_the_second_hop_is_found_through_japanese_names_too() -> None:
     # The actress's page shares no content word with the question; the film's page names her (水野 + カオリ).
     assert not set(content_terms(JA_QUESTION)) & set(content_terms(f"{JA_ACTRESS.title}\n{JA_ACTRESS.text}"))
     knowledge = await unlinked([JA_FILM, JA_ACTRESS, *JA_DISTRACTORS])
-    first = await knowledge.search("films", JA_QUESTION, 4)
+    first = await knowledge.search("films", JA_QUESTION, 4, visibility=Visibility.everything())
     assert "asagiri" in {p.doc_id for p in first}
-    assert "mizuno" not in {p.doc_id for p in await knowledge.search("films", JA_QUESTION, 8)}
+    assert "mizuno" not in {
+        p.doc_id for p in await knowledge.search("films", JA_QUESTION, 8, visibility=Visibility.everything())
+    }
     vector = await knowledge.embed_query(JA_QUESTION)
-    assert [p.doc_id for p in await knowledge.linked("films", vector, first, 8)] == ["mizuno"]
+    assert [
+        p.doc_id for p in await knowledge.linked("films", vector, first, 8, visibility=Visibility.everything())
+    ] == ["mizuno"]
     # Fused with both searches, a passage only the links find ranks behind the ten distractors both searches agree
     # on: the links feed the fusion, they do not outvote it.
     knowledge.links = True
-    fused = [p.doc_id for p in await knowledge.search("films", JA_QUESTION, 16)]
+    fused = [p.doc_id for p in await knowledge.search("films", JA_QUESTION, 16, visibility=Visibility.everything())]
     assert fused[0] == "asagiri"
     assert "mizuno" in fused
 
@@ -155,10 +162,10 @@ async def test_links_follow_upserts_and_deletes_without_rewriting_other_document
     knowledge = KnowledgeBase(DeterministicFakeEmbedding(size=16), store, Chunker(700, 100), links=True)
     await knowledge.ingest("films", [FILM])
     vector = await knowledge.embed_query(QUESTION)
-    seeds = await knowledge.search("films", QUESTION, 1)
+    seeds = await knowledge.search("films", QUESTION, 1, visibility=Visibility.everything())
 
     async def linked() -> list[str]:
-        return [p.doc_id for p in await knowledge.linked("films", vector, seeds, 5)]
+        return [p.doc_id for p in await knowledge.linked("films", vector, seeds, 5, visibility=Visibility.everything())]
 
     assert await linked() == []  # nobody is about Mara Quill yet
     await knowledge.ingest("films", [ACTRESS])
@@ -168,7 +175,7 @@ async def test_links_follow_upserts_and_deletes_without_rewriting_other_document
     await knowledge.ingest("films", [ACTRESS])
     renamed = NewDocument(id="lights", title=FILM.title, text="Harbour Lights is a 1951 comedy set in a lighthouse.")
     await knowledge.ingest("films", [renamed])
-    seeds = await knowledge.search("films", QUESTION, 1)
+    seeds = await knowledge.search("films", QUESTION, 1, visibility=Visibility.everything())
     assert await linked() == []  # the film's new text names nobody
 
 
@@ -181,8 +188,12 @@ async def test_the_in_memory_matrix_follows_the_same_links_as_the_store(warm: bo
     vector = await knowledge.embed_query(QUESTION)
     if warm:
         assert await matrices.warm("films")
-    from_matrix = await matrices.linked_search("films", ["mara quill", "dunmore", "pellow"], vector, 5)
-    from_store = await store.linked_search("films", ["mara quill", "dunmore", "pellow"], vector, 5)
+    from_matrix = await matrices.linked_search(
+        "films", ["mara quill", "dunmore", "pellow"], vector, 5, visibility=Visibility.everything()
+    )
+    from_store = await store.linked_search(
+        "films", ["mara quill", "dunmore", "pellow"], vector, 5, visibility=Visibility.everything()
+    )
     if warm:
         assert from_matrix is not None
         assert [(p.chunk_id, round(p.score, 5)) for p in from_matrix] == [
@@ -196,7 +207,7 @@ async def test_the_in_memory_matrix_follows_the_same_links_as_the_store(warm: bo
 async def test_a_store_failing_to_follow_links_leaves_the_hybrid_search() -> None:
     class NoLinks(InMemoryVectorStore):
         async def linked_search(
-            self, tenant: str, keys: Sequence[str], vector: Sequence[float], k: int
+            self, tenant: str, keys: Sequence[str], vector: Sequence[float], k: int, *, visibility: Visibility
         ) -> list[Passage]:
             raise ProviderError("linked search refused", provider="vector_store")
 
@@ -205,5 +216,7 @@ async def test_a_store_failing_to_follow_links_leaves_the_hybrid_search() -> Non
     failing = KnowledgeBase(embeddings, NoLinks(), Chunker(700, 100), links=True)
     for knowledge in (plain, failing):
         await knowledge.ingest("films", [FILM, ACTRESS, *DISTRACTORS])
-    expected = [p.chunk_id for p in await plain.search("films", QUESTION, 8)]
-    assert [p.chunk_id for p in await failing.search("films", QUESTION, 8)] == expected
+    expected = [p.chunk_id for p in await plain.search("films", QUESTION, 8, visibility=Visibility.everything())]
+    assert [
+        p.chunk_id for p in await failing.search("films", QUESTION, 8, visibility=Visibility.everything())
+    ] == expected

@@ -21,6 +21,7 @@ from gateway.query.schemas import QueryResponse
 from gateway.query.steps import SemanticCacheHit
 from gateway.settings import ModelPrice, Settings
 from pipelines.shared.events import Evaluate
+from pipelines.shared.visibility import Visibility
 from tests.scripted import CountedCompute, answer_with_first_passage, events
 from tests.unit.corrective_support import K2_QUESTION, OFF_TOPIC, TENANT
 from tests.unit.observability_support import ask, parse_exposition, scrape, traced_app, value
@@ -161,11 +162,17 @@ async def test_cache_outage_is_reported_as_errors_and_served_by_computing() -> N
     events = RecordingEvents()
     cache = ExactCache(backend, KnowledgeVersions(backend), QueryResponse, events=events)
     compute = CountedCompute()
-    await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)
+    await cache.get_or_compute(
+        tenant="acme", route="auto", query="q", compute=compute, visibility=Visibility.everything()
+    )
     await cache.drain()  # stored after it was served: the next one is a hit
-    await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)
+    await cache.get_or_compute(
+        tenant="acme", route="auto", query="q", compute=compute, visibility=Visibility.everything()
+    )
     backend.down = True
-    await cache.get_or_compute(tenant="acme", route="auto", query="q", compute=compute)
+    await cache.get_or_compute(
+        tenant="acme", route="auto", query="q", compute=compute, visibility=Visibility.everything()
+    )
     assert events.results == [("exact", "miss"), ("exact", "hit"), ("exact", "error")]
     assert compute.calls == 2  # the outage is served by computing, never by failing
     assert events.lookups == ["exact", "exact", "exact"]  # the version is read in the lookup: it failed, traced

@@ -17,6 +17,7 @@ from pipelines.direct.graph import build_graph as build_direct_graph
 from pipelines.direct.graph import run as run_direct
 from pipelines.direct.state import DirectContext, DirectState
 from pipelines.shared.events import Assess, Evaluate, Generate, Retrieve, Stop, Withhold
+from pipelines.shared.visibility import Visibility
 from routes.table import RouteTable
 from tests.fakes.scripted_chat import ScriptedChatModel
 from tests.scripted import structured_reply
@@ -49,7 +50,9 @@ async def make_table(
 
 async def test_direct_route_runs_one_node_and_no_retrieval(embeddings: USEEmbeddings) -> None:
     table, model, _ = await make_table(embeddings)
-    result = await table.run("direct", query="hello", tenant="acme", top_k=None, query_vector=None)
+    result = await table.run(
+        "direct", query="hello", tenant="acme", top_k=None, query_vector=None, visibility=Visibility.everything()
+    )
     assert result.events == [Generate(mode="direct")]
     assert result.sources == []
     assert result.answer == "Hi! I am the assistant."
@@ -91,7 +94,12 @@ async def test_the_direct_node_run_alone_ends_in_the_state_the_one_node_graph_en
 async def test_single_hop_retrieves_then_answers_with_the_cited_document(embeddings: USEEmbeddings) -> None:
     table, model, _ = await make_table(embeddings)
     result = await table.run(
-        "single_hop", query="What is the maximum payload of the K2?", tenant="acme", top_k=None, query_vector=None
+        "single_hop",
+        query="What is the maximum payload of the K2?",
+        tenant="acme",
+        top_k=None,
+        query_vector=None,
+        visibility=Visibility.everything(),
     )
     assert result.events == [Retrieve(k=4, found=2), Assess(verdict="correct"), Generate()]
     assert not result.abstained
@@ -102,7 +110,14 @@ async def test_single_hop_retrieves_then_answers_with_the_cited_document(embeddi
 
 async def test_single_hop_in_an_empty_tenant_abstains_without_a_model_call(embeddings: USEEmbeddings) -> None:
     table, model, _ = await make_table(embeddings)
-    result = await table.run("single_hop", query="What is the payload?", tenant="empty", top_k=None, query_vector=None)
+    result = await table.run(
+        "single_hop",
+        query="What is the payload?",
+        tenant="empty",
+        top_k=None,
+        query_vector=None,
+        visibility=Visibility.everything(),
+    )
     assert result.abstained
     assert result.llm_calls == []
     assert model.calls == []
@@ -118,7 +133,14 @@ async def test_unsupported_answer_is_replaced_by_an_abstention(embeddings: USEEm
         return "The payload is 900 kg [1]."
 
     table, _, _ = await make_table(embeddings, invent)
-    result = await table.run("single_hop", query="What is the K2 payload?", tenant="acme", top_k=2, query_vector=None)
+    result = await table.run(
+        "single_hop",
+        query="What is the K2 payload?",
+        tenant="acme",
+        top_k=2,
+        query_vector=None,
+        visibility=Visibility.everything(),
+    )
     assert result.abstained
     assert result.sources == []
     generated, held = result.events[-2:]
@@ -133,7 +155,14 @@ async def test_top_k_is_requested_or_default_and_capped(
     embeddings: USEEmbeddings, requested: int | None, expected: int
 ) -> None:
     table, _, _ = await make_table(embeddings)
-    result = await table.run("single_hop", query="payload", tenant="acme", top_k=requested, query_vector=None)
+    result = await table.run(
+        "single_hop",
+        query="payload",
+        tenant="acme",
+        top_k=requested,
+        query_vector=None,
+        visibility=Visibility.everything(),
+    )
     retrieved = result.events[0]
     assert isinstance(retrieved, Retrieve)
     assert retrieved.k == expected
@@ -142,7 +171,12 @@ async def test_top_k_is_requested_or_default_and_capped(
 async def test_multi_hop_runs_the_corrective_pipeline(embeddings: USEEmbeddings) -> None:
     table, _, _ = await make_table(embeddings)
     result = await table.run(
-        "multi_hop", query="Which came first, the K2 or the VPN policy?", tenant="acme", top_k=None, query_vector=None
+        "multi_hop",
+        query="Which came first, the K2 or the VPN policy?",
+        tenant="acme",
+        top_k=None,
+        query_vector=None,
+        visibility=Visibility.everything(),
     )
     assert result.route == "multi_hop"
     retrieved, evaluated = result.events[:2]
@@ -159,7 +193,13 @@ async def test_precomputed_query_vector_is_used_for_retrieval(embeddings: USEEmb
     # "lifting capacity" shares no word with any document, so the keyword half of hybrid search finds nothing
     # and the dense half decides; embedded, the text would find the K2 document.
     result = await table.run(
-        "single_hop", query="lifting capacity", tenant="acme", top_k=1, query_vector=vpn_vector, allow_escalation=False
+        "single_hop",
+        query="lifting capacity",
+        tenant="acme",
+        top_k=1,
+        query_vector=vpn_vector,
+        allow_escalation=False,
+        visibility=Visibility.everything(),
     )
     assert result.events[0] == Retrieve(k=1, found=1)
     # the vector, not the text, chose the passage: the VPN document was the one given to the model
@@ -175,7 +215,7 @@ async def test_reingesting_a_document_replaces_its_chunks(embeddings: USEEmbeddi
     result = await knowledge.ingest("acme", [changed])
     assert result.upserted == 1
     assert result.chunks > 1
-    passages = await knowledge.search("acme", "K2 payload", 10)
+    passages = await knowledge.search("acme", "K2 payload", 10, visibility=Visibility.everything())
     k2_texts = [p.text for p in passages if p.doc_id == "k2"]
     assert k2_texts
     assert all("150" not in text for text in k2_texts)

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import pytest
 
 from pipelines.shared.deps import Passage
+from pipelines.shared.visibility import Visibility
 from routes.probe import (
     EMPTY_SIGNALS,
     SIGNAL_NAMES,
@@ -210,7 +211,9 @@ class CountingRetriever:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str, int]] = []
 
-    async def search(self, tenant: str, query: str, k: int, *, vector: list[float] | None = None) -> list[Passage]:
+    async def search(
+        self, tenant: str, query: str, k: int, *, visibility: Visibility, vector: list[float] | None = None
+    ) -> list[Passage]:
         self.calls.append((tenant, query, k))
         return [TRAVEL]
 
@@ -219,7 +222,15 @@ class DenseReuser(CountingRetriever):
     """A dense retriever: its search is the head of a dense ranking at least ``k`` deep."""
 
     async def search_reusing(
-        self, tenant: str, query: str, k: int, *, vector: list[float] | None, dense: Sequence[Passage], depth: int
+        self,
+        tenant: str,
+        query: str,
+        k: int,
+        *,
+        visibility: Visibility,
+        vector: list[float] | None,
+        dense: Sequence[Passage],
+        depth: int,
     ) -> list[Passage] | None:
         return list(dense[:k]) if k <= depth else None
 
@@ -227,23 +238,45 @@ class DenseReuser(CountingRetriever):
 async def test_retrieval_reuses_the_probe_for_the_same_search_only() -> None:
     question = "When did the Lisbon office open?"
     store = DenseReuser()
-    retriever = ProbeFirstRetriever(store, probe_of("acme", question, [LISBON, BEACON, TRAVEL], depth=8))
-    assert await retriever.search("acme", question, 4) == [LISBON, BEACON, TRAVEL]
-    assert await retriever.search("acme", question, 2, vector=[0.1]) == [LISBON, BEACON]
+    everything = Visibility.everything()
+    retriever = ProbeFirstRetriever(
+        store, probe_of("acme", question, [LISBON, BEACON, TRAVEL], depth=8, visibility=everything)
+    )
+    assert await retriever.search("acme", question, 4, visibility=Visibility.everything()) == [LISBON, BEACON, TRAVEL]
+    assert await retriever.search("acme", question, 2, vector=[0.1], visibility=Visibility.everything()) == [
+        LISBON,
+        BEACON,
+    ]
     assert store.calls == []
     assert retriever.served == 2
     # A rewritten query, a deeper search or another tenant is searched for real.
-    assert await retriever.search("acme", "Lisbon office opening year", 4) == [TRAVEL]
-    assert await retriever.search("acme", question, 9) == [TRAVEL]
-    assert await retriever.search("globex", question, 4) == [TRAVEL]
-    assert store.calls == [("acme", "Lisbon office opening year", 4), ("acme", question, 9), ("globex", question, 4)]
+    assert await retriever.search("acme", "Lisbon office opening year", 4, visibility=Visibility.everything()) == [
+        TRAVEL
+    ]
+    assert await retriever.search("acme", question, 9, visibility=Visibility.everything()) == [TRAVEL]
+    assert await retriever.search("globex", question, 4, visibility=Visibility.everything()) == [TRAVEL]
+    # The probe was one reader's ranking: another reader's search of the same question is theirs, made afresh.
+    hr = Visibility.of(["hr"], unset_open=False)
+    assert await retriever.search("acme", question, 4, visibility=hr) == [TRAVEL]
+    assert store.calls == [
+        ("acme", "Lisbon office opening year", 4),
+        ("acme", question, 9),
+        ("globex", question, 4),
+        ("acme", question, 4),
+    ]
+    # A probe that says not whose it was (an offline one) is never reused.
+    unknown = ProbeFirstRetriever(store, probe_of("acme", question, [LISBON, BEACON, TRAVEL], depth=8))
+    assert await unknown.search("acme", question, 4, visibility=everything) == [TRAVEL]
+    assert unknown.served == 0
     # Without a probe (a forced direct route made none) every search goes to the store.
     bare = ProbeFirstRetriever(store, None)
-    assert await bare.search("acme", question, 4) == [TRAVEL]
+    assert await bare.search("acme", question, 4, visibility=Visibility.everything()) == [TRAVEL]
     assert bare.served == 0
     # A retriever that cannot say how its search is made from a dense ranking (a wrapper) always searches.
-    opaque = ProbeFirstRetriever(CountingRetriever(), probe_of("acme", question, [LISBON, BEACON, TRAVEL], depth=8))
-    assert await opaque.search("acme", question, 2) == [TRAVEL]
+    opaque = ProbeFirstRetriever(
+        CountingRetriever(), probe_of("acme", question, [LISBON, BEACON, TRAVEL], depth=8, visibility=everything)
+    )
+    assert await opaque.search("acme", question, 2, visibility=Visibility.everything()) == [TRAVEL]
     assert opaque.served == 0
 
 

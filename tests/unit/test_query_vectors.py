@@ -16,6 +16,7 @@ from langchain_core.embeddings import DeterministicFakeEmbedding, Embeddings
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
+from gateway.access.identity import Reader
 from gateway.app import create_app
 from gateway.overrides import ProviderOverrides
 from gateway.query.schemas import QueryRequest
@@ -112,7 +113,10 @@ async def test_concurrent_identical_questions_embed_once(scripted_settings: Sett
     embeddings = ScriptedEmbeddings()
     async with service(scripted_settings, embeddings) as queries:
         embeddings.gate.clear()
-        asking = [asyncio.ensure_future(queries.answer(QueryRequest(query=QUESTION))) for _ in range(4)]
+        asking = [
+            asyncio.ensure_future(queries.answer(QueryRequest(query=QUESTION), reader=Reader.unrestricted()))
+            for _ in range(4)
+        ]
         await embeddings.reached.wait()  # the first request reaches the model and is held there
         embeddings.gate.set()
         answers = await asyncio.gather(*asking)
@@ -146,7 +150,9 @@ async def test_a_request_that_leaves_takes_its_embedding_with_it(
         caplog.clear()  # the app's start-up warnings
         running = asyncio.all_tasks()  # the app's own, and this test's
         with caplog.at_level(logging.WARNING):
-            answering = asyncio.ensure_future(queries.answer(QueryRequest(query=QUESTION)))
+            answering = asyncio.ensure_future(
+                queries.answer(QueryRequest(query=QUESTION), reader=Reader.unrestricted())
+            )
             await embeddings.reached.wait()
             answering.cancel()
             with pytest.raises(asyncio.CancelledError):

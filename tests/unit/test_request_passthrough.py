@@ -41,17 +41,17 @@ class Recorder:
     def __init__(self) -> None:
         self.requests: list[QueryRequest] = []
         self.instructions: list[str] = []
-        self.readers: list[Reader | None] = []
+        self.readers: list[Reader] = []
 
     async def answer(
         self,
         request: QueryRequest,
         admit: Admit | None = None,
         *,
+        reader: Reader,
         vault: Vault | None = None,
         instructions: str = "",
         writer: StreamWriter | None = None,
-        reader: Reader | None = None,
     ) -> QueryResponse:
         self.requests.append(admit(request) if admit is not None else request)
         self.instructions.append(instructions)

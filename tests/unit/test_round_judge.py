@@ -19,6 +19,7 @@ from pipelines.shared.events import Evaluate
 from pipelines.shared.generation import GroundingPolicy
 from pipelines.shared.judge import JudgeModel, judge_round, round_features
 from pipelines.shared.relevance import QueryScorer, RelevanceModel
+from pipelines.shared.visibility import Visibility
 from routes.written_kb import load_written_kb
 from tests.unit.corrective_support import (
     CANTEEN_QUESTION,
@@ -44,7 +45,7 @@ def passage(doc_id: str, title: str, text: str, score: float) -> Passage:
 async def test_the_one_page_that_answers_is_confirmed_without_the_grader(knowledge: KnowledgeBase) -> None:
     """Alone, the canteen page's words leave it in the band and the LLM grader is asked; among four pages about
     other things, it is the only one holding what the question asks, and the judge confirms it."""
-    found = await knowledge.search(TENANT, CANTEEN_QUESTION, 5)
+    found = await knowledge.search(TENANT, CANTEEN_QUESTION, 5, visibility=Visibility.everything())
     llm, model = make_llm(Script())  # every grade "not relevant": only the first stage can confirm a page
     per_passage = await evaluate_passages(llm, CorrectivePolicy(), CANTEEN_QUESTION, found, calls_left=4)
     assert per_passage.graded == 1
@@ -59,7 +60,7 @@ async def test_the_one_page_that_answers_is_confirmed_without_the_grader(knowled
 
 
 async def test_a_round_where_nothing_answers_is_incorrect_whatever_its_best(knowledge: KnowledgeBase) -> None:
-    found = await knowledge.search(TENANT, OFF_TOPIC, 5)
+    found = await knowledge.search(TENANT, OFF_TOPIC, 5, visibility=Visibility.everything())
     best = max(round_features(OFF_TOPIC, found), key=lambda f: f["cosine"])
     assert best["cosine_margin"] > 0  # the best page leads the round, on nothing
     llm, model = make_llm(Script())
@@ -72,7 +73,7 @@ async def test_a_round_where_nothing_answers_is_incorrect_whatever_its_best(know
 
 async def test_a_follow_up_round_is_scored_passage_by_passage(knowledge: KnowledgeBase) -> None:
     """A follow-up round's cosines are to the queries that found its passages, not to the question: no margins."""
-    found = await knowledge.search(TENANT, CANTEEN_QUESTION, 5)
+    found = await knowledge.search(TENANT, CANTEEN_QUESTION, 5, visibility=Visibility.everything())
     rewrite = "staff canteen opening hours"
     llm, _ = make_llm(Script())
     judged = await evaluate_passages(llm, JUDGED, CANTEEN_QUESTION, found, calls_left=0, scoring_query=rewrite)
@@ -146,7 +147,7 @@ async def manual(embeddings: USEEmbeddings) -> KnowledgeBase:
 async def test_japanese_neighbouring_page_leaves_the_grader_out(manual: KnowledgeBase) -> None:
     """Asked about cancelling mid-month: the per-passage scorer sends the seats page (charged from the day seats
     are added, mid-month) to the grader; the judge sees the round's only cancellation page and drops it unasked."""
-    found = await manual.search(MANUAL, MID_MONTH_CANCEL, 8)
+    found = await manual.search(MANUAL, MID_MONTH_CANCEL, 8, visibility=Visibility.everything())
     llm, model = make_llm(Script())
     await evaluate_passages(llm, CorrectivePolicy(), MID_MONTH_CANCEL, found, calls_left=4)
     seats = next(p.title for p in found if p.doc_id == "ja-seats")

@@ -25,6 +25,7 @@ from gateway.providers.vectorstores.base import StoredChunks
 from gateway.providers.vectorstores.memory import InMemoryVectorStore
 from gateway.settings import Settings
 from pipelines.shared.deps import Passage
+from pipelines.shared.visibility import Visibility
 from routes.probe import PROBE_DEPTH, ProbeFirstRetriever, probe_of
 from tests.conftest import grounded_or_direct
 from tests.fakes.scripted_chat import ScriptedChatModel
@@ -45,13 +46,15 @@ class CountingStore(InMemoryVectorStore):
         self.keyword_searches = 0
         self.exports = 0
 
-    async def search(self, tenant: str, vector: Sequence[float], k: int) -> list[Passage]:
+    async def search(self, tenant: str, vector: Sequence[float], k: int, *, visibility: Visibility) -> list[Passage]:
         self.searches += 1
-        return await super().search(tenant, vector, k)
+        return await super().search(tenant, vector, k, visibility=visibility)
 
-    async def keyword_search(self, tenant: str, terms: Sequence[str], vector: Sequence[float], k: int) -> list[Passage]:
+    async def keyword_search(
+        self, tenant: str, terms: Sequence[str], vector: Sequence[float], k: int, *, visibility: Visibility
+    ) -> list[Passage]:
         self.keyword_searches += 1
-        return await super().keyword_search(tenant, terms, vector, k)
+        return await super().keyword_search(tenant, terms, vector, k, visibility=visibility)
 
     async def export_chunks(self, tenant: str) -> StoredChunks | None:
         self.exports += 1
@@ -99,20 +102,20 @@ async def test_a_warm_tenant_is_ranked_from_memory_exactly_as_the_store_ranks_it
     matrices = kb.matrices
     assert matrices is not None
     vector = await kb.embed_query("harbour 7")
-    cold = await kb.dense_search("acme", "harbour 7", 10, vector=vector)
+    cold = await kb.dense_search("acme", "harbour 7", 10, vector=vector, visibility=Visibility.everything())
     assert store.searches == 1  # not warm yet: searched in the store, a load started in the background
     await settle()
     assert store.exports == 1
-    warm = await kb.dense_search("acme", "harbour 7", 10, vector=vector)
+    warm = await kb.dense_search("acme", "harbour 7", 10, vector=vector, visibility=Visibility.everything())
     assert store.searches == 1
     assert matrices.hits == 1
     assert ids(warm) == ids(cold)
     assert [p.score for p in warm] == pytest.approx([p.score for p in cold], abs=1e-5)
     assert [(p.doc_id, p.title, p.text) for p in warm] == [(p.doc_id, p.title, p.text) for p in cold]
-    assert ids(await kb.dense_search("acme", "harbour 7", 100, vector=vector)) == ids(
-        await store.search("acme", vector, 100)
-    )
-    assert await kb.dense_search("globex", "harbour 7", 5, vector=vector) == []
+    assert ids(
+        await kb.dense_search("acme", "harbour 7", 100, vector=vector, visibility=Visibility.everything())
+    ) == ids(await store.search("acme", vector, 100, visibility=Visibility.everything()))
+    assert await kb.dense_search("globex", "harbour 7", 5, vector=vector, visibility=Visibility.everything()) == []
 
 
 async def test_a_knowledge_change_makes_the_matrix_stale_until_it_is_loaded_again() -> None:
@@ -126,15 +129,17 @@ async def test_a_knowledge_change_makes_the_matrix_stale_until_it_is_loaded_agai
     await kb.ingest("acme", [late])
     vector = await kb.embed_query(f"{late.title}\n{late.text}")  # what ingestion embedded: its best match
     searches = store.searches
-    found = await kb.dense_search("acme", late.text, 3, vector=vector)
+    found = await kb.dense_search("acme", late.text, 3, vector=vector, visibility=Visibility.everything())
     assert store.searches == searches + 1  # the version moved on: the store answers, never the stale matrix
     assert found[0].doc_id == "late"
     await settle()
-    again = await kb.dense_search("acme", late.text, 3, vector=vector)
+    again = await kb.dense_search("acme", late.text, 3, vector=vector, visibility=Visibility.everything())
     assert store.searches == searches + 1
     assert ids(again) == ids(found)
     await kb.delete("acme", "late")
-    assert (await kb.dense_search("acme", late.text, 3, vector=vector))[0].doc_id != "late"
+    assert (await kb.dense_search("acme", late.text, 3, vector=vector, visibility=Visibility.everything()))[
+        0
+    ].doc_id != "late"
 
 
 async def test_the_memory_budget_keeps_the_recently_used_tenants_and_never_loads_one_larger_than_it() -> None:
@@ -149,7 +154,9 @@ async def test_the_memory_budget_keeps_the_recently_used_tenants_and_never_loads
     matrices.max_bytes = 2 * one + one // 2  # room for two tenants of this size
     assert await matrices.warm("b")
     vector = await kb.embed_query("river")
-    await kb.dense_search("a", "river", 3, vector=vector)  # "a" used last: "b" is the least recent
+    await kb.dense_search(
+        "a", "river", 3, vector=vector, visibility=Visibility.everything()
+    )  # "a" used last: "b" is the least recent
     assert await matrices.warm("c")
     assert set(matrices.sizes()) == {"a", "c"}
     assert matrices.nbytes <= matrices.max_bytes
@@ -162,7 +169,7 @@ async def test_the_memory_budget_keeps_the_recently_used_tenants_and_never_loads
     assert "a" not in matrices.sizes()
     assert store.exports == exports + 1
     for _ in range(3):  # too big at this version: searched in the store, never exported again
-        assert await kb.dense_search("a", "river", 3, vector=vector)
+        assert await kb.dense_search("a", "river", 3, vector=vector, visibility=Visibility.everything())
         await settle()
     assert store.exports == exports + 1
 
@@ -175,13 +182,13 @@ async def test_without_a_version_or_an_export_every_probe_searches_the_store() -
     await kb.ingest("acme", DOCS[:5])
     vector = await kb.embed_query("harbour")
     for _ in range(3):
-        assert await kb.dense_search("acme", "harbour", 3, vector=vector)
+        assert await kb.dense_search("acme", "harbour", 3, vector=vector, visibility=Visibility.everything())
         await settle()
     assert store.searches == 3
     assert store.exports == 1
 
     down = TenantMatrices(CountingStore(), KnowledgeVersions(DownBackend()), 1 << 20)
-    assert await down.search("acme", vector, 3) is None
+    assert await down.search("acme", vector, 3, visibility=Visibility.everything()) is None
 
 
 async def test_hybrid_retrieval_is_computed_from_the_probes_dense_ranking_with_one_keyword_search() -> None:
@@ -193,18 +200,24 @@ async def test_hybrid_retrieval_is_computed_from_the_probes_dense_ranking_with_o
     k = 4
     depth = kb.ranking_depth(8)
     assert depth == 8 * HYBRID_DEPTH
-    probe = probe_of("acme", question, await kb.dense_search("acme", question, depth, vector=vector), depth)
+    probe = probe_of(
+        "acme",
+        question,
+        await kb.dense_search("acme", question, depth, vector=vector, visibility=Visibility.everything()),
+        depth,
+        Visibility.everything(),
+    )
     assert len(probe.evidence) == PROBE_DEPTH  # what the signals read; the ranking itself is deeper
     assert len(probe.passages) == depth
-    expected = await kb.search("acme", question, k, vector=vector)
+    expected = await kb.search("acme", question, k, vector=vector, visibility=Visibility.everything())
     searches, keyword = store.searches, store.keyword_searches
     reuse = ProbeFirstRetriever(kb, probe)
-    assert await reuse.search("acme", question, k, vector=vector) == expected
+    assert await reuse.search("acme", question, k, vector=vector, visibility=Visibility.everything()) == expected
     assert (store.searches, store.keyword_searches) == (searches, keyword + 1)
     assert reuse.served == 1
     # Deeper than the probe's ranking allows (9 x 3 > 24), or another query: a full search.
-    await reuse.search("acme", question, 9, vector=vector)
-    await reuse.search("acme", "river 1", k, vector=vector)
+    await reuse.search("acme", question, 9, vector=vector, visibility=Visibility.everything())
+    await reuse.search("acme", "river 1", k, vector=vector, visibility=Visibility.everything())
     assert store.searches == searches + 2
     assert reuse.served == 1
 
@@ -215,9 +228,19 @@ async def test_dense_retrieval_takes_the_head_of_the_probes_ranking() -> None:
     await kb.ingest("acme", DOCS)
     vector = await kb.embed_query("harbour 3")
     assert kb.ranking_depth(8) == 8
-    dense = await kb.dense_search("acme", "harbour 3", 8, vector=vector)
-    assert await kb.search_reusing("acme", "harbour 3", 5, vector=vector, dense=dense, depth=8) == dense[:5]
-    assert await kb.search_reusing("acme", "harbour 3", 9, vector=vector, dense=dense, depth=8) is None
+    dense = await kb.dense_search("acme", "harbour 3", 8, vector=vector, visibility=Visibility.everything())
+    assert (
+        await kb.search_reusing(
+            "acme", "harbour 3", 5, vector=vector, dense=dense, depth=8, visibility=Visibility.everything()
+        )
+        == dense[:5]
+    )
+    assert (
+        await kb.search_reusing(
+            "acme", "harbour 3", 9, vector=vector, dense=dense, depth=8, visibility=Visibility.everything()
+        )
+        is None
+    )
 
 
 async def test_the_app_runs_blas_on_one_thread_while_it_serves_and_restores_it(
@@ -254,8 +277,8 @@ def test_every_passage_gets_its_own_metadata_parsed_once_per_distinct_text() -> 
     bare = TenantMatrix.of(1, dataclasses.replace(chunks, metadata=["{}", "{}", "{}"]))
     assert matrix.nbytes > bare.nbytes  # the parsed dicts are counted in the budget
 
-    first = {p.chunk_id: p for p in matrix.top([1.0, 0.0, 0.0, 0.0], 3)}
-    second = {p.chunk_id: p for p in matrix.top([1.0, 0.0, 0.0, 0.0], 3)}
+    first = {p.chunk_id: p for p in matrix.top([1.0, 0.0, 0.0, 0.0], 3, Visibility.everything())}
+    second = {p.chunk_id: p for p in matrix.top([1.0, 0.0, 0.0, 0.0], 3, Visibility.everything())}
     assert first["a#0"].metadata == {"lang": "en", "page": 3}
     assert first["b#0"].metadata == {"tags": ["x", "y"]}
     first["a#0"].metadata["lang"] = "ja"

@@ -13,6 +13,7 @@ from gateway.knowledge.service import KnowledgeBase, NewDocument
 from gateway.providers.embeddings import USEEmbeddings
 from gateway.providers.vectorstores.memory import InMemoryVectorStore
 from gateway.providers.websearch import TAVILY_URL, LocalStoreSearch, TavilySearch
+from pipelines.shared.visibility import Visibility
 
 
 def tavily(handler: httpx.MockTransport, embeddings: USEEmbeddings) -> TavilySearch:
@@ -40,7 +41,9 @@ async def test_tavily_results_become_passages_scored_by_cosine(embeddings: USEEm
             },
         )
 
-    results = await tavily(httpx.MockTransport(handler), embeddings).search("acme", "What is the capital of Peru?", 3)
+    results = await tavily(httpx.MockTransport(handler), embeddings).search(
+        "acme", "What is the capital of Peru?", 3, visibility=Visibility.everything()
+    )
     assert str(seen[0].url) == TAVILY_URL
     assert seen[0].headers["authorization"] == "Bearer tvly-test"
     assert json.loads(seen[0].content)["max_results"] == 3
@@ -54,12 +57,14 @@ async def test_tavily_errors_are_translated(embeddings: USEEmbeddings) -> None:
         raise httpx.ConnectError("no route", request=request)
 
     with pytest.raises(ProviderUnavailableError) as down:
-        await tavily(httpx.MockTransport(refuse), embeddings).search("acme", "q", 3)
+        await tavily(httpx.MockTransport(refuse), embeddings).search("acme", "q", 3, visibility=Visibility.everything())
     assert down.value.provider == "web_search"
     assert isinstance(down.value.__cause__, httpx.ConnectError)
 
     with pytest.raises(ProviderError, match="HTTP 432"):
-        await tavily(httpx.MockTransport(lambda r: httpx.Response(432, json={})), embeddings).search("acme", "q", 3)
+        await tavily(httpx.MockTransport(lambda r: httpx.Response(432, json={})), embeddings).search(
+            "acme", "q", 3, visibility=Visibility.everything()
+        )
 
 
 async def test_local_fallback_searches_the_tenant_store(embeddings: USEEmbeddings) -> None:
@@ -67,5 +72,7 @@ async def test_local_fallback_searches_the_tenant_store(embeddings: USEEmbedding
     await knowledge.ingest("acme", [NewDocument(id="k3", title="K3", text="The K3 carries 300 kg.")])
     search = LocalStoreSearch(knowledge)
     assert search.name == "local"
-    assert [p.doc_id for p in await search.search("acme", "K3 payload", 3)] == ["k3"]
-    assert await search.search("globex", "K3 payload", 3) == []
+    assert [p.doc_id for p in await search.search("acme", "K3 payload", 3, visibility=Visibility.everything())] == [
+        "k3"
+    ]
+    assert await search.search("globex", "K3 payload", 3, visibility=Visibility.everything()) == []

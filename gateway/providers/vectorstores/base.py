@@ -2,6 +2,12 @@
 
 Tenants map to a store's own isolation unit (a LanceDB table, a Pinecone namespace), so a search
 can never see another tenant's chunks whatever filter a caller forgets.
+
+Inside a tenant, each chunk carries its document's access tags (:mod:`pipelines.shared.visibility`) and every
+search takes the reader's ``Visibility``: a store filters *inside* its search (a pre-filter, a metadata filter, a
+mask before the top-k), never after it, so a restricted reader gets ``k`` passages they may read rather than
+whatever of the tenant-wide top ``k`` survives, and recall for them is what it would be in a tenant holding only
+their documents.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from pipelines.shared.deps import Passage
+from pipelines.shared.visibility import UNSET, Visibility
 
 TENANT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
 _TENANT_RE = re.compile(TENANT_PATTERN)
@@ -33,6 +40,8 @@ class ChunkRecord:
     # What the chunk is about (its document title's keys, :func:`pipelines.shared.links.about_keys`): where a
     # link from a passage that mentions one of them leads. Stored beside the vector so links survive restarts.
     about: tuple[str, ...] = ()
+    # The document's access tags: group names, ``TENANT_OPEN``, or ``UNSET`` (the tenant's policy decides).
+    access: tuple[str, ...] = (UNSET,)
 
     @property
     def chunk_id(self) -> str:
@@ -54,6 +63,8 @@ class StoredChunks:
     vectors: np.ndarray[Any, np.dtype[np.float32]]
     # Each chunk's ``about`` keys (the entity links' targets); empty where the store keeps none.
     about: list[tuple[str, ...]] = field(default_factory=list)
+    # Each chunk's access tags; empty where the store keeps none (every chunk then reads as ``UNSET``).
+    access: list[tuple[str, ...]] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.chunk_ids)
@@ -80,9 +91,12 @@ class VectorStore(ABC):
         """Remove every chunk of ``doc_id``; False when the tenant had no such document."""
 
     @abstractmethod
-    async def search(self, tenant: str, vector: Sequence[float], k: int) -> list[Passage]: ...
+    async def search(self, tenant: str, vector: Sequence[float], k: int, *, visibility: Visibility) -> list[Passage]:
+        """The ``k`` chunks ``visibility`` allows of highest cosine to ``vector``, best first."""
 
-    async def keyword_search(self, tenant: str, terms: Sequence[str], vector: Sequence[float], k: int) -> list[Passage]:
+    async def keyword_search(
+        self, tenant: str, terms: Sequence[str], vector: Sequence[float], k: int, *, visibility: Visibility
+    ) -> list[Passage]:
         """BM25 over the chunks' tokens (:mod:`.fusion`), best first; ``score`` is still the cosine to ``vector``.
 
         Stores without a keyword index return nothing, and retrieval is dense alone (see
@@ -90,10 +104,12 @@ class VectorStore(ABC):
         """
         return []
 
-    async def linked_search(self, tenant: str, keys: Sequence[str], vector: Sequence[float], k: int) -> list[Passage]:
-        """The chunks about any of ``keys`` (their stored ``about``), best cosine to ``vector`` first: where the
-        links of the passages a search found lead (:mod:`pipelines.shared.links`). Stores that keep no ``about``
-        (tables written before it existed) return nothing, and retrieval follows no links."""
+    async def linked_search(
+        self, tenant: str, keys: Sequence[str], vector: Sequence[float], k: int, *, visibility: Visibility
+    ) -> list[Passage]:
+        """The chunks ``visibility`` allows about any of ``keys`` (their stored ``about``), best cosine to ``vector``
+        first: where the links of the passages a search found lead (:mod:`pipelines.shared.links`). Stores that keep
+        no ``about`` (tables written before it existed) return nothing, and retrieval follows no links."""
         return []
 
     # Whether ``export_chunks`` lists a tenant (the in-memory matrices can then search it): read at start-up, where the
@@ -103,6 +119,12 @@ class VectorStore(ABC):
     async def export_chunks(self, tenant: str) -> StoredChunks | None:
         """Every chunk of ``tenant`` with its vector, for an exact in-memory search; None when this store
         cannot list a tenant cheaply (Pinecone): its searches then always go to the store."""
+        return None
+
+    async def document_chunks(self, tenant: str, doc_ids: Sequence[str]) -> dict[str, list[ChunkRecord]] | None:
+        """The stored chunks of each of ``doc_ids`` that has any, vectors included, in chunk order; None when this
+        store cannot read them back cheaply. The knowledge base compares them with an upsert: a document whose
+        only change is its access is written again with the vectors it has, without embedding it again."""
         return None
 
     @abstractmethod

@@ -11,6 +11,7 @@ import numpy as np
 from gateway.providers.vectorstores.base import ChunkRecord, StoredChunks, VectorStore, check_tenant
 from gateway.providers.vectorstores.fusion import bm25_scores, index_terms
 from pipelines.shared.deps import Passage
+from pipelines.shared.visibility import Visibility
 
 
 class InMemoryVectorStore(VectorStore):
@@ -32,20 +33,29 @@ class InMemoryVectorStore(VectorStore):
     def _all(self, tenant: str) -> list[ChunkRecord]:
         return [c for doc in self._chunks.get(check_tenant(tenant), {}).values() for c in doc]
 
-    async def search(self, tenant: str, vector: Sequence[float], k: int) -> list[Passage]:
-        chunks = self._all(tenant)
+    def _visible(self, tenant: str, visibility: Visibility) -> list[ChunkRecord]:
+        """The chunks the reader may see, chosen before anything is ranked (BM25's statistics included): the
+        search a tenant holding only these chunks would make."""
+        return [c for c in self._all(tenant) if visibility.allows(c.access)]
+
+    async def search(self, tenant: str, vector: Sequence[float], k: int, *, visibility: Visibility) -> list[Passage]:
+        chunks = self._visible(tenant, visibility)
         scores = _cosines(chunks, vector)
         return _passages(chunks, scores, [int(i) for i in np.argsort(-scores)[:k]])
 
-    async def keyword_search(self, tenant: str, terms: Sequence[str], vector: Sequence[float], k: int) -> list[Passage]:
-        chunks = self._all(tenant)
+    async def keyword_search(
+        self, tenant: str, terms: Sequence[str], vector: Sequence[float], k: int, *, visibility: Visibility
+    ) -> list[Passage]:
+        chunks = self._visible(tenant, visibility)
         bm25 = bm25_scores(terms, [index_terms(c.title, c.text).split() for c in chunks])
         order = [i for i in sorted(range(len(chunks)), key=lambda i: -bm25[i]) if bm25[i] > 0][:k]
         return _passages(chunks, _cosines(chunks, vector), order)
 
-    async def linked_search(self, tenant: str, keys: Sequence[str], vector: Sequence[float], k: int) -> list[Passage]:
+    async def linked_search(
+        self, tenant: str, keys: Sequence[str], vector: Sequence[float], k: int, *, visibility: Visibility
+    ) -> list[Passage]:
         wanted = set(keys)
-        chunks = [c for c in self._all(tenant) if wanted.intersection(c.about)]
+        chunks = [c for c in self._visible(tenant, visibility) if wanted.intersection(c.about)]
         scores = _cosines(chunks, vector)
         return _passages(chunks, scores, [int(i) for i in np.argsort(-scores)[:k]])
 
@@ -62,7 +72,12 @@ class InMemoryVectorStore(VectorStore):
             metadata=[json.dumps(c.metadata, ensure_ascii=False) for c in chunks],
             vectors=vectors,
             about=[c.about for c in chunks],
+            access=[c.access for c in chunks],
         )
+
+    async def document_chunks(self, tenant: str, doc_ids: Sequence[str]) -> dict[str, list[ChunkRecord]] | None:
+        docs = self._chunks.get(check_tenant(tenant), {})
+        return {doc_id: list(docs[doc_id]) for doc_id in doc_ids if docs.get(doc_id)}
 
     async def ping(self) -> None:
         return None

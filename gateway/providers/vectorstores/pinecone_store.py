@@ -15,6 +15,13 @@ the sparse side from :func:`gateway.providers.vectorstores.fusion.index_terms` (
 shared tokenizer's terms, so Japanese gets bigrams) and weighs dense against sparse with an alpha,
 or runs a separate sparse index and fuses the two rankings with
 :func:`~pipelines.shared.fusion.reciprocal_rank_fusion` as the LanceDB store does.
+
+Document permissions are an ``access`` list of strings in each vector's metadata, and a restricted reader's query
+carries the metadata filter ``{"access": {"$in": <the reader's tags>}}``: Pinecone applies it inside the search, so
+the ``top_k`` are the reader's best. Vectors written before the field existed carry none and read as ``UNSET``
+(``$exists: false`` alongside, for a reader who sees ``UNSET``); re-upserting a document tags them. An upsert
+reads a document's stored chunks back (list by id prefix, then fetch), so one whose access alone changed keeps its
+vectors instead of being embedded again.
 """
 
 from __future__ import annotations
@@ -38,11 +45,13 @@ from pinecone.errors.exceptions import (
 from gateway.errors import ClientError, ProviderError, ProviderTimeoutError, ProviderUnavailableError
 from gateway.providers.vectorstores.base import ChunkRecord, VectorStore, check_tenant
 from pipelines.shared.deps import Passage
+from pipelines.shared.visibility import UNSET, Visibility
 
 PROVIDER = "vector_store"
 UPSERT_BATCH = 100
 DELETE_BATCH = 1000  # the API's cap on ids per delete request
 LIST_PAGE = 100  # the API's cap on ids per list page
+FETCH_BATCH = 100  # ids per fetch: they travel in the URL
 QUERY_TOP_K_MAX = 10_000
 _TRANSIENT_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 _LOCK_STRIPES = 64
@@ -87,6 +96,32 @@ def _decode_metadata(raw: Any) -> dict[str, Any]:
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}
+
+
+def access_filter(visibility: Visibility) -> dict[str, Any] | None:
+    """The metadata filter of what ``visibility`` allows; None for a reader who sees everything."""
+    if visibility.groups is None:
+        return None
+    allowed: dict[str, Any] = {"access": {"$in": sorted(visibility.groups)}}
+    if UNSET in visibility.groups:
+        return {"$or": [allowed, {"access": {"$exists": False}}]}
+    return allowed
+
+
+def _record(doc_id: str, vector: Any) -> ChunkRecord:
+    """A fetched vector as the chunk it stores (a vector written before access was kept reads as ``UNSET``)."""
+    metadata = vector.metadata or {}
+    access = metadata.get("access")
+    return ChunkRecord(
+        doc_id=doc_id,
+        index=int(metadata.get("chunk_index", vector.id.rpartition("#")[2] or 0)),
+        title=str(metadata.get("title", "")),
+        text=str(metadata.get("text", "")),
+        vector=[float(x) for x in vector.values],
+        metadata=_decode_metadata(metadata.get("metadata_json")),
+        about=tuple(str(key) for key in metadata.get("about") or ()),
+        access=tuple(str(tag) for tag in access) if isinstance(access, list) and access else (UNSET,),
+    )
 
 
 class PineconeVectorStore(VectorStore):
@@ -154,6 +189,7 @@ class PineconeVectorStore(VectorStore):
                 "metadata_json": json.dumps(chunk.metadata, ensure_ascii=False, default=str),
                 # A list of strings is flat metadata Pinecone filters on natively: the entity links' lookup.
                 "about": list(chunk.about),
+                "access": list(chunk.access),
             },
         }
 
@@ -189,6 +225,22 @@ class PineconeVectorStore(VectorStore):
             ids.extend(item.id for item in page.vectors if item.id and _is_chunk_of(item.id, prefix))
         return ids
 
+    async def document_chunks(self, tenant: str, doc_ids: Sequence[str]) -> dict[str, list[ChunkRecord]] | None:
+        namespace = check_tenant(tenant)
+        found: dict[str, list[ChunkRecord]] = {}
+        with _upstream("reading a document's chunks"):
+            for doc_id in doc_ids:
+                if not doc_id.isascii():
+                    continue  # never stored: replace_document refuses such ids
+                ids = await self._chunk_ids(namespace, doc_id)
+                chunks: list[ChunkRecord] = []
+                for start in range(0, len(ids), FETCH_BATCH):
+                    response = await self._index.fetch(ids=ids[start : start + FETCH_BATCH], namespace=namespace)
+                    chunks += [_record(doc_id, vector) for vector in response.vectors.values()]
+                if chunks:
+                    found[doc_id] = sorted(chunks, key=lambda c: c.index)
+        return found
+
     async def _delete_ids(self, namespace: str, ids: Sequence[str]) -> None:
         for start in range(0, len(ids), DELETE_BATCH):
             try:
@@ -196,13 +248,17 @@ class PineconeVectorStore(VectorStore):
             except NotFoundError:
                 return  # the namespace vanished meanwhile: nothing left to delete
 
-    async def search(self, tenant: str, vector: Sequence[float], k: int) -> list[Passage]:
-        return await self._query(tenant, vector, k, None)
+    async def search(self, tenant: str, vector: Sequence[float], k: int, *, visibility: Visibility) -> list[Passage]:
+        return await self._query(tenant, vector, k, access_filter(visibility))
 
-    async def linked_search(self, tenant: str, keys: Sequence[str], vector: Sequence[float], k: int) -> list[Passage]:
+    async def linked_search(
+        self, tenant: str, keys: Sequence[str], vector: Sequence[float], k: int, *, visibility: Visibility
+    ) -> list[Passage]:
         if not keys:
             return []
-        return await self._query(tenant, vector, k, {"about": {"$in": list(keys)}})
+        linked: dict[str, Any] = {"about": {"$in": list(keys)}}
+        allowed = access_filter(visibility)
+        return await self._query(tenant, vector, k, linked if allowed is None else {"$and": [linked, allowed]})
 
     async def _query(self, tenant: str, vector: Sequence[float], k: int, where: dict[str, Any] | None) -> list[Passage]:
         namespace = check_tenant(tenant)
