@@ -1,6 +1,7 @@
 """``python -m gateway.eval.semantic_cache [--pairs FILE] [--json OUT]``: calibrate the semantic cache.
 
-Embeds every pair of ``data/semantic_pairs.jsonl`` with the real multilingual USE model and reports,
+Embeds every pair of ``routes/data/semantic_pairs.jsonl`` (beside the other calibration data: the service fits its
+threshold on them for the embedder in use, :mod:`routes.calibration`) with the real multilingual USE model and reports,
 for each threshold from 0.85 to 0.97 and per language, how many paraphrases would be served (should
 hit) and how many contrast pairs would be wrongly served (must not hit), without and with the contrast
 guard. The recommended threshold is the one with no guarded contrast hit, even 0.02 below it
@@ -47,7 +48,7 @@ def load_pairs(path: Path | None = None) -> list[Pair]:
     text = (
         path.read_text(encoding="utf-8")
         if path
-        else resources.files("gateway.cache").joinpath("data/semantic_pairs.jsonl").read_text(encoding="utf-8")
+        else resources.files("routes").joinpath("data/semantic_pairs.jsonl").read_text(encoding="utf-8")
     )
     return [Pair(**json.loads(line)) for line in text.splitlines() if line.strip()]
 
