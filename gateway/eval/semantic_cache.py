@@ -26,7 +26,7 @@ import numpy as np
 
 from gateway.cache.backend import MemoryBackend
 from gateway.cache.contrast import find_contrast
-from gateway.cache.semantic import DEFAULT_THRESHOLD, SemanticCache
+from gateway.cache.semantic import SemanticCache
 from gateway.providers.embeddings import USEEmbeddings
 
 THRESHOLDS = [round(0.85 + 0.01 * i, 2) for i in range(13)]
@@ -138,7 +138,6 @@ def print_report(pairs: list[Pair], chosen: float, strict: float, margin: float,
         ]
         print(f" {t:.2f}  |" + "|".join(f" {c} " for c in cells) + (" <- recommended" if t == chosen else ""))
     print(f"\nrecommended threshold: {chosen:.2f} with a {margin:.2f} safety margin, {strict:.2f} without one")
-    print(f"DEFAULT_THRESHOLD in gateway/cache/semantic.py: {DEFAULT_THRESHOLD}")
     if (closest := closest_unguarded(pairs)) is not None:
         print(f"closest contrast the guard lets through ({closest.category}, {closest.similarity:.3f}): ", end="")
         print(f"{closest.a!r} / {closest.b!r}")

@@ -284,9 +284,8 @@ def _at_or_above(values: np.ndarray, share: float) -> float:
 
 
 def _judge_probabilities(judge: JudgeModel, t: _Table) -> np.ndarray:
-    return np.asarray(
-        [judge.probability(dict(zip(FEATURES, row, strict=True)), cjk=bool(k)) for row, k in zip(t.x, t.cjk, strict=True)]
-    )
+    rows = zip(t.x, t.cjk, strict=True)
+    return np.asarray([judge.probability(dict(zip(FEATURES, row, strict=True)), cjk=bool(k)) for row, k in rows])
 
 
 def fit_calibration(
