@@ -192,7 +192,7 @@ async def generate_grounded(
     usable = relevant(passages, policy)
     if not usable:
         best = max((p.score for p in passages), default=0.0)
-        note = f"no passage above relevance {policy.min_relevance} (best {best:.2f})"
+        note = f"no passage above relevance {policy.min_relevance:.2f} (best {best:.2f})"
         return GroundedAnswer(abstention_for(question, assistant), [], True, None, note)
     draft = await draft_answer(llm, question, usable, node=node, grounding=policy, assistant=assistant, live=live)
     if not draft.found:

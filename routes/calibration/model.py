@@ -66,9 +66,9 @@ class Calibration:
         return {f.name: getattr(self, f.name) for f in fields(self) if isinstance(getattr(self, f.name), float)}
 
 
-def calibration_key(fingerprint: str, version: int = FIT_VERSION) -> str:
+def calibration_key(fingerprint: str) -> str:
     """What a calibration is filed under: the embedder's fingerprint, the calibration data's digest and the fitting
     code's version. The same key always fits the same calibration, so the answer cache's namespace may include it
     without fitting (``Settings.answer_fingerprint``)."""
-    payload = json.dumps({"fingerprint": fingerprint, "data": data_digest(), "fit": version})
+    payload = json.dumps({"fingerprint": fingerprint, "data": data_digest(), "fit": FIT_VERSION})
     return hashlib.sha256(payload.encode()).hexdigest()[:KEY_CHARS]

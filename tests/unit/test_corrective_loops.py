@@ -186,7 +186,7 @@ async def test_later_round_is_scored_against_its_rewritten_query_and_graded_agai
     rewrite = "carrier weight limit"
     policy = corrective_policy()
     assert (await scores(knowledge, HEAVY_QUESTION, k=1, search_query=rewrite))["k2"] < policy.lower - 0.02
-    assert policy.lower + 0.02 < (await scores(knowledge, rewrite, k=1))["k2"] < policy.upper - 0.2
+    assert policy.lower + 0.01 < (await scores(knowledge, rewrite, k=1))["k2"] < policy.upper - 0.2
 
     answer = "The carrier lifts at most 150 kg [1]."
     script = Script(rewrites=[rewrite], grades={"Kumo Carrier K2": relevant(K2_FACT)}, answers=[answer])

@@ -227,7 +227,7 @@ async def test_no_relevant_passage_abstains_without_calling_the_model() -> None:
     assert result.call is None
     assert model.calls == []
     assert "relevance" in result.note
-    assert str(policy.min_relevance) in result.note
+    assert f"{policy.min_relevance:.2f}" in result.note
     assert "0.05" in result.note  # the best score seen
 
 
