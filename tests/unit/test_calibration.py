@@ -121,7 +121,8 @@ def test_the_artefact_is_keyed_by_the_fingerprint_and_loads_as_fitted(
 
     first, path = load_or_fit(directory, OFFSET_FINGERPRINT, encoder, contrast_guard)
     assert path == artefact_path(directory, OFFSET_FINGERPRINT) != artefact_path(directory, USE_FINGERPRINT)
-    assert OFFSET_FINGERPRINT.replace(":", "-") in path.name and first.key in path.name
+    assert OFFSET_FINGERPRINT.replace(":", "-") in path.name
+    assert first.key in path.name
     assert path.stat().st_mode & 0o777 == 0o644  # readable by the user the image serves as
     assert first == fitted.calibration  # the same fit, the same calibration
     loaded, _ = load_or_fit(directory, OFFSET_FINGERPRINT, encoder, contrast_guard)
