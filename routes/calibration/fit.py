@@ -257,7 +257,11 @@ def _judge_scale(t: _Table, baseline: np.ndarray, judged: np.ndarray, lower: flo
     answering = np.isin(t.source, SHARED_SOURCES) & ~t.answerless & (t.label == 1.0)
     kept = (baseline[answering] >= lower).mean()
     ranked = np.sort(judged[answering])[::-1]
-    threshold = ranked[max(int(np.ceil(kept * answering.sum())) - 1, 0)]
+    threshold = float(ranked[max(int(np.ceil(kept * answering.sum())) - 1, 0)])
+    if not 0.0 < threshold < 0.5 or not 0.0 < lower < 0.5:
+        # Both logits must be negative for the factor to keep the judge's order; otherwise the judge (or the fast
+        # scorer) does not rank this embedder's answering pages well enough to be put on a common scale.
+        raise ValueError(f"cannot scale the round judge onto the fast scorer: lower {lower:.3f}, judge {threshold:.3f}")
     return float(_logit(lower) / _logit(threshold))
 
 
