@@ -230,3 +230,40 @@ async def test_the_gateway_refuses_to_start_without_a_calibration(settings: Sett
     with pytest.raises(BaseExceptionGroup) as caught:  # the test client's task group wraps lifespan errors
         await client.__aenter__()
     assert caught.group_contains(CalibrationUnavailableError, match="python -m gateway.query.calibration")
+
+
+def test_the_shipped_calibration_set_holds_the_shared_rounds_near_misses_and_pairs() -> None:
+    data = load_calibration_set()
+    by_source: dict[str, list[Any]] = {}
+    for r in data.rounds:
+        by_source.setdefault(r.source, []).append(r)
+    hotpot = by_source["hotpotqa"]
+    assert len(hotpot) == 100
+    assert all(sum(p.label == 1.0 for p in r.pages) == 2 for r in hotpot)  # the two supporting paragraphs
+    assert sum(len(r.pages) == 10 for r in hotpot) == 99  # one question of the shared set has 4 paragraphs
+    for source in ("squad", "jsquad"):
+        assert all(len(r.pages) == 4 and [p.label for p in r.pages] == [1.0, 0.0, 0.0, 0.0] for r in by_source[source])
+    assert len(by_source["squad"]) > 50
+    assert len(by_source["jsquad"]) > 400
+    assert len(by_source["near_miss_en"]) == len(by_source["near_miss_ja"]) == 72
+    kinds = [p.kind for p in data.pairs]
+    assert kinds.count("paraphrase") > 100
+    assert kinds.count("contrast") > 100
+
+
+SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "dev"
+
+
+def test_the_builder_writes_the_shipped_rounds_from_the_shared_data() -> None:
+    """The set ships in the package (the shared data is not in the image); rebuilt from the shared data it is the
+    same, so the service fits on the rounds the offline fit reads."""
+    if not (SHARED_DATA / "hotpotqa_train.json").is_file():
+        pytest.skip(f"the shared dev data is not at {SHARED_DATA}")
+    from routes.calibration.data import DATA, PASSAGES_FILE, ROUNDS_FILE
+    from routes.training.build_calibration_set import build
+
+    rounds, passages = build(SHARED_DATA)
+    shipped = [json.loads(line) for line in (DATA / ROUNDS_FILE).read_text(encoding="utf-8").splitlines()]
+    assert rounds == shipped
+    shipped_passages = [json.loads(line) for line in (DATA / PASSAGES_FILE).read_text(encoding="utf-8").splitlines()]
+    assert passages == shipped_passages
