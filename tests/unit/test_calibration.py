@@ -16,7 +16,7 @@ from gateway.app import create_app
 from gateway.errors import CalibrationUnavailableError
 from gateway.overrides import ProviderOverrides
 from gateway.providers.embeddings import USEEmbeddings
-from gateway.query.calibration import USE_VALUES, contrast_guard, load_calibration
+from gateway.query.calibration import USE_VALUES, EmbeddingsEncoder, contrast_guard, load_calibration
 from gateway.settings import (
     CorrectiveSettings,
     CurationSettings,
@@ -267,3 +267,32 @@ def test_the_builder_writes_the_shipped_rounds_from_the_shared_data() -> None:
     assert rounds == shipped
     shipped_passages = [json.loads(line) for line in (DATA / PASSAGES_FILE).read_text(encoding="utf-8").splitlines()]
     assert passages == shipped_passages
+
+
+class CountingEmbeddings(Embeddings):
+    """Queries and documents told apart (as e5's prefixes do), every call counted."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        self.calls.append("documents")
+        return [[1.0, 0.0] for _ in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        self.calls.append("query")
+        return [0.0, 1.0]
+
+
+class BatchingEmbeddings(CountingEmbeddings):
+    def embed_queries(self, texts: list[str]) -> list[list[float]]:
+        self.calls.append("queries")
+        return [[0.0, 1.0] for _ in texts]
+
+
+def test_questions_are_embedded_as_queries_in_one_call_where_the_provider_batches_them() -> None:
+    for embeddings, calls in ((CountingEmbeddings(), ["query"] * 3), (BatchingEmbeddings(), ["queries"])):
+        encoder = EmbeddingsEncoder(embeddings)
+        assert encoder.queries(["a", "b", "c"]).tolist() == [[0.0, 1.0]] * 3
+        assert embeddings.calls == calls
+        assert encoder.passages(["a"]).tolist() == [[1.0, 0.0]]
