@@ -35,6 +35,13 @@ class GatewayError(Exception):
         self.extra = extra
 
 
+class CalibrationUnavailableError(GatewayError):
+    """The gateway cannot start: its embedder has no calibration and fitting one failed (``gateway.query.calibration``).
+    Raised at start-up only, never on a request: scorers fitted for another embedder would misjudge every cosine."""
+
+    title = "Calibration unavailable"
+
+
 class ClientError(GatewayError):
     status_code = 400
     title = "Invalid request"

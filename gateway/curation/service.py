@@ -40,8 +40,13 @@ class Curation:
         evaluator: HybridEvaluator,
         knowledge: KnowledgeBase,
         suites: SuiteRunner,
+        *,
+        gap_similarity: float,
     ) -> None:
+        """``gap_similarity``: the cosine for two open questions to form one gap, the environment's or the one fitted
+        for the embedder in use (``CurationSettings.gap_threshold``)."""
         self.settings = settings
+        self._gap_similarity = gap_similarity
         self.store = store
         self.recorder = recorder
         self._diagnoser = diagnoser
@@ -81,7 +86,7 @@ class Curation:
 
     async def gaps(self, tenant: str) -> list[Gap]:
         records = await self.store.open_records(tenant)
-        gaps = cluster(records, self.settings.cluster_similarity)
+        gaps = cluster(records, self._gap_similarity)
         for gap in gaps:
             await self._diagnoser.diagnose(gap)
         self.on_gaps(tenant, Counter(gap.diagnosis for gap in gaps))

@@ -1,6 +1,7 @@
 """``python -m gateway.eval.semantic_cache [--pairs FILE] [--json OUT]``: calibrate the semantic cache.
 
-Embeds every pair of ``data/semantic_pairs.jsonl`` with the real multilingual USE model and reports,
+Embeds every pair of ``routes/data/semantic_pairs.jsonl`` (beside the other calibration data: the service fits its
+threshold on them for the embedder in use, :mod:`routes.calibration`) with the real multilingual USE model and reports,
 for each threshold from 0.85 to 0.97 and per language, how many paraphrases would be served (should
 hit) and how many contrast pairs would be wrongly served (must not hit), without and with the contrast
 guard. The recommended threshold is the one with no guarded contrast hit, even 0.02 below it
@@ -25,7 +26,7 @@ import numpy as np
 
 from gateway.cache.backend import MemoryBackend
 from gateway.cache.contrast import find_contrast
-from gateway.cache.semantic import DEFAULT_THRESHOLD, SemanticCache
+from gateway.cache.semantic import SemanticCache
 from gateway.providers.embeddings import USEEmbeddings
 from pipelines.shared.visibility import Visibility
 
@@ -48,7 +49,7 @@ def load_pairs(path: Path | None = None) -> list[Pair]:
     text = (
         path.read_text(encoding="utf-8")
         if path
-        else resources.files("gateway.cache").joinpath("data/semantic_pairs.jsonl").read_text(encoding="utf-8")
+        else resources.files("routes").joinpath("data/semantic_pairs.jsonl").read_text(encoding="utf-8")
     )
     return [Pair(**json.loads(line)) for line in text.splitlines() if line.strip()]
 
@@ -142,7 +143,6 @@ def print_report(pairs: list[Pair], chosen: float, strict: float, margin: float,
         ]
         print(f" {t:.2f}  |" + "|".join(f" {c} " for c in cells) + (" <- recommended" if t == chosen else ""))
     print(f"\nrecommended threshold: {chosen:.2f} with a {margin:.2f} safety margin, {strict:.2f} without one")
-    print(f"DEFAULT_THRESHOLD in gateway/cache/semantic.py: {DEFAULT_THRESHOLD}")
     if (closest := closest_unguarded(pairs)) is not None:
         print(f"closest contrast the guard lets through ({closest.category}, {closest.similarity:.3f}): ", end="")
         print(f"{closest.a!r} / {closest.b!r}")
