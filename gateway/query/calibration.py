@@ -16,14 +16,13 @@ import argparse
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol, runtime_checkable
 
 import numpy as np
 from langchain_core.embeddings import Embeddings
 
 from gateway.cache.contrast import find_contrast
 from gateway.errors import CalibrationUnavailableError
-from gateway.providers.embeddings import build_embeddings
+from gateway.providers.embeddings import build_embeddings, embed_queries
 from gateway.settings import Settings
 from routes.calibration import Calibration
 from routes.calibration.artefact import artefact_path, load_or_fit
@@ -43,27 +42,16 @@ USE_VALUES = {
 }
 
 
-@runtime_checkable
-class BatchQueryEmbeddings(Protocol):
-    """A provider that embeds many questions in one call, as ``embed_query`` would one by one. LangChain's interface
-    has no such method; a provider whose single calls cost far more than their share of a batch offers it (e5 in
-    process: ~1.4 s a lone query on this machine under load, ~76 ms each in a batch of 40)."""
-
-    def embed_queries(self, texts: list[str]) -> list[list[float]]: ...
-
-
 class EmbeddingsEncoder:
     """The embedder as the service calls it: questions as queries (a provider may embed a query differently from a
-    passage: e5's ``query:`` prefix), in one call where the provider offers ``embed_queries``, else one
-    ``embed_query`` each; pages through ``embed_documents``."""
+    passage: e5's ``query:`` prefix) through :func:`~gateway.providers.embeddings.embed_queries` (batched where the
+    provider offers it); pages through ``embed_documents``."""
 
     def __init__(self, embeddings: Embeddings) -> None:
         self._embeddings = embeddings
 
     def queries(self, texts: list[str]) -> Vectors:
-        if isinstance(self._embeddings, BatchQueryEmbeddings):
-            return np.asarray(self._embeddings.embed_queries(texts), dtype=np.float32)
-        return np.asarray([self._embeddings.embed_query(text) for text in texts], dtype=np.float32)
+        return np.asarray(embed_queries(self._embeddings, texts), dtype=np.float32)
 
     def passages(self, texts: list[str]) -> Vectors:
         return np.asarray(self._embeddings.embed_documents(texts), dtype=np.float32)

@@ -17,7 +17,7 @@ import numpy as np
 from langchain_core.embeddings import Embeddings
 
 from gateway.knowledge.chunking import Chunker
-from gateway.providers.embeddings import build_embeddings
+from gateway.providers.embeddings import build_embeddings, embed_queries
 from gateway.query.calibration import calibration_path, load_calibration
 from gateway.settings import Settings
 from routes.corpus import all_cases
@@ -50,12 +50,10 @@ def passage_embedder(embeddings: Embeddings) -> EmbedTexts:
 
 def question_embedder(embeddings: Embeddings) -> EmbedTexts:
     """Questions as a query is embedded (e5's "query: " prefix, a server's query input type), in batches where the
-    model takes many queries at once (``embed_queries``), else one by one."""
-    many = getattr(embeddings, "embed_queries", None)
+    provider takes many queries at once (:func:`~gateway.providers.embeddings.embed_queries`), else one by one."""
 
     def embed(texts: list[str]) -> np.ndarray:
-        vectors = many(texts) if callable(many) else [embeddings.embed_query(text) for text in texts]
-        return np.asarray(vectors, dtype=np.float32).reshape(len(texts), -1)
+        return np.asarray(embed_queries(embeddings, texts), dtype=np.float32).reshape(len(texts), -1)
 
     return embed
 
@@ -78,13 +76,13 @@ def router_version(settings: Settings) -> str | None:
             built.append(settings_embeddings(settings))
         return built[0]
 
-    def embed(texts: list[str]) -> np.ndarray:
+    def passages(texts: list[str]) -> np.ndarray:
         return passage_embedder(embedder())(texts)
 
-    def embed_queries(texts: list[str]) -> np.ndarray:
+    def questions(texts: list[str]) -> np.ndarray:
         return question_embedder(embedder())(texts)
 
-    return train_knowledge_router(settings, embed, embed_queries).version
+    return train_knowledge_router(settings, passages, questions).version
 
 
 def build_artefact(settings: Settings, embeddings: Embeddings) -> list[Path]:
