@@ -7,7 +7,8 @@ Pairs: every HotpotQA question with its 10 context paragraphs (the 2 supporting 
 paragraphs of the article (not). Prints the fitted coefficients (copied into ``RelevanceModel``),
 cross-validated AUC, and precision/recall at candidate thresholds, from which ``upper`` (0.5:
 ~74% precision) and ``lower`` (0.2: keeps ~74% of relevant passages out of "Incorrect") were chosen.
-Needs scikit-learn (a runtime dependency already) and the shared data, not the service.
+Needs scikit-learn (a runtime dependency already) and the shared data, not the service. ``--encoder e5`` fits
+on multilingual-e5-small's cosines instead of USE's (vectors kept on disk, :mod:`routes.training.encoders`).
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 from sklearn.model_selection import cross_val_predict
 
-from gateway.providers.embeddings import USEEmbeddings
-from pipelines.shared.relevance import overlap
+from pipelines.shared.relevance import RelevanceModel, overlap
 from pipelines.shared.support import terms
+from routes.training.encoders import ENCODERS, Encoder, VectorCache, encoder
 from routes.training.fit_judge import shared_rounds
 
 Pair = tuple[str, str, str, int, str]  # question, title, text, label, source
@@ -40,12 +41,12 @@ def pairs(data_dir: Path, seed: int = 0) -> list[Pair]:
     ]
 
 
-def features(rows: list[Pair], embeddings: USEEmbeddings) -> np.ndarray:
+def features(rows: list[Pair], embeddings: Encoder) -> np.ndarray:
     # A question recurs with each of its paragraphs (10 for HotpotQA, 4 for SQuAD): embed it once.
     unique = list(dict.fromkeys(r[0] for r in rows))
     index = {question: i for i, question in enumerate(unique)}
-    questions = embeddings.embed_array(unique)[[index[r[0]] for r in rows]]
-    passages = embeddings.embed_array([f"{r[1]}\n{r[2]}" for r in rows])
+    questions = embeddings.queries(unique)[[index[r[0]] for r in rows]]
+    passages = embeddings.passages([f"{r[1]}\n{r[2]}" for r in rows])
     cosine = (questions * passages).sum(axis=1)
     query_terms = [terms(r[0]) for r in rows]
     text_overlap = [overlap(q, r[2]) for q, r in zip(query_terms, rows, strict=True)]
@@ -73,27 +74,65 @@ def report(label: str, x: np.ndarray, y: np.ndarray, source: np.ndarray) -> Logi
     return model
 
 
+LATIN_FEATURES = [0, 1, 2]  # cosine, overlap, title overlap
+CJK_COLUMNS = [0, 1]  # a JSQuAD question and its negatives share the article's title: the title says nothing there
+
+
+def fitted(x: np.ndarray, y: np.ndarray, source: np.ndarray) -> RelevanceModel:
+    """The three fits (Latin, across scripts, Japanese) as the service's ``RelevanceModel``."""
+    latin = source != "jsquad"
+    model = LogisticRegression().fit(x[latin], y[latin])
+    cjk = LogisticRegression().fit(x[~latin][:, CJK_COLUMNS], y[~latin])
+    cross = LogisticRegression().fit(x[latin][:, [0]], y[latin])
+    return RelevanceModel(
+        intercept=float(model.intercept_[0]),
+        w_cosine=float(model.coef_[0][0]),
+        w_overlap=float(model.coef_[0][1]),
+        w_title=float(model.coef_[0][2]),
+        cross_intercept=float(cross.intercept_[0]),
+        cross_w_cosine=float(cross.coef_[0][0]),
+        cjk_intercept=float(cjk.intercept_[0]),
+        cjk_w_cosine=float(cjk.coef_[0][0]),
+        cjk_w_overlap=float(cjk.coef_[0][1]),
+    )
+
+
+def training_set(data_dir: Path, embeddings: Encoder) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Features, labels and sources of every pair."""
+    rows = pairs(data_dir)
+    return features(rows, embeddings), np.asarray([r[3] for r in rows]), np.asarray([r[4] for r in rows])
+
+
+def fit_relevance(data_dir: Path, embeddings: Encoder) -> RelevanceModel:
+    """The fast scorer fitted on ``embeddings``' cosines: what the service would ship for that encoder."""
+    return fitted(*training_set(data_dir, embeddings))
+
+
+def cross_validated(x: np.ndarray, y: np.ndarray, source: np.ndarray) -> np.ndarray:
+    """Each pair's probability from a 5-fold fit without it (the script's full model: Latin with the title,
+    Japanese cosine and overlap), for AUC out of sample."""
+    p = np.zeros(len(y))
+    for rows, cols in ((source != "jsquad", LATIN_FEATURES), (source == "jsquad", CJK_COLUMNS)):
+        p[rows] = cross_val_predict(LogisticRegression(), x[rows][:, cols], y[rows], cv=5, method="predict_proba")[:, 1]
+    return p
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", type=Path, default=Path("../shared/data/dev"))
+    parser.add_argument("--encoder", choices=ENCODERS, default="use", help="the dense encoder (default: USE)")
     args = parser.parse_args()
-    embeddings = USEEmbeddings()
-    rows = pairs(args.data_dir)
-    x = features(rows, embeddings)
-    y = np.asarray([r[3] for r in rows])
-    source = np.asarray([r[4] for r in rows])
+    x, y, source = training_set(args.data_dir, encoder(args.encoder, cache=VectorCache()))
     latin = source != "jsquad"
-    model = report("latin: hotpotqa+squad", x[latin], y[latin], source[latin])
-    # A JSQuAD question and its negatives share the article's title, so the title feature says nothing
-    # there (it fits a negative weight): the Japanese model is cosine and overlap.
-    cjk = report("cjk: jsquad", x[~latin][:, [0, 1]], y[~latin], source[~latin])
-    cross = LogisticRegression().fit(x[latin][:, [0]], y[latin])
+    report("latin: hotpotqa+squad", x[latin], y[latin], source[latin])
+    report("cjk: jsquad", x[~latin][:, CJK_COLUMNS], y[~latin], source[~latin])
+    m = fitted(x, y, source)
     print(
-        f"RelevanceModel(intercept={model.intercept_[0]:.4f}, w_cosine={model.coef_[0][0]:.4f}, "
-        f"w_overlap={model.coef_[0][1]:.4f}, w_title={model.coef_[0][2]:.4f}, "
-        f"cross_intercept={cross.intercept_[0]:.4f}, cross_w_cosine={cross.coef_[0][0]:.4f}, "
-        f"cjk_intercept={cjk.intercept_[0]:.4f}, cjk_w_cosine={cjk.coef_[0][0]:.4f}, "
-        f"cjk_w_overlap={cjk.coef_[0][1]:.4f})"
+        f"RelevanceModel(intercept={m.intercept:.4f}, w_cosine={m.w_cosine:.4f}, "
+        f"w_overlap={m.w_overlap:.4f}, w_title={m.w_title:.4f}, "
+        f"cross_intercept={m.cross_intercept:.4f}, cross_w_cosine={m.cross_w_cosine:.4f}, "
+        f"cjk_intercept={m.cjk_intercept:.4f}, cjk_w_cosine={m.cjk_w_cosine:.4f}, "
+        f"cjk_w_overlap={m.cjk_w_overlap:.4f})"
     )
 
 

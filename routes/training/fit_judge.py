@@ -12,6 +12,10 @@ Measured out of sample: AUC per shared source by 5-fold cross-validation over qu
 leave one domain out (a manual the fit never saw). Evaluator accuracy is CRAG's three actions per page against
 the labels, at the policy's thresholds (``upper`` 0.5, ``lower`` 0.2), the judge's scores put on the fast
 scorer's scale first (:func:`scale_to_fast_scorer`). Prints the coefficients to copy into ``JudgeModel``.
+
+``--encoder e5`` reads multilingual-e5-small's cosines instead of USE's (questions on its ``query:`` side, pages on
+``passage:``; vectors kept on disk, :mod:`routes.training.encoders`); the fast scorer it refines is then the one
+fitted on the same encoder (``routes.training.calibrate_relevance``), as the service would pair them.
 """
 
 from __future__ import annotations
@@ -28,11 +32,11 @@ import numpy as np
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 
-from gateway.providers.embeddings import USEEmbeddings
 from pipelines.shared.deps import Passage
 from pipelines.shared.judge import CJK_FEATURES, FEATURES, JudgeModel, judge_round, round_features
 from pipelines.shared.relevance import QueryScorer, RelevanceModel, overlap
 from pipelines.shared.support import mostly_cjk, terms
+from routes.training.encoders import ENCODERS, Encoder, VectorCache, encoder
 
 NEAR_MISS = Path(__file__).resolve().parents[1] / "data"
 LABELS = {"correct": 1.0, "ambiguous": 0.5, "incorrect": 0.0}
@@ -107,12 +111,13 @@ class Table:
     question: np.ndarray
 
 
-def table(rounds: list[Round], embeddings: USEEmbeddings) -> Table:
+def table(rounds: list[Round], embeddings: Encoder, relevance: RelevanceModel | None = None) -> Table:
+    """``relevance``: the fast scorer the judge is measured against (the service's constants unless given)."""
     questions = list(dict.fromkeys(r.question for r in rounds))
     texts = list(dict.fromkeys(f"{title}\n{text}" for r in rounds for title, text, _ in r.pages))
-    q_vectors = dict(zip(questions, embeddings.embed_array(questions), strict=True))
-    p_vectors = dict(zip(texts, embeddings.embed_array(texts), strict=True))
-    relevance = RelevanceModel()
+    q_vectors = dict(zip(questions, embeddings.queries(questions), strict=True))
+    p_vectors = dict(zip(texts, embeddings.passages(texts), strict=True))
+    relevance = relevance or RelevanceModel()
     keys = ("x", "b", "y", "cjk", "src", "dom", "kind", "none", "question")
     number_of = {question: i for i, question in enumerate(questions)}
     rows: dict[str, list[Any]] = {k: [] for k in keys}
@@ -236,7 +241,9 @@ def judge_of(latin: LogisticRegression, cjk: LogisticRegression, scale: float) -
     )
 
 
-def retrieved_rounds(t: Table, scale: float, embeddings: USEEmbeddings, k: int = RETRIEVED_K) -> None:
+def retrieved_rounds(
+    t: Table, scale: float, embeddings: Encoder, k: int = RETRIEVED_K, fast: RelevanceModel | None = None
+) -> None:
     """The near-miss cases asked of their manual as the service would (every page of the language chunked with the
     gateway's chunker, the top ``k`` chunks by cosine), each manual's rounds judged by a model fitted without it:
     rounds shaped like serving rounds, not like the hand-judged pages the fit read."""
@@ -246,13 +253,13 @@ def retrieved_rounds(t: Table, scale: float, embeddings: USEEmbeddings, k: int =
 
     chunking = ChunkingSettings()
     split = Chunker(chunking.size, chunking.overlap).split
-    fast = RelevanceModel()
+    fast = fast or RelevanceModel()
     print(f"near-miss cases against their whole manual, top {k} chunks: fast scorer -> round judge")
     for lang in ("en", "ja"):
         raw = json.loads((NEAR_MISS / f"near_miss_{lang}.json").read_text(encoding="utf-8"))
         docs = tuple(SourceDocument(d["id"], d["title"], d["text"]) for d in raw["documents"])
         tenant = CorpusTenant(f"near_miss_{lang}", docs, split)
-        vectors = embeddings.embed_array([c["question"] for c in raw["cases"]])
+        vectors = embeddings.queries([c["question"] for c in raw["cases"]])
         judges: dict[str, JudgeModel] = {}
         tally = {name: [0, 0] for name in ("confirmed", "dropped", "top", "wrong kept", "wrong confirmed")}
         wrong_pages = 0
@@ -261,7 +268,7 @@ def retrieved_rounds(t: Table, scale: float, embeddings: USEEmbeddings, k: int =
             if domain not in judges:
                 rows = t.domain != domain
                 judges[domain] = judge_of(fit(t, rows & ~t.cjk, False), fit(t, rows & t.cjk, True), scale)
-            found = tenant.search(embeddings.embed_array, vector, k)
+            found = tenant.search(embeddings.passages, vector, k)
             scorer = QueryScorer.of(fast, case["question"])
             wrong = {j["doc"] for j in case["judgements"] if j["label"] == "incorrect"}
             wrong_pages += sum(p.doc_id in wrong for p in found)
@@ -286,18 +293,47 @@ def retrieved_rounds(t: Table, scale: float, embeddings: USEEmbeddings, k: int =
             print(f"  {lang} {name:<16} {before / total:.3f} -> {after / total:.3f}  (of {total})")
 
 
+def all_rounds(data_dir: Path) -> list[Round]:
+    """Every round the judge is fitted and measured on, with each round's copy without its answering pages."""
+    return with_answerless([*shared_rounds(data_dir), *near_miss_rounds("en"), *near_miss_rounds("ja")])
+
+
+def judged(t: Table, model: JudgeModel) -> np.ndarray:
+    """Every page of the table scored by a given judge (fixed constants, not a fit): the same features, read by
+    :meth:`JudgeModel.probability`."""
+    return np.asarray(
+        [
+            model.probability(dict(zip(FEATURES, row, strict=True)), cjk=bool(cjk))
+            for row, cjk in zip(t.x, t.cjk, strict=True)
+        ]
+    )
+
+
+def out_of_sample_judge(t: Table) -> np.ndarray:
+    """The judge's probabilities out of sample (:func:`out_of_sample`), put on the fast scorer's scale."""
+    after = out_of_sample(t)
+    scale = scale_to_fast_scorer(t, after)
+    return np.asarray(1.0 / (1.0 + np.exp(-scale * logit(after))))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", type=Path, default=Path("../shared/data/dev"))
+    parser.add_argument("--encoder", choices=ENCODERS, default="use", help="the dense encoder (default: USE)")
     args = parser.parse_args()
-    rounds = [*shared_rounds(args.data_dir), *near_miss_rounds("en"), *near_miss_rounds("ja")]
-    embeddings = USEEmbeddings()
-    t = table(with_answerless(rounds), embeddings)
+    rounds = all_rounds(args.data_dir)
+    embeddings = encoder(args.encoder, cache=VectorCache())
+    fast = None
+    if args.encoder != "use":  # the service's constants are USE's: the fast scorer refitted on this encoder
+        from routes.training.calibrate_relevance import fit_relevance  # deferred: imports this module
+
+        fast = fit_relevance(args.data_dir, embeddings)
+    t = table(rounds, embeddings, fast)
     after = out_of_sample(t)
     scale = scale_to_fast_scorer(t, after)
     print(f"logit scale {scale:.4f} (the judge's {float(1 / (1 + np.exp(-logit(LOWER) / scale))):.3f} is lower)")
     report(t, 1.0 / (1.0 + np.exp(-scale * logit(after))))
-    retrieved_rounds(t, scale, embeddings)
+    retrieved_rounds(t, scale, embeddings, fast=fast)
     latin, cjk = fit(t, ~t.cjk, False), fit(t, t.cjk, True)
     print(
         f"JudgeModel(latin_intercept={scale * latin.intercept_[0]:.4f}, "

