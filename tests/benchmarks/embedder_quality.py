@@ -141,9 +141,10 @@ def evaluator_tables(data_dir: Path, encoders: Sequence[Encoder]) -> str:
     accuracy_rows: list[list[object]] = []
     shipped_fast, shipped_judge = RelevanceModel(), JudgeModel()
     for enc in encoders:
-        x, y, source = calibrate_relevance.training_set(data_dir, enc)
+        pairs = calibrate_relevance.training_set(data_dir, enc)
+        x, y, source = pairs.x, pairs.y, pairs.source
         own_fast = calibrate_relevance.fitted(x, y, source)
-        cross_validated = calibrate_relevance.cross_validated(x, y, source)
+        cross_validated = calibrate_relevance.cross_validated(pairs)
         with_shipped = np.asarray(
             [shipped_fast.probability(*row, cjk=src == "jsquad") for row, src in zip(x, source, strict=True)]
         )
