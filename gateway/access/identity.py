@@ -405,13 +405,20 @@ def _header_groups(value: str) -> frozenset[str]:
     if len(names) > MAX_GROUPS:
         raise ClientError(f"X-Gateway-User-Groups names {len(names)} groups; at most {MAX_GROUPS}.", code="bad_groups")
     for name in names:
-        if name[0] in RESERVED or len(name) > MAX_GROUP_CHARS:
+        if not is_group_name(name):
             raise ClientError(
                 f"X-Gateway-User-Groups: {name[:40]!r} is not a group name (at most {MAX_GROUP_CHARS} characters, "
                 "not starting with '*' or '~', which are reserved).",
                 code="bad_groups",
             )
     return frozenset(names)
+
+
+def is_group_name(name: str) -> bool:
+    """Whether ``name`` may name a group: not empty, not too long, and not starting with a character the access
+    tags reserve ("*", "~"), so no group can pass for the tenant-open or unset tag. Every place that takes group
+    names from a caller (the trusted headers, an evaluation suite's ``run_as``) refuses what fails it."""
+    return bool(name) and name[0] not in RESERVED and len(name) <= MAX_GROUP_CHARS
 
 
 def record(reader: Reader) -> None:

@@ -34,8 +34,9 @@ def test_the_migrate_command_brings_a_database_to_head(tmp_path: Path, monkeypat
         "assistant_profiles",
         "curation_route_outcomes",
         "route_calibrations",
+        "curation_eval_suites",
     }
-    assert version == "0007"
+    assert version == "0008"
     assert main(["upgrade"]) == 2
 
 
