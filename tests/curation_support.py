@@ -126,7 +126,7 @@ async def relocation_cycle(client: AsyncTestClient[Any]) -> dict[str, Any]:
         json={"tenant": TENANT, "documents": [NEW_DOC], "rules": RULES},
     )
     assert resolved.status_code == 200, resolved.text
-    result = resolved.json()
+    result: dict[str, Any] = resolved.json()
     case = result["cases"][0]
     assert result["closed"]
     assert result["score_after"] > result["score_before"]

@@ -13,8 +13,8 @@ gateway's error, kept with the cases scored before it), or the gateway shutting 
 is answered fresh (both answer caches bypassed) and scored with the hybrid evaluator; a run that is done sets
 ``gateway_eval_score{suite}``; each run is traced as one span (``curation.eval_suite``).
 
-Overlap. A manual run of a tenant's suite is not started twice: a request while one of the same tenant and suite is
-running in this process gets that run back. Across replicas two manual runs may overlap (each is complete on its own;
+Overlap. A manual run of a tenant's suite is not started twice: a request while one of the same tenant and suite,
+asking as the same user, is running in this process gets that run back. Across replicas two manual runs may overlap (each is complete on its own;
 the second costs its answers), since a replica cannot tell another's run that is still going from one whose process
 died without shutting down; such a run stays ``running`` in the store until the hourly maintenance stores it failed
 (``GATEWAY_CURATION_EVAL_RUN_MAX_S`` after it started). Knowledge-change runs are one per tenant at a
