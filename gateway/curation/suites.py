@@ -13,14 +13,13 @@ gateway's error, kept with the cases scored before it), or the gateway shutting 
 is answered fresh (both answer caches bypassed) and scored with the hybrid evaluator; a run that is done sets
 ``gateway_eval_score{suite}``; each run is traced as one span (``curation.eval_suite``).
 
-Overlap. A manual run of a tenant's suite is not started twice: a request while one of the same tenant and suite,
-asking as the same user, is running in this process gets that run back. Across replicas two manual runs may overlap (each is complete on its own;
-the second costs its answers), since a replica cannot tell another's run that is still going from one whose process
-died without shutting down; such a run stays ``running`` in the store until the hourly maintenance stores it failed
-(``GATEWAY_CURATION_EVAL_RUN_MAX_S`` after it started). Knowledge-change runs are one per tenant at a
-time: changes arriving while a tenant's suites run schedule one more run after it, not one each. A knowledge-change
-run and a manual run of the same suite may overlap: the former measures the knowledge the change left, whenever it
-comes.
+Overlap. A manual run of a tenant's suite is not started twice: a request while one of the same tenant and suite, asking
+as the same user, is running in this process gets that run back. Across replicas two manual runs may overlap (each is
+complete on its own; the second costs its answers), since a replica cannot tell another's run that is still going from
+one whose process died without shutting down; such a run stays ``running`` in the store until the hourly maintenance
+stores it failed (``GATEWAY_CURATION_EVAL_RUN_MAX_S`` after it started). Knowledge-change runs are one per tenant at a
+time: changes arriving while a tenant's suites run schedule one more run after it, not one each. A knowledge-change run
+and a manual run of the same suite may overlap: the former measures the knowledge the change left, whenever it comes.
 """
 
 from __future__ import annotations
