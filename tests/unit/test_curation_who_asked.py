@@ -137,6 +137,29 @@ async def test_gaps_show_who_asked_filter_by_them_and_re_run_each_question_as_it
         assert await pairs(client, user="bob") == []
 
 
+async def test_a_chat_answer_is_recorded_with_the_user_it_was_for(make_client: Callable[..., Any]) -> None:
+    """Chat completions reach the recorder through the same answer path: the reader goes with the answer."""
+    async with make_client(relocation_model) as (client, _):
+        await ingest(client, TENANT, [OLD_DOC])
+        chat = await client.post(
+            "/v1/chat/completions",
+            json={
+                "model": "gateway-single-hop",
+                "tenant": TENANT,
+                "messages": [{"role": "user", "content": QUESTION}],
+            },
+            headers={"X-Gateway-User": "bob", "X-Gateway-User-Groups": "sales"},
+        )
+        assert chat.status_code == 200, chat.text
+        response_id = chat.json()["gateway"]["response_id"]
+        rated = await client.post("/v1/feedback", json={"tenant": TENANT, "response_id": response_id, "rating": "down"})
+        assert rated.json()["recorded"], rated.text
+        (gap,) = await open_gaps(client, user="bob")
+        assert [(r["id"], r["user_id"], r["visibility"]) for r in gap["records"]] == [
+            (response_id, "bob", Visibility.of({"sales"}, unset_open=True).key())
+        ]
+
+
 def _recorded(record_id: str, tenant: str, asker: Asker) -> AnswerRecord:
     return AnswerRecord(
         id=record_id,
