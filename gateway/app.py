@@ -82,12 +82,13 @@ def _lifespan(
             query_service = await open_query_service(
                 settings, platform, knowledge, guard, profiles, curation, calibration
             )
+            identity = open_identity(settings.identity, platform.http, settings.access.api_keys)
             if curation is not None:
-                curation.attach(query_service)
+                curation.attach(query_service, identity)
             app.state.update(
                 telemetry=platform.telemetry,  # read by the tracing middleware too
                 access=open_access(settings.access, settings.server.host, platform.redis),  # and by the key hooks
-                identity=open_identity(settings.identity, platform.http, settings.access.api_keys),  # by ``reader``
+                identity=identity,  # read by ``reader``
                 knowledge=knowledge,
                 query_service=query_service,
                 chat_service=ChatService(query_service, platform.llm),

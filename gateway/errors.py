@@ -93,6 +93,17 @@ class PersonalDataBlockedError(ClientError):
         )
 
 
+class InvalidReaderError(ClientError):
+    """A user or groups named for someone to read as (an evaluation suite's ``run_as``) that the access model
+    cannot take: a group name the access tags reserve, or a user id out of bounds. Well-formed JSON, so a 422."""
+
+    status_code = 422
+    title = "Invalid user or groups"
+
+    def __init__(self, detail: str, *, field: str) -> None:
+        super().__init__(detail, code="invalid_reader", field=field)
+
+
 class PromptInjectionError(ClientError):
     """An instruction aimed at the model was found where the tenant's policy refuses it (prompt or passage)."""
 
