@@ -275,7 +275,7 @@ async def test_no_path_hands_a_user_words_of_a_document_they_may_not_read(
 
 
 QUERY_ROUTES = ("single_hop", "multi_hop", "auto")
-CHAT_ROUTES = ("single_hop", "auto")
+CHAT_ROUTES = QUERY_ROUTES
 QUESTIONS = [(question, secret, group) for group, rows in SECRETS.items() for _, question, secret in rows]
 PER_USER = len(QUESTIONS) * (len(QUERY_ROUTES) + 1 + 2 * len(CHAT_ROUTES))  # query routes, route, chat x2
 EXPECTED_CHECKS = (
