@@ -1,0 +1,423 @@
+"""Every path a document's words can take out of the gateway, walked by two users of one tenant and by a request
+naming nobody: ``hr-user`` (group ``hr``) and ``eng-user`` (group ``eng``) each own documents holding a secret word
+the other must never receive, and one document is open to the whole tenant.
+
+A leak is judged on the whole response body (the other's secret word or document id anywhere: answer, sources,
+passages, evidence, probe, timeline, events, the chat chunks and their ``gateway`` object, curation rows) and on the
+document ids the response names (within what the user may read). Each path that should also hands the user their
+own secret, or the negative checks would pass on an app that answers nothing. The ledger counts the (path, user)
+checks and must end with as many as planned and no problem.
+
+The app runs behind a real server (the folder sync is a separate HTTP client), on the scripted model that answers
+with the first passage it was given, with Redis (db 15, a prefix of its own) as the exact and semantic cache, over
+LanceDB and over the repo's Pinecone fake.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from langchain_core.messages import BaseMessage
+from pydantic import SecretStr
+
+from gateway.access.keys import hash_key
+from gateway.app import create_app
+from gateway.ingest.cli import main as ingest_main
+from gateway.overrides import ProviderOverrides
+from gateway.providers.embeddings import USEEmbeddings
+from gateway.settings import ApiKeyConfig, Settings
+from tests.fakes.pinecone_server import FAKE_API_KEY, running_fake_pinecone
+from tests.fakes.scripted_chat import ScriptedChatModel
+from tests.integration.conftest import REDIS_TEST_URL
+from tests.ports import free_port
+from tests.scripted import answer_with_first_passage, structured_reply
+
+TENANT = "acme"
+USERS = {"hr-user": "hr", "eng-user": "eng"}
+NOBODY = "nobody"
+OTHER = {"hr": "eng", "eng": "hr"}
+
+DOCUMENTS: list[dict[str, Any]] = [
+    {
+        "id": "hr-comp-memo",
+        "title": "Compensation memo",
+        "text": "The salary review codeword is PERIWINKLE. Salary bands are reviewed every March by the committee.",
+        "access": ["hr"],
+    },
+    {
+        "id": "eng-bridge-runbook",
+        "title": "Incident runbook",
+        "text": "The incident bridge passphrase is TANGERINE. The on-call rota for the bridge changes every Monday.",
+        "access": ["eng"],
+    },
+    {
+        "id": "handbook",
+        "title": "Company handbook",
+        "text": "The handbook says office hours run from 9 to 17 for everyone at the company.",
+        "access": "tenant",
+    },
+]
+OPEN_QUESTION = "When do office hours run?"
+OPEN_ANSWER = "9 to 17"
+
+# Per group: how each of its documents was ingested, the question that finds it and the secret word it holds.
+SECRETS: dict[str, list[tuple[str, str, str]]] = {
+    "hr": [
+        ("documents", "What is the salary review codeword?", "PERIWINKLE"),
+        ("files", "What is the bonus pool codeword?", "MARIGOLD"),
+        ("sync", "What is the relocation allowance codeword?", "CINNAMON"),
+    ],
+    "eng": [
+        ("documents", "What is the incident bridge passphrase?", "TANGERINE"),
+        ("files", "What is the deploy signing passphrase?", "OBSIDIAN"),
+        ("sync", "What is the staging database passphrase?", "VERMILION"),
+    ],
+}
+UPLOADS = {
+    "hr": ("uploads/hr-bonus.md", b"# Bonus pool\n\nThe bonus pool codeword is MARIGOLD, paid out in April.\n"),
+    "eng": (
+        "uploads/eng-signing.md",
+        b"# Deploy signing\n\nThe deploy signing passphrase is OBSIDIAN, rotated yearly.\n",
+    ),
+}
+SYNCED = {
+    "hr": ("relocation.md", "# Relocation\n\nThe relocation allowance codeword is CINNAMON, for moves abroad.\n"),
+    "eng": ("staging.md", "# Staging\n\nThe staging database passphrase is VERMILION, shared with on-call.\n"),
+}
+# The multi-hop planner always goes looking for both groups' secrets: the second hop is where a leak would enter.
+GREEDY_HOP = {"found": "a codeword", "next_query": "incident bridge passphrase salary review codeword"}
+
+
+def responder(messages: list[BaseMessage], kwargs: dict[str, Any]) -> str:
+    reply = structured_reply(kwargs, {"NextHop": GREEDY_HOP})
+    return reply if reply is not None else answer_with_first_passage(messages, kwargs)
+
+
+@dataclass
+class Ledger:
+    """Every (path, user) check made, and what went wrong in any (a leak, or a user denied their own words)."""
+
+    readable: dict[str, set[str]]  # group (or NOBODY) -> document ids it may read
+    owner: dict[str, str] = field(default_factory=dict)  # restricted document id -> its group
+    checks: list[tuple[str, str]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def forbidden(self, group: str) -> tuple[set[str], set[str]]:
+        """The secret words and document ids ``group`` must never receive."""
+        others = {g for g in SECRETS if g != group}
+        words = {secret for g in others for _, _, secret in SECRETS[g]}
+        return words, {doc for doc, g in self.owner.items() if g in others}
+
+    def check(self, path: str, user: str, body: str, documents: set[str], *, own: str | None = None) -> None:
+        """One check: ``body`` is the whole response text, ``documents`` the ids it names, ``own`` a secret that
+        must be in it (None: this path owes nothing)."""
+        group = USERS.get(user, NOBODY)
+        self.checks.append((path, user))
+        words, ids = self.forbidden(group)
+        for word in sorted(words):
+            if word.lower() in body.lower():
+                self.problems.append(f"LEAK {path} {user}: secret {word}")
+        for doc in sorted(ids):
+            if doc in body:
+                self.problems.append(f"LEAK {path} {user}: document id {doc}")
+        outside = documents - self.readable[group]
+        if outside:
+            self.problems.append(f"LEAK {path} {user}: documents {sorted(outside)}")
+        if own is not None and own.lower() not in body.lower():
+            self.problems.append(f"MISS {path} {user}: own {own!r} not received")
+
+
+def named_documents(payload: dict[str, Any]) -> set[str]:
+    """The document ids a query response (or a chat completion's ``gateway`` object) names."""
+    found = {s["id"] for s in payload.get("sources", [])} | {s["id"] for s in payload.get("evidence", [])}
+    found |= {p["doc_id"] for p in payload.get("passages") or []}
+    probe = payload.get("probe")
+    if probe:
+        found |= {d["id"] for d in probe["documents"]} | set(probe["covering_documents"])
+    return found
+
+
+def user_headers(user: str) -> dict[str, str]:
+    headers = {"Authorization": "Bearer chatbot-key"}
+    if user != NOBODY:
+        headers |= {"X-Gateway-User": user, "X-Gateway-User-Groups": USERS[user]}
+    return headers
+
+
+ADMIN = {"Authorization": "Bearer admin-key"}
+
+
+@asynccontextmanager
+async def served(settings: Settings, embeddings: USEEmbeddings) -> AsyncIterator[str]:
+    """The app on the scripted model behind a real uvicorn server in this event loop (the folder sync is a
+    blocking HTTP client of its own)."""
+    port = free_port()
+    model = ScriptedChatModel(responder=responder)
+    app = create_app(settings, ProviderOverrides(chat_model=model, embeddings=embeddings))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, lifespan="on"))
+    serving = asyncio.create_task(server.serve())
+    try:
+        while not server.started:
+            if serving.done():
+                serving.result()  # raises why it did not start
+            await asyncio.sleep(0.01)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await serving
+
+
+@contextmanager
+def store_settings(kind: str, base: Settings, dimension: int) -> Iterator[Settings]:
+    if kind == "lancedb":
+        yield base
+        return
+    with running_fake_pinecone(dimension=dimension) as fake:
+        yield base.replace(
+            vector_store={"pinecone_api_key": SecretStr(FAKE_API_KEY), "pinecone_index_host": fake.url},
+        )
+
+
+def leak_settings(settings: Settings, prefix: str) -> Settings:
+    keys = [
+        ApiKeyConfig(name="admin", key_sha256=hash_key("admin-key"), tenant=TENANT, scopes=["admin"]),
+        ApiKeyConfig(
+            name="chatbot",
+            key_sha256=hash_key("chatbot-key"),
+            tenant=TENANT,
+            scopes=["query"],
+            acts_for_users=True,
+            trusts_user_headers=True,
+        ),
+    ]
+    return settings.replace(
+        redis={"url": REDIS_TEST_URL, "timeout_s": 0.5},
+        cache={"enabled": True, "prefix": prefix},
+        semantic_cache={"enabled": True},
+        access={"api_keys": keys},
+        identity={"unset_documents": "closed"},
+    )
+
+
+async def ingest_everything(client: httpx.AsyncClient, url: str, root: Path, *, lists_files: bool) -> dict[str, str]:
+    """The documents API, a file upload per group (``access`` form field), a folder sync with ``.access`` files:
+    restricted document id -> its group."""
+    upserted = await client.post("/v1/documents", json={"tenant": TENANT, "documents": DOCUMENTS}, headers=ADMIN)
+    assert upserted.status_code == 200, upserted.text
+    for group, (name, data) in UPLOADS.items():
+        files = [("files", (name, data, "text/markdown"))]
+        uploaded = await client.post(f"/v1/files?tenant={TENANT}", data={"access": group}, files=files, headers=ADMIN)
+        assert uploaded.status_code == 200, uploaded.text
+    synced = root / "sync"
+    for group, (name, text) in SYNCED.items():
+        (synced / group).mkdir(parents=True)
+        (synced / group / ".access").write_text(f"{group}\n")
+        (synced / group / name).write_text(text)
+    code = await asyncio.to_thread(ingest_main, [str(synced), "--tenant", TENANT, "--url", url, "--key", "admin-key"])
+    assert code == 0
+    listing = (await client.get(f"/v1/files?tenant={TENANT}", headers=ADMIN)).json()["files"]
+    owner = {"hr-comp-memo": "hr", "eng-bridge-runbook": "eng"}  # as DOCUMENTS tags them
+    by_file = {f["file"]: f for f in listing}
+    expected = {UPLOADS[g][0]: g for g in UPLOADS} | {f"sync/{g}/{SYNCED[g][0]}": g for g in SYNCED}
+    if not lists_files:
+        # Pinecone cannot export a namespace, so the gateway lists no files: a one-section Markdown file is one
+        # document named by its path (what LanceDB's listing shows). Were that wrong, the user's own documents
+        # would fall outside what the ledger lets them read, and the test would fail, not pass.
+        assert listing == []
+        return owner | {name: group for name, group in expected.items()}
+    assert set(by_file) == set(expected), by_file
+    for name, group in expected.items():
+        assert by_file[name]["access"] == [group], by_file[name]
+        assert by_file[name]["documents"] == [name], by_file[name]
+        owner |= {doc: group for doc in by_file[name]["documents"]}
+    return owner
+
+
+def readable(owner: dict[str, str]) -> dict[str, set[str]]:
+    return {g: {d for d, o in owner.items() if o == g} | {"handbook"} for g in SECRETS} | {NOBODY: {"handbook"}}
+
+
+def chat_body(question: str, route: str, stream: bool) -> dict[str, Any]:
+    return {
+        "model": f"gateway-{route.replace('_', '-')}",
+        "stream": stream,
+        "tenant": TENANT,
+        "messages": [{"role": "user", "content": question}],
+    }
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("kind", ["lancedb", "pinecone"])
+async def test_no_path_hands_a_user_words_of_a_document_they_may_not_read(
+    kind: str, settings: Settings, embeddings: USEEmbeddings, prefix: str, tmp_path: Path
+) -> None:
+    with store_settings(kind, leak_settings(settings, prefix), embeddings.dimensions) as configured:
+        async with served(configured, embeddings) as url, httpx.AsyncClient(base_url=url, timeout=60) as client:
+            owner = await ingest_everything(client, url, tmp_path, lists_files=kind == "lancedb")
+            ledger = Ledger(readable(owner), owner)
+            await walk(client, ledger)
+
+    print(f"{kind}: {len(ledger.checks)} (path, user) checks, {len(ledger.problems)} problems")
+    for problem in ledger.problems:
+        print(problem)
+    assert ledger.problems == []
+    assert len(ledger.checks) == EXPECTED_CHECKS, len(ledger.checks)
+    assert {user for _, user in ledger.checks} == {*USERS, NOBODY}
+
+
+QUERY_ROUTES = ("single_hop", "multi_hop", "auto")
+CHAT_ROUTES = QUERY_ROUTES
+QUESTIONS = [(question, secret, group) for group, rows in SECRETS.items() for _, question, secret in rows]
+PER_USER = len(QUESTIONS) * (len(QUERY_ROUTES) + 1 + 2 * len(CHAT_ROUTES))  # query routes, route, chat x2
+EXPECTED_CHECKS = (
+    (len(USERS) + 1) * PER_USER  # the matrix, nobody included
+    + 3 * len(USERS)  # exact cache: first asker, the other user, first asker again
+    + 2 * len(USERS)  # semantic paraphrase: first asker, the other user
+    + 2 * len(USERS)  # knowledge gaps and training pairs filtered by user
+    + 3  # nobody: the tenant-open document, by query, route and chat
+)
+
+
+async def walk(client: httpx.AsyncClient, ledger: Ledger) -> None:
+    await cache_paths(client, ledger)  # first: the matrix's answers would be semantic hits for these questions
+    for user in (*USERS, NOBODY):
+        group = USERS.get(user, NOBODY)
+        for question, secret, owner in QUESTIONS:
+            own = secret if owner == group else None
+            await ask_every_path(client, ledger, user, question, own)
+    await curation_paths(client, ledger)
+    await open_document(client, ledger)
+
+
+async def query(client: httpx.AsyncClient, user: str, question: str, route: str = "auto") -> dict[str, Any]:
+    body = {"query": question, "tenant": TENANT, "route": route, "include_passages": True}
+    response = await client.post("/v1/query", json=body, headers=user_headers(user))
+    assert response.status_code == 200, response.text
+    payload: dict[str, Any] = response.json()
+    return payload
+
+
+async def ask_every_path(client: httpx.AsyncClient, ledger: Ledger, user: str, question: str, own: str | None) -> None:
+    for route in QUERY_ROUTES:
+        payload = await query(client, user, question, route)
+        ledger.check(f"query/{route}", user, json.dumps(payload), named_documents(payload), own=own)
+
+    routed = await client.post("/v1/route", json={"query": question, "tenant": TENANT}, headers=user_headers(user))
+    assert routed.status_code == 200, routed.text
+    probe = routed.json().get("probe") or {}
+    probed = {d["id"] for d in probe.get("documents", [])} | set(probe.get("covering_documents", []))
+    own_doc = own is not None and bool(probed & {d for d, g in ledger.owner.items() if g == USERS[user]})
+    ledger.check("route", user, routed.text, probed)
+    if own is not None and not own_doc:
+        ledger.problems.append(f"MISS route {user}: own document not among the probe's {sorted(probed)}")
+
+    for route in CHAT_ROUTES:
+        whole = await client.post(
+            "/v1/chat/completions", json=chat_body(question, route, False), headers=user_headers(user)
+        )
+        assert whole.status_code == 200, whole.text
+        ledger.check(f"chat/{route}", user, whole.text, named_documents(whole.json()["gateway"]), own=own)
+
+        streamed = await client.post(
+            "/v1/chat/completions", json=chat_body(question, route, True), headers=user_headers(user)
+        )
+        assert streamed.status_code == 200, streamed.text
+        chunks = [json.loads(line[6:]) for line in streamed.text.splitlines() if line.startswith("data: {")]
+        finals = [c["gateway"] for c in chunks if c.get("choices") and c["choices"][0].get("finish_reason")]
+        assert len(finals) == 1, streamed.text
+        content = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c.get("choices"))
+        assert own is None or own in content, (user, question, content)  # the words arrived as content, not only
+        ledger.check(f"chat-stream/{route}", user, streamed.text, named_documents(finals[0]), own=own)
+
+
+async def cache_paths(client: httpx.AsyncClient, ledger: Ledger) -> None:
+    """The exact cache: a question asked by one user, then the other, then the first again (a hit, or the other's
+    miss proves nothing); the semantic cache: the first user's paraphrase hits, the other's never gets it."""
+    cases = {
+        "hr-user": ("Which codeword does the salary review use?", "What codeword does the salary review use?"),
+        "eng-user": ("Which passphrase does the incident bridge use?", "What passphrase does the incident bridge use?"),
+    }
+    secrets = {"hr-user": "PERIWINKLE", "eng-user": "TANGERINE"}
+    for first, (question, paraphrase) in cases.items():
+        other = next(u for u in USERS if u != first)
+        asked = await query(client, first, question)
+        ledger.check("cache/first", first, json.dumps(asked), named_documents(asked), own=secrets[first])
+        replay = await query(client, other, question)
+        ledger.check("cache/exact-replay", other, json.dumps(replay), named_documents(replay))
+        again = await query(client, first, question)
+        ledger.check("cache/exact-hit", first, json.dumps(again), named_documents(again), own=secrets[first])
+        if (asked["cached"], replay["cached"], again["cached"]) != (False, False, True):
+            ledger.problems.append(f"cache {first}: cached flags {asked['cached'], replay['cached'], again['cached']}")
+
+        hit = await query(client, first, paraphrase)
+        ledger.check("cache/semantic-hit", first, json.dumps(hit), named_documents(hit), own=secrets[first])
+        if not hit["cached"]:
+            ledger.problems.append(f"cache {first}: the paraphrase missed, so the other's check proves nothing")
+        theirs = await query(client, other, paraphrase)
+        ledger.check("cache/semantic-other", other, json.dumps(theirs), named_documents(theirs))
+
+
+async def curation_paths(client: httpx.AsyncClient, ledger: Ledger) -> None:
+    """Each user rates one of their answers down with the answer they expected: the gaps and training pairs filtered
+    by a user show only that user's questions (and at least one)."""
+    asked = {
+        "hr-user": "Who reviews the salary bands?",
+        "eng-user": "How often does the bridge on-call rota change?",
+    }
+    for user, question in asked.items():
+        answer = await query(client, user, question, "single_hop")
+        rated = await client.post(
+            "/v1/feedback",
+            json={"tenant": TENANT, "response_id": answer["response_id"], "rating": "down", "expected_answer": "x"},
+            headers=user_headers(user),
+        )
+        assert rated.status_code == 202, rated.text
+        assert rated.json()["recorded"], rated.text
+    for user, question in asked.items():
+        gaps = await client.get("/v1/knowledge-gaps", params={"tenant": TENANT, "user": user}, headers=ADMIN)
+        assert gaps.status_code == 200, gaps.text
+        # A gap is returned whole (its id and resolution are of all its questions, and its evidence is the curator's
+        # deep search over every document): the user's part of it is their records, and each gap must hold one.
+        shown = gaps.json()["gaps"]
+        mine = [r for g in shown for r in g["records"] if r["user_id"] == user]
+        ledger.check("knowledge-gaps", user, json.dumps(mine), set(), own=question)
+        if not shown or any(all(r["user_id"] != user for r in g["records"]) for g in shown):
+            ledger.problems.append(f"gaps {user}: a gap holding no question of theirs: {gaps.text}")
+
+        pairs = await client.get("/v1/training-pairs", params={"tenant": TENANT, "user": user}, headers=ADMIN)
+        assert pairs.status_code == 200, pairs.text
+        rows = [json.loads(line) for line in pairs.text.splitlines()]
+        ledger.check("training-pairs", user, pairs.text, set())
+        if not rows or {r["user_id"] for r in rows} != {user}:
+            ledger.problems.append(f"pairs {user}: rows of {sorted({str(r['user_id']) for r in rows})}")
+        if question not in pairs.text:
+            ledger.problems.append(f"MISS training-pairs {user}: own question not shown")
+
+
+async def open_document(client: httpx.AsyncClient, ledger: Ledger) -> None:
+    """A request naming nobody reads the tenant-open document (and, by the matrix, nothing else)."""
+    answer = await query(client, NOBODY, OPEN_QUESTION, "single_hop")
+    ledger.check("open/query", NOBODY, json.dumps(answer), named_documents(answer), own=OPEN_ANSWER)
+    if "handbook" not in named_documents(answer):
+        ledger.problems.append("MISS open/query: the handbook not among the sources")
+    routed = await client.post(
+        "/v1/route", json={"query": OPEN_QUESTION, "tenant": TENANT}, headers=user_headers(NOBODY)
+    )
+    probe = routed.json().get("probe") or {}
+    probed = {d["id"] for d in probe.get("documents", [])}
+    ledger.check("open/route", NOBODY, routed.text, probed)
+    if "handbook" not in probed:
+        ledger.problems.append(f"MISS open/route: the handbook not among the probe's {sorted(probed)}")
+    chat = await client.post(
+        "/v1/chat/completions", json=chat_body(OPEN_QUESTION, "single_hop", False), headers=user_headers(NOBODY)
+    )
+    ledger.check("open/chat", NOBODY, chat.text, named_documents(chat.json()["gateway"]), own=OPEN_ANSWER)
