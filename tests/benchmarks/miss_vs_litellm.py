@@ -12,6 +12,16 @@ cache, as for its misses) and one gateway up at once against one fake upstream, 
 compares minutes alike. It prints every round (CPU ms per miss and added p50 for LiteLLM and each gateway
 model, and the ratios) and the median of each ratio over the rounds.
 
+``--gateway-env`` sets the gateway's settings; ``{upstream}`` in a value is the fake upstream's base URL (its
+port is chosen at start), so a remote embedder can be the fake's ``/v1/embeddings``::
+
+    --gateway-env GATEWAY_EMBEDDING_PROVIDER=openai GATEWAY_EMBEDDING_BASE_URL={upstream} \
+        GATEWAY_EMBEDDING_MODEL=fake-embed GATEWAY_ROUTER_CACHE_DIR=/tmp/fake-embed-router
+
+The fake answers one constant vector for every text: such a run measures CPU per miss, never routing quality, and
+``gateway-auto``'s route then turns on the rest of each prompt (some unique prompts go ``multi_hop``). The script
+prints the route one unique prompt takes under each model and the load averages at its start and end.
+
 Needs the kit's tools venv and its LiteLLM venv (``shared/perf/setup.sh tools``, ``run_litellm.sh install``).
 Run it on a quiet machine, nothing else running.
 """
@@ -19,6 +29,7 @@ Run it on a quiet machine, nothing else running.
 from __future__ import annotations
 
 import argparse
+import os
 import secrets
 import statistics
 import subprocess
@@ -29,7 +40,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.benchmarks.miss_ab import settings_pairs
-from tests.benchmarks.miss_cost import ROOT, Kit, add_kit_arguments, free_port, gateway, open_kit, overhead_args
+from tests.benchmarks.miss_cost import (
+    ROOT,
+    Kit,
+    add_kit_arguments,
+    free_port,
+    gateway,
+    open_kit,
+    overhead_args,
+    probe_route,
+)
 
 LITELLM_KEY = "sk-perfkit-local-bench-7f3a9c"  # run_litellm.sh's master key for the plain config
 LITELLM_MODEL = "fake-gpt"
@@ -59,14 +79,26 @@ def add_one_gateway_arguments(parser: argparse.ArgumentParser, rounds: int) -> N
     add_kit_arguments(parser)
     parser.add_argument("--root", type=Path, default=ROOT, help="the gateway checkout to run (default: this one)")
     parser.add_argument("--rounds", type=int, default=rounds)
-    parser.add_argument("--gateway-env", nargs="*", default=[], metavar="NAME=VALUE", help="gateway settings")
+    parser.add_argument(
+        "--gateway-env",
+        nargs="*",
+        default=[],
+        metavar="NAME=VALUE",
+        help="gateway settings; {upstream} in a value is the fake upstream's base URL",
+    )
 
 
 def one_gateway(
     args: argparse.Namespace, upstream: str, key: str, work: Path, log: Path
 ) -> AbstractContextManager[tuple[int, str]]:
     """The gateway :func:`add_one_gateway_arguments` named, against ``upstream``; yields (pid, base URL)."""
-    return gateway(args.root.resolve(), upstream, args.redis_url, key, work, log, settings_pairs(args.gateway_env))
+    return gateway(args.root.resolve(), upstream, args.redis_url, key, work, log, gateway_settings(args, upstream))
+
+
+def gateway_settings(args: argparse.Namespace, upstream: str) -> dict[str, str]:
+    """``--gateway-env``'s settings with ``{upstream}`` replaced by the fake upstream's base URL: the upstream's port
+    is only known once it is up, and a setting such as the embeddings endpoint must point at it."""
+    return {name: value.replace("{upstream}", upstream) for name, value in settings_pairs(args.gateway_env).items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +186,10 @@ def main() -> None:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     kit = open_kit(args)
+    started = load_average()
     with side_by_side(args, kit, "plain") as up:
+        # What a model's miss costs depends on the route it takes (a settings change can move it): say which.
+        routes = {model: probe_route(up.gateway[1], up.key, model) for model in args.models}
 
         def load(side: str) -> list[str]:
             if side == LITELLM:
@@ -163,6 +198,14 @@ def main() -> None:
 
         rows = run_rounds(kit, up, args, load, ("server_cpu_ms_per_req", "added_p50_ms"))
     print_rounds(rows, args.models, ("CPU per miss", "added p50"))
+    print("routes taken by a unique prompt: " + ", ".join(f"{m} → {r}" for m, r in routes.items()))
+    print(f"load average (1, 5, 15 min): {started} at the start, {load_average()} at the end")
+
+
+def load_average() -> str:
+    """The machine's load averages: figures taken beside other jobs are inflated, and the report should say by how
+    much company they were taken in."""
+    return ", ".join(f"{value:.2f}" for value in os.getloadavg())
 
 
 if __name__ == "__main__":
