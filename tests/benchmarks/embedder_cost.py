@@ -34,6 +34,7 @@ import argparse
 import asyncio
 import math
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -74,17 +75,25 @@ GATEWAY_ENV: dict[str, dict[str, str]] = {
     "served": {**SERVED_E5, "GATEWAY_EMBEDDING_API_KEY": "not-needed"},
 }
 TENANT = "bench"
+SENTENCE_END = re.compile(r"(?<=[.!?。])\s*")
 
 
 def rss_mib(pid: int | str = "self") -> float:
     """Resident memory of a process, MiB, from ``/proc/PID/status`` (NaN once the process is gone)."""
     try:
-        status = Path(f"/proc/{pid}/status").read_text()
+        return vm_rss_mib(Path(f"/proc/{pid}/status").read_text())
     except FileNotFoundError:
         return math.nan
+
+
+def vm_rss_mib(status: str) -> float:
+    """The ``VmRSS`` line of a ``/proc/PID/status`` text, in MiB (the kernel writes kB); NaN without one (a zombie)."""
     for line in status.splitlines():
         if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024  # kB
+            size, unit = line.split()[1:3]
+            if unit != "kB":
+                raise ValueError(f"VmRSS in {unit!r}, not kB")
+            return int(size) / 1024
     return math.nan
 
 
@@ -111,15 +120,17 @@ def passages() -> list[tuple[str, str]]:
 
 
 def documents(chunks: int, chunker: Chunker) -> tuple[list[NewDocument], list[str]]:
-    """Documents of two passages each, the k-th pairing passage k with k+1+k//N, until they hold ``chunks`` chunks;
-    and the texts their chunks are embedded as (title, then text)."""
+    """Documents of two passages each until they hold ``chunks`` chunks, and the texts their chunks are embedded as
+    (title, then chunk). The k-th pairs passage k with passage k+1+r (r = k // N, the round through the N passages),
+    their sentences rotated by r and r+1, so that no chunk of a passage seen before comes back whole."""
     pool = passages()
     made: list[NewDocument] = []
     texts: list[str] = []
     k = 0
     while len(texts) < chunks:
-        (title, first), (_, second) = pool[k % len(pool)], pool[(k + 1 + k // len(pool)) % len(pool)]
-        text = f"{first}\n\n{second}"
+        lap = k // len(pool)
+        (title, first), (_, second) = pool[k % len(pool)], pool[(k + 1 + lap) % len(pool)]
+        text = f"{rotated(first, lap)}\n\n{rotated(second, lap + 1)}"
         pieces = chunker.split(text)
         if len(pieces) > chunks - len(texts):  # the last ones: a chunk a document, to end on the count asked
             text, pieces = pieces[0], pieces[:1]
@@ -127,6 +138,13 @@ def documents(chunks: int, chunker: Chunker) -> tuple[list[NewDocument], list[st
         texts += [f"{title}\n{piece}" for piece in pieces]
         k += 1
     return made, texts
+
+
+def rotated(text: str, turn: int) -> str:
+    """``text`` beginning at its ``turn``-th sentence (modulo their count), the sentences before it moved to its end."""
+    sentences = [s for s in SENTENCE_END.split(text.strip()) if s]
+    turn %= len(sentences)
+    return " ".join(sentences[turn:] + sentences[:turn])
 
 
 @dataclass
