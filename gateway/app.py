@@ -38,6 +38,7 @@ from gateway.overrides import ProviderOverrides
 from gateway.platform import open_platform
 from gateway.profiles.controller import ProfileController, provide_profiles
 from gateway.profiles.factory import open_profiles
+from gateway.query.calibration import load_calibration
 from gateway.query.controller import QueryController
 from gateway.query.factory import open_query_service
 from gateway.settings import Settings
@@ -57,13 +58,16 @@ def _lifespan(
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
             platform = await open_platform(settings, overrides, stack)
+            # Fitted for the embedder at its first start (a worker thread: it embeds the calibration set); a gateway
+            # whose embedder has no calibration and cannot be fitted refuses to start (CalibrationUnavailableError).
+            calibration = await asyncio.to_thread(load_calibration, settings, platform.embeddings)
             curation_store = await open_curation_store(settings, stack)
             changes = KnowledgeChanges(curation_store) if curation_store is not None else None
             knowledge = open_knowledge(settings, platform, changes, stack)
             curation = None
             if curation_store is not None and changes is not None:
                 curation = await start_curation(
-                    settings, curation_store, knowledge, platform.llm, platform.telemetry, changes, stack
+                    settings, curation_store, knowledge, platform.llm, platform.telemetry, changes, stack, calibration
                 )
             profiles = await open_profiles(
                 settings,
@@ -75,13 +79,16 @@ def _lifespan(
             )
             # A name model loads: off the event loop.
             guard = await asyncio.to_thread(Guardrails.from_settings, settings.guard, platform.telemetry)
-            query_service = await open_query_service(settings, platform, knowledge, guard, profiles, curation)
+            query_service = await open_query_service(
+                settings, platform, knowledge, guard, profiles, curation, calibration
+            )
+            identity = open_identity(settings.identity, platform.http, settings.access.api_keys)
             if curation is not None:
-                curation.attach(query_service)
+                curation.attach(query_service, identity)
             app.state.update(
                 telemetry=platform.telemetry,  # read by the tracing middleware too
                 access=open_access(settings.access, settings.server.host, platform.redis),  # and by the key hooks
-                identity=open_identity(settings.identity, platform.http, settings.access.api_keys),  # by ``reader``
+                identity=identity,  # read by ``reader``
                 knowledge=knowledge,
                 query_service=query_service,
                 chat_service=ChatService(query_service, platform.llm),

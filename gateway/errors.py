@@ -35,6 +35,13 @@ class GatewayError(Exception):
         self.extra = extra
 
 
+class CalibrationUnavailableError(GatewayError):
+    """The gateway cannot start: its embedder has no calibration and fitting one failed (``gateway.query.calibration``).
+    Raised at start-up only, never on a request: scorers fitted for another embedder would misjudge every cosine."""
+
+    title = "Calibration unavailable"
+
+
 class ClientError(GatewayError):
     status_code = 400
     title = "Invalid request"
@@ -84,6 +91,17 @@ class PersonalDataBlockedError(ClientError):
             code="personal_data_blocked",
             categories=categories,
         )
+
+
+class InvalidReaderError(ClientError):
+    """A user or groups named for someone to read as (an evaluation suite's ``run_as``) that the access model
+    cannot take: a group name the access tags reserve, or a user id out of bounds. Well-formed JSON, so a 422."""
+
+    status_code = 422
+    title = "Invalid user or groups"
+
+    def __init__(self, detail: str, *, field: str) -> None:
+        super().__init__(detail, code="invalid_reader", field=field)
 
 
 class PromptInjectionError(ClientError):

@@ -28,7 +28,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pipelines.corrective.policy import CorrectivePolicy
 from pipelines.shared.generation import GroundingPolicy
-from pipelines.shared.judge import JudgeModel
+from routes.calibration import Calibration, calibration_key
 
 LOCAL_MODEL = "qwen2.5-coder-1.5b-instruct-q4_k_m"
 
@@ -221,24 +221,29 @@ class RetrievalSettings(SettingsGroup):
     max_top_k: int = Field(20, ge=1, le=100)
     multi_hop_top_k: int = Field(8, ge=1, le=50)
     escalate_on_incorrect: bool = True
-    # single_hop escalates only when every passage scores below this (a clearly failed retrieval): on the
-    # shared SQuAD set 0.12 escalates 13% of questions, 62% of the answerable ones with gold really missed,
-    # vs 37% and 35% at crag_lower (0.2).
-    escalate_below: float = Field(0.12, ge=0.0, le=1.0)
+    # single_hop escalates only when every passage scores below this (a clearly failed retrieval). None: the
+    # calibration's, fitted for the embedder in use (``routes.calibration``: the fast-scorer probability below
+    # which 4.7% of SQuAD's gold paragraphs fall; 0.12 under USE, where on the shared SQuAD set it escalates 13% of
+    # questions, 62% of the answerable ones with gold really missed, vs 37% and 35% at crag_lower, 0.2).
+    escalate_below: float | None = Field(None, ge=0.0, le=1.0)
     # Dense and keyword (BM25) rankings fused by reciprocal rank; off: dense only. See gateway.knowledge.
     hybrid_search: bool = True
     # Hybrid search also follows the entity links of its first passages (pipelines.shared.links): the passages
     # about what they mention join the fusion, so a bridge question's second hop is found without the planner.
     entity_links: bool = True
 
+    def escalate_threshold(self, calibration: Calibration) -> float:
+        """``escalate_below`` where the environment sets it, else the calibration's."""
+        return calibration.escalate_below if self.escalate_below is None else self.escalate_below
+
 
 class GroundingSettings(SettingsGroup):
-    """LLM-free grounding gates: cosine floor for a passage to reach the generator, and the share of an
-    answer's new words that must occur in its cited passages."""
+    """LLM-free grounding gates: cosine floor for a passage to reach the generator (None: the calibration's, fitted
+    for the embedder in use), and the share of an answer's new words that must occur in its cited passages."""
 
     shapes_answers = True
 
-    min_relevance: float = Field(0.18, ge=-1.0, le=1.0)
+    min_relevance: float | None = Field(None, ge=-1.0, le=1.0)
     min_answer_support: float = Field(0.5, ge=0.0, le=1.0)
     # Grounded answers are one to three sentences: the cap ends a small model's repetition loop early
     # (on CPU every runaway token costs ~0.1 s), not a legitimate answer.
@@ -251,25 +256,29 @@ class GroundingSettings(SettingsGroup):
     # scores 0.2 and was withheld (gateway/eval/README.md, "The sentence gate").
     sentence_judge_below: float = Field(0.0, ge=0.0, le=1.0)
 
-    def policy(self) -> GroundingPolicy:
-        """The gates as the pipelines read them."""
+    def policy(self, calibration: Calibration) -> GroundingPolicy:
+        """The gates as the pipelines read them: the cosine floor set here, or else the calibration's."""
+        floor = calibration.min_relevance if self.min_relevance is None else self.min_relevance
         return GroundingPolicy(
-            self.min_relevance, self.min_answer_support, self.answer_max_tokens, self.sentence_judge_below
+            floor, self.min_answer_support, self.answer_max_tokens, self.sentence_judge_below, calibration.judge
         )
 
 
 class CorrectiveSettings(SettingsGroup):
     """Corrective pipeline (CRAG + Self-RAG); thresholds are on the evaluator's first stage (the round judge's
-    probability, on the fast scorer's scale, or the fast scorer's). The budgets
-    belong here too: a loop cut short by them ends with another answer."""
+    probability, on the fast scorer's scale, or the fast scorer's). A threshold left None is the calibration's,
+    fitted with the scorers for the embedder in use (``routes.calibration``). The budgets belong here too: a loop
+    cut short by them ends with another answer."""
 
     shapes_answers = True
 
-    upper: float = Field(0.5, ge=0.0, le=1.0, validation_alias=AliasChoices("GATEWAY_CRAG_UPPER"))
-    lower: float = Field(0.2, ge=0.0, le=1.0, validation_alias=AliasChoices("GATEWAY_CRAG_LOWER"))
+    upper: float | None = Field(None, ge=0.0, le=1.0, validation_alias=AliasChoices("GATEWAY_CRAG_UPPER"))
+    lower: float | None = Field(None, ge=0.0, le=1.0, validation_alias=AliasChoices("GATEWAY_CRAG_LOWER"))
     max_graded: int = Field(2, ge=0, validation_alias=AliasChoices("GATEWAY_CRAG_MAX_GRADED"))
-    explore_floor: float = Field(0.12, ge=0.0, le=1.0, validation_alias=AliasChoices("GATEWAY_CRAG_EXPLORE_FLOOR"))
-    strip_threshold: float = Field(0.15, ge=0.0, le=1.0)
+    explore_floor: float | None = Field(
+        None, ge=0.0, le=1.0, validation_alias=AliasChoices("GATEWAY_CRAG_EXPLORE_FLOOR")
+    )
+    strip_threshold: float | None = Field(None, ge=0.0, le=1.0)
     max_strips: int = Field(12, ge=1)
     max_rewrites: int = Field(2, ge=0)
     # Multi-hop as iterative retrieval: sub-questions the model may plan per request (0: none).
@@ -313,13 +322,23 @@ class CorrectiveSettings(SettingsGroup):
             )
         return self
 
-    def policy(self, grounding: GroundingPolicy) -> CorrectivePolicy:
+    def thresholds(self, calibration: Calibration) -> dict[str, float]:
+        """The four thresholds on the evaluator's probability: each set here, or else the calibration's."""
+        fitted = {
+            "upper": calibration.crag_upper,
+            "lower": calibration.crag_lower,
+            "explore_floor": calibration.explore_floor,
+            "strip_threshold": calibration.strip_threshold,
+        }
+        return {name: value if getattr(self, name) is None else getattr(self, name) for name, value in fitted.items()}
+
+    def policy(self, grounding: GroundingPolicy, calibration: Calibration) -> CorrectivePolicy:
         """The pipeline's policy: every field of this group is one of the policy's, by the same name, so a new
         threshold is added once here and once there, never copied by hand in between (the judge's switch
-        excepted: the policy holds the model it turns on)."""
-        fields = self.model_dump(exclude={"evaluator_judge"})
-        judge = JudgeModel() if self.evaluator_judge else None
-        return CorrectivePolicy(**fields, grounding=grounding, judge=judge)
+        excepted: the policy holds the model it turns on). The scorers are the calibration's."""
+        fields = {**self.model_dump(exclude={"evaluator_judge"}), **self.thresholds(calibration)}
+        judge = calibration.judge if self.evaluator_judge else None
+        return CorrectivePolicy(**fields, grounding=grounding, relevance=calibration.relevance, judge=judge)
 
 
 class AssistantSettings(SettingsGroup):
@@ -540,11 +559,17 @@ class SemanticCacheSettings(SettingsGroup):
     shapes_answers = False
 
     enabled: bool = False
-    threshold: float = Field(0.87, ge=0.0, le=1.0)
+    # A cosine of two questions: None is the calibration's, fitted for the embedder in use (``routes.calibration``:
+    # the share of paraphrase pairs USE serves at 0.87, never at or below a contrast pair the guard lets through).
+    threshold: float | None = Field(None, ge=0.0, le=1.0)
     bands: int = Field(24, ge=1)
     bits_per_band: int = Field(12, ge=1, le=62)
     max_candidates: int = Field(64, ge=1)
     bucket_cap: int = Field(32, ge=1)
+
+    def similarity_threshold(self, calibration: Calibration) -> float:
+        """``threshold`` where the environment sets it, else the calibration's."""
+        return calibration.semantic_threshold if self.threshold is None else self.threshold
 
 
 class RouterArtefactSettings(SettingsGroup):
@@ -685,13 +710,18 @@ class CurationSettings(SettingsGroup):
     queue_size: int = Field(1000, ge=1)
     # Recent answers kept in memory so negative feedback on an unrecorded answer can still record it.
     recent_answers: int = Field(2000, ge=0)
-    # Questions at least this similar (cosine of their embeddings) form one gap.
-    cluster_similarity: float = Field(0.75, ge=0.0, le=1.0)
+    # Questions at least this similar (cosine of their embeddings) form one gap. None: the calibration's, fitted for
+    # the embedder in use (``routes.calibration``: the share of paraphrase pairs USE joins at 0.75).
+    cluster_similarity: float | None = Field(None, ge=0.0, le=1.0)
     # The diagnosis's deeper search: how many passages it reads to tell ranking from a knowledge gap.
     deep_search_k: int = Field(50, ge=1, le=500)
     # An evaluation run still ``running`` this long after it started was left by a process that stopped without
     # shutting down (a killed pod): the hourly maintenance stores it failed. Longer than any suite takes to answer.
     eval_run_max_s: float = Field(6 * 3600.0, gt=0)
+
+    def gap_threshold(self, calibration: Calibration) -> float:
+        """``cluster_similarity`` where the environment sets it, else the calibration's."""
+        return calibration.gap_similarity if self.cluster_similarity is None else self.cluster_similarity
 
 
 PiiPolicy = Literal["mask", "block", "off"]
@@ -763,10 +793,14 @@ class Settings(BaseModel):
         return {name: getattr(self, name) for name in type(self).model_fields}
 
     def answer_fingerprint(self) -> str:
-        """Digest of every answer-shaping group, whole: answers cached under other settings never match."""
-        shaping = {
+        """Digest of every answer-shaping group, whole, and of the calibration's key: answers cached under other
+        settings never match, nor answers given with scorers and thresholds fitted on other data or by other fitting
+        code for the same embedder (the key says which calibration a gateway with these settings uses, without
+        fitting it: one key always fits the same calibration)."""
+        shaping: dict[str, Any] = {
             name: group.model_dump(mode="json") for name, group in self.groups().items() if type(group).shapes_answers
         }
+        shaping["calibration"] = calibration_key(self.embeddings.fingerprint())
         return hashlib.sha256(json.dumps(shaping, sort_keys=True).encode()).hexdigest()[:8]
 
     def replace(self, **changes: dict[str, Any]) -> Settings:

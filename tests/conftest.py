@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,8 @@ from gateway.app import create_app
 from gateway.overrides import ProviderOverrides
 from gateway.providers.embeddings import USEEmbeddings
 from gateway.settings import Settings
+from routes.calibration import Calibration
+from tests.calibration_support import use_calibration, use_calibration_file
 from tests.fakes.scripted_chat import ScriptedChatModel
 
 Responder = Callable[[list[BaseMessage], dict[str, Any]], str]
@@ -26,8 +29,18 @@ def embeddings() -> USEEmbeddings:
 
 
 @pytest.fixture(scope="session")
+def calibration() -> Calibration:
+    """The USE calibration, fitted once per machine and loaded once per session (:mod:`tests.calibration_support`)."""
+    return use_calibration()
+
+
+@pytest.fixture(scope="session")
 def router_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("router")
+    """The apps' artefact directory, holding the USE calibration already: an app fits only what is not there."""
+    directory = tmp_path_factory.mktemp("router")
+    source = use_calibration_file()
+    shutil.copyfile(source, directory / source.name)
+    return directory
 
 
 @pytest.fixture

@@ -126,7 +126,7 @@ async def relocation_cycle(client: AsyncTestClient[Any]) -> dict[str, Any]:
         json={"tenant": TENANT, "documents": [NEW_DOC], "rules": RULES},
     )
     assert resolved.status_code == 200, resolved.text
-    result = resolved.json()
+    result: dict[str, Any] = resolved.json()
     case = result["cases"][0]
     assert result["closed"]
     assert result["score_after"] > result["score_before"]
@@ -147,12 +147,15 @@ async def relocation_cycle(client: AsyncTestClient[Any]) -> dict[str, Any]:
     exported = await client.get("/v1/training-pairs", params={"tenant": TENANT})
     assert exported.status_code == 200
     rows = [json.loads(line) for line in exported.text.splitlines()]
+    tenant_open = client.app.state.identity.nobody.visibility.key()  # no user named: what the tenant may all read
     assert {
         "question": QUESTION,
         "positive_ids": ["office-2024"],
         "negative_ids": ["office-2019"],
         "source": "resolution",
         "tenant": TENANT,
+        "user_id": None,
+        "visibility": tenant_open,
     } in rows
     feedback_rows = [(r["positive_ids"], r["negative_ids"]) for r in rows if r["source"] == "feedback"]
     assert (["office-2024"], []) in feedback_rows  # rated up: what it cited answers the question

@@ -40,7 +40,7 @@ from gateway.access.keys import Principal
 from gateway.errors import ClientError, PermissionDeniedError, ProviderError, ProviderUnavailableError, UserTokenError
 from gateway.observability.recorder import reader_known
 from gateway.settings import ApiKeyConfig, IdentitySettings
-from pipelines.shared.visibility import RESERVED, Visibility
+from pipelines.shared.visibility import MAX_GROUP_CHARS, Visibility, is_group_name
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +50,6 @@ GROUPS_HEADER = "x-gateway-user-groups"
 IDENTITY_PROVIDER = "identity_provider"
 
 MAX_USER_ID_CHARS = 256
-MAX_GROUP_CHARS = 256
 MAX_GROUPS = 512
 MAX_KID_CHARS = 256
 MAX_JWKS_BYTES = 1024 * 1024
@@ -286,8 +285,9 @@ class TokenVerifier:
         return user
 
     def _groups_of(self, claims: dict[str, Any]) -> frozenset[str]:
-        """The token's groups. None named: no groups (the reader sees what is open to the tenant). Names the API
-        reserves ("*", "~" first) are the provider's, not a forgery: they are left out rather than refusing the user."""
+        """The token's groups. None named: no groups (the reader sees what is open to the tenant). Names no document
+        could name (:func:`~pipelines.shared.visibility.is_group_name`: a reserved "*" or "~" first, other
+        characters) are the provider's, not a forgery: they are left out rather than refusing the user."""
         raw = claims.get(self._groups_claim)
         if raw is None:
             return frozenset()
@@ -296,7 +296,7 @@ class TokenVerifier:
             raise UserTokenError(f"The user token's {self._groups_claim!r} claim must be a list of group names.")
         if len(names) > MAX_GROUPS:
             raise UserTokenError(f"The user token names {len(names)} groups; at most {MAX_GROUPS} are read.")
-        return frozenset(name for name in names if name and name[0] not in RESERVED and len(name) <= MAX_GROUP_CHARS)
+        return frozenset(name for name in names if is_group_name(name))
 
 
 # --- the reader of a request ----------------------------------------------------------------------------------
@@ -411,10 +411,10 @@ def _header_groups(value: str) -> frozenset[str]:
     if len(names) > MAX_GROUPS:
         raise ClientError(f"X-Gateway-User-Groups names {len(names)} groups; at most {MAX_GROUPS}.", code="bad_groups")
     for name in names:
-        if name[0] in RESERVED or len(name) > MAX_GROUP_CHARS:
+        if not is_group_name(name):
             raise ClientError(
-                f"X-Gateway-User-Groups: {name[:40]!r} is not a group name (at most {MAX_GROUP_CHARS} characters, "
-                "not starting with '*' or '~', which are reserved).",
+                f"X-Gateway-User-Groups: {name[:40]!r} is not a group name (1 to {MAX_GROUP_CHARS} letters, digits, "
+                "'_', '-', '.', ':' or '/', starting with a letter or a digit: the rule documents' access obeys).",
                 code="bad_groups",
             )
     return frozenset(names)

@@ -19,6 +19,7 @@ from gateway.cache.versions import KnowledgeVersions
 from gateway.providers.redis import ResilientRedis
 from gateway.query.schemas import QueryResponse
 from gateway.settings import LOCAL_EMBEDDING_PROVIDER, CacheSettings, SemanticCacheSettings
+from routes.calibration import Calibration
 
 # The byte bound of a process-local vector LRU, per entry: float32 vectors of up to 2,048 dimensions.
 _MAX_VECTOR_BYTES = 2048 * 4
@@ -109,17 +110,22 @@ def _answered(response: QueryResponse) -> bool:
 
 
 def open_semantic_cache(
-    layer: CacheLayer | None, settings: SemanticCacheSettings, embeddings: Embeddings, *, namespace: str = ""
+    layer: CacheLayer | None,
+    settings: SemanticCacheSettings,
+    embeddings: Embeddings,
+    calibration: Calibration,
+    *,
+    namespace: str = "",
 ) -> SemanticCache | None:
     """Shares the layer's backend and the responses' namespaced prefix, so a knowledge-version bump reaches it
-    too."""
+    too. Its threshold is the environment's or the one ``calibration`` fitted for the embedder in use."""
     if layer is None or not settings.enabled:
         return None
     return SemanticCache(
         layer.backend,
         embeddings,
         prefix=f"{layer.prefix}:{namespace}" if namespace else layer.prefix,
-        threshold=settings.threshold,
+        threshold=settings.similarity_threshold(calibration),
         bands=settings.bands,
         bits_per_band=settings.bits_per_band,
         max_candidates=settings.max_candidates,

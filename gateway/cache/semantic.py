@@ -42,8 +42,6 @@ Vector: TypeAlias = np.ndarray[Any, np.dtype[np.float32]]
 EmbedFn: TypeAlias = Callable[[str], Awaitable[Any]]
 Guard: TypeAlias = Callable[[str, str], Contrast | None]
 
-# Calibrated with `python -m gateway.eval.semantic_cache` on gateway/cache/data/semantic_pairs.jsonl.
-DEFAULT_THRESHOLD = 0.87
 DEFAULT_BANDS = 24
 DEFAULT_BITS_PER_BAND = 12
 DEFAULT_TTL_S = 3600.0
@@ -202,15 +200,18 @@ class _BackendIndex:
 
 
 class SemanticCache:
-    """``lookup`` before computing an answer, ``store`` after: see the module docstring for the layout."""
+    """``lookup`` before computing an answer, ``store`` after: see the module docstring for the layout.
+
+    ``threshold`` is a cosine of two questions, on the embedder's scale: the service's is fitted for the embedder in
+    use (``routes.calibration``, on ``routes/data/semantic_pairs.jsonl``), so there is no default."""
 
     def __init__(
         self,
         store: CacheBackend,
         embed: Any = None,
         *,
+        threshold: float,
         prefix: str = DEFAULT_PREFIX,
-        threshold: float = DEFAULT_THRESHOLD,
         bands: int = DEFAULT_BANDS,
         bits_per_band: int = DEFAULT_BITS_PER_BAND,
         ttl_s: float = DEFAULT_TTL_S,

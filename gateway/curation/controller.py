@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from litestar import Controller, Response, get, post
+from litestar import Controller, Response, get, post, put
 from litestar.datastructures import ResponseHeader, State
 from litestar.di import NamedDependency
 from litestar.params import JSONBody, PathParameter, QueryParameter
 
 from gateway.access.guard import BEARER, require
 from gateway.access.keys import Principal
+from gateway.curation.askers import AskedBy, RunAs, run_as
 from gateway.curation.schemas import (
     SUITE_PATTERN,
     CalibrationOut,
@@ -21,6 +22,8 @@ from gateway.curation.schemas import (
     EvalRunOut,
     EvalRunRequest,
     EvalRunsResponse,
+    EvalSuiteOut,
+    EvalSuiteRequest,
     FeedbackRequest,
     FeedbackResponse,
     GapsResponse,
@@ -28,10 +31,12 @@ from gateway.curation.schemas import (
     ResolutionOut,
     ResolutionRequest,
     RouteOutcomesOut,
+    RunAsIn,
     gap_out,
     iso,
     resolution_out,
     rules_of,
+    run_as_out,
     run_out,
 )
 from gateway.curation.service import Curation
@@ -46,6 +51,23 @@ TenantParam = Annotated[str, QueryParameter(pattern=TENANT_PATTERN)]
 # The pattern on the parameter itself: Litestar neither checks nor documents a msgspec Meta inside a path parameter's
 # type, and a suite name beyond the store's column is a database error (503) on PostgreSQL instead of a 400.
 SuiteParam = Annotated[str, PathParameter(pattern=SUITE_PATTERN)]
+# An admin's filters of curation records by who asked: a user id, a visibility key (Visibility.key()).
+UserParam = Annotated[
+    str | None, QueryParameter(min_length=1, max_length=256, description="Only what this user id asked.")
+]
+VisibilityParam = Annotated[
+    str | None,
+    QueryParameter(
+        pattern=r"^(all|[0-9a-f]{16})$",
+        description="Only what was asked under this visibility key ('all': unrestricted; the tenant-open key for "
+        "questions asked before readers were recorded).",
+    ),
+]
+RUN_AS_422 = {422: "run_as names a reserved group ('*' or '~' first), or a user id or groups out of bounds"}
+
+
+def _run_as(named: RunAsIn | None) -> RunAs | None:
+    return None if named is None else run_as(named.user_id, named.groups)
 
 
 def provide_curation(state: State) -> Curation:
@@ -98,9 +120,13 @@ class CurationController(Controller):
         curation: NamedDependency[Curation],
         principal: NamedDependency[Principal],
         tenant: TenantParam = "default",
+        user: UserParam = None,
+        visibility: VisibilityParam = None,
     ) -> GapsResponse:
         tenant = principal.tenant_for(tenant)
-        return GapsResponse(tenant=tenant, gaps=[gap_out(g) for g in await curation.gaps(tenant)])
+        found = await curation.gaps(tenant, AskedBy.of(user, visibility))
+        tenant_open = curation.nobody().visibility
+        return GapsResponse(tenant=tenant, gaps=[gap_out(g, tenant_open) for g in found])
 
     @post(
         "/knowledge-gaps/{gap_id:str}/resolution",
@@ -215,8 +241,10 @@ class CurationController(Controller):
         curation: NamedDependency[Curation],
         principal: NamedDependency[Principal],
         tenant: TenantParam = "default",
+        user: UserParam = None,
+        visibility: VisibilityParam = None,
     ) -> str:
-        return await curation.training_pairs(principal.tenant_for(tenant))
+        return await curation.training_pairs(principal.tenant_for(tenant), AskedBy.of(user, visibility))
 
 
 class EvalSuiteController(Controller):
@@ -242,6 +270,40 @@ class EvalSuiteController(Controller):
         case = await curation.add_eval_case(tenant, suite, data.question, rules_of(data.rules), data.reference_answer)
         return EvalCaseOut(id=case.id, suite=suite)
 
+    @put(
+        "/{suite:str}",
+        summary="Set whom a suite's runs ask as (run_as: a user id and groups; null: no user, tenant-open only)",
+        responses=problem_responses(400, 401, 403, 422, 503, described=RUN_AS_422),
+    )
+    async def set_suite(
+        self,
+        suite: SuiteParam,
+        data: JSONBody[EvalSuiteRequest],
+        curation: NamedDependency[Curation],
+        principal: NamedDependency[Principal],
+    ) -> EvalSuiteOut:
+        tenant = principal.tenant_for(data.tenant)
+        named = _run_as(data.run_as)
+        await curation.store.set_suite_run_as(tenant, suite, named)
+        return EvalSuiteOut(tenant=tenant, suite=suite, run_as=run_as_out(named))
+
+    @get(
+        "/{suite:str}",
+        summary="A suite's settings: whom its runs ask as",
+        responses=problem_responses(400, 401, 403, 503),
+    )
+    async def suite_of(
+        self,
+        suite: SuiteParam,
+        curation: NamedDependency[Curation],
+        principal: NamedDependency[Principal],
+        tenant: TenantParam = "default",
+    ) -> EvalSuiteOut:
+        tenant = principal.tenant_for(tenant)
+        return EvalSuiteOut(
+            tenant=tenant, suite=suite, run_as=run_as_out(await curation.store.suite_run_as(tenant, suite))
+        )
+
     @post(
         "/{suite:str}/runs",
         status_code=202,
@@ -258,7 +320,7 @@ class EvalSuiteController(Controller):
                 documentation_only=True,
             )
         ],
-        responses=problem_responses(400, 401, 403, 404, 503),
+        responses=problem_responses(400, 401, 403, 404, 422, 503, described=RUN_AS_422),
     )
     async def run(
         self,
@@ -268,7 +330,7 @@ class EvalSuiteController(Controller):
         principal: NamedDependency[Principal],
     ) -> Response[EvalRunOut]:
         tenant = principal.tenant_for(data.tenant)
-        run = await curation.suites.start(tenant, suite)
+        run = await curation.suites.start(tenant, suite, _run_as(data.run_as))
         location = f"{self.path}/{suite}/runs/{run.id}?tenant={tenant}"  # named: open access has no key's tenant
         return Response(run_out(run), status_code=202, headers={"Location": location})
 

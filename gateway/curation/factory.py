@@ -23,6 +23,7 @@ from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.recorder import Telemetry
 from gateway.providers.llm import LLMClient
 from gateway.settings import Settings
+from routes.calibration import Calibration
 
 logger = logging.getLogger(__name__)
 
@@ -104,8 +105,10 @@ async def start_curation(
     telemetry: Telemetry,
     changes: KnowledgeChanges,
     stack: AsyncExitStack,
+    calibration: Calibration,
 ) -> Curation:
-    """The curation service with its recorder's writer and the hourly retention purge running."""
+    """The curation service with its recorder's writer and the hourly retention purge running; its gap threshold
+    and its diagnoser's relevance scorer are ``calibration``'s unless the environment sets them."""
     group = settings.curation
     recorder = AnswerRecorder(
         store,
@@ -116,7 +119,8 @@ async def start_curation(
         count_route=_route_counter(telemetry.metrics),
         tracer=telemetry.tracer,
     )
-    diagnoser = Diagnoser(knowledge, store, deep_k=group.deep_search_k, relevant=settings.corrective.upper)
+    upper = settings.corrective.thresholds(calibration)["upper"]
+    diagnoser = Diagnoser(knowledge, store, deep_k=group.deep_search_k, relevant=upper, model=calibration.relevance)
     evaluator = HybridEvaluator(llm)
     metrics = telemetry.metrics
     suites = SuiteRunner(
@@ -126,7 +130,9 @@ async def start_curation(
         set_score=(lambda suite, score: metrics.eval_score.labels(suite).set(score)) if metrics else None,
     )
     changes.listener = suites.schedule
-    curation = Curation(group, store, recorder, diagnoser, evaluator, knowledge, suites)
+    curation = Curation(
+        group, store, recorder, diagnoser, evaluator, knowledge, suites, gap_similarity=group.gap_threshold(calibration)
+    )
     if metrics is not None:
         curation.on_gaps = _gaps_gauge(metrics)
     writer = asyncio.create_task(recorder.run(), name="curation-writer")

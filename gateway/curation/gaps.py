@@ -85,12 +85,16 @@ def cluster(records: Sequence[AnswerRecord], threshold: float) -> list[Gap]:
 
 
 class Diagnoser:
-    def __init__(self, knowledge: KnowledgeBase, store: CurationStore, *, deep_k: int, relevant: float) -> None:
+    def __init__(
+        self, knowledge: KnowledgeBase, store: CurationStore, *, deep_k: int, relevant: float, model: RelevanceModel
+    ) -> None:
+        """``model`` and ``relevant``: the fast relevance scorer fitted for the embedder in use, and the probability
+        above which it takes a passage to answer (CRAG's ``upper``, calibrated with it)."""
         self._knowledge = knowledge
         self._store = store
         self._deep_k = deep_k
-        self._relevant = relevant  # the relevance scorer's probability above which a passage answers
-        self._model = RelevanceModel()
+        self._relevant = relevant
+        self._model = model
 
     async def diagnose(self, gap: Gap) -> None:
         stale = await self._stale(gap)

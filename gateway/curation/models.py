@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from gateway.curation.askers import Asker, RunAs
+
 Rating = Literal["up", "down"]
 # An evaluation run answers in the background: ``running`` until every case is scored (``done``) or one could not be
 # answered or scored (``failed``, with the reason).
@@ -39,12 +41,14 @@ class AnswerRecord:
     expected_answer: str | None = None
     resolution_id: str | None = None
     checks_failed: list[str] = field(default_factory=list)
+    asker: Asker = field(default_factory=Asker)  # who asked, and the visibility the answer ran under
 
     def row(self) -> dict[str, Any]:
         row = asdict(self)
         row.pop("checks_failed")
+        row.pop("asker")
         row["verdicts"] = {"retrieval": self.verdicts, "checks_failed": self.checks_failed}
-        return row
+        return row | self.asker.columns()
 
     @classmethod
     def from_row(cls, row: Mapping[Any, Any]) -> AnswerRecord:
@@ -66,6 +70,7 @@ class AnswerRecord:
             created_at=row["created_at"],
             expected_answer=row["expected_answer"],
             resolution_id=row["resolution_id"],
+            asker=Asker.from_row(row),
         )
 
 
@@ -82,15 +87,20 @@ class Feedback:
     documents: list[RetrievedDocument]
     cited: list[str]
     created_at: float
+    asker: Asker = field(default_factory=Asker)  # who asked the rated answer (its record's)
 
     def row(self) -> dict[str, Any]:
-        return asdict(self)
+        row = asdict(self)
+        row.pop("asker")
+        columns = self.asker.columns()
+        columns.pop("reader_source")
+        return row | columns
 
     @classmethod
     def from_row(cls, row: Mapping[Any, Any]) -> Feedback:
-        values = dict(row)
+        values = {k: v for k, v in dict(row).items() if k not in ("user_id", "visibility_key", "visible_tags")}
         values["documents"] = [RetrievedDocument(**d) for d in row["documents"]]
-        return cls(**values)
+        return cls(**values, asker=Asker.from_row(row))
 
 
 @dataclass(slots=True)
@@ -147,10 +157,15 @@ class EvalRun:
     finished_at: float | None  # None while running
     state: RunState
     error: str | None = None  # why a failed run failed
+    run_as: RunAs | None = None  # the user its cases were asked as (None: no user, tenant-open)
 
     def row(self) -> dict[str, Any]:
-        return asdict(self)
+        row = asdict(self)
+        row["run_as"] = None if self.run_as is None else self.run_as.stored()
+        return row
 
     @classmethod
     def from_row(cls, row: Mapping[Any, Any]) -> EvalRun:
-        return cls(**dict(row))
+        values = dict(row)
+        values["run_as"] = RunAs.from_stored(values.get("run_as"))
+        return cls(**values)

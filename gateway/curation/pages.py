@@ -58,7 +58,7 @@ class ReviewController(Controller):
         tenant: TenantParam = "default",
     ) -> Template:
         tenant = principal.tenant_for(tenant)
-        gaps = [gap_out(g) for g in await curation.gaps(tenant)]
+        gaps = [gap_out(g, curation.nobody().visibility) for g in await curation.gaps(tenant)]
         return Template("gaps.html", context={"tenant": tenant, "gaps": gaps})
 
     @post("/gaps/{gap_id:str}/resolve", status_code=200)

@@ -23,6 +23,8 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Tracer
 
+from gateway.access.identity import Reader
+from gateway.curation.askers import Asker
 from gateway.curation.models import AnswerRecord, RetrievedDocument
 from gateway.curation.routing import RouteOutcome, route_outcome
 from gateway.curation.store import CurationStore
@@ -81,6 +83,7 @@ class Answered:
     trace_context: Context | None = None
     needs_human: bool = False  # recorded whole, for curation
     route: RouteOutcome | None = None  # what it showed about its route, written beside
+    reader: Reader | None = None  # who asked, and what they could see (None: an in-process caller naming nobody)
 
 
 def to_record(answered: Answered, embedding: list[float], extra_reasons: tuple[str, ...] = ()) -> AnswerRecord:
@@ -102,6 +105,7 @@ def to_record(answered: Answered, embedding: list[float], extra_reasons: tuple[s
         question=answered.question,
         embedding=embedding,
         created_at=answered.at,
+        asker=Asker.of(answered.reader),
     )
 
 
@@ -127,12 +131,15 @@ class AnswerRecorder:
         self._count_route = count_route or (lambda _tenant, _verdict: None)
         self._failing = False
 
-    def observe(self, request: QueryRequest, response: QueryResponse) -> None:
-        """Called on the answer path: never awaits, never raises."""
+    def observe(self, request: QueryRequest, response: QueryResponse, reader: Reader | None = None) -> None:
+        """Called on the answer path: never awaits, never raises. ``reader``: whom the answer was for, kept with its
+        record (their user id and the visibility it ran under)."""
         at = time.time()
         needs_human = bool(assess(response).reasons)
         route = route_outcome(request, response, at)
-        answered = Answered(request.tenant, request.query, response, at, otel_context.get_current(), needs_human, route)
+        answered = Answered(
+            request.tenant, request.query, response, at, otel_context.get_current(), needs_human, route, reader
+        )
         self._remember(answered)
         if route is not None:
             self._count_route(route.tenant, route.verdict)

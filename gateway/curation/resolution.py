@@ -1,10 +1,11 @@
 """Resolution with proof: verified documents in, the gap's questions re-run, before/after scored.
 
-The documents go in through the knowledge base (which bumps the tenant's knowledge version, so no
-answer cached before them is served again); each question is re-run with both answer caches bypassed
-on the route that answered it; the hybrid evaluator scores the recorded answer and the new one with
-the same rules and reference. The gap closes only when the mean score rises; either way both answers
-and both breakdowns are kept.
+The documents go in through the knowledge base (which bumps the tenant's knowledge version, so no answer cached
+before them is served again); each question is re-run with both answer caches bypassed, on the route that answered
+it and in the view it was asked in (as its asker: the visibility recorded with it, so a fix is proven on what that
+reader can see, not on documents closed to them); the hybrid evaluator scores the recorded answer and the new one with
+the same rules and reference. The gap closes only when the mean score rises; either way both answers and both
+breakdowns are kept.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
+from gateway.access.identity import Reader
 from gateway.curation.evaluator import HybridEvaluator, Rule
 from gateway.curation.gaps import Gap
 from gateway.curation.models import AnswerRecord, Resolution
@@ -22,14 +24,19 @@ from gateway.curation.store import CurationStore
 from gateway.knowledge.service import KnowledgeBase, NewDocument
 from gateway.query.schemas import QueryRequest
 from gateway.query.service import QueryService
+from pipelines.shared.visibility import Visibility
 
 MAX_QUESTIONS = 5  # re-runs per resolution: the gap's most recent distinct questions
 
 
-def _latest_per_question(records: Sequence[AnswerRecord]) -> list[AnswerRecord]:
-    latest: dict[str, AnswerRecord] = {}
+def _latest_per_question(records: Sequence[AnswerRecord], tenant_open: Visibility) -> list[AnswerRecord]:
+    """The latest record of each question and view: one question asked by readers who see different documents is
+    re-run once in each view."""
+    latest: dict[tuple[str, str], AnswerRecord] = {}
     for record in records:
-        latest[record.question] = record
+        key = (record.question, record.asker.key(tenant_open))
+        latest.pop(key, None)  # re-inserted last: the most recently asked come last
+        latest[key] = record
     return list(latest.values())[-MAX_QUESTIONS:]
 
 
@@ -42,18 +49,24 @@ async def resolve(
     queries: QueryService,
     evaluator: HybridEvaluator,
     store: CurationStore,
+    nobody: Reader,
 ) -> Resolution:
+    """``nobody``: the identity module's reader of no user, whose tenant-open view questions recorded before readers
+    were known are re-run in."""
     await knowledge.ingest(gap.tenant, documents)
     reference = "\n\n".join(f"{d.title}\n{d.text}" if d.title else d.text for d in documents)
     cases: list[dict[str, Any]] = []
-    for record in _latest_per_question(gap.records):
+    for record in _latest_per_question(gap.records, nobody.visibility):
         before = await evaluator.score(record.question, record.answer, rules, reference)
         request = QueryRequest(query=record.question, tenant=gap.tenant, route=_rerun_route(record.route))
-        fresh = await queries.answer_fresh(request)
+        asker = record.asker.reader(nobody)
+        fresh = await queries.answer_fresh(request, reader=asker)
         after = await evaluator.score(record.question, fresh.answer, rules, reference)
         cases.append(
             {
                 "question": record.question,
+                "user_id": asker.user_id,
+                "visibility": asker.visibility.key(),
                 "before": {"answer": record.answer, "route": record.route, **before.breakdown()},
                 "after": {
                     "answer": fresh.answer,

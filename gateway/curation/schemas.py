@@ -8,10 +8,12 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
+from gateway.curation.askers import RunAs
 from gateway.curation.evaluator import Rule, RuleKind
 from gateway.curation.gaps import Gap
 from gateway.curation.models import EvalRun, Resolution, RunState
 from gateway.knowledge.schemas import DocumentIn, Tenant
+from pipelines.shared.visibility import Visibility
 
 ResponseRef = Annotated[str, Meta(min_length=1, max_length=64)]
 
@@ -31,6 +33,22 @@ class FeedbackResponse(msgspec.Struct):
     recorded: Annotated[bool, Meta(description="The answer is on record for curation.")]
 
 
+class GapRecordOut(msgspec.Struct, kw_only=True):
+    """One question of a gap, with who asked it."""
+
+    id: Annotated[str, Meta(description="The answer's response id.")]
+    question: str
+    user_id: Annotated[str | None, Meta(description="Who asked (null: the request named no user).")]
+    visibility: Annotated[
+        str,
+        Meta(
+            description="The key of the visibility the answer ran under, and a re-run runs under ('all': every "
+            "document; the tenant-open key for questions asked before readers were recorded)."
+        ),
+    ]
+    asked_at: str
+
+
 class GapOut(msgspec.Struct):
     id: str
     diagnosis: Literal["knowledge_gap", "ranking", "generation", "stale"]
@@ -41,6 +59,7 @@ class GapOut(msgspec.Struct):
     first_seen: str
     last_seen: str
     expected_answer: str | None
+    records: Annotated[list[GapRecordOut], Meta(description="The gap's questions, each with who asked it.")] = []
 
 
 class GapsResponse(msgspec.Struct):
@@ -74,7 +93,8 @@ def iso(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="seconds")
 
 
-def gap_out(gap: Gap) -> GapOut:
+def gap_out(gap: Gap, tenant_open: Visibility) -> GapOut:
+    """``tenant_open``: the visibility of questions asked before readers were recorded."""
     return GapOut(
         id=gap.id,
         diagnosis=gap.diagnosis,
@@ -85,6 +105,16 @@ def gap_out(gap: Gap) -> GapOut:
         first_seen=iso(gap.records[0].created_at),
         last_seen=iso(gap.records[-1].created_at),
         expected_answer=gap.expected_answer,
+        records=[
+            GapRecordOut(
+                id=r.id,
+                question=r.question,
+                user_id=r.asker.user_id,
+                visibility=r.asker.key(tenant_open),
+                asked_at=iso(r.created_at),
+            )
+            for r in gap.records
+        ],
     )
 
 
@@ -119,8 +149,43 @@ class EvalCaseOut(msgspec.Struct):
     suite: str
 
 
+class RunAsIn(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A user to ask a suite's cases as. Checked as the identity module checks a named user (422 otherwise): a user
+    id of 1 to 256 characters, at most 512 group names, none starting with '*' or '~'."""
+
+    user_id: str
+    groups: list[str] = []
+
+
+class RunAsOut(msgspec.Struct):
+    user_id: str
+    groups: list[str]
+
+
 class EvalRunRequest(msgspec.Struct, kw_only=True):
     tenant: Tenant = "default"
+    run_as: Annotated[
+        RunAsIn | None,
+        Meta(description="Ask this run's cases as this user (else as the suite's run_as, else as no user)."),
+    ] = None
+
+
+class EvalSuiteRequest(msgspec.Struct, kw_only=True):
+    tenant: Tenant = "default"
+    run_as: Annotated[
+        RunAsIn | None,
+        Meta(description="The user the suite's runs ask as, knowledge-change runs included; null: no user."),
+    ] = None
+
+
+class EvalSuiteOut(msgspec.Struct, kw_only=True):
+    tenant: str
+    suite: str
+    run_as: RunAsOut | None
+
+
+def run_as_out(run_as: RunAs | None) -> RunAsOut | None:
+    return None if run_as is None else RunAsOut(user_id=run_as.user_id, groups=list(run_as.groups))
 
 
 class EvalRunOut(msgspec.Struct, kw_only=True):
@@ -144,6 +209,10 @@ class EvalRunOut(msgspec.Struct, kw_only=True):
     started_at: str
     finished_at: Annotated[str | None, Meta(description="null while running.")]
     error: Annotated[str | None, Meta(description="Why a failed run failed; null otherwise.")]
+    run_as: Annotated[
+        RunAsOut | None,
+        Meta(description="The user its cases were asked as; null: no user (what is open to the whole tenant)."),
+    ] = None
 
 
 class EvalRunsResponse(msgspec.Struct):
@@ -163,6 +232,7 @@ def run_out(run: EvalRun) -> EvalRunOut:
         started_at=iso(run.started_at),
         finished_at=None if run.finished_at is None else iso(run.finished_at),
         error=run.error,
+        run_as=run_as_out(run.run_as),
     )
 
 

@@ -8,6 +8,8 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
+from gateway.access.identity import Identity, Reader
+from gateway.curation.askers import AskedBy, Asker
 from gateway.curation.evaluator import HybridEvaluator, Rule
 from gateway.curation.gaps import Diagnoser, Gap, cluster
 from gateway.curation.models import EvalCase, Feedback, Rating, Resolution
@@ -40,8 +42,13 @@ class Curation:
         evaluator: HybridEvaluator,
         knowledge: KnowledgeBase,
         suites: SuiteRunner,
+        *,
+        gap_similarity: float,
     ) -> None:
+        """``gap_similarity``: the cosine for two open questions to form one gap, the environment's or the one fitted
+        for the embedder in use (``CurationSettings.gap_threshold``)."""
         self.settings = settings
+        self._gap_similarity = gap_similarity
         self.store = store
         self.recorder = recorder
         self._diagnoser = diagnoser
@@ -49,13 +56,23 @@ class Curation:
         self._knowledge = knowledge
         self.suites = suites
         self._queries: QueryService | None = None
+        self._identity: Identity | None = None
         # Told a tenant's open gaps by diagnosis whenever they are computed (the open-gaps gauge).
         self.on_gaps: Callable[[str, Counter[str]], None] = lambda _tenant, _counts: None
 
-    def attach(self, queries: QueryService) -> None:
-        """The query service is built after the recorder it reports to: it is handed over once built."""
+    def attach(self, queries: QueryService, identity: Identity) -> None:
+        """The query service is built after the recorder it reports to: it is handed over once built, with the
+        identity module, which makes every reader the cycle asks as (a suite's ``run_as``, the tenant-open reader
+        that askers recorded before readers were known stand for)."""
         self._queries = queries
-        self.suites.attach(queries)
+        self._identity = identity
+        self.suites.attach(queries, identity)
+
+    def nobody(self) -> Reader:
+        """The reader of no user: tenant-open, with the tenant's policy for documents without access."""
+        if self._identity is None:
+            raise RuntimeError("Curation.attach(query_service, identity) was not called")
+        return self._identity.nobody
 
     async def route_report(self, tenant: str, days: float, *, router_version: str | None) -> RouteReport:
         """The tenant's route outcomes, those of answers still on their way to the store included, judged against
@@ -79,12 +96,18 @@ class Curation:
             router_version=router_version,
         )
 
-    async def gaps(self, tenant: str) -> list[Gap]:
+    async def gaps(self, tenant: str, asked: AskedBy | None = None) -> list[Gap]:
+        """The tenant's open gaps; with ``asked``, those holding a question of that user or visibility (whole: a gap's
+        id and its resolution are of all its questions, whoever asked them)."""
         records = await self.store.open_records(tenant)
-        gaps = cluster(records, self.settings.cluster_similarity)
+        gaps = cluster(records, self._gap_similarity)
+        if asked is not None:
+            tenant_open = self.nobody().visibility
+            gaps = [g for g in gaps if any(asked.matches(r.asker, tenant_open) for r in g.records)]
         for gap in gaps:
             await self._diagnoser.diagnose(gap)
-        self.on_gaps(tenant, Counter(gap.diagnosis for gap in gaps))
+        if asked is None:  # the gauge counts every open gap
+            self.on_gaps(tenant, Counter(gap.diagnosis for gap in gaps))
         return sorted(gaps, key=lambda g: (-len(g.records), -g.records[-1].created_at))
 
     async def gap(self, tenant: str, gap_id: str) -> Gap:
@@ -124,6 +147,7 @@ class Curation:
             await self.store.add_records([new])
             recorded = True
         question = record.question if record else recent.question if recent else None
+        asker = record.asker if record else Asker.of(recent.reader) if recent else Asker()
         documents = record.documents if record else []
         cited = record.cited if record else []
         if record is None and recent is not None:
@@ -141,6 +165,7 @@ class Curation:
             documents=documents,
             cited=cited,
             created_at=time.time(),
+            asker=asker,
         )
         await self.store.add_feedback(item)
         return FeedbackResult(item.id, record is not None or recent is not None, recorded)
@@ -149,7 +174,7 @@ class Curation:
         self, tenant: str, gap_id: str, documents: Sequence[NewDocument], rules: list[Rule]
     ) -> Resolution:
         if self._queries is None:
-            raise RuntimeError("Curation.attach(query_service) was not called")
+            raise RuntimeError("Curation.attach(query_service, identity) was not called")
         gap = await self.gap(tenant, gap_id)
         resolution = await resolve(
             gap,
@@ -159,6 +184,7 @@ class Curation:
             queries=self._queries,
             evaluator=self._evaluator,
             store=self.store,
+            nobody=self.nobody(),
         )
         if resolution.closed:
             await self.gaps(tenant)  # recounts the tenant's open gaps for the gauge
@@ -179,9 +205,15 @@ class Curation:
         await self.store.add_eval_case(case)
         return case
 
-    async def training_pairs(self, tenant: str) -> str:
+    async def training_pairs(self, tenant: str, asked: AskedBy | None = None) -> str:
+        """The tenant's pairs as JSONL, each with its question's asker; with ``asked``, those of that user or
+        visibility only."""
         resolutions = await self.store.resolutions_of(tenant, closed_only=True)
-        return to_jsonl(pairs(resolutions, await self.store.feedback_of(tenant)))
+        tenant_open = self.nobody().visibility
+        rows = pairs(resolutions, await self.store.feedback_of(tenant), tenant_open)
+        if asked is not None:
+            rows = (row for row in rows if asked.matches_row(row))
+        return to_jsonl(rows)
 
     async def purge(self) -> int:
         return await self.store.purge(self.settings.retention_days)

@@ -22,6 +22,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
+from gateway.curation.askers import RunAs
 from gateway.curation.models import AnswerRecord, EvalCase, EvalRun, Feedback, Resolution
 from gateway.curation.routing import Calibration, RouteOutcome
 from gateway.curation.tables import (
@@ -29,6 +30,7 @@ from gateway.curation.tables import (
     document_changes,
     eval_cases,
     eval_runs,
+    eval_suites,
     feedback,
     resolutions,
     route_calibrations,
@@ -222,6 +224,20 @@ class CurationStore:
         async with self._connection(write=False) as connection:
             rows = (await connection.execute(query.order_by(eval_cases.c.created_at))).mappings().all()
         return [EvalCase.from_row(row) for row in rows]
+
+    async def suite_run_as(self, tenant: str, suite: str) -> RunAs | None:
+        """The user the tenant's suite asks as (None: no user, or the suite has no settings)."""
+        query = select(eval_suites.c.run_as).where(eval_suites.c.tenant == tenant, eval_suites.c.suite == suite)
+        async with self._connection(write=False) as connection:
+            value = (await connection.execute(query)).scalar_one_or_none()
+        return RunAs.from_stored(value)
+
+    async def set_suite_run_as(self, tenant: str, suite: str, run_as: RunAs | None) -> None:
+        values = {"run_as": None if run_as is None else run_as.stored(), "updated_at": time.time()}
+        where = (eval_suites.c.tenant == tenant, eval_suites.c.suite == suite)
+        async with self._connection(write=True) as connection:
+            await connection.execute(delete(eval_suites).where(*where))
+            await connection.execute(eval_suites.insert().values(tenant=tenant, suite=suite, **values))
 
     async def add_eval_run(self, run: EvalRun) -> None:
         """Stores a run as it starts (``running``); :meth:`update_eval_run` stores it again when it ends."""

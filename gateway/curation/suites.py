@@ -1,6 +1,10 @@
 """Evaluation suites per tenant: stored cases run on request and, in the background, after every change to the
 tenant's knowledge, so a fix that breaks another answer shows up without anyone asking.
 
+A run asks its cases as a reader: the suite's ``run_as`` user (stored with the suite, or named by the run request for
+that run), made by the identity module so it sees what that user would, or, without one, the reader of no user
+(tenant-open only). Each run keeps whom it ran as.
+
 Every run answers in a background task, never in an HTTP request: with the local model one answer takes tens of
 seconds, so a suite of a few cases would hold a request for minutes. A run is stored ``running`` as it starts (a
 request to run a suite is answered with it at once, 202, and polled by its id), then stored again ``done`` with its
@@ -9,14 +13,13 @@ gateway's error, kept with the cases scored before it), or the gateway shutting 
 is answered fresh (both answer caches bypassed) and scored with the hybrid evaluator; a run that is done sets
 ``gateway_eval_score{suite}``; each run is traced as one span (``curation.eval_suite``).
 
-Overlap. A manual run of a tenant's suite is not started twice: a request while one of the same tenant and suite is
-running in this process gets that run back. Across replicas two manual runs may overlap (each is complete on its own;
-the second costs its answers), since a replica cannot tell another's run that is still going from one whose process
-died without shutting down; such a run stays ``running`` in the store until the hourly maintenance stores it failed
-(``GATEWAY_CURATION_EVAL_RUN_MAX_S`` after it started). Knowledge-change runs are one per tenant at a
-time: changes arriving while a tenant's suites run schedule one more run after it, not one each. A knowledge-change
-run and a manual run of the same suite may overlap: the former measures the knowledge the change left, whenever it
-comes.
+Overlap. A manual run of a tenant's suite is not started twice: a request while one of the same tenant and suite, asking
+as the same user, is running in this process gets that run back. Across replicas two manual runs may overlap (each is
+complete on its own; the second costs its answers), since a replica cannot tell another's run that is still going from
+one whose process died without shutting down; such a run stays ``running`` in the store until the hourly maintenance
+stores it failed (``GATEWAY_CURATION_EVAL_RUN_MAX_S`` after it started). Knowledge-change runs are one per tenant at a
+time: changes arriving while a tenant's suites run schedule one more run after it, not one each. A knowledge-change run
+and a manual run of the same suite may overlap: the former measures the knowledge the change left, whenever it comes.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from typing import Any
 
 from opentelemetry.trace import Tracer
 
+from gateway.access.identity import Identity, Reader
+from gateway.curation.askers import RunAs
 from gateway.curation.evaluator import HybridEvaluator, Rule
 from gateway.curation.models import EvalCase, EvalRun
 from gateway.curation.store import CurationStore
@@ -87,34 +92,40 @@ class SuiteRunner:
         self._tracer = tracer
         self._set_score = set_score or (lambda _suite, _score: None)
         self._queries: QueryService | None = None
+        self._identity: Identity | None = None
         # The background tasks, kept here so that they are not garbage-collected while they run: knowledge-change
         # runs by tenant, manual runs by (tenant, suite). Each is removed when its task is done, by a callback: a task
         # cancelled before its first step never runs its own ``finally``.
         self._running: dict[str, asyncio.Task[None]] = {}
         self._again: set[str] = set()
-        self._manual: dict[tuple[str, str], _ManualRun] = {}
+        self._manual: dict[tuple[str, str, RunAs | None], _ManualRun] = {}
         self._began: set[str] = set()  # manual runs whose task got to its first step (the others stored no end)
         # One per (tenant, suite), held from the check for a run already going to its registration: two requests at
         # once start one run, and a slow store holds up only that suite's requests.
         self._starting: dict[tuple[str, str], asyncio.Lock] = {}
         self._closed = False
 
-    def attach(self, queries: QueryService) -> None:
+    def attach(self, queries: QueryService, identity: Identity) -> None:
         self._queries = queries
+        self._identity = identity
 
-    async def start(self, tenant: str, suite: str) -> EvalRun:
+    async def start(self, tenant: str, suite: str, run_as: RunAs | None = None) -> EvalRun:
         """Starts a manual run of the tenant's suite in the background and returns it as stored (``running``). While a
-        manual run of the same tenant and suite is going in this process, that run is returned instead: two requests
-        (a double click, a client's retry) cost one run. A suite without cases is a 404; a store that is down, a 503."""
-        key = (tenant, suite)
-        async with self._starting.setdefault(key, asyncio.Lock()):
+        manual run of the same tenant, suite and user is going in this process, that run is returned instead: two
+        requests (a double click, a client's retry) cost one run. ``run_as``: the user to ask as for this run (else
+        the suite's own). A suite without cases is a 404; a store that is down, a 503."""
+        lock = self._starting.setdefault((tenant, suite), asyncio.Lock())
+        async with lock:
             if self._closed:
                 raise ShuttingDownError("The gateway is shutting down: run the suite again once it is back.")
+            if run_as is None:
+                run_as = await self._store.suite_run_as(tenant, suite)
+            key = (tenant, suite, run_as)
             current = self._manual.get(key)
             if current is not None:
                 return current.run
             cases = await self._cases(tenant, suite)
-            run = await self._begin(tenant, suite, "manual")
+            run = await self._begin(tenant, suite, "manual", run_as)
             task = asyncio.create_task(self._manual_run(run, cases), name=f"eval-suite-{tenant}-{suite}")
             self._manual[key] = _ManualRun(run, task)
             task.add_done_callback(lambda done: self._forget_manual(key, done))
@@ -160,7 +171,7 @@ class SuiteRunner:
     def _tasks(self) -> list[asyncio.Task[None]]:
         return [*self._running.values(), *(manual.task for manual in self._manual.values())]
 
-    def _forget_manual(self, key: tuple[str, str], task: asyncio.Task[None]) -> None:
+    def _forget_manual(self, key: tuple[str, str, RunAs | None], task: asyncio.Task[None]) -> None:
         current = self._manual.get(key)
         if current is not None and current.task is task:
             del self._manual[key]
@@ -181,9 +192,16 @@ class SuiteRunner:
             raise RuntimeError("SuiteRunner.attach(query_service) was not called")
         return self._queries
 
-    async def _begin(self, tenant: str, suite: str, trigger: str) -> EvalRun:
+    def _reader(self, run_as: RunAs | None) -> Reader:
+        """Whom a run asks as: ``run_as`` as the identity module makes that user, or its reader of no user."""
+        if self._identity is None:
+            raise RuntimeError("SuiteRunner.attach(query_service, identity) was not called")
+        return self._identity.nobody if run_as is None else run_as.reader(self._identity)
+
+    async def _begin(self, tenant: str, suite: str, trigger: str, run_as: RunAs | None) -> EvalRun:
         """The run as it starts, stored: from now on it is in the suite's history and can be polled."""
         self._answerer()  # a runner that cannot answer stores no run that would never end
+        self._reader(run_as)
         run = EvalRun(
             id=f"run_{uuid.uuid4().hex}",
             tenant=tenant,
@@ -194,6 +212,7 @@ class SuiteRunner:
             started_at=time.time(),
             finished_at=None,
             state="running",
+            run_as=run_as,
         )
         await self._store.add_eval_run(run)
         return run
@@ -211,7 +230,8 @@ class SuiteRunner:
                 self._again.discard(tenant)
                 cases = await self._store.eval_cases(tenant)
                 for suite in sorted({case.suite for case in cases}):
-                    run = await self._begin(tenant, suite, "knowledge_change")
+                    run_as = await self._store.suite_run_as(tenant, suite)
+                    run = await self._begin(tenant, suite, "knowledge_change", run_as)
                     await self._execute(run, [case for case in cases if case.suite == suite])
                 if tenant not in self._again:
                     return
@@ -223,6 +243,7 @@ class SuiteRunner:
         raised (the gateway's error; any other is a bug, logged with its traceback) or the run was cancelled (the
         cancellation goes on). Raises the store's error when the end cannot be stored."""
         queries = self._answerer()
+        reader = self._reader(run.run_as)
         attributes = {
             "gateway.tenant": run.tenant,
             "gateway.eval.suite": run.suite,
@@ -235,7 +256,8 @@ class SuiteRunner:
             # An error leaving the span is recorded on it (its status ERROR) before it is handled below.
             with self._tracer.start_as_current_span("curation.eval_suite", attributes=attributes) as span:
                 for case in cases:
-                    response = await queries.answer_fresh(QueryRequest(query=case.question, tenant=run.tenant))
+                    request = QueryRequest(query=case.question, tenant=run.tenant)
+                    response = await queries.answer_fresh(request, reader=reader)
                     rules = [Rule(**rule) for rule in case.rules]
                     score = await self._evaluator.score(case.question, response.answer, rules, case.reference or "")
                     results.append(

@@ -28,6 +28,11 @@ answer_records = Table(
     Column("expected_answer", Text),
     Column("created_at", Float, nullable=False, index=True),
     Column("resolution_id", String(64), index=True),
+    # Who asked and what they could see (gateway.curation.askers): NULL on rows from before readers were known.
+    Column("user_id", String(256), index=True),
+    Column("visibility_key", String(16)),
+    Column("visible_tags", JSON),
+    Column("reader_source", String(8)),
 )
 
 feedback = Table(
@@ -44,6 +49,10 @@ feedback = Table(
     Column("documents", JSON, nullable=False),
     Column("cited", JSON, nullable=False),
     Column("created_at", Float, nullable=False, index=True),
+    # The rated answer's asker, copied from its record (NULL: rated before readers were known).
+    Column("user_id", String(256), index=True),
+    Column("visibility_key", String(16)),
+    Column("visible_tags", JSON),
 )
 
 resolutions = Table(
@@ -97,6 +106,18 @@ eval_runs = Table(
     Column("finished_at", Float),
     Column("state", String(16), nullable=False, server_default="done"),
     Column("error", Text),
+    Column("run_as", JSON),  # {"user_id", "groups"} the run asked as; NULL: no user (tenant-open)
+)
+
+# A suite's settings, apart from its cases: the user its runs ask as (NULL: none). A suite without a row runs as no
+# user.
+eval_suites = Table(
+    "curation_eval_suites",
+    metadata,
+    Column("tenant", String(64), primary_key=True),
+    Column("suite", String(64), primary_key=True),
+    Column("run_as", JSON),
+    Column("updated_at", Float, nullable=False),
 )
 
 # Assistant profiles, one per tenant (gateway.profiles): who answers, on which routes and models. In this

@@ -31,16 +31,19 @@ class SupportReading(Protocol):
 class GateReading:
     """The sentence gate's second test as it runs: the judge over the passages, each at the same cosine."""
 
+    def __init__(self, model: JudgeModel) -> None:
+        self._model = model
+
     def score(self, sentence: str, titles: Sequence[str], texts: Sequence[str]) -> float:
-        return RoundCheck.over(0.0, titles, texts).score(sentence)
+        return RoundCheck.over(0.0, titles, texts, self._model).score(sentence)
 
 
 class JudgedSupport:
     """Support scores of sentences against one answer's passages (embedded once per set of passages)."""
 
-    def __init__(self, embed: EmbedArray, model: JudgeModel | None = None) -> None:
+    def __init__(self, embed: EmbedArray, model: JudgeModel) -> None:
         self._embed = embed
-        self._model = model or JudgeModel()
+        self._model = model
         self._passages: dict[tuple[str, ...], np.ndarray] = {}  # by the passages' titles and texts
 
     def score(self, sentence: str, titles: Sequence[str], texts: Sequence[str]) -> float:

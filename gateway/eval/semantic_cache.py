@@ -1,6 +1,7 @@
 """``python -m gateway.eval.semantic_cache [--pairs FILE] [--json OUT]``: calibrate the semantic cache.
 
-Embeds every pair of ``data/semantic_pairs.jsonl`` with the real multilingual USE model and reports,
+Embeds every pair of ``routes/data/semantic_pairs.jsonl`` (beside the other calibration data: the service fits its
+threshold on them for the embedder in use, :mod:`routes.calibration`) with the real multilingual USE model and reports,
 for each threshold from 0.85 to 0.97 and per language, how many paraphrases would be served (should
 hit) and how many contrast pairs would be wrongly served (must not hit), without and with the contrast
 guard. The recommended threshold is the one with no guarded contrast hit, even 0.02 below it
@@ -16,6 +17,7 @@ import asyncio
 import json
 import sys
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
@@ -25,7 +27,7 @@ import numpy as np
 
 from gateway.cache.backend import MemoryBackend
 from gateway.cache.contrast import find_contrast
-from gateway.cache.semantic import DEFAULT_THRESHOLD, SemanticCache
+from gateway.cache.semantic import SemanticCache
 from gateway.providers.embeddings import USEEmbeddings
 from pipelines.shared.visibility import Visibility
 
@@ -48,14 +50,15 @@ def load_pairs(path: Path | None = None) -> list[Pair]:
     text = (
         path.read_text(encoding="utf-8")
         if path
-        else resources.files("gateway.cache").joinpath("data/semantic_pairs.jsonl").read_text(encoding="utf-8")
+        else resources.files("routes").joinpath("data/semantic_pairs.jsonl").read_text(encoding="utf-8")
     )
     return [Pair(**json.loads(line)) for line in text.splitlines() if line.strip()]
 
 
-def score(pairs: list[Pair], embeddings: USEEmbeddings) -> list[Pair]:
-    """Cosine of each pair and the guard's verdict on it."""
-    left, right = embeddings.embed_array([p.a for p in pairs]), embeddings.embed_array([p.b for p in pairs])
+def score(pairs: list[Pair], embed: Callable[[list[str]], np.ndarray]) -> list[Pair]:
+    """Cosine of each pair, both texts embedded as questions by ``embed`` (``USEEmbeddings.embed_array``, another
+    encoder's query side), and the guard's verdict on it."""
+    left, right = embed([p.a for p in pairs]), embed([p.b for p in pairs])
     sims = (left * right).sum(axis=1) / (np.linalg.norm(left, axis=1) * np.linalg.norm(right, axis=1))
     scored = []
     for pair, sim in zip(pairs, sims, strict=True):
@@ -142,7 +145,6 @@ def print_report(pairs: list[Pair], chosen: float, strict: float, margin: float,
         ]
         print(f" {t:.2f}  |" + "|".join(f" {c} " for c in cells) + (" <- recommended" if t == chosen else ""))
     print(f"\nrecommended threshold: {chosen:.2f} with a {margin:.2f} safety margin, {strict:.2f} without one")
-    print(f"DEFAULT_THRESHOLD in gateway/cache/semantic.py: {DEFAULT_THRESHOLD}")
     if (closest := closest_unguarded(pairs)) is not None:
         print(f"closest contrast the guard lets through ({closest.category}, {closest.similarity:.3f}): ", end="")
         print(f"{closest.a!r} / {closest.b!r}")
@@ -165,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--margin", type=float, default=0.02, help="safety margin below the threshold (0.02)")
     args = parser.parse_args(argv)
     embeddings = USEEmbeddings()
-    pairs = score(load_pairs(args.pairs), embeddings)
+    pairs = score(load_pairs(args.pairs), embeddings.embed_array)
     chosen, strict = recommend(pairs, args.margin), recommend(pairs)
     replayed = asyncio.run(replay(pairs, embeddings, chosen))
     print_report(pairs, chosen, strict, args.margin, replayed)

@@ -21,9 +21,9 @@ from gateway.eval.datasets import Dataset, load
 from gateway.local_llm.model import DEFAULT_MODEL, default_model_dir, prepare
 from gateway.local_llm.server import LocalLLMServer, ServerConfig, is_healthy
 from gateway.providers.llm import open_llm_client
-from gateway.settings import LLMEndpointSettings, LLMSettings
+from gateway.settings import GroundingSettings, LLMEndpointSettings, LLMSettings
 from pipelines.shared.deps import Passage
-from pipelines.shared.generation import GroundingPolicy, grounded_messages
+from pipelines.shared.generation import grounded_messages
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "dev"
 # (file, questions): English single-hop, English two-hop, Japanese single-hop.
@@ -86,14 +86,14 @@ def first_of_each_set(picked: list[dict[str, Any]], count: int) -> list[dict[str
 async def generate(out: Path, base_url: str, per_set: int = 0, seed: int = SEED) -> None:
     done = _done(out)
     llm = open_llm_client(LLMSettings(), LLMEndpointSettings(base_url=base_url, timeout_s=600, max_retries=0))
-    policy = GroundingPolicy()
+    max_tokens = GroundingSettings().answer_max_tokens
     with out.open("a", encoding="utf-8") as sink:
         for case in first_of_each_set(cases(DATA, seed), per_set):
             if case["id"] in done:
                 continue
             passages = [Passage(p["id"], p["id"], p["title"], p["text"], 0.5) for p in case["passages"]]
             messages = grounded_messages(case["question"], passages)
-            reply = await llm.chat(messages, node="generate_answer", max_tokens=policy.max_tokens)
+            reply = await llm.chat(messages, node="generate_answer", max_tokens=max_tokens)
             # The model's own text: what the gate is measured on is what it would be fed.
             record = {**case, "answer": reply.text, "seconds": round(reply.call.duration_s, 1)}
             sink.write(json.dumps(record, ensure_ascii=False) + "\n")

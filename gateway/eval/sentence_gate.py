@@ -38,12 +38,12 @@ from gateway.eval.sentence_answers import DATA
 from gateway.local_llm.model import DEFAULT_MODEL, default_model_dir, prepare
 from gateway.local_llm.server import LocalLLMServer, ServerConfig, is_healthy
 from gateway.providers.llm import LLMClient, open_llm_client
-from gateway.settings import LLMEndpointSettings, LLMSettings
+from gateway.settings import GroundingSettings, LLMEndpointSettings, LLMSettings, Settings
 from pipelines.corrective.critique import GroundednessCheck
 from pipelines.corrective.prompts import GROUNDED_SYSTEM, GROUNDED_USER
 from pipelines.shared.citations import drop_phantom_citations
 from pipelines.shared.deps import Passage, StructuredOutputError
-from pipelines.shared.generation import GroundingPolicy, format_context
+from pipelines.shared.generation import format_context
 from pipelines.shared.prompts import ABSTAIN_EN, ABSTAIN_JA, NOT_IN_CONTEXT
 from pipelines.shared.sentence_gate import SentenceGate
 from pipelines.shared.sentences import split_sentences
@@ -236,10 +236,13 @@ def relevance_table(cases: list[Case], min_support: float, readings: dict[str, S
     answers' own sentences withheld and the inserts (unrelated, near) caught."""
     if readings is None:
         from gateway.providers.embeddings import USEEmbeddings  # deferred: loads the model's weights
+        from gateway.query.calibration import load_calibration  # deferred: loads (or fits) the USE calibration
 
+        embeddings = USEEmbeddings()
+        judge = load_calibration(Settings(), embeddings).judge
         readings = {
-            "gate's (same cosine)": GateReading(),
-            "cosine to the sentence": JudgedSupport(USEEmbeddings().embed_array),
+            "gate's (same cosine)": GateReading(judge),
+            "cosine to the sentence": JudgedSupport(embeddings.embed_array, judge),
         }
     rows: dict[tuple[str, str, str, float], dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for case in cases:
@@ -319,7 +322,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8081)
     args = parser.parse_args()
     cases = load_cases(args.answers, exclude=args.exclude)
-    default = GroundingPolicy().min_support
+    default = GroundingSettings().min_answer_support
     print("| min_support | lang | answers | sentences | withheld (share) | inserts caught | near inserts caught |")
     print("|---|---|---:|---:|---:|---:|---:|")
     for threshold in THRESHOLDS:

@@ -13,12 +13,8 @@ import re
 from collections.abc import Sequence
 
 from gateway.errors import ClientError
-from pipelines.shared.visibility import TENANT_OPEN, UNSET
+from pipelines.shared.visibility import MAX_GROUP_CHARS, TENANT_OPEN, UNSET, is_group_name
 
-# Letters, digits, '_', '-', '.', ':' and '/' ("hr", "eng/platform", "team:sre"); first a letter or digit, so
-# neither reserved tag can start one.
-GROUP_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,63}$"
-_GROUP_RE = re.compile(GROUP_PATTERN)
 TENANT_WIDE = "tenant"
 MAX_GROUPS = 64  # per document: a filter list stays small
 
@@ -50,10 +46,10 @@ def document_tags(access: str | Sequence[str] | None, *, what: str = "the docume
     if len(groups) > MAX_GROUPS:
         raise InvalidAccessError(f"The access of {what} lists {len(groups)} groups; the maximum is {MAX_GROUPS}.")
     for group in groups:
-        if not isinstance(group, str) or not _GROUP_RE.fullmatch(group):
+        if not is_group_name(group):
             raise InvalidAccessError(
-                f"The access of {what} names {group!r}: a group name is 1 to 64 letters, digits, '_', '-', '.', ':' "
-                "or '/', starting with a letter or a digit ('*' and '~' are reserved)."
+                f"The access of {what} names {group!r}: a group name is 1 to {MAX_GROUP_CHARS} letters, digits, '_', "
+                "'-', '.', ':' or '/', starting with a letter or a digit ('*' and '~' are reserved)."
             )
     return tuple(sorted(set(groups)))
 

@@ -20,6 +20,7 @@ from pipelines.corrective.state import CorrectiveContext
 from pipelines.direct.state import DirectContext
 from pipelines.shared.deps import Retriever, WebSearch
 from pipelines.single_hop.state import SingleHopContext
+from routes.calibration import Calibration
 from routes.knowledge_router import KnowledgeRouter
 from routes.llm_router import LLMRouter
 from routes.probe import PROBE_DEPTH
@@ -34,11 +35,13 @@ async def open_query_service(
     guard: Guardrails,
     profiles: Profiles,
     curation: Curation | None,
+    calibration: Calibration,
 ) -> QueryService:
     """The service every answer path goes through. The router is trained (or its artefact loaded) in a worker
-    thread: it embeds its training cases in bulk with the unwrapped model."""
+    thread: it embeds its training cases in bulk with the unwrapped model. ``calibration``: the scorers and
+    thresholds fitted for the embedder in use (:func:`gateway.query.calibration.load_calibration`)."""
     router = await build_router(settings, platform, knowledge)
-    table = build_route_table(settings, platform, knowledge, guard)
+    table = build_route_table(settings, platform, knowledge, calibration, guard)
     cache = platform.cache
     namespace = settings.answer_fingerprint()
     return QueryService(
@@ -46,7 +49,9 @@ async def open_query_service(
         router,
         table,
         cache=cache.responses if cache is not None else None,
-        semantic=open_semantic_cache(cache, settings.semantic_cache, knowledge.embeddings, namespace=namespace),
+        semantic=open_semantic_cache(
+            cache, settings.semantic_cache, knowledge.embeddings, calibration, namespace=namespace
+        ),
         versions=cache.versions if cache is not None else None,
         telemetry=platform.telemetry,
         on_answer=curation.recorder.observe if curation is not None else None,
@@ -83,12 +88,17 @@ def probe_depth(retrieval: RetrievalSettings, knowledge: KnowledgeBase) -> int:
 
 
 def build_route_table(
-    settings: Settings, platform: Platform, knowledge: KnowledgeBase, guard: Guardrails | None = None
+    settings: Settings,
+    platform: Platform,
+    knowledge: KnowledgeBase,
+    calibration: Calibration,
+    guard: Guardrails | None = None,
 ) -> RouteTable:
-    """Every graph compiled once, at start-up, with the runtime contexts (the lifespan's clients) its runs get."""
+    """Every graph compiled once, at start-up, with the runtime contexts (the lifespan's clients) its runs get; the
+    scorers and the thresholds not set in the environment are ``calibration``'s."""
     corrective, retrieval, llm, telemetry = settings.corrective, settings.retrieval, platform.llm, platform.telemetry
-    grounding = settings.grounding.policy()
-    policy = corrective.policy(grounding)
+    grounding = settings.grounding.policy(calibration)
+    policy = corrective.policy(grounding, calibration)
     search: WebSearch = LocalStoreSearch(knowledge)
     if settings.web_search.tavily_api_key is not None:
         key = settings.web_search.tavily_api_key.get_secret_value()
@@ -104,8 +114,8 @@ def build_route_table(
             retriever=retriever,
             grounding=grounding,
             relevance=policy.relevance,
-            lower=retrieval.escalate_below,
-            upper=corrective.upper,
+            lower=retrieval.escalate_threshold(calibration),
+            upper=policy.upper,
             telemetry=telemetry,
         ),
         corrective=CorrectiveContext(

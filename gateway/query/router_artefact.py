@@ -1,9 +1,11 @@
-"""``python -m gateway.query.router_artefact``: train the front router once and cache its artefact.
+"""``python -m gateway.query.router_artefact``: train the front router once and cache its artefact, and fit the
+calibration (the scorers and thresholds that read cosines, :mod:`gateway.query.calibration`) beside it.
 
 The container image runs this at build time, so pods start without training and without writing
 to their read-only root filesystem: at start-up ``load_or_train`` finds the artefact under
 ``GATEWAY_ROUTER_CACHE_DIR``. A pod configured for another embedding model or other chunking trains
-in memory instead (the router's training probes chunk and embed its tenants the way ingestion does).
+in memory instead (the router's training probes chunk and embed its tenants the way ingestion does), and fits its
+calibration at first start.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import numpy as np
 from langchain_core.embeddings import Embeddings
 
 from gateway.knowledge.chunking import Chunker
-from gateway.providers.embeddings import build_embeddings
+from gateway.providers.embeddings import build_embeddings, embed_queries
+from gateway.query.calibration import calibration_path, load_calibration
 from gateway.settings import Settings
 from routes.corpus import all_cases
 from routes.knowledge_router import KnowledgeModel, artefact_path, load_or_train
@@ -47,12 +50,10 @@ def passage_embedder(embeddings: Embeddings) -> EmbedTexts:
 
 def question_embedder(embeddings: Embeddings) -> EmbedTexts:
     """Questions as a query is embedded (e5's "query: " prefix, a server's query input type), in batches where the
-    model takes many queries at once (``embed_queries``), else one by one."""
-    many = getattr(embeddings, "embed_queries", None)
+    provider takes many queries at once (:func:`~gateway.providers.embeddings.embed_queries`), else one by one."""
 
     def embed(texts: list[str]) -> np.ndarray:
-        vectors = many(texts) if callable(many) else [embeddings.embed_query(text) for text in texts]
-        return np.asarray(vectors, dtype=np.float32).reshape(len(texts), -1)
+        return np.asarray(embed_queries(embeddings, texts), dtype=np.float32).reshape(len(texts), -1)
 
     return embed
 
@@ -75,24 +76,27 @@ def router_version(settings: Settings) -> str | None:
             built.append(settings_embeddings(settings))
         return built[0]
 
-    def embed(texts: list[str]) -> np.ndarray:
+    def passages(texts: list[str]) -> np.ndarray:
         return passage_embedder(embedder())(texts)
 
-    def embed_queries(texts: list[str]) -> np.ndarray:
+    def questions(texts: list[str]) -> np.ndarray:
         return question_embedder(embedder())(texts)
 
-    return train_knowledge_router(settings, embed, embed_queries).version
+    return train_knowledge_router(settings, passages, questions).version
 
 
 def build_artefact(settings: Settings, embeddings: Embeddings) -> list[Path]:
-    """Train (or reuse) the artefacts the app will look up for these settings; return their paths."""
+    """Train (or reuse) the artefacts the app will look up for these settings (the router's and the calibration's);
+    return their paths."""
     train_knowledge_router(settings, passage_embedder(embeddings), question_embedder(embeddings))
     cases, chunking = all_cases(), _chunking(settings)
     directory, embedder = settings.router_artefact.cache_dir, settings.embeddings.fingerprint()
     paths = [artefact_path(directory, cases, embedder, chunking, stage) for stage in ("retrieve", "spread")]
+    load_calibration(settings, embeddings)
+    paths.append(calibration_path(settings))
     missing = [path for path in paths if not path.is_file()]
     if missing:
-        raise RuntimeError(f"router artefacts were not written to {missing} (is the directory writable?)")
+        raise RuntimeError(f"artefacts were not written to {missing} (is the directory writable?)")
     return paths
 
 

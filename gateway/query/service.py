@@ -47,8 +47,8 @@ from routes.table import RouteTable, StepTime
 from routes.types import RouteDecision
 
 Admit = Callable[[QueryRequest], QueryRequest]
-# Sees every answer as it leaves (the curation recorder): must return at once and never raise.
-OnAnswer = Callable[[QueryRequest, QueryResponse], None]
+# Sees every answer as it leaves, with whom it was for (the curation recorder): must return at once and never raise.
+OnAnswer = Callable[[QueryRequest, QueryResponse, Reader], None]
 
 
 logger = logging.getLogger(__name__)
@@ -151,12 +151,13 @@ class QueryService:
             self._telemetry.answered(scope, route=response.route, cached=response.cached, answer=response.answer)
             response = msgspec.structs.replace(response, trace_id=scope.trace_id, response_id=new_response_id())
             if self._on_answer is not None:
-                self._on_answer(request, response)
+                self._on_answer(request, response, reader)
             return restore_response(response, vault)
 
     async def answer_fresh(self, request: QueryRequest, *, reader: Reader | None = None) -> QueryResponse:
-        """An answer computed now, past both answer caches and unrecorded: a curator's re-run of a question. A
-        curator (an admin) sees every document unless ``reader`` says whose view to re-run it in."""
+        """An answer computed now, past both answer caches and unrecorded: a curator's re-run of a question, as
+        ``reader`` (whom the curation cycle asks for: a question's asker, a suite's ``run_as``); without one, as a
+        maintenance read that sees every document (:meth:`Reader.unrestricted`)."""
         profile = await self._profiles.get(request.tenant)
         seen = Reader.unrestricted() if reader is None else reader
         asked = Asked(request, time.perf_counter(), profile, "", None, seen)

@@ -2,26 +2,29 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pipelines.shared.generation import GroundingPolicy
 from pipelines.shared.judge import JudgeModel
 from pipelines.shared.relevance import RelevanceModel
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CorrectivePolicy:
+    """The scorer and the four thresholds on its probability have no defaults: they are fitted together for the
+    embedder in use (``routes.calibration``), and a threshold means what it does only on its own scorer's scale."""
+
     # CRAG evaluator, on the first stage's probability: a document above ``upper`` is relevant, one
     # below ``lower`` is not; in between the LLM grader decides (at most ``max_graded`` per round).
-    upper: float = 0.5
-    lower: float = 0.2
+    upper: float
+    lower: float
     max_graded: int = 2
     # Follow-up rounds grade their best document even below ``lower`` (a missing hop scores low
     # against the question), but not below this floor: the LLM grader says "yes" too easily.
-    explore_floor: float = 0.12
+    explore_floor: float
     # Knowledge refinement: the best ``max_strips`` strips scoring at least ``strip_threshold`` choose
     # the passages that reach the generator, whole.
-    strip_threshold: float = 0.15
+    strip_threshold: float
     max_strips: int = 12
     # Multi-hop planning (:mod:`.hops`): after each evaluated retrieval the model may name the next
     # sub-question, at most ``max_hops`` times per request (0: no planning, CRAG's loops alone). The
@@ -54,10 +57,10 @@ class CorrectivePolicy:
     max_seconds: float = 90.0
     recursion_limit: int = 40
     top_k: int = 6
-    relevance: RelevanceModel = field(default_factory=RelevanceModel)
+    relevance: RelevanceModel
     # The evaluator's first stage reads each round as a whole (:mod:`pipelines.shared.judge`), telling the page
     # asked about from its neighbours; None scores each passage alone with ``relevance``, CRAG's own cascade. The
     # service sets it from settings (GATEWAY_EVALUATOR_JUDGE, on); the bare policy keeps the per-passage scorer
     # so the cascade's mechanics can be tested on scores that do not move with the round.
     judge: JudgeModel | None = None
-    grounding: GroundingPolicy = field(default_factory=GroundingPolicy)
+    grounding: GroundingPolicy

@@ -18,6 +18,7 @@ from langgraph.types import StreamWriter
 from pipelines.shared.citations import cited_passages
 from pipelines.shared.deps import ChatClient, LLMCall, Passage
 from pipelines.shared.events import AnswerText, Withhold
+from pipelines.shared.judge import JudgeModel
 from pipelines.shared.persona import DEFAULT_ASSISTANT, Assistant
 from pipelines.shared.prompts import (
     ABSTAIN_EN,
@@ -33,18 +34,24 @@ from pipelines.shared.text import has_cjk
 
 @dataclass(frozen=True, slots=True)
 class GroundingPolicy:
-    min_relevance: float = 0.18
+    # A cosine floor, on the embedder's scale: fitted for the one in use (``routes.calibration``), so no default.
+    min_relevance: float
     min_support: float = 0.5
     max_tokens: int | None = 200
     # The sentence gate's second test (sentence_gate.RoundCheck): a sentence the round judge scores below this is
-    # withheld too; 0 turns it off.
+    # withheld too; 0 turns it off. ``judge``: the round judge it reads, fitted for the embedder in use (the service
+    # sets it from the calibration; a policy that turns the test on needs it).
     judge_below: float = 0.0
+    judge: JudgeModel | None = None
 
     def check(self, passages: list[Passage]) -> RoundCheck | None:
         """The gate's second test over ``passages``, or None when it is off."""
         if self.judge_below <= 0:
             return None
-        return RoundCheck.over(self.judge_below, [p.title for p in passages], [p.text for p in passages])
+        if self.judge is None:
+            raise ValueError("the sentence gate's round test (judge_below > 0) needs the calibration's round judge")
+        titles, texts = [p.title for p in passages], [p.text for p in passages]
+        return RoundCheck.over(self.judge_below, titles, texts, self.judge)
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,7 +192,7 @@ async def generate_grounded(
     usable = relevant(passages, policy)
     if not usable:
         best = max((p.score for p in passages), default=0.0)
-        note = f"no passage above relevance {policy.min_relevance} (best {best:.2f})"
+        note = f"no passage above relevance {policy.min_relevance:.2f} (best {best:.2f})"
         return GroundedAnswer(abstention_for(question, assistant), [], True, None, note)
     draft = await draft_answer(llm, question, usable, node=node, grounding=policy, assistant=assistant, live=live)
     if not draft.found:

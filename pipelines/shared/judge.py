@@ -8,8 +8,9 @@ of them have. The judge reads the round as a whole: besides each passage's cosin
 text, title, best sentence, best two-sentence window), it weighs the question's terms by how few of the
 round's passages hold them and scores each passage by its margin over the best of the others.
 
-Fitted by ``python -m routes.training.fit_judge`` (logistic regression, its logits scaled onto the fast
-scorer's, coefficients copied here) on the shared dev data and the written near-miss sets, each round also
+Fitted for the embedder in use at set-up (``routes.calibration``: logistic regression, its logits scaled onto the
+fast scorer's; ``python -m routes.training.fit_judge`` measures it on the shared dev data) on the shared rounds and
+the written near-miss sets, each round also
 without its answering passages, so the margins are fitted on rounds where nothing answers too. They still lift
 such a round's best page more often than the fast scorer did, and HotpotQA's second-hop pages (which share
 little with the question) are dropped more often: the measured figures, gains and losses, are in
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence, Set
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pipelines.shared.deps import Passage
 from pipelines.shared.relevance import QueryScorer, RelevanceModel
@@ -40,16 +41,18 @@ MIN_ROUND = 2
 
 @dataclass(frozen=True, slots=True)
 class JudgeModel:
-    # On the fast scorer's scale (logits x0.804), so the policy's thresholds keep their meaning: at ``lower`` as
-    # many answering pages of the shared sets, pooled, kept out of Incorrect (not per set: HotpotQA's second hops
-    # are dropped more often), at ``upper`` fewer wrong pages confirmed.
-    latin_intercept: float = -2.4060
-    latin_weights: tuple[float, ...] = (1.2504, -2.0128, 1.8820, 1.4759, 0.3788, 2.5600, 3.4631, 1.8335)
-    cjk_intercept: float = -3.6225
-    cjk_weights: tuple[float, ...] = (1.4484, 0.9060, 1.1998, 0.6850, 2.0050, 1.6931, 4.7113)
+    """Fitted for the embedder in use at set-up (``routes.calibration``): its cosine and cosine-margin weights are on
+    that embedder's scale, so there is no default set. On the fast scorer's scale (its logits scaled), so the policy's
+    thresholds keep their meaning: at ``lower`` as many answering pages of the shared sets, pooled, kept out of
+    Incorrect (not per set: HotpotQA's second hops are dropped more often)."""
+
+    latin_intercept: float
+    latin_weights: tuple[float, ...]
+    cjk_intercept: float
+    cjk_weights: tuple[float, ...]
     # What scores a passage with no round to read it in: one in the other script than the question (its words
     # cannot match, only the cosine speaks), a lone one, or any for a question without content words.
-    relevance: RelevanceModel = field(default_factory=RelevanceModel)
+    relevance: RelevanceModel
 
     def probability(self, features: dict[str, float], *, cjk: bool) -> float:
         if cjk:

@@ -2,7 +2,9 @@
 
 A logistic model over three features — embedding cosine, the share of the query's content terms
 found in the text, and the share found in the title — with terms from the project's one tokenizer
-(:mod:`pipelines.shared.text`), fitted on the shared dev data by ``python -m routes.training.calibrate_relevance``:
+(:mod:`pipelines.shared.text`), fitted for the embedder in use at set-up (``routes.calibration``, on the calibration
+set shipped in ``routes/data``; ``python -m routes.training.calibrate_relevance`` reports the fit on the shared dev
+data). Under USE:
 
 - Latin script: HotpotQA gold vs distractor paragraphs and SQuAD v2 gold vs other paragraphs of the
   article (1,378 pairs, 296 relevant). Cross-validated AUC 0.76 (HotpotQA's distractors are chosen
@@ -27,20 +29,22 @@ from pipelines.shared.support import mostly_cjk, terms
 
 @dataclass(frozen=True, slots=True)
 class RelevanceModel:
-    # Latin script. Refitting on the shared tokenizer's terms gave (-3.80, 1.53, 4.02, 2.36): the same
-    # in-sample AUC (0.799 vs 0.7985) and precision/recall within 0.02, so the earlier fit stays.
-    intercept: float = -3.6006
-    w_cosine: float = 1.7153
-    w_overlap: float = 3.5355
-    w_title: float = 2.3052
+    """The coefficients are the embedder's: cosines run on each embedder's own scale, so they are fitted for the
+    one in use at set-up (``routes.calibration``) and there is no default set."""
+
+    # Latin script.
+    intercept: float
+    w_cosine: float
+    w_overlap: float
+    w_title: float
     # Across scripts (a Japanese passage for an English query) the lexical features say nothing, so
     # a cosine-only fit on the same data is used instead.
-    cross_intercept: float = -2.7123
-    cross_w_cosine: float = 3.8724
+    cross_intercept: float
+    cross_w_cosine: float
     # Japanese query and passage (character-bigram overlap).
-    cjk_intercept: float = -5.5497
-    cjk_w_cosine: float = 2.0602
-    cjk_w_overlap: float = 8.9614
+    cjk_intercept: float
+    cjk_w_cosine: float
+    cjk_w_overlap: float
 
     def cross_script_probability(self, cosine: float) -> float:
         return 1.0 / (1.0 + math.exp(-(self.cross_intercept + self.cross_w_cosine * cosine)))

@@ -49,17 +49,17 @@ class RoundCheck:
     below: float
     latin: tuple[Passage, ...]
     cjk: tuple[Passage, ...]
-    model: JudgeModel = field(default_factory=JudgeModel)
+    model: JudgeModel  # the round judge fitted for the embedder in use (``routes.calibration``)
 
     @classmethod
-    def over(cls, below: float, titles: Sequence[str], texts: Sequence[str]) -> RoundCheck:
+    def over(cls, below: float, titles: Sequence[str], texts: Sequence[str], model: JudgeModel) -> RoundCheck:
         """The check over one answer's passages (their titles and texts, in the prompt's order)."""
         passages = [
             Passage(str(i), str(i), title, text, SAME_COSINE)
             for i, (title, text) in enumerate(zip(titles, texts, strict=True))
         ]
         cjk = tuple(p for p in passages if mostly_cjk(p.text))
-        return cls(below, tuple(p for p in passages if p not in cjk), cjk)
+        return cls(below, tuple(p for p in passages if p not in cjk), cjk, model)
 
     def passes(self, sentence: str) -> bool:
         return self.score(sentence) >= self.below

@@ -11,17 +11,32 @@ A chunk carries its document's ``access`` as a list of group names. Two values a
   (then readers see ``UNSET`` as they see ``TENANT_OPEN``) or closed (then only ``Visibility.everything`` sees it),
   so changing that policy re-tags nothing.
 
-Group names never start with either character (the API refuses them), so a reserved value cannot be forged.
+Group names never start with either character (the API refuses them), so a reserved value cannot be forged. One
+rule (:func:`is_group_name`) names a group wherever one is named, a document's ``access`` and a reader's groups
+alike: a reader in a group no document could name would be promised access that nothing can grant.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 
 TENANT_OPEN = "*"
 UNSET = "~"
 RESERVED = (TENANT_OPEN, UNSET)
+MAX_GROUP_CHARS = 64
+# Letters, digits, '_', '-', '.', ':' and '/' ("hr", "eng/platform", "team:sre"); first a letter or digit, so
+# neither reserved tag can start one (and a name is safe inside a store's filter expression).
+GROUP_PATTERN = rf"^[A-Za-z0-9][A-Za-z0-9_.:/-]{{0,{MAX_GROUP_CHARS - 1}}}$"
+_GROUP_RE = re.compile(GROUP_PATTERN)
+
+
+def is_group_name(name: object) -> bool:
+    """Whether ``name`` may name a group: :data:`GROUP_PATTERN`, for documents' access and readers' groups alike.
+    Every place that takes group names from a caller (a document's ``access``, the trusted headers, an evaluation
+    suite's ``run_as``) refuses what fails it; a verified token's other groups are left out of what its user sees."""
+    return isinstance(name, str) and _GROUP_RE.fullmatch(name) is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +53,7 @@ class Visibility:
 
     @classmethod
     def of(cls, groups: frozenset[str] | set[str] | list[str], *, unset_open: bool) -> Visibility:
-        tags = {g for g in groups if g and g[0] not in RESERVED} | {TENANT_OPEN}
+        tags = {g for g in groups if is_group_name(g)} | {TENANT_OPEN}
         if unset_open:
             tags.add(UNSET)
         return cls(frozenset(tags))

@@ -1,13 +1,15 @@
-"""Fit the fast relevance scorer and show how the CRAG thresholds trade precision for recall.
+"""Measure the fast relevance scorer and show how CRAG's thresholds trade precision for recall.
 
-    python -m routes.training.calibrate_relevance --data-dir ../shared/data/dev
+    python -m routes.training.calibrate_relevance --data-dir ../shared/data/dev [--encoder use|e5]
 
-Pairs: every HotpotQA question with its 10 context paragraphs (the 2 supporting titles relevant,
-8 distractors not) and every answerable SQuAD v2 question with its paragraph (relevant) and 3 other
-paragraphs of the article (not). Prints the fitted coefficients (copied into ``RelevanceModel``),
-cross-validated AUC, and precision/recall at candidate thresholds, from which ``upper`` (0.5:
-~74% precision) and ``lower`` (0.2: keeps ~74% of relevant passages out of "Incorrect") were chosen.
-Needs scikit-learn (a runtime dependency already) and the shared data, not the service.
+Pairs: every HotpotQA question with its 10 context paragraphs (the 2 supporting titles relevant, 8 distractors not),
+every answerable SQuAD v2 and JSQuAD question with its paragraph (relevant) and 3 other paragraphs of the article
+(not): the round judge's shared rounds (:func:`routes.training.fit_judge.shared_rounds`), from which the service's
+calibration set is derived. The scorer is fitted by the service's own code (:func:`routes.calibration.fit.
+fit_relevance`, what ``gateway.query.calibration`` ships for the embedder in use); this script prints its
+coefficients, AUC per feature set (which feature earns its place), AUC out of sample by question folds, and precision
+/ recall at candidate thresholds beside the CRAG thresholds the calibration fits. ``--encoder e5`` reads
+multilingual-e5-small's cosines instead of USE's (vectors kept on disk, :mod:`routes.training.encoders`).
 """
 
 from __future__ import annotations
@@ -20,81 +22,76 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 from sklearn.model_selection import cross_val_predict
 
-from gateway.providers.embeddings import USEEmbeddings
-from pipelines.shared.relevance import overlap
-from pipelines.shared.support import terms
-from routes.training.fit_judge import shared_rounds
-
-Pair = tuple[str, str, str, int, str]  # question, title, text, label, source
-SOURCES = ("hotpotqa", "squad", "jsquad")
+from pipelines.shared.relevance import RelevanceModel
+from routes.calibration.data import SHARED_SOURCES
+from routes.calibration.fit import Encoder, Table, crag_thresholds, fast_scores, fit_relevance, select
+from routes.training.encoders import ENCODERS, VectorCache, encoder
+from routes.training.fit_judge import shared_rounds, tabulate
 
 
-def pairs(data_dir: Path, seed: int = 0) -> list[Pair]:
-    """The judge's shared rounds (:func:`routes.training.fit_judge.shared_rounds`) as pairs: each HotpotQA question
-    with its 10 paragraphs, each answerable SQuAD v2 / JSQuAD question with its paragraph and 3 other paragraphs
-    of the article (same topic, so they share the question's words the way a retriever's distractors do)."""
-    return [
-        (r.question, title, text, int(label), r.source)
-        for r in shared_rounds(data_dir, seed)
-        for title, text, label in r.pages
-    ]
+def training_set(data_dir: Path, embeddings: Encoder) -> Table:
+    """Every shared page against its question, as the service's fit tabulates them."""
+    return tabulate(list(shared_rounds(data_dir)), embeddings)
 
 
-def features(rows: list[Pair], embeddings: USEEmbeddings) -> np.ndarray:
-    # A question recurs with each of its paragraphs (10 for HotpotQA, 4 for SQuAD): embed it once.
-    unique = list(dict.fromkeys(r[0] for r in rows))
-    index = {question: i for i, question in enumerate(unique)}
-    questions = embeddings.embed_array(unique)[[index[r[0]] for r in rows]]
-    passages = embeddings.embed_array([f"{r[1]}\n{r[2]}" for r in rows])
-    cosine = (questions * passages).sum(axis=1)
-    query_terms = [terms(r[0]) for r in rows]
-    text_overlap = [overlap(q, r[2]) for q, r in zip(query_terms, rows, strict=True)]
-    title_overlap = [overlap(q, r[1]) for q, r in zip(query_terms, rows, strict=True)]
-    return np.column_stack([cosine, np.asarray(text_overlap), np.asarray(title_overlap)])
+def features(t: Table) -> np.ndarray:
+    """The fast scorer's inputs: cosine, the question's terms found in the text, in the title."""
+    return np.column_stack([t.cosine, t.overlap, t.title])
 
 
-def report(label: str, x: np.ndarray, y: np.ndarray, source: np.ndarray) -> LogisticRegression:
-    """Cross-validated AUC per feature set and source, the fit, and precision/recall per threshold."""
+def cross_validated(t: Table, folds: int = 5) -> np.ndarray:
+    """Each pair's probability from the service's fit on the other folds (folds by question, as
+    ``routes.training.fit_judge`` folds them), for AUC out of sample."""
+    p = np.zeros(len(t.label))
+    fold = t.question % folds
+    for k in range(folds):
+        test = fold == k
+        p[test] = fast_scores(fit_relevance(select(t, ~test)), select(t, test))
+    return p
+
+
+def ablation(label: str, t: Table, rows: np.ndarray) -> None:
+    """AUC per feature set on ``rows`` (cross-validated, unfolded): what each feature adds."""
+    x, y, source = features(t)[rows], t.label[rows] == 1.0, t.source[rows]
     print(f"[{label}] pairs={len(y)} relevant={int(y.sum())}")
-    sets = [("cosine", [0]), ("cosine+overlap", [0, 1]), ("cosine+overlap+title", [0, 1, 2])][: x.shape[1]]
-    for name, columns in sets:
+    for name, columns in (("cosine", [0]), ("cosine+overlap", [0, 1]), ("cosine+overlap+title", [0, 1, 2])):
         p = cross_val_predict(LogisticRegression(), x[:, columns], y, cv=5, method="predict_proba")[:, 1]
         per_source = " ".join(
-            f"{s}={roc_auc_score(y[source == s], p[source == s]):.3f}" for s in SOURCES if (source == s).any()
+            f"{s}={roc_auc_score(y[source == s], p[source == s]):.3f}" for s in SHARED_SOURCES if (source == s).any()
         )
         print(f"{name:<22} AUC={roc_auc_score(y, p):.3f} {per_source}")
-    model = LogisticRegression().fit(x, y)
-    probability = model.predict_proba(x)[:, 1]
+
+
+def report(t: Table, model: RelevanceModel) -> None:
+    y = t.label == 1.0
+    out = cross_validated(t)
+    print(
+        "out of sample (folds by question): "
+        + " ".join(f"{s}={roc_auc_score(y[t.source == s], out[t.source == s]):.3f}" for s in SHARED_SOURCES)
+    )
+    probability = fast_scores(model, t)
+    upper, lower = crag_thresholds(t, probability)
+    print(f"the calibration's CRAG thresholds on this encoder: upper {upper:.4f}, lower {lower:.4f}")
     print("threshold  precision  recall(kept above)")
-    for threshold in (0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7):
+    for threshold in sorted({0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, round(lower, 4), round(upper, 4)}):
         above = probability >= threshold
         precision = y[above].mean() if above.any() else float("nan")
-        print(f"{threshold:>9.2f}  {precision:>9.3f}  {(above & (y == 1)).sum() / y.sum():>6.3f}")
-    return model
+        print(f"{threshold:>9.4f}  {precision:>9.3f}  {(above & y).sum() / y.sum():>6.3f}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", type=Path, default=Path("../shared/data/dev"))
+    parser.add_argument("--encoder", choices=ENCODERS, default="use", help="the dense encoder (default: USE)")
     args = parser.parse_args()
-    embeddings = USEEmbeddings()
-    rows = pairs(args.data_dir)
-    x = features(rows, embeddings)
-    y = np.asarray([r[3] for r in rows])
-    source = np.asarray([r[4] for r in rows])
-    latin = source != "jsquad"
-    model = report("latin: hotpotqa+squad", x[latin], y[latin], source[latin])
-    # A JSQuAD question and its negatives share the article's title, so the title feature says nothing
-    # there (it fits a negative weight): the Japanese model is cosine and overlap.
-    cjk = report("cjk: jsquad", x[~latin][:, [0, 1]], y[~latin], source[~latin])
-    cross = LogisticRegression().fit(x[latin][:, [0]], y[latin])
-    print(
-        f"RelevanceModel(intercept={model.intercept_[0]:.4f}, w_cosine={model.coef_[0][0]:.4f}, "
-        f"w_overlap={model.coef_[0][1]:.4f}, w_title={model.coef_[0][2]:.4f}, "
-        f"cross_intercept={cross.intercept_[0]:.4f}, cross_w_cosine={cross.coef_[0][0]:.4f}, "
-        f"cjk_intercept={cjk.intercept_[0]:.4f}, cjk_w_cosine={cjk.coef_[0][0]:.4f}, "
-        f"cjk_w_overlap={cjk.coef_[0][1]:.4f})"
-    )
+    t = training_set(args.data_dir, encoder(args.encoder, cache=VectorCache()))
+    ablation("latin: hotpotqa+squad", t, t.source != "jsquad")
+    # A JSQuAD question and its negatives share the article's title, so the title says nothing there: the service's
+    # Japanese model is cosine and overlap (the full set is shown for comparison).
+    ablation("cjk: jsquad", t, t.source == "jsquad")
+    model = fit_relevance(t)
+    print(model)
+    report(t, model)
 
 
 if __name__ == "__main__":

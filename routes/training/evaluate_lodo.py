@@ -15,6 +15,10 @@ tenant's store. The written knowledge base is split by document group (``org`` /
 knowledge-aware router should send them ``direct`` when the tenant holds nothing on them, so they are
 measured against the SQuAD Normans tenant (unrelated: gold ``direct``) and, for information, against
 the HotpotQA corpus (random Wikipedia paragraphs: some may hold an answer, so no gold there).
+
+``--encoder e5`` embeds with multilingual-e5-small instead of USE (questions with its ``query:`` side, the tenants'
+passages with ``passage:``, as the gateway's store embeds documents) and retrains every router on its vectors; the
+vectors are kept on disk (:mod:`routes.training.encoders`).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from routes.examples import Example, load_examples
 from routes.knowledge_router import DEFAULT_ROUTING, KnowledgeRouter, TenantRouting, case_signals, fit_knowledge
 from routes.logistic_router import LogisticRouter, fit
 from routes.probe import PROBE_DEPTH, probe_of
+from routes.training.encoders import ENCODERS, Encoder, VectorCache, encoder
 from routes.types import ROUTES, Route, RouteDecision
 from routes.written_kb import load_written_kb
 
@@ -46,11 +51,18 @@ EMBED_BATCH = 64
 
 
 class Embedder:
-    """Embeds in batches and remembers every vector for the run: training folds share most texts."""
+    """Embeds in batches and remembers every vector for the run: training folds share most texts. Calling it
+    embeds questions; ``passages`` embeds what a tenant holds (the same function unless the encoder has two sides,
+    as e5 has)."""
 
-    def __init__(self, embed_array: Callable[[list[str]], np.ndarray]) -> None:
+    def __init__(
+        self,
+        embed_array: Callable[[list[str]], np.ndarray],
+        passages: Callable[[list[str]], np.ndarray] | None = None,
+    ) -> None:
         self._embed_array = embed_array
         self._cache: dict[str, np.ndarray] = {}
+        self.passages: Embedder = self if passages is None else Embedder(passages)
 
     def __call__(self, texts: list[str]) -> FloatMatrix:
         missing = list(dict.fromkeys(t for t in texts if t not in self._cache))
@@ -61,6 +73,15 @@ class Embedder:
         if not texts:
             return np.zeros((0, 0), dtype=np.float32)
         return np.vstack([self._cache[t] for t in texts])
+
+
+def ingest(tenants: dict[str, CorpusTenant], embed: Embedder) -> None:
+    """Every tenant's passages embedded now with the passage side: the router's training
+    (:func:`routes.knowledge_router.case_signals`) searches tenants with the one function it is given, and then
+    finds them ingested, as the gateway's store holds passages embedded as documents and probes them with a query."""
+    width = embed.passages(["dimension probe"]).shape[1]
+    for tenant in tenants.values():
+        tenant.search(embed.passages, np.zeros(width, dtype=np.float32), 1)
 
 
 @dataclass(frozen=True)
@@ -212,7 +233,7 @@ def evaluate(
     vectors = embed([c.text for c in source.cases])
     predicted: dict[tuple[str, Route], Counter[str]] = {}
     for case, vector in zip(source.cases, vectors, strict=True):
-        probe = tenants[case.tenant].search(embed, vector, k)
+        probe = tenants[case.tenant].search(embed.passages, vector, k)
         route = classifier.classify(case.text, vector, probe)
         predicted.setdefault((case.lang, case.route), Counter())[route] += 1
     return [
@@ -244,7 +265,7 @@ def tenant_recalibration(
 
         def decide(case: Case, routing: TenantRouting, router: KnowledgeRouter = router) -> RouteDecision:
             vector = embed([case.text])[0]
-            passages = tenants[case.tenant].search(embed, vector, PROBE_DEPTH)
+            passages = tenants[case.tenant].search(embed.passages, vector, PROBE_DEPTH)
             return router.classify(case.text, probe_of("eval", case.text, passages, PROBE_DEPTH), routing)
 
         def recall(tested: Sequence[Case], routing: TenantRouting, decide: Decide = decide) -> float:
@@ -294,7 +315,7 @@ def probe_recall(
     vectors = embed([c.text for c in cases])
     any_hit = all_hit = 0
     for case, vector in zip(cases, vectors, strict=True):
-        found = {p.doc_id for p in tenants[case.tenant].search(embed, vector, k)}
+        found = {p.doc_id for p in tenants[case.tenant].search(embed.passages, vector, k)}
         any_hit += bool(found & set(case.gold))
         all_hit += set(case.gold) <= found
     return len(cases), any_hit / len(cases), all_hit / len(cases)
@@ -315,45 +336,71 @@ def render(rows: Sequence[Row], classifier: str) -> str:
     return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class Setup:
+    """What every fold reads: the embedder, the labelled examples and cases, the tenants (ingested) and the sets."""
+
+    embed: Embedder
+    examples: list[Example]
+    cases: list[Case]
+    tenants: dict[str, CorpusTenant]
+    sources: list[Source]
+
+
+def setup(encoder: Encoder, data_dir: Path, jsquad_sample: int = 200, heldout_path: Path | None = None) -> Setup:
+    from gateway.knowledge.chunking import Chunker  # deferred: the evaluation ingests like the gateway does
+    from gateway.settings import ChunkingSettings
+
+    chunking = ChunkingSettings()
+    split = Chunker(chunking.size, chunking.overlap).split
+    embed = Embedder(encoder.queries, encoder.passages)
+    examples = load_examples()
+    cases = all_cases()
+    tenants = load_tenants(split)
+    jsquad_tenant, jsquad = _jsquad(data_dir, jsquad_sample, split)
+    tenants["jsquad"] = jsquad_tenant
+    heldout: Source | None = None
+    if heldout_path is not None and heldout_path.exists():
+        tenants["heldout"], heldout = _heldout(heldout_path, split)
+    ingest(tenants, embed)
+    return Setup(embed, examples, cases, tenants, sources(cases, examples, jsquad, heldout))
+
+
+def lodo_rows(chosen: Setup, trainer: Trainer) -> list[Row]:
+    """Every set left out in turn, the router trained without it and measured on it."""
+    rows: list[Row] = []
+    for source in chosen.sources:
+        rows.extend(evaluate(trainer, chosen.cases, chosen.examples, source, chosen.embed, chosen.tenants))
+    return rows
+
+
+HELDOUT = Path(__file__).resolve().parents[2] / "gateway" / "eval" / "data" / "multihop_heldout.json"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", type=Path, default=Path("../shared/data/dev"))
     parser.add_argument(
         "--heldout",
         type=Path,
-        default=Path(__file__).resolve().parents[2] / "gateway" / "eval" / "data" / "multihop_heldout.json",
+        default=HELDOUT,
         help="a written multi-hop set never trained on, routed as a test-only set",
     )
     parser.add_argument("--jsquad-sample", type=int, default=200, help="JSQuAD questions to test (0: all)")
     parser.add_argument("--classifier", choices=("before", "after", "both"), default="both")
+    parser.add_argument("--encoder", choices=ENCODERS, default="use", help="the dense encoder (default: USE)")
     parser.add_argument("--out", type=Path, help="also write the rows as JSON here")
     parser.add_argument("--probe-recall", action="store_true", help="also report what the tenant probe finds")
     parser.add_argument("--recalibration", action="store_true", help="also measure a tenant's recalibration")
     args = parser.parse_args()
 
-    from gateway.knowledge.chunking import Chunker  # deferred: the evaluation ingests like the gateway does
-    from gateway.providers.embeddings import USEEmbeddings  # deferred: loads the model's weights
-    from gateway.settings import ChunkingSettings
-
-    chunking = ChunkingSettings()
-    split = Chunker(chunking.size, chunking.overlap).split
-    embed = Embedder(USEEmbeddings().embed_array)
-    examples = load_examples()
-    cases = all_cases()
-    tenants = load_tenants(split)
-    jsquad_tenant, jsquad = _jsquad(args.data_dir, args.jsquad_sample, split)
-    tenants["jsquad"] = jsquad_tenant
-    heldout: Source | None = None
-    if args.heldout.exists():
-        tenants["heldout"], heldout = _heldout(args.heldout, split)
+    chosen = setup(encoder(args.encoder, cache=VectorCache()), args.data_dir, args.jsquad_sample, args.heldout)
+    embed, cases, tenants, all_sources = chosen.embed, chosen.cases, chosen.tenants, chosen.sources
     before: list[Trainer] = [CurrentLogistic] if args.classifier in ("before", "both") else []
     trainers = before + ([KnowledgeAware] if args.classifier in ("after", "both") else [])
     report: dict[str, list[dict[str, Any]]] = {}
-    all_sources = sources(cases, examples, jsquad, heldout)
     for trainer in trainers:
-        rows: list[Row] = []
-        for source in all_sources:
-            rows.extend(evaluate(trainer, cases, examples, source, embed, tenants))
+        rows = lodo_rows(chosen, trainer)
         name = str(getattr(trainer, "name", trainer))
         print(render(rows, name) + "\n")
         report[name] = [{**asdict(row), "recall": row.recall} for row in rows]

@@ -1,6 +1,7 @@
-"""Fit the round judge (:mod:`pipelines.shared.judge`) and measure it against the fast scorer it refines.
+"""Measure the round judge (:mod:`pipelines.shared.judge`) against the fast scorer it refines, both fitted by the
+service's own code (:mod:`routes.calibration.fit`, what ``gateway.query.calibration`` ships for the embedder in use).
 
-    python -m routes.training.fit_judge --data-dir ../shared/data/dev
+    python -m routes.training.fit_judge --data-dir ../shared/data/dev [--encoder use|e5]
 
 Rounds: each HotpotQA question with its 10 paragraphs (the 2 supporting ones answer), each answerable SQuAD v2
 and JSQuAD question with its paragraph and 3 others of the article, and each written near-miss case
@@ -10,8 +11,13 @@ answers teaches the margins not to promote its best.
 
 Measured out of sample: AUC per shared source by 5-fold cross-validation over questions; the near-miss sets
 leave one domain out (a manual the fit never saw). Evaluator accuracy is CRAG's three actions per page against
-the labels, at the policy's thresholds (``upper`` 0.5, ``lower`` 0.2), the judge's scores put on the fast
-scorer's scale first (:func:`scale_to_fast_scorer`). Prints the coefficients to copy into ``JudgeModel``.
+the labels, at the CRAG thresholds the calibration fits for this encoder
+(:func:`routes.calibration.fit.crag_thresholds`), the judge's scores put on the fast scorer's scale first
+(:func:`routes.calibration.fit.judge_scale`). Prints the fitted ``JudgeModel``.
+
+``--encoder e5`` reads multilingual-e5-small's cosines instead of USE's (questions on its ``query:`` side, pages on
+``passage:``; vectors kept on disk, :mod:`routes.training.encoders`); the fast scorer it refines is the one fitted
+on the same encoder, as the service pairs them.
 """
 
 from __future__ import annotations
@@ -25,36 +31,38 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 
-from gateway.providers.embeddings import USEEmbeddings
-from pipelines.shared.deps import Passage
-from pipelines.shared.judge import CJK_FEATURES, FEATURES, JudgeModel, judge_round, round_features
-from pipelines.shared.relevance import QueryScorer, RelevanceModel, overlap
-from pipelines.shared.support import mostly_cjk, terms
+from pipelines.shared.judge import JudgeModel, judge_round
+from pipelines.shared.relevance import QueryScorer, RelevanceModel
+from routes.calibration.data import SHARED_SOURCES, Page, Round, near_miss_rounds
+from routes.calibration.fit import (
+    Embedded,
+    Encoder,
+    Table,
+    build_table,
+    crag_thresholds,
+    fast_scores,
+    fit_judge,
+    fit_judge_script,
+    fit_relevance,
+    judge_of,
+    judge_scale,
+    logit,
+    out_of_sample,
+    with_answerless,
+)
+from routes.training.encoders import ENCODERS, VectorCache, encoder
 
 NEAR_MISS = Path(__file__).resolve().parents[1] / "data"
-LABELS = {"correct": 1.0, "ambiguous": 0.5, "incorrect": 0.0}
-SHARED = ("hotpotqa", "squad", "jsquad")
-UPPER, LOWER = 0.5, 0.2
+SHARED = SHARED_SOURCES
 RETRIEVED_K = 8  # the corrective route's k
-
-
-@dataclass(frozen=True, slots=True)
-class Round:
-    source: str  # hotpotqa, squad, jsquad, near_miss_en, near_miss_ja
-    domain: str  # the unit left out together
-    kind: str
-    question: str
-    pages: list[tuple[str, str, float]]  # title, text, label
-    answerless: bool = False
 
 
 def shared_rounds(data_dir: Path, seed: int = 0) -> Iterator[Round]:
     for item in json.loads((data_dir / "hotpotqa_train.json").read_text(encoding="utf-8")):
         gold = {title for title, _ in item["supporting_facts"]}
-        pages = [(title, "".join(sentences), float(title in gold)) for title, sentences in item["context"]]
+        pages = tuple(Page(title, "".join(sentences), float(title in gold)) for title, sentences in item["context"])
         yield Round("hotpotqa", "hotpotqa", item.get("type", ""), item["question"], pages)
     rng = random.Random(seed)
     for name, source in (("squad_v2_dev_normans.json", "squad"), ("jsquad_valid_sample.json", "jsquad")):
@@ -69,174 +77,105 @@ def _article_rounds(article: dict[str, Any], source: str, rng: random.Random) ->
         for qa in paragraph["qas"]:
             if qa.get("is_impossible"):
                 continue
-            negatives = [(article["title"], paragraphs[j], 0.0) for j in rng.sample(others, min(3, len(others)))]
-            yield Round(source, source, "", qa["question"], [(article["title"], paragraph["context"], 1.0), *negatives])
+            negatives = [Page(article["title"], paragraphs[j], 0.0) for j in rng.sample(others, min(3, len(others)))]
+            answer = Page(article["title"], paragraph["context"], 1.0)
+            yield Round(source, source, "", qa["question"], (answer, *negatives))
 
 
-def near_miss_rounds(lang: str) -> Iterator[Round]:
-    raw = json.loads((NEAR_MISS / f"near_miss_{lang}.json").read_text(encoding="utf-8"))
-    documents = {d["id"]: d for d in raw["documents"]}
-    for case in raw["cases"]:
-        pages = [
-            (documents[j["doc"]]["title"], documents[j["doc"]]["text"], LABELS[j["label"]]) for j in case["judgements"]
-        ]
-        yield Round(f"near_miss_{lang}", f"{lang}:{case['domain']}", case["kind"], case["question"], pages)
+def page_text(page: Page) -> str:
+    """A page as the encoder reads it (the service's fit embeds the same text)."""
+    return f"{page.title}\n{page.text}"
 
 
-def with_answerless(rounds: list[Round]) -> list[Round]:
-    extra = []
-    for r in rounds:
-        rest = [page for page in r.pages if page[2] < 1.0]
-        if len(rest) >= 2:
-            extra.append(Round(r.source, r.domain, r.kind, r.question, rest, answerless=True))
-    return rounds + extra
+def all_rounds(data_dir: Path) -> list[Round]:
+    """Every round the judge is fitted and measured on, with each round's copy without its answering pages."""
+    return with_answerless([*shared_rounds(data_dir), *near_miss_rounds()])
 
 
-@dataclass(slots=True)
-class Table:
-    """One row per page: the judge's features, the fast scorer's probability, the label and where it came from."""
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """The rounds tabulated on one encoder, with the fast scorer the service fits on them (``relevance``), its
+    probability per page (``baseline``) and the CRAG thresholds the calibration fits on it."""
 
-    x: np.ndarray
+    t: Table
+    relevance: RelevanceModel
     baseline: np.ndarray
-    label: np.ndarray
-    cjk: np.ndarray
-    source: np.ndarray
-    domain: np.ndarray
-    kind: np.ndarray
-    answerless: np.ndarray
-    question: np.ndarray
+    upper: float
+    lower: float
 
 
-def table(rounds: list[Round], embeddings: USEEmbeddings) -> Table:
-    questions = list(dict.fromkeys(r.question for r in rounds))
-    texts = list(dict.fromkeys(f"{title}\n{text}" for r in rounds for title, text, _ in r.pages))
-    q_vectors = dict(zip(questions, embeddings.embed_array(questions), strict=True))
-    p_vectors = dict(zip(texts, embeddings.embed_array(texts), strict=True))
-    relevance = RelevanceModel()
-    keys = ("x", "b", "y", "cjk", "src", "dom", "kind", "none", "question")
-    number_of = {question: i for i, question in enumerate(questions)}
-    rows: dict[str, list[Any]] = {k: [] for k in keys}
-    for r in rounds:
-        cjk = mostly_cjk(r.question)
-        passages = [
-            Passage(str(i), str(i), title, text, float(q_vectors[r.question] @ p_vectors[f"{title}\n{text}"]))
-            for i, (title, text, _) in enumerate(r.pages)
-        ]
-        query_terms = terms(r.question)
-        judged = round_features(r.question, passages)
-        for passage, features, (_, _, label) in zip(passages, judged, r.pages, strict=True):
-            rows["x"].append([features[n] for n in FEATURES])
-            rows["b"].append(
-                relevance.probability(
-                    passage.score, overlap(query_terms, passage.text), overlap(query_terms, passage.title), cjk=cjk
-                )
-            )
-            rows["y"].append(label)
-            for key, value in (("cjk", cjk), ("src", r.source), ("dom", r.domain), ("kind", r.kind)):
-                rows[key].append(value)
-            rows["none"].append(r.answerless)
-            rows["question"].append(number_of[r.question])
-    return Table(*(np.asarray(rows[k]) for k in keys))
+def tabulate(rounds: list[Round], embeddings: Encoder) -> Table:
+    """The rounds embedded and tabulated as the service's fit tabulates its calibration set."""
+    embedded = Embedded(embeddings, [r.question for r in rounds], [page_text(p) for r in rounds for p in r.pages])
+    return build_table(rounds, embedded)
 
 
-def columns(cjk: bool) -> list[int]:
-    return [FEATURES.index(n) for n in (CJK_FEATURES if cjk else FEATURES)]
+def measure(rounds: list[Round], embeddings: Encoder, relevance: RelevanceModel | None = None) -> Measured:
+    """``relevance``: the fast scorer to read these cosines with (another encoder's, to see what calibration is
+    worth); by default the one the service fits on them."""
+    t = tabulate(rounds, embeddings)
+    model = relevance or fit_relevance(t)
+    baseline = fast_scores(model, t)
+    upper, lower = crag_thresholds(t, baseline)
+    return Measured(t, model, baseline, upper, lower)
 
 
-def fit(t: Table, rows: np.ndarray, cjk: bool) -> LogisticRegression:
-    return LogisticRegression(max_iter=2000).fit(t.x[rows][:, columns(cjk)], t.label[rows] == 1.0)
+def out_of_sample_judge(m: Measured) -> tuple[np.ndarray, float]:
+    """The judge's probabilities out of sample (:func:`routes.calibration.fit.out_of_sample`), put on the fast
+    scorer's scale, and that scale."""
+    after = out_of_sample(m.t)
+    scale = judge_scale(m.t, m.baseline, after, m.lower)
+    return np.asarray(1.0 / (1.0 + np.exp(-scale * logit(after)))), scale
 
 
-def out_of_sample(t: Table) -> np.ndarray:
-    """Every page scored by a model that never saw its question (shared) or its manual (near-miss)."""
-    scores = np.zeros(len(t.label))
-    near_miss = np.char.startswith(t.source.astype(str), "near_miss")
-    # Folds by question: a round and its copy without the answering pages stay on one side.
-    fold = t.question % 5
-    for cjk in (False, True):
-        script = t.cjk == cjk
-        for k in range(5):
-            test = script & ~near_miss & (fold == k)
-            scores[test] = fit(t, script & (fold != k), cjk).predict_proba(t.x[test][:, columns(cjk)])[:, 1]
-        for domain in np.unique(t.domain[near_miss & script]):
-            test = near_miss & (t.domain == domain)
-            scores[test] = fit(t, script & (t.domain != domain), cjk).predict_proba(t.x[test][:, columns(cjk)])[:, 1]
-    return scores
+def actions(p: np.ndarray, upper: float, lower: float) -> np.ndarray:
+    return np.where(p >= upper, 1.0, np.where(p < lower, 0.0, 0.5))
 
 
-def actions(p: np.ndarray) -> np.ndarray:
-    return np.where(p >= UPPER, 1.0, np.where(p < LOWER, 0.0, 0.5))
-
-
-def report(t: Table, after: np.ndarray) -> None:
+def report(m: Measured, after: np.ndarray) -> None:
+    t, baseline, upper, lower = m.t, m.baseline, m.upper, m.lower
     print("relevance AUC (answering page vs the others), before -> after")
     for source in SHARED:
         rows = t.source == source
-        before_auc = roc_auc_score(t.label[rows] == 1.0, t.baseline[rows])
+        before_auc = roc_auc_score(t.label[rows] == 1.0, baseline[rows])
         print(f"  {source:<8} {before_auc:.3f} -> {roc_auc_score(t.label[rows] == 1.0, after[rows]):.3f}")
     print("near-miss evaluator accuracy (correct/ambiguous/incorrect per page), before -> after")
     for lang in ("en", "ja"):
         rows = (t.source == f"near_miss_{lang}") & ~t.answerless
         for kind in ["all", *sorted(set(t.kind[rows]))]:
             sel = rows if kind == "all" else rows & (t.kind == kind)
-            b = (actions(t.baseline[sel]) == t.label[sel]).mean()
-            a = (actions(after[sel]) == t.label[sel]).mean()
+            b = (actions(baseline[sel], upper, lower) == t.label[sel]).mean()
+            a = (actions(after[sel], upper, lower) == t.label[sel]).mean()
             print(f"  {lang} {kind:<13} n={sel.sum():>3} {b:.3f} -> {a:.3f}")
         answering = rows & (t.label == 1.0)
         wrong = rows & (t.label == 0.0)
         # Each line: which pages, and the score range that counts them (CRAG's action on them).
         for name, sel, low, high in (
-            ("answering page judged correct", answering, UPPER, 1.1),
-            ("answering page dropped (incorrect)", answering, -0.1, LOWER),
-            ("wrong page judged correct", wrong, UPPER, 1.1),
-            ("wrong page kept for the grader or beyond", wrong, LOWER, 1.1),
-            ("pages sent to the LLM grader (band)", rows, LOWER, UPPER),
+            ("answering page judged correct", answering, upper, 1.1),
+            ("answering page dropped (incorrect)", answering, -0.1, lower),
+            ("wrong page judged correct", wrong, upper, 1.1),
+            ("wrong page kept for the grader or beyond", wrong, lower, 1.1),
+            ("pages sent to the LLM grader (band)", rows, lower, upper),
         ):
-            share = [float(((p[sel] >= low) & (p[sel] < high)).mean()) for p in (t.baseline, after)]
+            share = [float(((p[sel] >= low) & (p[sel] < high)).mean()) for p in (baseline, after)]
             print(f"  {lang} {name:<42} {share[0]:.3f} -> {share[1]:.3f}")
     print("per shared source: answering page dropped (incorrect); in rounds with no answering page, a page kept")
     for source in SHARED:
         answering = (t.source == source) & ~t.answerless & (t.label == 1.0)
         none = (t.source == source) & t.answerless
-        dropped = [float((p[answering] < LOWER).mean()) for p in (t.baseline, after)]
-        kept = [float((p[none] >= LOWER).mean()) for p in (t.baseline, after)]
+        dropped = [float((p[answering] < lower).mean()) for p in (baseline, after)]
+        kept = [float((p[none] >= lower).mean()) for p in (baseline, after)]
         print(f"  {source:<8} dropped {dropped[0]:.3f} -> {dropped[1]:.3f}; kept {kept[0]:.3f} -> {kept[1]:.3f}")
     for name, rows in (("shared", np.isin(t.source, SHARED)), ("near-miss", ~np.isin(t.source, SHARED))):
         sel = rows & t.answerless
         print(
             f"rounds with no answering page ({name}): a page judged correct "
-            f"{(t.baseline[sel] >= UPPER).mean():.3f} -> {(after[sel] >= UPPER).mean():.3f}, kept for the grader "
-            f"or beyond {(t.baseline[sel] >= LOWER).mean():.3f} -> {(after[sel] >= LOWER).mean():.3f}"
+            f"{(baseline[sel] >= upper).mean():.3f} -> {(after[sel] >= upper).mean():.3f}, kept for the grader "
+            f"or beyond {(baseline[sel] >= lower).mean():.3f} -> {(after[sel] >= lower).mean():.3f}"
         )
 
 
-def logit(p: np.ndarray | float) -> np.ndarray:
-    clipped = np.clip(p, 1e-9, 1 - 1e-9)
-    return np.asarray(np.log(clipped / (1 - clipped)))
-
-
-def scale_to_fast_scorer(t: Table, after: np.ndarray) -> float:
-    """The factor on the judge's logit that puts its scores on the fast scorer's scale, so the policy's thresholds
-    mean what they meant: at ``lower`` the judge keeps as many answering shared-data pages out of Incorrect as
-    the fast scorer did (the rest of its gain goes to dropping more wrong pages); ``upper`` (logit 0) stays where it
-    is, where the judge already confirms more answering pages and fewer wrong ones. Chosen on the shared data only."""
-    answering = np.isin(t.source, SHARED) & ~t.answerless & (t.label == 1.0)
-    kept = (t.baseline[answering] >= LOWER).mean()
-    ranked = np.sort(after[answering])[::-1]
-    threshold = ranked[int(np.ceil(kept * answering.sum())) - 1]
-    return float(logit(LOWER) / logit(threshold))
-
-
-def judge_of(latin: LogisticRegression, cjk: LogisticRegression, scale: float) -> JudgeModel:
-    return JudgeModel(
-        latin_intercept=scale * float(latin.intercept_[0]),
-        latin_weights=tuple(scale * float(w) for w in latin.coef_[0]),
-        cjk_intercept=scale * float(cjk.intercept_[0]),
-        cjk_weights=tuple(scale * float(w) for w in cjk.coef_[0]),
-    )
-
-
-def retrieved_rounds(t: Table, scale: float, embeddings: USEEmbeddings, k: int = RETRIEVED_K) -> None:
+def retrieved_rounds(m: Measured, scale: float, embeddings: Encoder, k: int = RETRIEVED_K) -> None:
     """The near-miss cases asked of their manual as the service would (every page of the language chunked with the
     gateway's chunker, the top ``k`` chunks by cosine), each manual's rounds judged by a model fitted without it:
     rounds shaped like serving rounds, not like the hand-judged pages the fit read."""
@@ -246,13 +185,13 @@ def retrieved_rounds(t: Table, scale: float, embeddings: USEEmbeddings, k: int =
 
     chunking = ChunkingSettings()
     split = Chunker(chunking.size, chunking.overlap).split
-    fast = RelevanceModel()
+    t, fast = m.t, m.relevance
     print(f"near-miss cases against their whole manual, top {k} chunks: fast scorer -> round judge")
     for lang in ("en", "ja"):
         raw = json.loads((NEAR_MISS / f"near_miss_{lang}.json").read_text(encoding="utf-8"))
         docs = tuple(SourceDocument(d["id"], d["title"], d["text"]) for d in raw["documents"])
         tenant = CorpusTenant(f"near_miss_{lang}", docs, split)
-        vectors = embeddings.embed_array([c["question"] for c in raw["cases"]])
+        vectors = embeddings.queries([c["question"] for c in raw["cases"]])
         judges: dict[str, JudgeModel] = {}
         tally = {name: [0, 0] for name in ("confirmed", "dropped", "top", "wrong kept", "wrong confirmed")}
         wrong_pages = 0
@@ -260,8 +199,9 @@ def retrieved_rounds(t: Table, scale: float, embeddings: USEEmbeddings, k: int =
             domain = f"{lang}:{case['domain']}"
             if domain not in judges:
                 rows = t.domain != domain
-                judges[domain] = judge_of(fit(t, rows & ~t.cjk, False), fit(t, rows & t.cjk, True), scale)
-            found = tenant.search(embeddings.embed_array, vector, k)
+                latin, cjk = fit_judge_script(t, rows & ~t.cjk, False), fit_judge_script(t, rows & t.cjk, True)
+                judges[domain] = judge_of(latin, cjk, scale, fast)
+            found = tenant.search(embeddings.passages, vector, k)
             scorer = QueryScorer.of(fast, case["question"])
             wrong = {j["doc"] for j in case["judgements"] if j["label"] == "incorrect"}
             wrong_pages += sum(p.doc_id in wrong for p in found)
@@ -273,13 +213,13 @@ def retrieved_rounds(t: Table, scale: float, embeddings: USEEmbeddings, k: int =
             ):
                 answering = [s for p, s in zip(found, scores, strict=True) if p.doc_id == case["answer_doc"]]
                 best = max(answering, default=0.0)
-                tally["confirmed"][column] += best >= UPPER
-                tally["dropped"][column] += bool(answering) and best < LOWER
+                tally["confirmed"][column] += best >= m.upper
+                tally["dropped"][column] += bool(answering) and best < m.lower
                 tally["top"][column] += found[int(np.argmax(scores))].doc_id == case["answer_doc"]
                 for p, s in zip(found, scores, strict=True):
                     if p.doc_id in wrong:
-                        tally["wrong kept"][column] += s >= LOWER
-                        tally["wrong confirmed"][column] += s >= UPPER
+                        tally["wrong kept"][column] += s >= m.lower
+                        tally["wrong confirmed"][column] += s >= m.upper
         n = len(raw["cases"])
         for name, (before, after) in tally.items():
             total = wrong_pages if name.startswith("wrong") else n
@@ -289,22 +229,16 @@ def retrieved_rounds(t: Table, scale: float, embeddings: USEEmbeddings, k: int =
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", type=Path, default=Path("../shared/data/dev"))
+    parser.add_argument("--encoder", choices=ENCODERS, default="use", help="the dense encoder (default: USE)")
     args = parser.parse_args()
-    rounds = [*shared_rounds(args.data_dir), *near_miss_rounds("en"), *near_miss_rounds("ja")]
-    embeddings = USEEmbeddings()
-    t = table(with_answerless(rounds), embeddings)
-    after = out_of_sample(t)
-    scale = scale_to_fast_scorer(t, after)
-    print(f"logit scale {scale:.4f} (the judge's {float(1 / (1 + np.exp(-logit(LOWER) / scale))):.3f} is lower)")
-    report(t, 1.0 / (1.0 + np.exp(-scale * logit(after))))
-    retrieved_rounds(t, scale, embeddings)
-    latin, cjk = fit(t, ~t.cjk, False), fit(t, t.cjk, True)
-    print(
-        f"JudgeModel(latin_intercept={scale * latin.intercept_[0]:.4f}, "
-        f"latin_weights=({', '.join(f'{scale * w:.4f}' for w in latin.coef_[0])}), "
-        f"cjk_intercept={scale * cjk.intercept_[0]:.4f}, "
-        f"cjk_weights=({', '.join(f'{scale * w:.4f}' for w in cjk.coef_[0])}))"
-    )
+    embeddings = encoder(args.encoder, cache=VectorCache())
+    m = measure(all_rounds(args.data_dir), embeddings)
+    after, scale = out_of_sample_judge(m)
+    print(f"CRAG thresholds fitted on this encoder: upper {m.upper:.4f}, lower {m.lower:.4f}")
+    print(f"logit scale {scale:.4f} (the judge's {float(1 / (1 + np.exp(-logit(m.lower) / scale))):.3f} is lower)")
+    report(m, after)
+    retrieved_rounds(m, scale, embeddings)
+    print(fit_judge(m.t, m.relevance, m.baseline, m.lower))
 
 
 if __name__ == "__main__":

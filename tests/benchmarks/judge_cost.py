@@ -24,8 +24,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pipelines.shared.deps import Passage
-from pipelines.shared.judge import JudgeModel, judge_round
-from pipelines.shared.relevance import QueryScorer, RelevanceModel
+from pipelines.shared.judge import judge_round
+from pipelines.shared.relevance import QueryScorer
+from tests.calibration_support import use_calibration
 
 K = 8
 
@@ -64,7 +65,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
-    judge, relevance = JudgeModel(), RelevanceModel()
+    calibration = use_calibration()
+    judge, relevance = calibration.judge, calibration.relevance
     measured = rounds(args.data_dir, args.rounds // 2)
 
     def per_passage(question: str, passages: list[Passage]) -> object:
@@ -90,11 +92,10 @@ def main() -> None:
     warm = float(
         subprocess.run([sys.executable, "-c", after_relevance], capture_output=True, text=True, check=True).stdout
     )
-    held = JudgeModel()
-    parameters = 2 + len(held.latin_weights) + len(held.cjk_weights)  # with the two intercepts
+    parameters = 2 + len(judge.latin_weights) + len(judge.cjk_weights)  # with the two intercepts
     print(
         f"start-up: importing the judge {cold * 1000:.1f} ms alone, {warm * 1000:.1f} ms after the fast scorer "
-        f"(the service imports both); its model is {parameters} parameters, no file, no session"
+        f"(the service imports both); its model is {parameters} parameters, in the calibration's artefact, no session"
     )
 
 

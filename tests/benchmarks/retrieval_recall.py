@@ -79,11 +79,20 @@ def sets(data_dir: Path) -> list[RecallSet]:
     return out
 
 
+MODES = ("dense", "hybrid", "hybrid + links", "hybrid + links from probe")
+
+
 async def measure(
-    recall_set: RecallSet, embeddings: Embeddings, ks: list[int], *, batched: bool = False
+    recall_set: RecallSet,
+    embeddings: Embeddings,
+    ks: list[int],
+    *,
+    batched: bool = False,
+    modes: tuple[str, ...] = MODES,
 ) -> dict[str, list[float]]:
     """``batched``: every question's vector comes from ``aembed_query`` called for all questions at once, as a
-    busy gateway embeds concurrent queries (queued on the model's worker thread, ``USEEmbeddings.aembed_query``)."""
+    busy gateway embeds concurrent queries (queued on the model's worker thread, ``USEEmbeddings.aembed_query``).
+    ``modes``: which of :data:`MODES` to measure. Per mode, recall@k for each k then all@k for each k."""
     chunking = ChunkingSettings()
     with tempfile.TemporaryDirectory() as tmp:
         store = await LanceVectorStore.open(Path(tmp), embedding_dimensions(embeddings))
@@ -95,7 +104,7 @@ async def measure(
         if batched:
             vectors = list(await asyncio.gather(*(embeddings.aembed_query(q) for q in questions)))
         results: dict[str, list[float]] = {}
-        for mode in ("dense", "hybrid", "hybrid + links", "hybrid + links from probe"):
+        for mode in modes:
             knowledge.hybrid = mode != "dense"
             knowledge.links = "links" in mode
             if mode.endswith("from probe"):

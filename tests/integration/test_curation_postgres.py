@@ -19,6 +19,7 @@ from tests.migration_race_support import replicas_migrate_together
 from tests.named_rule_support import named_documents_rule_across_the_migration
 from tests.postgres_support import fresh_database
 from tests.route_version_support import router_versions_across_the_migration
+from tests.who_asked_support import who_asked_across_the_migration
 
 pytestmark = pytest.mark.postgres
 
@@ -96,6 +97,10 @@ async def test_the_relocation_cycle_on_postgresql(
         assert resolution.score_after > resolution.score_before
     finally:
         await store.close()
+
+
+async def test_who_asked_is_recorded_and_rows_from_before_read_as_tenant_open_on_postgresql(database_url: str) -> None:
+    await who_asked_across_the_migration(database_url)
 
 
 async def test_runs_a_stopped_process_left_running_are_stored_failed(database_url: str) -> None:

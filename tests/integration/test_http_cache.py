@@ -10,6 +10,7 @@ import pytest
 
 from gateway.query.steps import SemanticCacheHit
 from gateway.settings import Settings
+from routes.calibration import Calibration
 from tests.scripted import answer_with_first_passage, events
 
 pytestmark = pytest.mark.redis
@@ -76,7 +77,9 @@ async def test_same_query_two_tenants_two_answers(make_client: Any, settings: Se
     assert globex["cached"] is False
 
 
-async def test_semantic_cache_serves_a_paraphrase_but_not_a_contrast(make_client: Any, settings: Settings) -> None:
+async def test_semantic_cache_serves_a_paraphrase_but_not_a_contrast(
+    make_client: Any, settings: Settings, calibration: Calibration
+) -> None:
     semantic = cached_settings(settings).replace(semantic_cache={"enabled": True})
     async with make_client(answer_with_first_passage, settings_override=semantic) as (client, model):
         await upsert(client, "acme", "In 2023 Acme employees got 25 days of annual leave; in 2024 they got 27.")
@@ -89,7 +92,7 @@ async def test_semantic_cache_serves_a_paraphrase_but_not_a_contrast(make_client
     assert paraphrase["answer"] == first["answer"]
     (hit,) = events(paraphrase)
     assert isinstance(hit, SemanticCacheHit)
-    assert hit.similarity >= semantic.semantic_cache.threshold
+    assert hit.similarity >= semantic.semantic_cache.similarity_threshold(calibration)
     assert paraphrase["usage"]["llm_calls"] == 0
     assert other_year["cached"] is False  # a different number never hits (GPTCache issue 694)
     assert negated["cached"] is False  # nor does a negation

@@ -30,11 +30,11 @@ from pipelines.corrective.state import CorrectiveContext, CorrectiveState
 from pipelines.direct.state import DirectContext
 from pipelines.shared import events as ev
 from pipelines.shared.deps import Passage, WebSearch
-from pipelines.shared.generation import GroundingPolicy
 from pipelines.shared.relevance import relevance
 from pipelines.shared.visibility import Visibility
 from pipelines.single_hop.state import SingleHopContext
 from routes.table import PipelineContexts, RoutePolicy, RouteTable
+from tests.calibration_support import corrective_policy, grounding_policy
 from tests.fakes.scripted_chat import ScriptedChatModel
 from tests.scripted import schema_name
 
@@ -281,7 +281,7 @@ async def run_graph(
 ) -> tuple[CorrectiveState, ScriptedChatModel]:
     """One run of the corrective graph; ``clock`` is its time budget's (a :class:`FakeClock`'s ``monotonic``);
     ``visibility`` the reader's (everything by default)."""
-    policy = policy or CorrectivePolicy()
+    policy = policy or corrective_policy()
     llm, model = make_llm(script)
     search = search or LocalStoreSearch(knowledge)
     context = CorrectiveContext(
@@ -314,13 +314,13 @@ def build_route_table(
     corrective_scope: Callable[[], AbstractContextManager[object]] = nullcontext,
 ) -> RouteTable:
     """The three routes over ``knowledge`` with the default corrective policy; search_more searches the store."""
-    policy = CorrectivePolicy()
+    policy = corrective_policy()
     contexts = PipelineContexts(
         direct=DirectContext(llm=llm),
         single_hop=SingleHopContext(
             llm=llm,
             retriever=knowledge,
-            grounding=GroundingPolicy(),
+            grounding=grounding_policy(),
             relevance=policy.relevance,
             lower=policy.lower,
             upper=policy.upper,
@@ -364,7 +364,7 @@ async def scores(knowledge: KnowledgeBase, query: str, k: int = 5, search_query:
     """The fast scorer's probability per document found by ``search_query`` (default ``query``), scored
     against ``query``. The evaluator scores a search_more round with the better of the question and the
     rewritten query, so to probe such a round pass the rewrite as both ``query`` and ``search_query``."""
-    model = CorrectivePolicy().relevance
+    model = corrective_policy().relevance
     found = await knowledge.search(TENANT, search_query or query, k, visibility=Visibility.everything())
     return {p.doc_id: relevance(model, query, p.title, p.text, p.score) for p in found}
 
@@ -374,7 +374,7 @@ async def follow_up_score(
 ) -> float:
     """The fast score a search_more round gives ``doc_id``: the passage as found by the rewrite or the expansion
     (whichever scores it higher), scored against the better of the question and the rewrite."""
-    model = CorrectivePolicy().relevance
+    model = corrective_policy().relevance
     found = [
         p
         for q in (rewrite, expansion)

@@ -7,9 +7,10 @@ import pytest
 
 from gateway.cache.backend import MemoryBackend
 from gateway.cache.contrast import Contrast
-from gateway.cache.semantic import DEFAULT_THRESHOLD, HyperplaneLSH, SemanticCache, SemanticHit, semantic_scope
+from gateway.cache.semantic import HyperplaneLSH, SemanticCache, SemanticHit, semantic_scope
 from gateway.providers.embeddings import USEEmbeddings
 from pipelines.shared.visibility import Visibility
+from routes.calibration import Calibration
 from tests.unit.test_cache_backend import FakeClock
 from tests.unit.test_cache_exact import FlakyMemory
 
@@ -32,9 +33,14 @@ def near(vector: np.ndarray, cosine: float, seed: int = 99) -> np.ndarray:
     return result
 
 
+# The synthetic vectors' tests set their own cosines, so they set the threshold they are read against too.
+SYNTHETIC_THRESHOLD = 0.87
+
+
 def make(backend: MemoryBackend | None = None, **kwargs: object) -> SemanticCache:
     store = backend if backend is not None else MemoryBackend()  # an empty MemoryBackend is falsy (len 0)
-    return SemanticCache(store, None, prefix="t", **kwargs)  # type: ignore[arg-type]
+    options: dict[str, object] = {"threshold": SYNTHETIC_THRESHOLD, **kwargs}
+    return SemanticCache(store, None, prefix="t", **options)  # type: ignore[arg-type]
 
 
 def test_lsh_is_deterministic_per_seed() -> None:
@@ -233,7 +239,7 @@ async def test_embedding_failure_is_a_miss() -> None:
     async def broken(_: str) -> np.ndarray:
         raise RuntimeError("model gone")
 
-    cache = SemanticCache(MemoryBackend(), broken, prefix="t")
+    cache = SemanticCache(MemoryBackend(), broken, prefix="t", threshold=SYNTHETIC_THRESHOLD)
     assert await cache.lookup("acme", 1, "anything", visibility=Visibility.everything()) is None
     assert await cache.store("acme", 1, "anything", None, b"x", visibility=Visibility.everything()) is False
     assert cache.stats.errors == 2
@@ -257,20 +263,19 @@ async def test_lookup_cost_is_bounded_as_the_cache_grows() -> None:
     assert cache.stats.last_candidates == 16
 
 
-async def test_real_embeddings_serve_a_paraphrase_and_refuse_a_reversal(embeddings: USEEmbeddings) -> None:
-    cache = SemanticCache(MemoryBackend(), embeddings, prefix="t")
-    assert cache.threshold == DEFAULT_THRESHOLD
-    await cache.store("acme", 1, "How do I reset my VPN password?", None, b"vpn", visibility=Visibility.everything())
-    await cache.store(
-        "acme", 1, "Who joined the company before Alice?", None, b"before", visibility=Visibility.everything()
-    )
-    hit = await cache.lookup("acme", 1, "How can I reset the password for my VPN?", visibility=Visibility.everything())
+async def test_real_embeddings_serve_a_paraphrase_and_refuse_a_reversal(
+    embeddings: USEEmbeddings, calibration: Calibration
+) -> None:
+    threshold = calibration.semantic_threshold
+    cache = SemanticCache(MemoryBackend(), embeddings, prefix="t", threshold=threshold)
+    everything = Visibility.everything()
+    await cache.store("acme", 1, "How do I reset my VPN password?", None, b"vpn", visibility=everything)
+    await cache.store("acme", 1, "Who joined the company before Alice?", None, b"before", visibility=everything)
+    hit = await cache.lookup("acme", 1, "How can I reset the password for my VPN?", visibility=everything)
     assert hit is not None
     assert hit.payload == b"vpn"
-    assert hit.similarity >= DEFAULT_THRESHOLD
-    assert (
-        await cache.lookup("acme", 1, "Who joined the company after Alice?", visibility=Visibility.everything()) is None
-    )
+    assert hit.similarity >= threshold
+    assert await cache.lookup("acme", 1, "Who joined the company after Alice?", visibility=everything) is None
     assert cache.stats.rejected == 1
 
 
@@ -279,8 +284,7 @@ async def test_langchain_style_embedder_is_accepted() -> None:
         async def aembed_query(self, text: str) -> list[float]:
             return [float(x) for x in unit(len(text))]
 
-    cache = SemanticCache(MemoryBackend(), Embedder(), prefix="t", guard=None)
+    cache = SemanticCache(MemoryBackend(), Embedder(), prefix="t", guard=None, threshold=SYNTHETIC_THRESHOLD)
     await cache.store("acme", 1, "abc", None, b"x", visibility=Visibility.everything())
-    assert (
-        await cache.lookup("acme", 1, "xyz", visibility=Visibility.everything()) is not None
-    )  # same length -> same vector in this fake
+    # same length -> same vector in this fake
+    assert await cache.lookup("acme", 1, "xyz", visibility=Visibility.everything()) is not None

@@ -8,8 +8,8 @@ from typing import Any, get_args
 import pytest
 
 from gateway.knowledge.service import KnowledgeBase
-from pipelines.corrective.policy import CorrectivePolicy
 from pipelines.shared.events import Check, Evaluate, Generate, Refine, Retrieve, Rewrite, SearchMore, Stop, StopReason
+from tests.calibration_support import corrective_policy
 from tests.unit.corrective_support import (
     CANTEEN_ANSWER,
     CANTEEN_FACT,
@@ -51,7 +51,7 @@ from tests.unit.corrective_support import (
 
 
 async def test_no_llm_budget_ends_in_a_cautious_answer_without_model_calls(knowledge: KnowledgeBase) -> None:
-    state, model = await run_graph(knowledge, Script(), query=K2_QUESTION, policy=CorrectivePolicy(max_llm_calls=0))
+    state, model = await run_graph(knowledge, Script(), query=K2_QUESTION, policy=corrective_policy(max_llm_calls=0))
     assert state.events == [*K2_ROUND, Generate(mode="cautious"), Stop(reason="max_llm_calls")]
     assert model.calls == []
     assert state.stop_reason == "max_llm_calls"
@@ -63,7 +63,7 @@ async def test_no_llm_budget_ends_in_a_cautious_answer_without_model_calls(knowl
 
 
 async def test_one_call_budget_generates_then_cannot_check_and_falls_back(knowledge: KnowledgeBase) -> None:
-    policy = CorrectivePolicy(max_llm_calls=1)
+    policy = corrective_policy(max_llm_calls=1)
     state, _ = await run_graph(knowledge, Script(answers=[K2_INVENTED]), query=K2_QUESTION, policy=policy)
     assert state.events[3:] == [
         Generate(),
@@ -87,7 +87,7 @@ async def test_one_call_budget_generates_then_cannot_check_and_falls_back(knowle
 async def test_regeneration_needs_budget_and_the_last_check_falls_back_to_the_lexical_doubt(
     knowledge: KnowledgeBase, budget: int
 ) -> None:
-    policy = CorrectivePolicy(max_llm_calls=budget)
+    policy = corrective_policy(max_llm_calls=budget)
     script = Script(answers=[K2_INVENTED], grounded=[unsupported("900 kg")])
     state, _ = await run_graph(knowledge, script, query=K2_QUESTION, policy=policy)
     if budget == 2:  # generate + critic: nothing left to regenerate with
@@ -120,7 +120,7 @@ async def test_regeneration_needs_budget_and_the_last_check_falls_back_to_the_le
 
 
 async def test_usefulness_is_assumed_when_no_call_is_left_for_the_critic(knowledge: KnowledgeBase) -> None:
-    state, _ = await run_graph(knowledge, Script(), query=K2_QUESTION, policy=CorrectivePolicy(max_llm_calls=1))
+    state, _ = await run_graph(knowledge, Script(), query=K2_QUESTION, policy=corrective_policy(max_llm_calls=1))
     assert state.events[3:] == [
         Generate(),
         SUPPORTED_CHECK,
@@ -136,7 +136,7 @@ async def test_usefulness_is_assumed_when_no_call_is_left_for_the_critic(knowled
 async def test_incorrect_loop_stops_rewriting_when_a_rewrite_could_not_be_followed_by_an_answer(
     knowledge: KnowledgeBase,
 ) -> None:
-    policy = CorrectivePolicy(max_llm_calls=2, max_rewrites=5)
+    policy = corrective_policy(max_llm_calls=2, max_rewrites=5)
     state, _ = await run_graph(knowledge, Script(rewrites=["nothing"]), query=OFF_TOPIC, policy=policy)
     assert state.events == [
         Retrieve(k=5, found=5),
@@ -154,7 +154,7 @@ async def test_incorrect_loop_stops_rewriting_when_a_rewrite_could_not_be_follow
 async def test_useless_answer_is_not_retried_when_the_budget_cannot_pay_for_a_new_round(
     knowledge: KnowledgeBase, budget: int
 ) -> None:
-    policy = CorrectivePolicy(max_llm_calls=budget)  # generate + useful = 2; a new round needs 3 more
+    policy = corrective_policy(max_llm_calls=budget)  # generate + useful = 2; a new round needs 3 more
     script = Script(useful=[not_useful("the payload in pounds")])
     state, _ = await run_graph(knowledge, script, query=K2_QUESTION, policy=policy)
     assert state.events[3:-1] == [
@@ -173,7 +173,7 @@ async def test_useless_answer_cut_by_the_call_budget_reports_max_llm_calls(
 ) -> None:
     # 1-2 calls left: after_useful needs 3 for a new round, and the stop reason says the budget cut it.
     script = Script(useful=[not_useful("the payload in pounds")])
-    state, _ = await run_graph(knowledge, script, query=K2_QUESTION, policy=CorrectivePolicy(max_llm_calls=budget))
+    state, _ = await run_graph(knowledge, script, query=K2_QUESTION, policy=corrective_policy(max_llm_calls=budget))
     assert state.events[-2:] == [useless("the payload in pounds"), Stop(reason="max_llm_calls")]
     assert budget - len(state.llm_calls) in (1, 2)
     assert state.useful is False
@@ -183,7 +183,7 @@ async def test_useless_answer_cut_by_the_call_budget_reports_max_llm_calls(
 
 async def test_useless_answer_with_the_budget_spent_exactly_reports_max_llm_calls(knowledge: KnowledgeBase) -> None:
     script = Script(useful=[not_useful("the payload in pounds")])
-    state, _ = await run_graph(knowledge, script, query=K2_QUESTION, policy=CorrectivePolicy(max_llm_calls=2))
+    state, _ = await run_graph(knowledge, script, query=K2_QUESTION, policy=corrective_policy(max_llm_calls=2))
     assert state.events[-2:] == [useless("the payload in pounds"), Stop(reason="max_llm_calls")]
     assert state.stop_reason == "max_llm_calls"
 
@@ -219,7 +219,7 @@ def adversarial_script() -> Script:
 async def test_llm_calls_never_exceed_the_budget(
     knowledge: KnowledgeBase, budget: int, question: str, top_k: int
 ) -> None:
-    policy = CorrectivePolicy(max_llm_calls=budget)
+    policy = corrective_policy(max_llm_calls=budget)
     state, model = await run_graph(knowledge, adversarial_script(), query=question, policy=policy, top_k=top_k)
     assert len(state.llm_calls) <= budget
     assert len(model.calls) <= budget
@@ -233,7 +233,7 @@ async def test_worst_case_loops_end_within_the_recursion_limit_when_calls_are_un
 ) -> None:
     # lower=0 puts every document in the band and the grader keeps each one: with top_k=1 every round adds a
     # document, so every round ends in a full generation round (a round that adds nothing would just stop).
-    policy = CorrectivePolicy(max_llm_calls=1000, lower=0.0)
+    policy = corrective_policy(max_llm_calls=1000, lower=0.0)
     script = adversarial_script()
     # Every round: an invented answer, its regeneration (supported), a useless verdict, a rewrite.
     script.answers = ["The staff canteen closes at 23:00 [1].", CANTEEN_ANSWER] * (policy.max_rewrites + 1)
@@ -280,7 +280,7 @@ async def test_worst_case_loops_end_within_the_recursion_limit_when_calls_are_un
 
 def out_of_time() -> dict[str, Any]:
     """``run_graph`` arguments for a run whose time budget was spent before it started."""
-    return {"policy": CorrectivePolicy(max_seconds=0.0001), "started_at": time.monotonic() - 1.0}
+    return {"policy": corrective_policy(max_seconds=0.0001), "started_at": time.monotonic() - 1.0}
 
 
 async def test_time_budget_spent_skips_generation(knowledge: KnowledgeBase) -> None:
@@ -322,7 +322,7 @@ async def test_time_budget_running_out_in_a_later_round_keeps_the_best_answer_so
 ) -> None:
     # The clock jumps past max_seconds while the second round's query is being rewritten. That round finds the
     # canteen document in the band, cannot grade it (no time), keeps it undecided, and cannot answer again.
-    policy = CorrectivePolicy(max_seconds=10.0)
+    policy = corrective_policy(max_seconds=10.0)
     assert policy.lower < (await scores(knowledge, CANTEEN_QUESTION, k=1))["canteen"] < policy.upper
     script = canteen_follow_up(relevant(CANTEEN_FACT), on_rewrite=clock.expire)
     state, model = await run_graph(
@@ -354,7 +354,7 @@ async def test_time_budget_running_out_in_a_later_round_that_finds_nothing_keeps
 ) -> None:
     # As above, but the second round finds only an irrelevant document: the evidence did not grow, so the
     # first round's grounded answer is returned instead of a fallback.
-    policy = CorrectivePolicy(max_seconds=10.0)
+    policy = corrective_policy(max_seconds=10.0)
     osaka = await follow_up_score(knowledge, K2_QUESTION, "Kumo Carrier K2 payload", K2_EXPANSION, "osaka")
     assert osaka < policy.explore_floor  # not even explored
     script = Script(useful=[not_useful("the payload in pounds")], on_rewrite=clock.expire)

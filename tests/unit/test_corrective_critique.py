@@ -8,11 +8,11 @@ import pytest
 
 from gateway.knowledge.service import KnowledgeBase
 from pipelines.corrective.critique import CITATIONS_ONLY, cautious_answer
-from pipelines.corrective.policy import CorrectivePolicy
 from pipelines.corrective.prompts import EMPTY_ANSWER_NOTE, REGENERATE_NOTE
 from pipelines.shared import events as ev
 from pipelines.shared.deps import Passage
 from pipelines.shared.prompts import ABSTAIN_EN, NOT_IN_CONTEXT
+from tests.calibration_support import corrective_policy
 from tests.unit.corrective_support import (
     ANSWERED,
     CANTEEN_FACT,
@@ -62,7 +62,7 @@ async def test_ungrounded_answer_is_regenerated_then_replaced_by_a_cautious_answ
     script = Script(answers=[K2_INVENTED], grounded=[unsupported(claim)])
 
     # No rounds left to search for better evidence (see the next test): the fallback follows the regeneration.
-    state, model = await run_graph(knowledge, script, query=K2_QUESTION, policy=CorrectivePolicy(max_rewrites=0))
+    state, model = await run_graph(knowledge, script, query=K2_QUESTION, policy=corrective_policy(max_rewrites=0))
 
     assert state.events == [
         *K2_ROUND,
@@ -102,7 +102,7 @@ async def test_ungrounded_regeneration_with_rounds_left_searches_again_before_th
 ) -> None:
     claim = "maximum payload of 900 kg"
     script = Script(answers=[K2_INVENTED], grounded=[unsupported(claim)], rewrites=["Kumo Carrier K2 specification"])
-    state, _ = await run_graph(knowledge, script, query=K2_QUESTION, policy=CorrectivePolicy(max_rewrites=1))
+    state, _ = await run_graph(knowledge, script, query=K2_QUESTION, policy=corrective_policy(max_rewrites=1))
     round_of_answers = [
         ev.Generate(),  # each round's first answer is a first answer, not a regeneration
         K2_WITHHELD,
@@ -134,7 +134,7 @@ async def test_unsupported_answer_after_retrieval_rewrites_reports_unsupported(
 ) -> None:
     # Round 1 Incorrect, as in test_incorrect_round_is_discarded_*: the retrieval rounds use up the rewrites.
     script = Script(rewrites=["K2 payload"], answers=[K2_INVENTED], grounded=[unsupported("900 kg")])
-    policy = CorrectivePolicy(max_rewrites=1)
+    policy = corrective_policy(max_rewrites=1)
     state, _ = await run_graph(knowledge, script, query=K2_QUESTION, policy=policy, top_k=1, query_vector=vpn_vector)
     assert state.verdicts == ["incorrect", "correct"]
     assert state.rewrites == policy.max_rewrites
@@ -145,7 +145,7 @@ async def test_unsupported_answer_after_retrieval_rewrites_reports_unsupported(
 
 async def test_unsupported_answer_that_spends_the_last_call_reports_unsupported(knowledge: KnowledgeBase) -> None:
     script = Script(answers=[K2_INVENTED], grounded=[unsupported("900 kg")])
-    state, _ = await run_graph(knowledge, script, query=K2_QUESTION, policy=CorrectivePolicy(max_llm_calls=4))
+    state, _ = await run_graph(knowledge, script, query=K2_QUESTION, policy=corrective_policy(max_llm_calls=4))
     assert nodes(state) == ["generate", "check_grounded", "generate", "check_grounded"]
     assert state.events[-2] == ev.Generate(mode="cautious")
     assert state.stop_reason == "unsupported"
@@ -183,7 +183,7 @@ async def test_answer_of_citations_twice_falls_back_to_a_cautious_answer_without
 ) -> None:
     # No rewrites allowed: with rounds left the pipeline would search for evidence the model can answer from
     # (see test_corrective_search_more).
-    policy = CorrectivePolicy(max_rewrites=0)
+    policy = corrective_policy(max_rewrites=0)
     state, _ = await run_graph(knowledge, Script(answers=["[1]", "[1]."]), query=K2_QUESTION, policy=policy)
     assert state.events[-2:] == [ev.Generate(mode="cautious"), ev.Stop(reason="unsupported")]
     assert state.abstained is True
@@ -201,7 +201,7 @@ async def test_lexical_doubt_cleared_by_the_critic_needs_no_regeneration(knowled
 
 
 async def test_model_that_finds_nothing_skips_the_grounding_check_and_is_not_useful(knowledge: KnowledgeBase) -> None:
-    policy = CorrectivePolicy(max_rewrites=1)
+    policy = corrective_policy(max_rewrites=1)
     script = Script(answers=[NOT_IN_CONTEXT], rewrites=["Kumo Carrier K2 payload"])
     # The new round finds only the Osaka document, too far from the question and the rewrite to be explored.
     osaka = await follow_up_score(knowledge, K2_QUESTION, "Kumo Carrier K2 payload", K2_EXPANSION, "osaka")
@@ -267,7 +267,7 @@ async def test_useless_answer_rewrites_for_the_missing_information_bounded_by_ma
     knowledge: KnowledgeBase,
 ) -> None:
     missing = "the payload in pounds"
-    policy = CorrectivePolicy(max_rewrites=2)
+    policy = corrective_policy(max_rewrites=2)
     script = Script(useful=[not_useful(missing)], rewrites=["K2 payload pounds", "K2 weight lb"])
     # Each new round finds one more document, too far from the question and its query to be explored.
     osaka = await follow_up_score(knowledge, K2_QUESTION, "K2 payload pounds", K2_EXPANSION, "osaka")
@@ -321,7 +321,7 @@ async def test_useless_answer_rewrites_for_the_missing_information_bounded_by_ma
 async def test_a_new_round_answers_again_only_when_it_added_evidence(
     knowledge: KnowledgeBase, grade: dict[str, Any], evaluated: ev.Evaluate, tail: list[ev.PipelineEvent]
 ) -> None:
-    policy = CorrectivePolicy(max_rewrites=1)
+    policy = corrective_policy(max_rewrites=1)
     assert policy.lower < (await scores(knowledge, CANTEEN_QUESTION, k=1))["canteen"] < policy.upper
     state, model = await run_graph(knowledge, canteen_follow_up(grade), query=K2_QUESTION, policy=policy, top_k=1)
     assert state.events == [
@@ -340,7 +340,7 @@ async def test_useless_answer_new_round_merges_the_documents_found_for_the_missi
     knowledge: KnowledgeBase,
 ) -> None:
     # upper=0 keeps every found document, so the second round's document joins the evidence.
-    policy = CorrectivePolicy(upper=0.0, max_rewrites=1)
+    policy = corrective_policy(upper=0.0, max_rewrites=1)
     script = Script(
         answers=[K2_ANSWER, "The K2 carries 150 kg [1]; the canteen closes at 14:00 [2]."],
         useful=[not_useful("when the canteen closes"), USEFUL],
@@ -394,7 +394,7 @@ async def test_a_later_answer_that_is_not_useful_either_does_not_replace_the_fir
     script = canteen_follow_up(relevant(CANTEEN_FACT))
     script.answers = [K2_ANSWER, later]
     script.useful = [not_useful("when the canteen closes"), not_useful("still missing")]
-    state, _ = await run_graph(knowledge, script, query=K2_QUESTION, policy=CorrectivePolicy(max_rewrites=1), top_k=1)
+    state, _ = await run_graph(knowledge, script, query=K2_QUESTION, policy=corrective_policy(max_rewrites=1), top_k=1)
     assert nodes(state).count("generate") == 2
     assert state.events[-2:] == [ev.Generate(mode="keep_best"), ev.Stop(reason="max_rewrites")]
     assert state.answer == K2_ANSWER
@@ -408,7 +408,7 @@ async def test_a_useful_later_answer_replaces_the_first(knowledge: KnowledgeBase
     script = canteen_follow_up(relevant(CANTEEN_FACT))
     script.answers = [K2_ANSWER, later]
     script.useful = [not_useful("when the canteen closes"), USEFUL]
-    state, _ = await run_graph(knowledge, script, query=K2_QUESTION, policy=CorrectivePolicy(max_rewrites=1), top_k=1)
+    state, _ = await run_graph(knowledge, script, query=K2_QUESTION, policy=corrective_policy(max_rewrites=1), top_k=1)
     assert state.answer == later
     assert state.best is not None
     assert state.best.answer == later

@@ -9,7 +9,6 @@ from dataclasses import replace
 import pytest
 
 from gateway.knowledge.service import KnowledgeBase
-from pipelines.corrective.policy import CorrectivePolicy
 from pipelines.shared import events as ev
 from pipelines.shared.deps import Passage
 from pipelines.shared.prompts import ABSTAIN_EN
@@ -17,6 +16,7 @@ from pipelines.shared.relevance import relevance
 from pipelines.shared.visibility import Visibility
 from routes.probe import probe_of
 from routes.table import RouteTable
+from tests.calibration_support import corrective_policy
 from tests.fakes.scripted_chat import ScriptedChatModel
 from tests.unit.corrective_support import (
     ANSWERED,
@@ -59,7 +59,7 @@ async def test_single_hop_with_incorrect_retrieval_escalates_to_the_corrective_p
 ) -> None:
     # The caller's query vector points at the VPN document, so both single_hop and the corrective
     # pipeline's first round retrieve it (top_k=1) and find it irrelevant.
-    policy = CorrectivePolicy()
+    policy = corrective_policy()
     (first,) = await knowledge.search(TENANT, HEAVY_QUESTION, 1, vector=vpn_vector, visibility=Visibility.everything())
     assert first.doc_id == "vpn"
     assert relevance(policy.relevance, HEAVY_QUESTION, first.title, first.text, first.score) < policy.lower

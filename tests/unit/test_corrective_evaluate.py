@@ -18,6 +18,7 @@ from pipelines.shared.events import Evaluate, Refine, Retrieve
 from pipelines.shared.prompts import ABSTAIN_EN, NOT_IN_CONTEXT
 from pipelines.shared.relevance import relevance
 from pipelines.shared.visibility import Visibility
+from tests.calibration_support import corrective_policy
 from tests.unit.corrective_support import (
     ANSWERED,
     AURORA,
@@ -57,7 +58,7 @@ from tests.unit.corrective_support import (
 
 async def test_correct_retrieval_refines_answers_and_checks_without_extra_calls(knowledge: KnowledgeBase) -> None:
     probe = await scores(knowledge, K2_QUESTION)
-    policy = CorrectivePolicy()
+    policy = corrective_policy()
     assert probe["k2"] > policy.upper + 0.3
     assert all(s < policy.lower - 0.1 for doc, s in probe.items() if doc != "k2")
 
@@ -87,7 +88,7 @@ async def test_correct_retrieval_refines_answers_and_checks_without_extra_calls(
 async def test_upper_zero_forces_correct_even_for_an_off_topic_question(knowledge: KnowledgeBase) -> None:
     # Every fast score is a probability >= 0, so upper=0 makes every document "relevant" without any grading.
     script = Script(answers=[NOT_IN_CONTEXT])
-    policy = CorrectivePolicy(upper=0.0, max_rewrites=0)
+    policy = corrective_policy(upper=0.0, max_rewrites=0)
     state, model = await run_graph(knowledge, script, query=OFF_TOPIC, policy=policy)
     assert state.events[1] == Evaluate(verdict="correct", kept=5, total=5, graded=0)
     assert "Grade" not in [kind(c) for c in model.calls]
@@ -105,14 +106,14 @@ async def test_upper_zero_forces_correct_even_for_an_off_topic_question(knowledg
 async def test_follow_up_round_scores_each_document_with_the_better_of_question_and_round_query(
     knowledge: KnowledgeBase, round_query: str | None, verdict: str, graded: int
 ) -> None:
-    policy = CorrectivePolicy()
+    policy = corrective_policy()
     (k2,) = await knowledge.search(TENANT, "carrier weight limit", 1, visibility=Visibility.everything())
     against_question = relevance(policy.relevance, HEAVY_QUESTION, k2.title, k2.text, k2.score)
     against_rewrite = relevance(policy.relevance, "carrier weight limit", k2.title, k2.text, k2.score)
     # Below lower against the question (but high enough that a follow-up round would explore it), in the band
     # against the rewrite.
-    assert 0.15 < against_question < policy.lower - 0.02
-    assert policy.lower + 0.02 < against_rewrite < policy.upper - 0.2
+    assert policy.explore_floor < against_question < policy.lower - 0.02
+    assert policy.lower + 0.01 < against_rewrite < policy.upper - 0.2
     llm, model = make_llm(Script(grades={"Kumo Carrier K2": relevant(K2_FACT)}))
 
     result = await evaluate_passages(llm, policy, HEAVY_QUESTION, [k2], calls_left=2, scoring_query=round_query)
@@ -145,7 +146,7 @@ async def test_follow_up_round_with_nothing_in_the_band_grades_its_best_document
 ) -> None:
     # The missing hop scores low against the question (it does not name Project Aurora) and against the rewrite
     # (which does not name the K3): the fast scorer cannot see it, so the best one is graded anyway.
-    policy = CorrectivePolicy()
+    policy = corrective_policy()
     candidates = await aurora_second_hop_candidates(aurora)
     assert doc_ids(candidates) == ["k3-spec", "canteen", "parking", "vpn"]
     best = [
@@ -180,7 +181,7 @@ async def test_follow_up_round_with_nothing_in_the_band_grades_its_best_document
 async def test_explored_document_the_grader_does_not_judge_is_not_kept(
     aurora: KnowledgeBase, calls_left: int, max_graded: int, grade: Reply
 ) -> None:
-    policy = CorrectivePolicy(max_graded=max_graded)
+    policy = corrective_policy(max_graded=max_graded)
     candidates = await aurora_second_hop_candidates(aurora)
     llm, _ = make_llm(Script(grades={"Kumo Carrier K3 specification": grade}))
     result = await evaluate_passages(
@@ -192,7 +193,7 @@ async def test_explored_document_the_grader_does_not_judge_is_not_kept(
 
 async def test_follow_up_round_does_not_explore_a_best_document_below_the_floor(knowledge: KnowledgeBase) -> None:
     # The grader says "yes" too easily: a document that is hopeless against both queries is not offered to it.
-    policy = CorrectivePolicy()
+    policy = corrective_policy()
     found = await knowledge.search(TENANT, "Sistine Chapel painter", 5, visibility=Visibility.everything())
     assert all(
         relevance(policy.relevance, q, p.title, p.text, p.score) < policy.explore_floor
@@ -215,14 +216,14 @@ GRADED_INCORRECT = Evaluate(verdict="incorrect", kept=0, total=5, graded=1)
 @pytest.mark.parametrize(
     ("grade", "policy", "evaluated", "kept"),
     [
-        (relevant(CANTEEN_FACT), CorrectivePolicy(max_rewrites=0), GRADED_CORRECT, ["canteen"]),
-        (NOT_RELEVANT, CorrectivePolicy(max_rewrites=0), GRADED_INCORRECT, []),
-        ({"fact": CANTEEN_FACT, "relevant": False}, CorrectivePolicy(max_rewrites=0), GRADED_INCORRECT, []),
-        ({"fact": "None", "relevant": True}, CorrectivePolicy(max_rewrites=0), GRADED_INCORRECT, []),
-        ({"fact": "  ", "relevant": True}, CorrectivePolicy(max_rewrites=0), GRADED_INCORRECT, []),
+        (relevant(CANTEEN_FACT), corrective_policy(max_rewrites=0), GRADED_CORRECT, ["canteen"]),
+        (NOT_RELEVANT, corrective_policy(max_rewrites=0), GRADED_INCORRECT, []),
+        ({"fact": CANTEEN_FACT, "relevant": False}, corrective_policy(max_rewrites=0), GRADED_INCORRECT, []),
+        ({"fact": "None", "relevant": True}, corrective_policy(max_rewrites=0), GRADED_INCORRECT, []),
+        ({"fact": "  ", "relevant": True}, corrective_policy(max_rewrites=0), GRADED_INCORRECT, []),
         (
             relevant(CANTEEN_FACT),
-            CorrectivePolicy(max_rewrites=0, max_graded=0),
+            corrective_policy(max_rewrites=0, max_graded=0),
             Evaluate(verdict="ambiguous", kept=1, total=5, graded=0),
             [],
         ),
@@ -271,7 +272,7 @@ async def test_band_document_verdict_depends_on_the_llm_grader(
 async def test_grader_saying_relevant_with_a_fact_the_document_does_not_contain_is_not_believed(
     knowledge: KnowledgeBase, invented: str
 ) -> None:
-    policy = CorrectivePolicy(max_rewrites=0)
+    policy = corrective_policy(max_rewrites=0)
     assert invented not in DOCS[2].text
     script = Script(grades={"Staff canteen": relevant(invented)})
     state, model = await run_graph(knowledge, script, query=CANTEEN_QUESTION, policy=policy)
@@ -313,7 +314,7 @@ async def test_grader_sees_the_best_strips_of_a_long_passage_and_its_fact_must_b
 ) -> None:
     assert len(HANDBOOK.text) > 600
     assert fact in HANDBOOK.text
-    policy = CorrectivePolicy(lower=0.0, upper=1.0)  # every document is in the band
+    policy = corrective_policy(lower=0.0, upper=1.0)  # every document is in the band
     llm, model = make_llm(Script(grades={"Staff handbook": relevant(fact)}))
     result = await evaluate_passages(llm, policy, CANTEEN_QUESTION, [HANDBOOK], calls_left=1)
     assert (result.verdict, result.graded, len(result.calls)) == (verdict, 1, 1)
@@ -330,7 +331,7 @@ async def test_grader_sees_the_best_strips_of_a_long_passage_and_its_fact_must_b
 @pytest.mark.parametrize("echo", [CANTEEN_QUESTION, "the canteen close time"])
 async def test_grader_echoing_the_question_as_its_fact_is_not_believed(knowledge: KnowledgeBase, echo: str) -> None:
     # A fact must add a term beyond the question's own words, and that term must be in the graded text.
-    policy = CorrectivePolicy(lower=0.0, max_rewrites=0)  # both documents found are in the band and graded
+    policy = corrective_policy(lower=0.0, max_rewrites=0)  # both documents found are in the band and graded
     assert list(await scores(knowledge, CANTEEN_QUESTION, k=2)) == ["canteen", "parking"]
     assert "canteen" not in DOCS[4].text
     script = Script(grades={"Staff canteen": NOT_RELEVANT, "Parking rules": relevant(echo)})
@@ -349,7 +350,7 @@ async def test_grader_echoing_the_question_as_its_fact_is_not_believed(knowledge
 async def test_only_band_documents_reach_the_llm_grader_and_at_most_max_graded(
     knowledge: KnowledgeBase, max_graded: int, graded_titles_expected: list[str]
 ) -> None:
-    policy = CorrectivePolicy(upper=0.3, lower=0.05, max_graded=max_graded, max_rewrites=0)
+    policy = corrective_policy(upper=0.3, lower=0.05, max_graded=max_graded, max_rewrites=0)
     probe = await scores(knowledge, CASCADE_QUESTION)
     # above upper: k2; band (best first): osaka, canteen, parking; below lower: vpn
     assert probe["k2"] > policy.upper + 0.1
@@ -371,7 +372,7 @@ async def test_only_band_documents_reach_the_llm_grader_and_at_most_max_graded(
 
 
 async def test_grading_leaves_one_call_of_the_budget_for_the_answer(knowledge: KnowledgeBase) -> None:
-    policy = CorrectivePolicy(upper=0.3, lower=0.05, max_graded=3, max_llm_calls=2, max_rewrites=0)
+    policy = corrective_policy(upper=0.3, lower=0.05, max_graded=3, max_llm_calls=2, max_rewrites=0)
     script = Script(grades={"Osaka office": relevant(OSAKA_FACT)})
     state, model = await run_graph(knowledge, script, query=CASCADE_QUESTION, policy=policy)
     assert state.events[1] == Evaluate(verdict="correct", kept=4, total=5, graded=1)
@@ -383,7 +384,7 @@ async def test_grading_leaves_one_call_of_the_budget_for_the_answer(knowledge: K
 
 
 async def test_malformed_grade_leaves_the_document_undecided_and_is_counted(knowledge: KnowledgeBase) -> None:
-    policy = CorrectivePolicy(max_rewrites=0)
+    policy = corrective_policy(max_rewrites=0)
     script = Script(grades={"Staff canteen": "Yes, this document is relevant."}, answers=[CANTEEN_ANSWER])
     state, model = await run_graph(knowledge, script, query=CANTEEN_QUESTION, policy=policy)
     assert state.events == [

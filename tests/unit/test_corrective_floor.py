@@ -22,6 +22,7 @@ from pipelines.corrective.state import CorrectiveState
 from pipelines.shared import events as ev
 from pipelines.shared.deps import Passage
 from pipelines.shared.prompts import NOT_IN_CONTEXT
+from tests.calibration_support import corrective_policy, use_calibration
 from tests.unit.corrective_support import (
     AURORA,
     AURORA_ANSWER,
@@ -48,8 +49,16 @@ BRIDGE_FACT = "Project Aurora is the internal codename for the Kumo Carrier K3"
 NEXT = {"found": BRIDGE_FACT, "next_query": HOP_QUERY}
 # Plain RAG on the bridge page alone: supported, but not the payload asked for.
 PLAIN = "Project Aurora is the internal codename for the Kumo Carrier K3 [1]."
-NO_FLOOR = CorrectivePolicy(max_hops=2, trust_correct_grounded=True, answer_passages=1, hop_passages=1)
-FLOOR = replace(NO_FLOOR, plain_floor=True)
+
+
+def no_floor() -> CorrectivePolicy:
+    return corrective_policy(max_hops=2, trust_correct_grounded=True, answer_passages=1, hop_passages=1)
+
+
+def floor() -> CorrectivePolicy:
+    return replace(no_floor(), plain_floor=True)
+
+
 TRUSTED = ev.Check(critic="useful", outcome="skipped", note=TRUSTED_NOTE)
 # The run up to the hop's evidence: the plain draft right after the first evaluation, then one planned hop.
 FLOOR_AND_HOP = [
@@ -72,10 +81,10 @@ def aurora_script(*answers: str) -> Script:
     )
 
 
-async def run_aurora(aurora: KnowledgeBase, *answers: str, policy: CorrectivePolicy = FLOOR) -> CorrectiveState:
+async def run_aurora(aurora: KnowledgeBase, *answers: str, policy: CorrectivePolicy | None = None) -> CorrectiveState:
     """The two-step question with top_k=1, the generator answering ``answers`` in turn."""
     state, _ = await run_graph(
-        aurora, aurora_script(*answers), query=AURORA_QUESTION, tenant=AURORA, top_k=1, policy=policy
+        aurora, aurora_script(*answers), query=AURORA_QUESTION, tenant=AURORA, top_k=1, policy=policy or floor()
     )
     return state
 
@@ -89,7 +98,7 @@ async def test_an_answer_resting_on_the_hops_evidence_replaces_plain_rags(aurora
     assert state.plain is not None
     assert state.plain.draft.text == PLAIN
     # One call more than without the floor (the plain draft); the trusted answer still skips both critics.
-    without = await run_aurora(aurora, AURORA_ANSWER, policy=NO_FLOOR)
+    without = await run_aurora(aurora, AURORA_ANSWER, policy=no_floor())
     assert without.answer == AURORA_ANSWER
     assert nodes(state) == ["grade_document", "answer_plainly", "plan_hop", "plan_hop", "generate"]
     assert nodes(without) == ["grade_document", "plan_hop", "plan_hop", "generate"]
@@ -132,7 +141,7 @@ async def test_a_run_ending_on_its_budget_returns_plain_rags_answer_not_a_cautio
     # The hop's answer invents its figure, and the call budget ends the run before another round: the plain answer
     # is returned, with the sentence plain RAG's own gate withheld reported, instead of a cautious statement.
     invented = "The Kumo Carrier K3 has a maximum payload of 900 kg [2]."
-    policy = replace(FLOOR, max_llm_calls=5)
+    policy = replace(floor(), max_llm_calls=5)
     plain_with_a_guess = f"{PLAIN} It can probably lift 500 kg [1]."
     state = await run_aurora(aurora, plain_with_a_guess, invented, policy=policy)
 
@@ -161,14 +170,14 @@ async def test_when_plain_rag_abstains_the_later_answer_stands(aurora: Knowledge
 async def test_the_generator_takes_plain_rags_answer_again_on_the_same_passages(knowledge: KnowledgeBase) -> None:
     # The planner finds the first retrieval sufficient: the generator would be handed plain RAG's very passages.
     with_floor, model = await run_graph(
-        knowledge, Script(answers=[K2_ANSWER]), query=K2_QUESTION, top_k=1, policy=FLOOR
+        knowledge, Script(answers=[K2_ANSWER]), query=K2_QUESTION, top_k=1, policy=floor()
     )
     without, _ = await run_graph(
         knowledge,
         Script(answers=[K2_ANSWER]),
         query=K2_QUESTION,
         top_k=1,
-        policy=NO_FLOOR,
+        policy=no_floor(),
     )
 
     assert with_floor.events == [
@@ -227,7 +236,7 @@ async def test_a_draft_the_critic_rejects_is_no_floor(knowledge: KnowledgeBase) 
     # generator takes it again, and rejects it. The regeneration from the same passages is the answer, not the draft.
     translated = "Kumo Carrier K2の最大積載量は150kgです [1]。"
     script = Script(answers=[translated, K2_REGENERATED], grounded=[unsupported(translated), SUPPORTED])
-    policy = replace(FLOOR, trust_correct_grounded=False)
+    policy = replace(floor(), trust_correct_grounded=False)
     state, _ = await run_graph(knowledge, script, query=K2_QUESTION, top_k=1, policy=policy)
 
     assert [e for e in state.events if isinstance(e, ev.Generate)] == [
@@ -248,7 +257,7 @@ async def test_a_draft_the_critic_rejects_is_no_floor(knowledge: KnowledgeBase) 
 
 
 async def test_no_floor_is_drafted_on_a_retrieval_judged_incorrect(knowledge: KnowledgeBase) -> None:
-    state, _ = await run_graph(knowledge, Script(), query=OFF_TOPIC, top_k=1, policy=FLOOR)
+    state, _ = await run_graph(knowledge, Script(), query=OFF_TOPIC, top_k=1, policy=floor())
 
     assert state.verdicts[0] == "incorrect"
     assert state.plain is None
@@ -258,4 +267,9 @@ async def test_no_floor_is_drafted_on_a_retrieval_judged_incorrect(knowledge: Kn
 def test_the_floor_without_passages_of_its_own_fails_the_start() -> None:
     with pytest.raises(ValidationError, match="GATEWAY_ANSWER_PASSAGES"):
         CorrectiveSettings(answer_passages=0)
-    assert CorrectiveSettings(answer_passages=0, plain_floor=False).policy(FLOOR.grounding).answer_passages == 0
+    assert (
+        CorrectiveSettings(answer_passages=0, plain_floor=False)
+        .policy(floor().grounding, use_calibration())
+        .answer_passages
+        == 0
+    )

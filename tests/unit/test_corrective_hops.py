@@ -17,6 +17,7 @@ from pipelines.shared import events as ev
 from pipelines.shared.deps import Passage
 from pipelines.shared.relevance import relevance
 from pipelines.shared.visibility import Visibility
+from tests.calibration_support import corrective_policy
 from tests.unit.corrective_support import (
     AURORA,
     AURORA_ANSWER,
@@ -36,7 +37,10 @@ from tests.unit.corrective_support import (
 HOP_QUERY = "What is the maximum payload of the Kumo Carrier K3?"
 BRIDGE_FACT = "Project Aurora is the internal codename for the Kumo Carrier K3"
 NEXT = {"found": BRIDGE_FACT, "next_query": HOP_QUERY}
-HOPS = CorrectivePolicy(max_hops=2, trust_correct_grounded=True)
+
+
+def hops() -> CorrectivePolicy:
+    return corrective_policy(max_hops=2, trust_correct_grounded=True)
 
 
 def aurora_script(hops: list[dict[str, str]]) -> Script:
@@ -52,10 +56,10 @@ async def test_bridge_question_is_answered_by_one_planned_hop_in_four_calls(auro
         "project-aurora"
     ]  # only the bridge
     [sheet] = await aurora.search(AURORA, HOP_QUERY, 1, visibility=Visibility.everything())
-    assert relevance(HOPS.relevance, HOP_QUERY, sheet.title, sheet.text, sheet.score) >= HOPS.upper  # no grading
+    assert relevance(hops().relevance, HOP_QUERY, sheet.title, sheet.text, sheet.score) >= hops().upper  # no grading
 
     state, model = await run_graph(
-        aurora, aurora_script([NEXT, ENOUGH]), query=AURORA_QUESTION, tenant=AURORA, top_k=1, policy=HOPS
+        aurora, aurora_script([NEXT, ENOUGH]), query=AURORA_QUESTION, tenant=AURORA, top_k=1, policy=hops()
     )
 
     assert state.events == [
@@ -91,12 +95,12 @@ async def test_hops_stop_at_the_bound_and_the_answer_uses_what_was_found(aurora:
     # A planner that always asks for more: after max_hops the pipeline refines and answers.
     endless = [NEXT, {"found": "", "next_query": "Who leads Project Aurora?"}, {"found": "", "next_query": "More?"}]
     state, _ = await run_graph(
-        aurora, aurora_script(endless), query=AURORA_QUESTION, tenant=AURORA, top_k=1, policy=HOPS
+        aurora, aurora_script(endless), query=AURORA_QUESTION, tenant=AURORA, top_k=1, policy=hops()
     )
     planned = [e for e in state.events if isinstance(e, ev.PlanHop)]
     assert [e.hop for e in planned] == [1, 2]
-    assert len([e for e in state.events if isinstance(e, ev.SearchHop)]) == HOPS.max_hops
-    assert state.hops == HOPS.max_hops
+    assert len([e for e in state.events if isinstance(e, ev.SearchHop)]) == hops().max_hops
+    assert state.hops == hops().max_hops
     assert "k3-spec" in doc_ids(state.evidence)
     assert state.stop_reason == "answered"
 
@@ -104,14 +108,14 @@ async def test_hops_stop_at_the_bound_and_the_answer_uses_what_was_found(aurora:
 async def test_planner_repeating_a_searched_query_ends_the_hops(aurora: KnowledgeBase) -> None:
     repeat = {"found": "", "next_query": AURORA_QUESTION}
     state, _ = await run_graph(
-        aurora, aurora_script([repeat]), query=AURORA_QUESTION, tenant=AURORA, top_k=1, policy=HOPS
+        aurora, aurora_script([repeat]), query=AURORA_QUESTION, tenant=AURORA, top_k=1, policy=hops()
     )
     assert [e for e in state.events if isinstance(e, ev.PlanHop)] == [ev.PlanHop(hop=1, done=True)]
     assert not [e for e in state.events if isinstance(e, ev.SearchHop)]
 
 
 async def test_without_trust_the_usefulness_critic_still_judges(aurora: KnowledgeBase) -> None:
-    policy = CorrectivePolicy(max_hops=2, trust_correct_grounded=False)
+    policy = corrective_policy(max_hops=2, trust_correct_grounded=False)
     state, _ = await run_graph(
         aurora, aurora_script([NEXT, ENOUGH]), query=AURORA_QUESTION, tenant=AURORA, top_k=1, policy=policy
     )
@@ -127,7 +131,7 @@ async def test_a_bridge_page_judged_irrelevant_still_plans_the_hop_and_joins_the
     # fact the planner built on, so it becomes evidence: the answer rests on it too.
     script = aurora_script([NEXT, ENOUGH])
     script.grades = {"Kumo Carrier K3 specification": relevant(K3_FACT)}
-    state, model = await run_graph(aurora, script, query=AURORA_QUESTION, tenant=AURORA, top_k=1, policy=HOPS)
+    state, model = await run_graph(aurora, script, query=AURORA_QUESTION, tenant=AURORA, top_k=1, policy=hops())
     assert state.events[:4] == [
         ev.Retrieve(k=1, found=1),
         ev.Evaluate(verdict="incorrect", kept=0, total=1, graded=1),
@@ -149,7 +153,7 @@ async def test_a_planner_naming_no_fact_keeps_the_best_rejected_page_and_its_clo
     # candidate) is the bridge, and its clause sharing most words with the question is the fact for the generator.
     script = aurora_script([{"found": "", "next_query": HOP_QUERY}, ENOUGH])
     script.grades = {"Kumo Carrier K3 specification": relevant(K3_FACT)}
-    state, model = await run_graph(aurora, script, query=AURORA_QUESTION, tenant=AURORA, top_k=1, policy=HOPS)
+    state, model = await run_graph(aurora, script, query=AURORA_QUESTION, tenant=AURORA, top_k=1, policy=hops())
     clause = "Project Aurora is the internal codename for the Kumo Carrier K3"
     assert state.events[2] == ev.PlanHop(hop=1, query=HOP_QUERY, found=clause, bridges=1)
     assert doc_ids(state.evidence) == ["project-aurora", "k3-spec"]
@@ -166,7 +170,7 @@ async def test_a_hop_page_the_planner_read_before_calling_the_evidence_sufficien
     vague = "K3 robot"  # leaves the sheet in the fast scorer's uncertain band, where the grader rejects it
     script = aurora_script([{"found": BRIDGE_FACT, "next_query": vague}, {"found": K3_FACT, "next_query": ""}])
     script.grades = {}
-    state, model = await run_graph(aurora, script, query=AURORA_QUESTION, tenant=AURORA, top_k=1, policy=HOPS)
+    state, model = await run_graph(aurora, script, query=AURORA_QUESTION, tenant=AURORA, top_k=1, policy=hops())
     evaluations = [e for e in state.events if isinstance(e, ev.Evaluate)]
     assert [e.kept for e in evaluations] == [0, 0]
     assert ev.PlanHop(hop=2, query="", done=True, found=K3_FACT, bridges=1) in state.events
@@ -182,7 +186,7 @@ async def test_a_planner_calling_a_rejected_round_sufficient_leads_to_a_rewrite(
     script = aurora_script([ENOUGH])
     script.grades = {"Kumo Carrier K3 specification": relevant(K3_FACT)}
     script.rewrites = [HOP_QUERY]
-    state, _ = await run_graph(aurora, script, query=AURORA_QUESTION, tenant=AURORA, top_k=1, policy=HOPS)
+    state, _ = await run_graph(aurora, script, query=AURORA_QUESTION, tenant=AURORA, top_k=1, policy=hops())
     assert state.events[:6] == [
         ev.Retrieve(k=1, found=1),
         ev.Evaluate(verdict="incorrect", kept=0, total=1, graded=1),
@@ -202,7 +206,7 @@ async def test_after_planned_hops_a_round_judged_incorrect_is_answered_not_rewri
     # first hop found instead of rewriting the question (a rewrite, a search and a grading round more).
     # (The cheaper mode, where the planner's call judges the rounds it reads; the default rewrites.)
     second = {"found": BRIDGE_FACT, "next_query": "Who manufactures the K3's battery cells?"}
-    cheap = CorrectivePolicy(max_hops=2, trust_correct_grounded=True, grade_planned_rounds=False)
+    cheap = corrective_policy(max_hops=2, trust_correct_grounded=True, grade_planned_rounds=False)
     state, _ = await run_graph(
         aurora, aurora_script([NEXT, second]), query=AURORA_QUESTION, tenant=AURORA, top_k=1, policy=cheap
     )
@@ -221,7 +225,7 @@ async def test_without_planning_an_incorrect_round_is_still_rewritten(aurora: Kn
     script = aurora_script([])
     script.grades = {}
     state, _ = await run_graph(
-        aurora, script, query=AURORA_QUESTION, tenant=AURORA, top_k=1, policy=CorrectivePolicy(max_rewrites=1)
+        aurora, script, query=AURORA_QUESTION, tenant=AURORA, top_k=1, policy=corrective_policy(max_rewrites=1)
     )
     assert state.verdicts[0] == "incorrect"
     assert nodes(state)[0] == "grade_document"
@@ -232,7 +236,7 @@ async def test_planner_judges_the_rounds_it_reads_when_planned_rounds_are_not_gr
     # The bridge page is in the fast scorer's uncertain band: graded by the LLM in the first test above. Here the
     # planner's call judges the round it reads: the page is kept undecided (Ambiguous) without a grading call,
     # the hop finds the sheet (relevant on the fast score alone) and the planner finds the evidence sufficient.
-    policy = CorrectivePolicy(max_hops=2, trust_correct_grounded=True, grade_planned_rounds=False)
+    policy = corrective_policy(max_hops=2, trust_correct_grounded=True, grade_planned_rounds=False)
     state, model = await run_graph(
         aurora, aurora_script([NEXT, ENOUGH]), query=AURORA_QUESTION, tenant=AURORA, top_k=1, policy=policy
     )
@@ -251,7 +255,7 @@ async def test_a_round_no_planner_reads_is_still_graded(aurora: KnowledgeBase) -
     # A vague sub-question leaves the sheet in the fast scorer's uncertain band (probed first).
     vague = "K3 robot"
     [_, sheet] = await aurora.search(AURORA, vague, 2, visibility=Visibility.everything())
-    policy = CorrectivePolicy(max_hops=1, trust_correct_grounded=True, grade_planned_rounds=False)
+    policy = corrective_policy(max_hops=1, trust_correct_grounded=True, grade_planned_rounds=False)
     assert policy.lower <= relevance(policy.relevance, vague, sheet.title, sheet.text, sheet.score) < policy.upper
     script = aurora_script([{"found": BRIDGE_FACT, "next_query": vague}])
     state, model = await run_graph(aurora, script, query=AURORA_QUESTION, tenant=AURORA, top_k=1, policy=policy)
@@ -273,7 +277,7 @@ async def test_an_answer_on_evidence_the_planner_found_sufficient_can_skip_the_u
     vague = {"found": BRIDGE_FACT, "next_query": "K3 robot"}
     runs = {}
     for trust in (True, False):
-        policy = CorrectivePolicy(
+        policy = corrective_policy(
             max_hops=2, trust_correct_grounded=True, grade_planned_rounds=False, trust_planner_sufficient=trust
         )
         runs[trust], _ = await run_graph(
@@ -334,7 +338,7 @@ def test_the_bridge_fact_is_the_row_the_question_means() -> None:
 async def test_a_bounded_context_starts_with_plain_rags_top_k_whatever_the_fast_scorer_kept(
     aurora: KnowledgeBase, answer_passages: int, context: list[str]
 ) -> None:
-    policy = CorrectivePolicy(
+    policy = corrective_policy(
         max_hops=2,
         trust_correct_grounded=True,
         grade_planned_rounds=False,

@@ -21,6 +21,7 @@ from pipelines.corrective.prompts import EMPTY_ANSWER_NOTE, EMPTY_ANSWER_NOTE_JA
 from pipelines.shared import events as ev
 from pipelines.shared.deps import Passage
 from pipelines.shared.prompts import ANSWER_CUE_JA
+from tests.calibration_support import corrective_policy
 from tests.unit.corrective_support import (
     SUPPORTED_CHECK,
     Script,
@@ -41,7 +42,10 @@ TASKNOTE_DOCS = [
 ]
 QUESTION = "電話サポートを受けられるプランの料金は、1ユーザーあたり月額いくらですか？"
 HOP_QUERY = "ビジネスプランの料金は月額いくらですか？"
-POLICY = CorrectivePolicy(max_hops=1, max_rewrites=0, trust_correct_grounded=True)
+
+
+def hop_policy() -> CorrectivePolicy:
+    return corrective_policy(max_hops=1, max_rewrites=0, trust_correct_grounded=True)
 
 
 @pytest.fixture
@@ -62,7 +66,9 @@ def script(*answers: str) -> Script:
 async def test_a_japanese_answer_of_a_number_is_checked_against_the_passages_without_the_critic(
     tasknote: KnowledgeBase,
 ) -> None:
-    state, model = await run_graph(tasknote, script("1,800円 [1]"), query=QUESTION, policy=POLICY, tenant=TASKNOTE)
+    state, model = await run_graph(
+        tasknote, script("1,800円 [1]"), query=QUESTION, policy=hop_policy(), tenant=TASKNOTE
+    )
 
     assert state.stop_reason == "answered"
     assert state.answer == "1,800円 [1]"
@@ -71,7 +77,7 @@ async def test_a_japanese_answer_of_a_number_is_checked_against_the_passages_wit
 
 
 async def test_the_hop_planner_is_told_to_write_in_japanese(tasknote: KnowledgeBase) -> None:
-    _, model = await run_graph(tasknote, script("1,800円 [1]"), query=QUESTION, policy=POLICY, tenant=TASKNOTE)
+    _, model = await run_graph(tasknote, script("1,800円 [1]"), query=QUESTION, policy=hop_policy(), tenant=TASKNOTE)
 
     planner_system = [str(m[0].content) for m, kwargs in model.calls if kind((m, kwargs)) == "NextHop"]
     assert planner_system
@@ -80,7 +86,7 @@ async def test_the_hop_planner_is_told_to_write_in_japanese(tasknote: KnowledgeB
 
 async def test_an_answer_of_citations_alone_is_asked_again_in_japanese(tasknote: KnowledgeBase) -> None:
     answers = script("[1] [2]", "ビジネスプランは月額1,800円です [1]。")
-    state, model = await run_graph(tasknote, answers, query=QUESTION, policy=POLICY, tenant=TASKNOTE)
+    state, model = await run_graph(tasknote, answers, query=QUESTION, policy=hop_policy(), tenant=TASKNOTE)
 
     generations = [messages for messages, kwargs in model.calls if kind((messages, kwargs)) == "generate"]
     assert len(generations) == 2
@@ -94,7 +100,7 @@ async def test_an_answer_of_citations_alone_is_asked_again_in_japanese(tasknote:
 
 async def test_the_rewriter_is_told_to_write_in_japanese(tasknote: KnowledgeBase) -> None:
     # No planning and a doubted answer: the rewrite is the only way to a new round.
-    policy = CorrectivePolicy(max_rewrites=1)
+    policy = corrective_policy(max_rewrites=1)
     japanese = Script(answers=["月額2,400円です [1]。"], grounded=[{"unsupported_claims": ["月額2,400円"]}])
     _, model = await run_graph(tasknote, japanese, query=QUESTION, policy=policy, tenant=TASKNOTE)
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from gateway.providers.embeddings import USEEmbeddings
-from pipelines.corrective.policy import CorrectivePolicy
 from pipelines.corrective.refine import MIN_KEPT, EmbedTexts, bounded_context, refine_evidence
 from pipelines.shared.deps import Passage
+from tests.calibration_support import corrective_policy
 
 BIO = Passage(
     chunk_id="nolan#0",
@@ -44,21 +44,21 @@ SOUNDTRACK = Passage(
 
 
 async def test_passages_with_a_strip_above_the_threshold_reach_the_generator_whole(embed: EmbedTexts) -> None:
-    policy = CorrectivePolicy(strip_threshold=0.5, max_strips=1)
+    policy = corrective_policy(strip_threshold=0.5, max_strips=1)
     [refined] = await refine_evidence(embed, policy, QUESTION, [SOUNDTRACK, BIO])
     assert (refined.chunk_id, refined.doc_id, refined.text) == ("nolan#0", "nolan", BIO.text)
     assert refined.score > 0.5  # the best strip's score, not the retrieval's
 
 
 async def test_kept_passages_are_ordered_by_their_best_strip(embed: EmbedTexts) -> None:
-    refined = await refine_evidence(embed, CorrectivePolicy(strip_threshold=0.0), QUESTION, [SOUNDTRACK, BIO])
+    refined = await refine_evidence(embed, corrective_policy(strip_threshold=0.0), QUESTION, [SOUNDTRACK, BIO])
     assert [p.doc_id for p in refined] == ["nolan", "zimmer"]
     assert [p.text for p in refined] == [BIO.text, SOUNDTRACK.text]
     assert refined[0].score > refined[1].score
 
 
 async def test_nothing_to_refine_gives_nothing(embed: EmbedTexts) -> None:
-    assert await refine_evidence(embed, CorrectivePolicy(), QUESTION, []) == []
+    assert await refine_evidence(embed, corrective_policy(), QUESTION, []) == []
 
 
 BIRTH = Passage(
@@ -74,7 +74,7 @@ BRIDGE_QUESTION = "Where was the director of the film Inception born?"
 async def test_a_confirmed_second_hop_keeps_its_best_strip_and_follow_ups_score_strips(
     embed: EmbedTexts,
 ) -> None:
-    strict = CorrectivePolicy(strip_threshold=0.9, max_strips=1)
+    strict = corrective_policy(strip_threshold=0.9, max_strips=1)
     unconfirmed = await refine_evidence(embed, strict, BRIDGE_QUESTION, [BIO, BIRTH])
     # Nothing reaches the threshold: only the MIN_KEPT best strips survive, here both from the film's passage.
     assert MIN_KEPT == 2
@@ -86,9 +86,9 @@ async def test_a_confirmed_second_hop_keeps_its_best_strip_and_follow_ups_score_
 
     # A strip's score is its best against the question and the follow-up queries.
     follow_up = "Where was Christopher Nolan born?"
-    alone = await refine_evidence(embed, CorrectivePolicy(strip_threshold=0.0), BRIDGE_QUESTION, [BIRTH])
+    alone = await refine_evidence(embed, corrective_policy(strip_threshold=0.0), BRIDGE_QUESTION, [BIRTH])
     helped = await refine_evidence(
-        embed, CorrectivePolicy(strip_threshold=0.0), BRIDGE_QUESTION, [BIRTH], follow_ups=[follow_up]
+        embed, corrective_policy(strip_threshold=0.0), BRIDGE_QUESTION, [BIRTH], follow_ups=[follow_up]
     )
     assert helped[0].score > alone[0].score
 

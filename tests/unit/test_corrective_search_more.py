@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gateway.knowledge.service import KnowledgeBase
-from pipelines.corrective.policy import CorrectivePolicy
 from pipelines.corrective.rewrite import expanded_query
 from pipelines.shared.deps import Passage
 from pipelines.shared.events import Evaluate, Generate, Refine, Retrieve, Rewrite, SearchMore, Withhold
 from pipelines.shared.relevance import relevance
 from pipelines.shared.visibility import Visibility
+from tests.calibration_support import corrective_policy
 from tests.unit.corrective_support import (
     ANSWERED,
     AURORA,
@@ -35,7 +35,7 @@ from tests.unit.corrective_support import (
 
 
 async def test_first_retrieval_misses_and_the_follow_up_search_recovers_the_second_hop(aurora: KnowledgeBase) -> None:
-    policy = CorrectivePolicy()
+    policy = corrective_policy()
     # Round 1 (top_k=1) retrieves the bridge alone; it is in the band and the grader rejects it (it names the
     # robot, not its payload), so the round is Incorrect and its document discarded.
     (bridge,) = await aurora.search(AURORA, AURORA_QUESTION, 1, visibility=Visibility.everything())
@@ -160,7 +160,7 @@ async def test_search_more_merges_both_searches_best_first_without_known_chunks(
     expansion_results = [canned("xenon", 0.7), canned("zinc", 0.6), canned("wolfram", 0.1)]
     search = CannedSearch({"Sistine Chapel painter": rewrite_results}, expansion_results)
     script = Script(rewrites=["Sistine Chapel painter"])
-    policy = CorrectivePolicy(max_rewrites=1)
+    policy = corrective_policy(max_rewrites=1)
 
     state, _ = await run_graph(knowledge, script, query=OFF_TOPIC, policy=policy, top_k=2, search=search)
 

@@ -6,6 +6,7 @@ from gateway.curation.gaps import cluster
 from gateway.curation.models import AnswerRecord
 from gateway.providers.embeddings import USEEmbeddings
 from gateway.settings import CurationSettings
+from routes.calibration import Calibration
 
 QUESTIONS = [
     "現在の本社オフィスの住所を教えてください。",
@@ -35,10 +36,12 @@ def _record(n: int, question: str, vector: list[float]) -> AnswerRecord:
     )
 
 
-def test_paraphrases_form_one_gap_named_after_its_first_question(embeddings: USEEmbeddings) -> None:
+def test_paraphrases_form_one_gap_named_after_its_first_question(
+    embeddings: USEEmbeddings, calibration: Calibration
+) -> None:
     vectors = embeddings.embed_documents(QUESTIONS)
     records = [_record(n, q, v) for n, (q, v) in enumerate(zip(QUESTIONS, vectors, strict=True))]
-    gaps = cluster(records, threshold=CurationSettings().cluster_similarity)
+    gaps = cluster(records, threshold=CurationSettings().gap_threshold(calibration))
     assert [[r.id for r in gap.records] for gap in gaps] == [["r0", "r2"], ["r1", "r3"], ["r4"], ["r5"]]
     assert [gap.id for gap in gaps] == ["gap_r0", "gap_r1", "gap_r4", "gap_r5"]
     assert cluster(records, threshold=1.0)[0].records == [records[0]]  # nothing joins at a cosine of 1

@@ -14,6 +14,7 @@ from tests.eval_run_support import abandoned_runs_are_stored_failed, eval_run_st
 from tests.migration_race_support import replicas_migrate_together
 from tests.named_rule_support import named_documents_rule_across_the_migration
 from tests.route_version_support import router_versions_across_the_migration
+from tests.who_asked_support import who_asked_across_the_migration
 
 
 def test_the_migrate_command_brings_a_database_to_head(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -34,8 +35,9 @@ def test_the_migrate_command_brings_a_database_to_head(tmp_path: Path, monkeypat
         "assistant_profiles",
         "curation_route_outcomes",
         "route_calibrations",
+        "curation_eval_suites",
     }
-    assert version == "0007"
+    assert version == "0008"
     assert main(["upgrade"]) == 2
 
 
@@ -55,6 +57,10 @@ async def test_eval_runs_are_stored_running_then_as_they_ended_across_the_migrat
 
 async def test_the_named_documents_rule_is_recorded_and_calibrated_across_the_migration(tmp_path: Path) -> None:
     await named_documents_rule_across_the_migration(f"sqlite+aiosqlite:///{tmp_path}/curation.db")
+
+
+async def test_who_asked_is_recorded_and_rows_from_before_read_as_tenant_open(tmp_path: Path) -> None:
+    await who_asked_across_the_migration(f"sqlite+aiosqlite:///{tmp_path}/curation.db")
 
 
 async def test_runs_a_stopped_process_left_running_are_stored_failed(tmp_path: Path) -> None:

@@ -28,11 +28,12 @@ from gateway.providers.embeddings import USEEmbeddings
 from gateway.providers.vectorstores.base import ChunkRecord
 from gateway.providers.vectorstores.memory import InMemoryVectorStore
 from gateway.query.schemas import QueryResponse
-from pipelines.corrective.policy import CorrectivePolicy
 from pipelines.shared import events as ev
 from pipelines.shared.deps import Passage
 from pipelines.shared.visibility import TENANT_OPEN, UNSET, Visibility
+from routes.calibration import Calibration
 from routes.probe import ProbeFirstRetriever, probe_of
+from tests.calibration_support import corrective_policy
 from tests.scripted import CountedCompute
 from tests.unit.corrective_support import (
     AURORA,
@@ -220,7 +221,7 @@ async def test_multi_hop_hops_and_search_more_search_the_readers_documents(
         query=AURORA_QUESTION,
         tenant=AURORA,
         top_k=2,
-        policy=CorrectivePolicy(max_hops=2),
+        policy=corrective_policy(max_hops=2),
         search=search,
         visibility=reader,
     )
@@ -338,8 +339,10 @@ async def test_the_exact_cache_and_its_flights_are_per_reader() -> None:
     assert sorted(o.source for o in outcomes) == ["coalesced", "coalesced", "computed", "computed"]
 
 
-async def test_a_paraphrase_is_served_only_to_the_reader_it_was_answered_for(embeddings: USEEmbeddings) -> None:
-    cache = SemanticCache(MemoryBackend(), embeddings, prefix="t")
+async def test_a_paraphrase_is_served_only_to_the_reader_it_was_answered_for(
+    embeddings: USEEmbeddings, calibration: Calibration
+) -> None:
+    cache = SemanticCache(MemoryBackend(), embeddings, prefix="t", threshold=calibration.semantic_threshold)
     await cache.store(TENANT, 1, FREEZE, None, b"hr's answer", visibility=HR)
     paraphrase = "When does Project Falcon's deploy freeze begin?"
     hit = await cache.lookup(TENANT, 1, paraphrase, visibility=HR)

@@ -33,8 +33,9 @@ from gateway.access.identity import (
 )
 from gateway.access.keys import ANONYMOUS, Principal
 from gateway.errors import ClientError, PermissionDeniedError, ProviderUnavailableError, UserTokenError
+from gateway.knowledge.permissions import InvalidAccessError, document_tags
 from gateway.settings import ApiKeyConfig, IdentitySettings
-from pipelines.shared.visibility import TENANT_OPEN, UNSET, Visibility
+from pipelines.shared.visibility import TENANT_OPEN, UNSET, Visibility, is_group_name
 from tests.fakes.identity_provider import (
     AUDIENCE,
     ISSUER,
@@ -189,6 +190,9 @@ async def test_no_groups_claim_reads_what_is_open_to_the_tenant(verifying: Verif
     assert one.groups == {"finance"}
     reserved = await verifying.identity.reader(CHATBOT, with_token(token(first, groups=["*", "~", "staff"])))
     assert reserved.groups == {"staff"}  # the reserved tags cannot be claimed
+    # Nor groups no document's access could name: they would grant nothing.
+    unnamed = await verifying.identity.reader(CHATBOT, with_token(token(first, groups=["Team A", "/eng", "staff"])))
+    assert unnamed.groups == {"staff"}
     await refused(verifying.identity, token(first, groups=[{"name": "staff"}]), "list of group names")
 
 
@@ -293,6 +297,8 @@ async def test_user_headers_from_an_untrusted_key_are_403(
         ({USER_HEADER: "x" * 257}, "bad_user"),
         ({USER_HEADER: "carol", GROUPS_HEADER: "staff,*"}, "bad_groups"),
         ({USER_HEADER: "carol", GROUPS_HEADER: "~unset"}, "bad_groups"),
+        ({USER_HEADER: "carol", GROUPS_HEADER: "staff,team@corp"}, "bad_groups"),
+        ({USER_HEADER: "carol", GROUPS_HEADER: "g" * 65}, "bad_groups"),
         ({USER_HEADER: "carol", TOKEN_HEADER: "a.b.c"}, "user_named_twice"),
     ],
 )
@@ -366,3 +372,19 @@ def test_the_reader_goes_on_the_request_span() -> None:
         "gateway.reader.source": "none",
         "gateway.reader.visibility": Visibility.tenant_only(unset_open=True).key(),
     }
+
+
+@pytest.mark.parametrize(
+    "name", ["hr", "eng/platform", "team:sre", "a.b-c_d", "g" * 64, "*", "~", "~x", "Team A", "/eng", "", "g" * 65]
+)
+def test_a_reader_may_be_in_exactly_the_groups_a_document_can_name(name: str) -> None:
+    """One rule for both sides: a user's group that no document's access could name would grant nothing, and a
+    document's group no user could be in would be readable by nobody but an admin."""
+    try:
+        document_tags([name])
+        nameable = True
+    except InvalidAccessError:
+        nameable = False
+    assert is_group_name(name) is nameable
+    # A reader's visibility gains the group exactly when a document could name it.
+    assert (Visibility.of([name], unset_open=False) != Visibility.tenant_only(unset_open=False)) is nameable

@@ -17,13 +17,13 @@ from gateway.eval.metrics import answer_in_prediction, f1_score, normalize_answe
 from gateway.knowledge.service import KnowledgeBase, NewDocument
 from gateway.providers.embeddings import USEEmbeddings
 from pipelines.corrective.evaluator import evaluate_passages
-from pipelines.corrective.policy import CorrectivePolicy
 from pipelines.shared import events as ev
 from pipelines.shared.citations import states_nothing
 from pipelines.shared.relevance import QueryScorer, fast_verdict
 from pipelines.shared.support import lexical_support
 from pipelines.shared.visibility import Visibility
 from routes.written_kb import load_written_kb
+from tests.calibration_support import corrective_policy
 from tests.unit.corrective_support import Script, make_knowledge, make_llm, run_graph
 
 MANUAL = "saas-ja"
@@ -42,7 +42,7 @@ async def manual(embeddings: USEEmbeddings) -> KnowledgeBase:
 async def test_failed_payment_question_finds_its_passage_correct_and_its_distractors_not(
     manual: KnowledgeBase,
 ) -> None:
-    policy = CorrectivePolicy()
+    policy = corrective_policy()
     found = await manual.search(MANUAL, FAILED_PAYMENT, 8, visibility=Visibility.everything())
     assert found[0].doc_id == "ja-payment-failure"  # the top hit by cosine, as in the issue
     scorer = QueryScorer.of(policy.relevance, FAILED_PAYMENT)
@@ -56,7 +56,7 @@ async def test_failed_payment_question_finds_its_passage_correct_and_its_distrac
 async def test_mid_month_cancellation_prefers_the_cancellation_passage_over_plan_change(
     manual: KnowledgeBase,
 ) -> None:
-    policy = CorrectivePolicy()
+    policy = corrective_policy()
     found = await manual.search(MANUAL, MID_MONTH_CANCEL, 8, visibility=Visibility.everything())
     scorer = QueryScorer.of(policy.relevance, MID_MONTH_CANCEL)
     scores = {p.doc_id: scorer.score(p.title, p.text, p.score) for p in found}
@@ -68,7 +68,7 @@ async def test_mid_month_cancellation_prefers_the_cancellation_passage_over_plan
 async def test_evaluator_keeps_the_failed_payment_passage_without_asking_the_model(manual: KnowledgeBase) -> None:
     found = await manual.search(MANUAL, FAILED_PAYMENT, 8, visibility=Visibility.everything())
     llm, _ = make_llm(Script())  # every grade "not relevant": only the fast scorer can keep a passage
-    result = await evaluate_passages(llm, CorrectivePolicy(), FAILED_PAYMENT, found, calls_left=4)
+    result = await evaluate_passages(llm, corrective_policy(), FAILED_PAYMENT, found, calls_left=4)
     assert result.verdict == "correct"
     assert "ja-payment-failure" in [p.doc_id for p in result.confirmed]
 

@@ -16,11 +16,11 @@ from pipelines.corrective.evaluator import evaluate_passages
 from pipelines.corrective.policy import CorrectivePolicy
 from pipelines.shared.deps import Passage
 from pipelines.shared.events import Evaluate
-from pipelines.shared.generation import GroundingPolicy
-from pipelines.shared.judge import JudgeModel, judge_round, round_features
-from pipelines.shared.relevance import QueryScorer, RelevanceModel
+from pipelines.shared.judge import judge_round, round_features
+from pipelines.shared.relevance import QueryScorer
 from pipelines.shared.visibility import Visibility
 from routes.written_kb import load_written_kb
+from tests.calibration_support import corrective_policy, grounding_policy, use_calibration
 from tests.unit.corrective_support import (
     CANTEEN_QUESTION,
     OFF_TOPIC,
@@ -33,7 +33,11 @@ from tests.unit.corrective_support import (
     run_graph,
 )
 
-JUDGED = CorrectivePolicy(judge=JudgeModel())
+
+def judged_policy() -> CorrectivePolicy:
+    return corrective_policy(judge=use_calibration().judge)
+
+
 MANUAL = "saas-ja"
 MID_MONTH_CANCEL = "月の途中で解約すると日割りになりますか？"
 
@@ -47,12 +51,12 @@ async def test_the_one_page_that_answers_is_confirmed_without_the_grader(knowled
     other things, it is the only one holding what the question asks, and the judge confirms it."""
     found = await knowledge.search(TENANT, CANTEEN_QUESTION, 5, visibility=Visibility.everything())
     llm, model = make_llm(Script())  # every grade "not relevant": only the first stage can confirm a page
-    per_passage = await evaluate_passages(llm, CorrectivePolicy(), CANTEEN_QUESTION, found, calls_left=4)
+    per_passage = await evaluate_passages(llm, corrective_policy(), CANTEEN_QUESTION, found, calls_left=4)
     assert per_passage.graded == 1
     assert graded_titles(model) == ["Staff canteen"]
 
     llm, model = make_llm(Script())
-    judged = await evaluate_passages(llm, JUDGED, CANTEEN_QUESTION, found, calls_left=4)
+    judged = await evaluate_passages(llm, judged_policy(), CANTEEN_QUESTION, found, calls_left=4)
     assert judged.verdict == "correct"
     assert doc_ids(judged.confirmed) == ["canteen"]
     assert judged.graded == 0
@@ -64,11 +68,11 @@ async def test_a_round_where_nothing_answers_is_incorrect_whatever_its_best(know
     best = max(round_features(OFF_TOPIC, found), key=lambda f: f["cosine"])
     assert best["cosine_margin"] > 0  # the best page leads the round, on nothing
     llm, model = make_llm(Script())
-    result = await evaluate_passages(llm, JUDGED, OFF_TOPIC, found, calls_left=4)
+    result = await evaluate_passages(llm, judged_policy(), OFF_TOPIC, found, calls_left=4)
     assert result.verdict == "incorrect"
     assert result.kept == []
     assert model.calls == []
-    assert max(result.fast_scores) < JUDGED.lower
+    assert max(result.fast_scores) < judged_policy().lower
 
 
 async def test_a_follow_up_round_is_scored_passage_by_passage(knowledge: KnowledgeBase) -> None:
@@ -76,17 +80,17 @@ async def test_a_follow_up_round_is_scored_passage_by_passage(knowledge: Knowled
     found = await knowledge.search(TENANT, CANTEEN_QUESTION, 5, visibility=Visibility.everything())
     rewrite = "staff canteen opening hours"
     llm, _ = make_llm(Script())
-    judged = await evaluate_passages(llm, JUDGED, CANTEEN_QUESTION, found, calls_left=0, scoring_query=rewrite)
+    judged = await evaluate_passages(llm, judged_policy(), CANTEEN_QUESTION, found, calls_left=0, scoring_query=rewrite)
     llm, _ = make_llm(Script())
     alone = await evaluate_passages(
-        llm, CorrectivePolicy(), CANTEEN_QUESTION, found, calls_left=0, scoring_query=rewrite
+        llm, corrective_policy(), CANTEEN_QUESTION, found, calls_left=0, scoring_query=rewrite
     )
     assert judged.fast_scores == alone.fast_scores
-    assert judged.fast_scores != judge_round(JudgeModel(), CANTEEN_QUESTION, found)
+    assert judged.fast_scores != judge_round(use_calibration().judge, CANTEEN_QUESTION, found)
 
 
 async def test_the_corrective_graph_runs_on_the_judge(knowledge: KnowledgeBase) -> None:
-    state, model = await run_graph(knowledge, Script(), query=CANTEEN_QUESTION, policy=JUDGED)
+    state, model = await run_graph(knowledge, Script(), query=CANTEEN_QUESTION, policy=judged_policy())
     assert state.events[1] == Evaluate(verdict="correct", kept=1, total=5, graded=0)
     assert "Staff canteen" not in graded_titles(model)
     assert doc_ids(state.evidence) == ["canteen"]
@@ -103,7 +107,7 @@ def test_a_term_only_one_page_holds_weighs_more_than_terms_every_page_has() -> N
     assert gap["distinctive"] > gap["overlap"] > 0
     assert features[0]["distinctive_margin"] > 0 > features[1]["distinctive_margin"]
     assert features[0]["cosine_margin"] == features[1]["cosine_margin"] == 0.0
-    scores = judge_round(JudgeModel(), question, [cancel, change])
+    scores = judge_round(use_calibration().judge, question, [cancel, change])
     assert scores[0] > scores[1]
 
 
@@ -112,12 +116,12 @@ K2 = passage("k2", "Kumo Carrier K2", "The Kumo Carrier K2 has a maximum payload
 
 
 def fast(question: str, p: Passage) -> float:
-    return QueryScorer.of(RelevanceModel(), question).score(p.title, p.text, p.score)
+    return QueryScorer.of(use_calibration().relevance, question).score(p.title, p.text, p.score)
 
 
 def test_with_nothing_to_compare_the_fast_scorer_scores() -> None:
     """A lone passage (no round: the fit never saw one) and a question without content words."""
-    model = JudgeModel()
+    model = use_calibration().judge
     assert judge_round(model, K2_QUESTION, [K2]) == [fast(K2_QUESTION, K2)]
     vpn = passage("vpn", "VPN policy", "The VPN policy was last updated on 1 February 2024.", 0.3)
     assert judge_round(model, "?", [K2, vpn]) == [fast("?", K2), fast("?", vpn)]
@@ -127,7 +131,7 @@ def test_with_nothing_to_compare_the_fast_scorer_scores() -> None:
 
 def test_a_passage_in_the_other_script_is_left_out_of_the_round() -> None:
     """Scored on its cosine; the round of the question's script is judged as if it were not there."""
-    model = JudgeModel()
+    model = use_calibration().judge
     cancel = passage(
         "cancel", "解約について", "月の途中で解約しても、その月の料金は日割りにならず全額請求される。", 0.6
     )
@@ -149,18 +153,19 @@ async def test_japanese_neighbouring_page_leaves_the_grader_out(manual: Knowledg
     are added, mid-month) to the grader; the judge sees the round's only cancellation page and drops it unasked."""
     found = await manual.search(MANUAL, MID_MONTH_CANCEL, 8, visibility=Visibility.everything())
     llm, model = make_llm(Script())
-    await evaluate_passages(llm, CorrectivePolicy(), MID_MONTH_CANCEL, found, calls_left=4)
+    await evaluate_passages(llm, corrective_policy(), MID_MONTH_CANCEL, found, calls_left=4)
     seats = next(p.title for p in found if p.doc_id == "ja-seats")
     assert graded_titles(model) == [seats]
     llm, model = make_llm(Script())
-    judged = await evaluate_passages(llm, JUDGED, MID_MONTH_CANCEL, found, calls_left=4)
+    judged = await evaluate_passages(llm, judged_policy(), MID_MONTH_CANCEL, found, calls_left=4)
     assert judged.verdict == "correct"
     assert doc_ids(judged.kept) == ["ja-cancellation"]
     assert model.calls == []
 
 
 def test_the_service_turns_the_judge_on_and_a_setting_turns_it_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    grounding = GroundingPolicy()
-    assert CorrectiveSettings().policy(grounding).judge == JudgeModel()
+    grounding = grounding_policy()
+    calibration = use_calibration()
+    assert CorrectiveSettings().policy(grounding, calibration).judge == calibration.judge
     monkeypatch.setenv("GATEWAY_EVALUATOR_JUDGE", "false")
-    assert CorrectiveSettings().policy(grounding).judge is None
+    assert CorrectiveSettings().policy(grounding, calibration).judge is None

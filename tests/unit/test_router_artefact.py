@@ -1,4 +1,5 @@
-"""The image-build step that trains the router: it writes the artefacts the app looks up at start-up."""
+"""The image-build step that trains the router and fits the calibration: it writes the artefacts the app looks up at
+start-up."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ from pathlib import Path
 import pytest
 from langchain_core.embeddings import DeterministicFakeEmbedding
 
+from gateway.query.calibration import calibration_path
 from gateway.query.router_artefact import build_artefact
 from gateway.settings import Settings
 from routes import knowledge_router
+from routes.calibration.artefact import load
 from routes.corpus import all_cases
 from routes.knowledge_router import artefact_path
 from routes.logistic_router import LogisticModel
@@ -21,7 +24,9 @@ def test_build_artefact_writes_what_start_up_loads(tmp_path: Path) -> None:
 
     directory, chunking, embedder = settings.router_artefact.cache_dir, "c700o100", settings.embeddings.fingerprint()
     expected = [artefact_path(directory, all_cases(), embedder, chunking, s) for s in ("retrieve", "spread")]
-    assert paths == expected
+    # The calibration is fitted beside the router, for the same embedder.
+    assert paths == [*expected, calibration_path(settings)]
+    assert load(paths[2])[0].fingerprint == embedder
     assert sorted(LogisticModel.load(paths[0]).classes) == ["direct", "single_hop"]
     assert sorted(LogisticModel.load(paths[1]).classes) == ["multi_hop", "single_hop"]
 
@@ -32,11 +37,13 @@ def test_build_artefact_writes_what_start_up_loads(tmp_path: Path) -> None:
 
 
 def test_other_chunking_is_another_artefact(tmp_path: Path) -> None:
-    """Training probes chunk the tenants like ingestion does: other chunking, other signals."""
+    """Training probes chunk the tenants like ingestion does: other chunking, other signals. The calibration reads
+    whole pages, not chunks: one embedder, one calibration, whatever the chunking."""
     settings = Settings().replace(router_artefact={"cache_dir": tmp_path / "router"}, embeddings={"model": "fake-64"})
-    default = build_artefact(settings, DeterministicFakeEmbedding(size=64))
-    other = build_artefact(settings.replace(chunking={"size": 300}), DeterministicFakeEmbedding(size=64))
+    *default, calibration = build_artefact(settings, DeterministicFakeEmbedding(size=64))
+    *other, same = build_artefact(settings.replace(chunking={"size": 300}), DeterministicFakeEmbedding(size=64))
     assert set(default).isdisjoint(other)
+    assert same == calibration
 
 
 def test_an_embedder_with_other_vectors_is_another_artefact(tmp_path: Path) -> None:
@@ -49,7 +56,7 @@ def test_an_embedder_with_other_vectors_is_another_artefact(tmp_path: Path) -> N
     served = settings.replace(embeddings={"provider": "openai"})
     others = [build_artefact(other, DeterministicFakeEmbedding(size=64)) for other in (prefixed, typed, served)]
     names = {path.name for paths in [default, *others] for path in paths}
-    assert len(names) == 8  # two stages each, none shared
+    assert len(names) == 12  # two router stages and the calibration each, none shared
     # What changes no vector shares the artefact.
     assert build_artefact(settings.replace(embeddings={"threads": 2}), DeterministicFakeEmbedding(size=64)) == default
 

@@ -9,9 +9,9 @@ import pytest
 from gateway.settings import GroundingSettings
 from pipelines.shared.deps import Passage
 from pipelines.shared.events import Withhold
-from pipelines.shared.generation import GroundingPolicy
 from pipelines.shared.prompts import NOT_IN_CONTEXT
 from pipelines.shared.sentence_gate import RoundCheck, SentenceGate
+from tests.calibration_support import grounding_policy, use_calibration
 
 EVIDENCE = [
     "The Kumo Carrier K9 is a delivery robot built by Kumo Robotics in Osaka. It carries loads of up to 40 kg.",
@@ -102,7 +102,7 @@ TSUYU_INVENTED = "ただし、梅雨前線が停滞したまま立秋を過ぎ�
 
 
 def checked_gate(evidence: list[str], question: str, below: float = 0.4) -> SentenceGate:
-    check = RoundCheck.over(below, ["梅雨" for _ in evidence], evidence)
+    check = RoundCheck.over(below, ["梅雨" for _ in evidence], evidence, use_calibration().judge)
     return SentenceGate(question, evidence, passages=len(evidence), min_support=0.5, check=check)
 
 
@@ -131,36 +131,36 @@ def test_the_round_check_passes_grounded_sentences_and_bare_values() -> None:
         EVIDENCE,
         passages=2,
         min_support=0.5,
-        check=RoundCheck.over(0.4, ("Kumo Carrier K9", "Battery"), EVIDENCE),
+        check=RoundCheck.over(0.4, ("Kumo Carrier K9", "Battery"), EVIDENCE, use_calibration().judge),
     )
     grounded = "The K9 is a delivery robot built in Osaka [1]. It carries loads of up to 40 kg [1]."
     assert "".join([*english.feed(grounded), *english.close()]) == grounded
 
 
 def test_the_round_checks_threshold_decides() -> None:
-    check = RoundCheck.over(0.4, ("梅雨", "梅雨"), TSUYU)
+    check = RoundCheck.over(0.4, ("梅雨", "梅雨"), TSUYU, use_calibration().judge)
     score = check.score(TSUYU_INVENTED)
     assert 0.0 < score < 0.4
-    assert RoundCheck.over(score, ("梅雨", "梅雨"), TSUYU).passes(TSUYU_INVENTED)
+    assert RoundCheck.over(score, ("梅雨", "梅雨"), TSUYU, use_calibration().judge).passes(TSUYU_INVENTED)
     assert not check.passes(TSUYU_INVENTED)
 
 
 def test_the_round_check_is_off_by_default_and_a_threshold_turns_it_on() -> None:
     passages = [Passage("c1", "d1", "梅雨", TSUYU[0], 0.5), Passage("c2", "d2", "梅雨", TSUYU[1], 0.5)]
-    assert GroundingSettings().policy().check(passages) is None
-    check = GroundingSettings(sentence_judge_below=0.4).policy().check(passages)
+    assert GroundingSettings().policy(use_calibration()).check(passages) is None
+    check = GroundingSettings(sentence_judge_below=0.4).policy(use_calibration()).check(passages)
     assert check is not None
     assert (check.below, tuple(p.title for p in check.cjk)) == (0.4, ("梅雨", "梅雨"))
-    assert GroundingPolicy().check(passages) is None
+    assert grounding_policy().check(passages) is None
 
 
 def test_the_round_check_has_nothing_to_read_without_a_round_or_a_claim_in_the_sentences_script() -> None:
-    check = RoundCheck.over(0.4, ("梅雨",), TSUYU[:1])
+    check = RoundCheck.over(0.4, ("梅雨",), TSUYU[:1], use_calibration().judge)
     assert check.score(TSUYU_INVENTED) == 1.0  # a lone passage
-    mixed = RoundCheck.over(0.4, ("梅雨", "K9"), [TSUYU[0], EVIDENCE[0]])
+    mixed = RoundCheck.over(0.4, ("梅雨", "K9"), [TSUYU[0], EVIDENCE[0]], use_calibration().judge)
     # A passage in the other script cannot match the sentence's words: it is no round to read it in.
     assert mixed.score(TSUYU_INVENTED) == 1.0
-    three = RoundCheck.over(0.4, ("梅雨", "梅雨", "K9"), [*TSUYU, EVIDENCE[0]])
+    three = RoundCheck.over(0.4, ("梅雨", "梅雨", "K9"), [*TSUYU, EVIDENCE[0]], use_calibration().judge)
     assert three.score(TSUYU_INVENTED) < 0.4
-    english = RoundCheck.over(0.4, ("Kumo Carrier K9", "Battery"), EVIDENCE)
+    english = RoundCheck.over(0.4, ("Kumo Carrier K9", "Battery"), EVIDENCE, use_calibration().judge)
     assert english.score("According to the documents, the answer is in the passage [1].") == 1.0

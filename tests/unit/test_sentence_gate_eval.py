@@ -13,6 +13,7 @@ from gateway.eval.inserts import Inserts, fits
 from gateway.eval.judged_support import JudgedSupport
 from gateway.eval.sentence_answers import first_of_each_set
 from gateway.eval.sentence_gate import Case, judge_scores, load_cases, relevance_table
+from tests.calibration_support import use_calibration
 
 NORMAN_1 = "The Normans settled in Normandy in the tenth century. Their duke was Rollo of the northern lands."
 NORMAN_2 = "Norman knights fought at Hastings in the year 1066. The battle ended the Anglo-Saxon rule of England."
@@ -106,14 +107,14 @@ def _case(answer: str, near: str | None) -> Case:
 
 
 def test_the_judge_scores_a_grounded_sentence_above_an_unrelated_one() -> None:
-    support = JudgedSupport(_keyword_embed)
+    support = JudgedSupport(_keyword_embed, use_calibration().judge)
     grounded = support.score("Their duke was Rollo of the northern lands.", ["Normans"] * 2, [NORMAN_1, NORMAN_2])
     invented = support.score("The pope crowned a king in Rome.", ["Normans"] * 2, [NORMAN_1, NORMAN_2])
     assert grounded > invented
 
 
 def test_judge_scores_read_each_sentence_the_gate_cut_with_both_tests_verdicts() -> None:
-    support = JudgedSupport(_keyword_embed)
+    support = JudgedSupport(_keyword_embed, use_calibration().judge)
     case = _case("The duke of the Normans was Rollo [1]. The pope crowned a king in Rome in the year 800 [2].", None)
     scored = judge_scores(case, case.answer, 0.5, support)
     assert [text for text, _ in scored] == [
@@ -129,7 +130,7 @@ def test_judge_scores_read_each_sentence_the_gate_cut_with_both_tests_verdicts()
 
 
 def test_relevance_table_counts_the_inserts_each_test_catches() -> None:
-    support = JudgedSupport(_keyword_embed)
+    support = JudgedSupport(_keyword_embed, use_calibration().judge)
     cases = [
         _case("The duke of the Normans was Rollo [1].", "The French language spread through the Norman court. [3]")
     ]
