@@ -25,7 +25,6 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from langchain_core.messages import BaseMessage
 from pydantic import SecretStr
 
@@ -38,8 +37,8 @@ from gateway.settings import ApiKeyConfig, Settings
 from tests.fakes.pinecone_server import FAKE_API_KEY, running_fake_pinecone
 from tests.fakes.scripted_chat import ScriptedChatModel
 from tests.integration.conftest import REDIS_TEST_URL
-from tests.ports import free_port
 from tests.scripted import answer_with_first_passage, structured_reply
+from tests.served_app import served_app
 
 TENANT = "acme"
 USERS = {"hr-user": "hr", "eng-user": "eng"}
@@ -160,20 +159,10 @@ ADMIN = {"Authorization": "Bearer admin-key"}
 async def served(settings: Settings, embeddings: USEEmbeddings) -> AsyncIterator[str]:
     """The app on the scripted model behind a real uvicorn server in this event loop (the folder sync is a
     blocking HTTP client of its own)."""
-    port = free_port()
     model = ScriptedChatModel(responder=responder)
     app = create_app(settings, ProviderOverrides(chat_model=model, embeddings=embeddings))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, lifespan="on"))
-    serving = asyncio.create_task(server.serve())
-    try:
-        while not server.started:
-            if serving.done():
-                serving.result()  # raises why it did not start
-            await asyncio.sleep(0.01)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await serving
+    async with served_app(app) as url:
+        yield url
 
 
 @contextmanager

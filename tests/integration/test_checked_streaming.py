@@ -4,7 +4,6 @@ from the Redis cache."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 from collections.abc import AsyncIterator, Iterator
@@ -14,7 +13,6 @@ from typing import Any
 import httpx
 import msgspec
 import pytest
-import uvicorn
 from litestar.testing import AsyncTestClient
 
 from gateway.app import create_app
@@ -25,7 +23,7 @@ from gateway.settings import Settings
 from pipelines.shared.events import Withhold
 from tests.fakes.openai_server import Answer, FakeOpenAI
 from tests.integration.test_llm_faults import against, gateway
-from tests.ports import free_port
+from tests.served_app import served_app
 
 REDIS_TEST_URL = os.environ.get("REDIS_TEST_URL", "redis://127.0.0.1:6379/15")
 DOCUMENT = (
@@ -123,19 +121,9 @@ async def test_a_cached_answer_replays_as_the_same_stream_and_an_abstention_is_n
 async def served(settings: Settings, embeddings: USEEmbeddings) -> AsyncIterator[str]:
     """The app behind a real uvicorn server in this event loop: a client that hangs up is a real disconnect, which
     the in-memory test client cannot make."""
-    port = free_port()
     app = create_app(settings, ProviderOverrides(embeddings=embeddings))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, lifespan="on"))
-    serving = asyncio.create_task(server.serve())
-    try:
-        while not server.started:
-            if serving.done():
-                serving.result()  # raises why it did not start
-            await asyncio.sleep(0.01)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await serving
+    async with served_app(app) as url:
+        yield url
 
 
 async def test_an_abandoned_stream_is_finished_checked_and_stored_whole(
