@@ -13,6 +13,7 @@ Every file read here goes into the calibration's digest (:func:`data_digest`): a
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Iterator
@@ -77,8 +78,10 @@ def data_files() -> tuple[str, ...]:
     return (ROUNDS_FILE, PASSAGES_FILE, DATASET_PASSAGES, *NEAR_MISS_FILES, PAIRS_FILE)
 
 
+@functools.cache
 def data_digest() -> str:
-    """Digest of every file the fit reads, by name and content."""
+    """Digest of every file the fit reads, by name and content. The files ship inside the package and never change
+    while a process runs, so they are read once (every app's answer namespace includes this digest)."""
     digest = hashlib.sha256()
     for name in data_files():
         digest.update(name.encode() + b"\0")
