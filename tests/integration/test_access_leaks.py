@@ -28,15 +28,15 @@ import pytest
 from langchain_core.messages import BaseMessage
 from pydantic import SecretStr
 
-from gateway.access.keys import hash_key
 from gateway.app import create_app
 from gateway.ingest.cli import main as ingest_main
 from gateway.overrides import ProviderOverrides
 from gateway.providers.embeddings import USEEmbeddings
-from gateway.settings import ApiKeyConfig, Settings
+from gateway.settings import Settings
 from tests.fakes.pinecone_server import FAKE_API_KEY, running_fake_pinecone
 from tests.fakes.scripted_chat import ScriptedChatModel
 from tests.integration.conftest import REDIS_TEST_URL
+from tests.reader_support import admin_and_chatbot_keys
 from tests.scripted import answer_with_first_passage, structured_reply
 from tests.served_app import served_app
 
@@ -177,17 +177,7 @@ def store_settings(kind: str, base: Settings, dimension: int) -> Iterator[Settin
 
 
 def leak_settings(settings: Settings, prefix: str) -> Settings:
-    keys = [
-        ApiKeyConfig(name="admin", key_sha256=hash_key("admin-key"), tenant=TENANT, scopes=["admin"]),
-        ApiKeyConfig(
-            name="chatbot",
-            key_sha256=hash_key("chatbot-key"),
-            tenant=TENANT,
-            scopes=["query"],
-            acts_for_users=True,
-            trusts_user_headers=True,
-        ),
-    ]
+    keys = admin_and_chatbot_keys(TENANT)
     return settings.replace(
         redis={"url": REDIS_TEST_URL, "timeout_s": 0.5},
         cache={"enabled": True, "prefix": prefix},

@@ -23,7 +23,6 @@ import pyarrow as pa
 import pytest
 from langchain_core.embeddings import DeterministicFakeEmbedding
 
-from gateway.access.keys import hash_key
 from gateway.knowledge.chunking import Chunker
 from gateway.knowledge.service import KnowledgeBase, NewDocument
 from gateway.providers.embeddings import USEEmbeddings
@@ -31,10 +30,11 @@ from gateway.providers.vectorstores.base import ChunkRecord
 from gateway.providers.vectorstores.lance import LanceVectorStore
 from gateway.providers.vectorstores.pinecone_store import PineconeVectorStore
 from gateway.query.schemas import QueryResponse
-from gateway.settings import ApiKeyConfig, Settings
+from gateway.settings import Settings
 from pipelines.shared.deps import Passage
 from pipelines.shared.visibility import TENANT_OPEN, UNSET, Visibility
 from tests.fakes.pinecone_server import FAKE_API_KEY, FakePinecone, running_fake_pinecone
+from tests.reader_support import admin_and_chatbot_keys
 from tests.scripted import answer_with_first_passage, structured_reply
 
 DIM = 4
@@ -269,17 +269,7 @@ USERS = {"hr-key": "hr", "eng-key": "eng"}
 async def test_two_readers_never_get_each_others_documents_or_answers(make_client: Any, settings: Settings) -> None:
     """Two users of one tenant, named by the chatbot backend's key in the trusted headers (an ingress signed them
     in): what each may read follows their group, through the real identity layer."""
-    keys = [
-        ApiKeyConfig(name="admin", key_sha256=hash_key("admin-key"), tenant=TENANT, scopes=["admin"]),
-        ApiKeyConfig(
-            name="chatbot",
-            key_sha256=hash_key("chatbot-key"),
-            tenant=TENANT,
-            scopes=["query"],
-            acts_for_users=True,
-            trusts_user_headers=True,
-        ),
-    ]
+    keys = admin_and_chatbot_keys(TENANT)
     cached = settings.replace(
         redis={"url": REDIS_TEST_URL, "timeout_s": 0.5},
         cache={"prefix": f"test-{uuid.uuid4().hex[:8]}"},
