@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
-	$(PY) -m pip install --quiet --only-binary=xllamacpp -e '.[llm]' && $(PY) -m gateway.local_llm check \
+	$(PY) -m pip install --quiet --only-binary=xllamacpp -e '.[llm]' && $(PY) -m routes.offline.local_llm check \
 	  || { echo "no usable prebuilt llama.cpp server here: building llama.cpp from source"; \
 	       $(PY) -m pip install --quiet -e '.[llm-source]'; }
 	$(PY) -m pip install --quiet --ignore-requires-python helm-sdkpy==0.1.32
@@ -30,7 +30,7 @@ $(STAMP): pyproject.toml Makefile
 install: $(STAMP)
 
 model: install
-	$(PY) -m gateway.local_llm prepare
+	$(PY) -m routes.offline.local_llm prepare
 
 # promtool validates deploy/prometheus/alerts.yaml in the tests (Debian package `prometheus`; needs root and apt).
 # A temporary policy-rc.d keeps the package from starting a Prometheus server on :9090 as a side effect.
@@ -82,7 +82,7 @@ schemathesis: install
 	SCHEMATHESIS_MAX_EXAMPLES=200 $(PY) -m pytest tests/contract -s -q
 
 router-report: install
-	$(PY) -m routes.training.evaluate
+	$(PY) -m routes.offline.training.evaluate
 
 clean:
 	rm -rf $(VENV) .data .pytest_cache .mypy_cache .ruff_cache

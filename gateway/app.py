@@ -21,13 +21,19 @@ from litestar.openapi.spec import Components
 
 from gateway.access.guard import SECURITY_SCHEMES, open_access, provide_principal, provide_reader
 from gateway.access.identity import open_identity
+from gateway.access.sessions import console_cookies
 from gateway.cache.versions import ChangeNotAcknowledgedError
 from gateway.chat.controller import ChatController
 from gateway.chat.service import ChatService
 from gateway.console.controller import console_router, template_config
-from gateway.console.sessions import console_cookies
 from gateway.curation.controller import CurationController, EvalSuiteController, FeedbackController, provide_curation
-from gateway.curation.factory import KnowledgeChanges, open_curation_store, start_curation
+from gateway.curation.factory import (
+    CurationParts,
+    KnowledgeChanges,
+    open_curation_store,
+    start_curation,
+    start_recorder,
+)
 from gateway.errors import handle_exception
 from gateway.guardrails.service import Guardrails
 from gateway.knowledge.controller import DocumentController, FileController
@@ -64,11 +70,9 @@ def _lifespan(
             curation_store = await open_curation_store(settings, stack)
             changes = KnowledgeChanges(curation_store) if curation_store is not None else None
             knowledge = open_knowledge(settings, platform, changes, stack)
-            curation = None
-            if curation_store is not None and changes is not None:
-                curation = await start_curation(
-                    settings, curation_store, knowledge, platform.llm, platform.telemetry, changes, stack, calibration
-                )
+            recorder = None
+            if curation_store is not None:
+                recorder = start_recorder(settings, curation_store, knowledge, platform.telemetry, stack)
             profiles = await open_profiles(
                 settings,
                 curation_store,
@@ -80,11 +84,28 @@ def _lifespan(
             # A name model loads: off the event loop.
             guard = await asyncio.to_thread(Guardrails.from_settings, settings.guard, platform.telemetry)
             query_service = await open_query_service(
-                settings, platform, knowledge, guard, profiles, curation, calibration
+                settings,
+                platform,
+                knowledge,
+                guard,
+                profiles,
+                calibration,
+                on_answer=recorder.observe if recorder is not None else None,
             )
             identity = open_identity(settings.identity, platform.http, settings.access.api_keys)
-            if curation is not None:
-                curation.attach(query_service, identity)
+            curation = None
+            if curation_store is not None and recorder is not None and changes is not None:
+                parts = CurationParts(
+                    curation_store,
+                    recorder,
+                    changes,
+                    knowledge,
+                    query_service,
+                    identity,
+                    platform.llm,
+                    platform.telemetry,
+                )
+                curation = await start_curation(settings, parts, calibration, stack)
             app.state.update(
                 telemetry=platform.telemetry,  # read by the tracing middleware too
                 access=open_access(settings.access, settings.server.host, platform.redis),  # and by the key hooks

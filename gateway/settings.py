@@ -253,7 +253,7 @@ class GroundingSettings(SettingsGroup):
     # 0.4 it caught 6 of the 7 inserted sentences of a neighbouring paragraph the lexical test let through (all
     # Japanese) and withheld none of the embedded model's own sentences on the shared sets, which copy the passages'
     # wording; but a right answer in its own words ("1分間に300回呼び出せます" over "1分あたりのリクエスト上限は…300回")
-    # scores 0.2 and was withheld (gateway/eval/README.md, "The sentence gate").
+    # scores 0.2 and was withheld (routes/offline/eval/README.md, "The sentence gate").
     sentence_judge_below: float = Field(0.0, ge=0.0, le=1.0)
 
     def policy(self, calibration: Calibration) -> GroundingPolicy:
@@ -287,29 +287,30 @@ class CorrectiveSettings(SettingsGroup):
     trust_correct_grounded: bool = True
     # Also skip it when the hop planner found the evidence sufficient and no rewrite followed (its "sufficient"
     # is the judgement of the rounds it read when planned rounds are not graded). On 30 HotpotQA questions:
-    # the same answer-in-reply (0.400) and F1 at 3 median calls instead of 5 (python -m gateway.eval, seed 13).
+    # the same answer-in-reply (0.400) and F1 at 3 median calls instead of 5 (python -m routes.offline.eval, seed 13).
     trust_planner_sufficient: bool = True
     # Whether the LLM grades a round the hop planner reads next (false: the planner's call judges it, and the
     # fast scorer alone keeps or drops the round's documents; a rejected page the planner builds on is kept as
     # the bridge). Off by default: on 30 HotpotQA questions it answered as well or better (0.400 vs 0.367 answer
-    # in reply) at 5 median calls instead of 7 (python -m gateway.eval, seed 13).
+    # in reply) at 5 median calls instead of 7 (python -m routes.offline.eval, seed 13).
     grade_planned_rounds: bool = False
     # The generator's context, bounded: plain RAG's top `answer_passages` of the first retrieval in search order
     # (whatever the fast scorer kept), then each hop's (or rewrite's) best `hop_passages` new ones. 0: unbounded,
-    # every refined passage. On 30 HotpotQA questions, one sitting (python -m gateway.eval, seed 13, local model):
-    # multi_hop answered 0.533 in reply bounded against 0.400 unbounded (plain RAG 0.400), and on the questions
+    # every refined passage. On 30 HotpotQA questions, one sitting (python -m routes.offline.eval, seed 13, local
+    # model): multi_hop answered 0.533 in reply bounded against 0.400 unbounded (plain RAG 0.400), and on the questions
     # plain RAG's retrieval already held 0.750 against 0.562 (plain 0.625), at the same median 3 LLM calls.
     answer_passages: int = Field(4, ge=0)
     hop_passages: int = Field(2, ge=0)
     # Plain RAG's answer on the first retrieval is drafted first and kept unless a later answer rests on evidence
-    # it lacked (or it is no answer): the corrective route never answers below plain RAG (gateway/eval/README.md).
+    # it lacked (or it is no answer): the corrective route never answers below plain RAG
+    # (routes/offline/eval/README.md).
     plain_floor: bool = True
     max_llm_calls: int = Field(10, ge=1, validation_alias=AliasChoices("GATEWAY_BUDGET_MAX_LLM_CALLS"))
     max_seconds: float = Field(90.0, gt=0, validation_alias=AliasChoices("GATEWAY_BUDGET_MAX_SECONDS"))
     recursion_limit: int = Field(40, ge=10)
     # The evaluator's first stage reads each round as a whole (the page asked about against its neighbours)
     # rather than each passage alone: on the written near-miss manuals, pages judged right 0.51 -> 0.59 (EN) and
-    # 0.54 -> 0.61 (JA), relevance AUC up on HotpotQA, SQuAD and JSQuAD (gateway/eval/README.md).
+    # 0.54 -> 0.61 (JA), relevance AUC up on HotpotQA, SQuAD and JSQuAD (routes/offline/eval/README.md).
     evaluator_judge: bool = True
 
     @model_validator(mode="after")

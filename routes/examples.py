@@ -2,7 +2,7 @@
 
 Two files, both kept in the project: ``written_examples.jsonl`` (hand-written, English and
 Japanese, the only source of ``direct``) and ``dataset_examples.jsonl`` (questions drawn from the
-shared SQuAD v2, NQ-style and HotpotQA dev sets by :mod:`routes.training.build_examples`). The split is
+shared SQuAD v2, NQ-style and HotpotQA dev sets by :mod:`routes.offline.training.build_examples`). The split is
 decided by a hash of the text so it never moves when examples are added.
 """
 

@@ -55,7 +55,7 @@ class WrittenKB:
 
 def load_written_kb(path: Path | None = None) -> WrittenKB:
     """The project's written knowledge base, or another file in its format (``path``: the held-out multi-hop set
-    the evaluation keeps apart from training, ``gateway/eval/data``)."""
+    the evaluation keeps apart from training, ``routes/offline/eval/data``)."""
     source = path if path is not None else resources.files("routes") / "data" / KB_FILE
     raw = json.loads(source.read_text(encoding="utf-8"))
     documents = tuple(Document(id=d["id"], lang=d["lang"], title=d["title"], text=d["text"]) for d in raw["documents"])

@@ -6,12 +6,12 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from importlib import resources
 
 from alembic.script import ScriptDirectory
 from sqlalchemy import text
 
 from gateway.curation.store import CurationStore
+from gateway.providers.database.engine import migrations_folder
 
 REPLICAS = 4
 
@@ -32,6 +32,6 @@ async def replicas_migrate_together(url: str) -> None:
     try:
         async with store.engine.connect() as connection:
             versions = (await connection.execute(text("SELECT version_num FROM alembic_version"))).scalars().all()
-        assert versions == [ScriptDirectory(str(resources.files("gateway.curation") / "migrations")).get_current_head()]
+        assert versions == [ScriptDirectory(migrations_folder()).get_current_head()]
     finally:
         await store.close()

@@ -3,8 +3,6 @@ queries are written against: shared by the tests of each migration, on SQLite an
 
 from __future__ import annotations
 
-from importlib import resources
-
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.config import Config
@@ -12,12 +10,13 @@ from alembic.migration import MigrationContext
 from sqlalchemy import Connection, inspect
 
 from gateway.curation.store import CurationStore
-from gateway.curation.tables import metadata
+from gateway.providers.database.engine import migrations_folder
+from gateway.providers.database.tables import metadata
 
 
 def _alembic(connection: Connection) -> Config:
     config = Config()
-    config.set_main_option("script_location", str(resources.files("gateway.curation") / "migrations"))
+    config.set_main_option("script_location", migrations_folder())
     config.attributes["connection"] = connection
     return config
 
@@ -29,7 +28,7 @@ async def migrate_to(store: CurationStore, revision: str, *, down: bool = False)
 
 
 async def schema_drift(store: CurationStore) -> list[object]:
-    """What the migrated database lacks or has beyond ``gateway.curation.tables`` (empty: they agree)."""
+    """What the migrated database lacks or has beyond ``gateway.providers.database.tables`` (empty: they agree)."""
     async with store.engine.connect() as connection:
         return await connection.run_sync(
             lambda sync: compare_metadata(

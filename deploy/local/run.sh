@@ -13,7 +13,7 @@ PIDS=()
 stop() { kill "${PIDS[@]}" 2>/dev/null || true; wait "${PIDS[@]}" 2>/dev/null || true; }
 trap stop EXIT
 trap 'exit 130' INT TERM
-"$PY" -m gateway.local_llm serve --port "$LLM_PORT" &
+"$PY" -m routes.offline.local_llm serve --port "$LLM_PORT" &
 LLM_PID=$!
 PIDS+=("$LLM_PID")
 for _ in $(seq 1 360); do

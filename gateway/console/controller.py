@@ -26,9 +26,7 @@ from litestar.template.config import TemplateConfig
 from gateway.access.guard import Access
 from gateway.access.identity import Reader
 from gateway.access.keys import Principal
-from gateway.console.schemas import AskForm, DeleteForm, SignInForm, UploadForm
-from gateway.console.service import Catalogue, linked_answer, waterfall
-from gateway.console.sessions import (
+from gateway.access.sessions import (
     CONSOLE_PATH,
     ConsoleAccess,
     ConsoleCookies,
@@ -36,6 +34,8 @@ from gateway.console.sessions import (
     session_for_key,
     session_for_tenant,
 )
+from gateway.console.schemas import AskForm, DeleteForm, SignInForm, UploadForm
+from gateway.console.service import Catalogue, linked_answer, waterfall
 from gateway.curation.pages import ReviewController
 from gateway.errors import ClientError, GatewayError, NotFoundError, handle_exception
 from gateway.knowledge.controller import index_uploaded

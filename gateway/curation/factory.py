@@ -1,5 +1,6 @@
-"""Opening the curation cycle in the app lifespan: the store (migrated), the recorder's writer task,
-the retention purge. Everything it starts is closed by the lifespan's exit stack."""
+"""Opening the curation cycle in the app lifespan: the store (migrated), the recorder's writer task (before the query
+service), the cycle itself and its retention purge (after it). Everything it starts is closed by the lifespan's exit
+stack."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
+from dataclasses import dataclass
 from typing import get_args
 
+from gateway.access.identity import Identity
 from gateway.curation.evaluator import HybridEvaluator
 from gateway.curation.gaps import Diagnoser, Diagnosis
 from gateway.curation.records import AnswerRecorder, Count, CountRoute
@@ -21,7 +24,9 @@ from gateway.errors import ProviderUnavailableError
 from gateway.knowledge.service import KnowledgeBase
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.recorder import Telemetry
+from gateway.providers.database.engine import open_database
 from gateway.providers.llm import LLMClient
+from gateway.query.service import QueryService
 from gateway.settings import Settings
 from routes.calibration import Calibration
 
@@ -36,22 +41,11 @@ RETRY_MIGRATION_S = 60.0
 
 
 async def open_curation_store(settings: Settings, stack: AsyncExitStack) -> CurationStore | None:
-    """The store, migrated when it can be: a database that is down at start-up does not stop the gateway
-    answering (the maintenance task retries the migration every minute)."""
+    """The store, migrated when it can be (:func:`~gateway.providers.database.engine.open_database`)."""
     if not settings.curation.enabled:
         return None
     store = CurationStore.open(settings.curation.database_url.get_secret_value())
-    stack.push_async_callback(store.close)
-    if settings.curation.migrate_on_start:
-        try:
-            await store.migrate()
-        except ProviderUnavailableError as exc:
-            logger.warning(
-                "curation store unavailable at start-up (%s): answers are served; those that need a human are "
-                "counted and dropped, and the curation endpoints answer 503, until it is back",
-                exc,
-            )
-    return store
+    return await open_database(store, stack, migrate=settings.curation.migrate_on_start)
 
 
 class KnowledgeChanges:
@@ -97,18 +91,12 @@ def _route_counter(metrics: GatewayMetrics | None) -> CountRoute | None:
     return lambda tenant, verdict: counter.labels(tenant, verdict).inc()
 
 
-async def start_curation(
-    settings: Settings,
-    store: CurationStore,
-    knowledge: KnowledgeBase,
-    llm: LLMClient,
-    telemetry: Telemetry,
-    changes: KnowledgeChanges,
-    stack: AsyncExitStack,
-    calibration: Calibration,
-) -> Curation:
-    """The curation service with its recorder's writer and the hourly retention purge running; its gap threshold
-    and its diagnoser's relevance scorer are ``calibration``'s unless the environment sets them."""
+def start_recorder(
+    settings: Settings, store: CurationStore, knowledge: KnowledgeBase, telemetry: Telemetry, stack: AsyncExitStack
+) -> AnswerRecorder:
+    """The recorder every answer is handed to as it leaves, with its writer task running. It is opened before the
+    query service that reports to it and stopped after it (the exit stack's order): the answers of the last requests
+    still reach the store."""
     group = settings.curation
     recorder = AnswerRecorder(
         store,
@@ -119,32 +107,73 @@ async def start_curation(
         count_route=_route_counter(telemetry.metrics),
         tracer=telemetry.tracer,
     )
+    writer = asyncio.create_task(recorder.run(), name="curation-writer")
+
+    async def stop() -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(recorder.drain(), DRAIN_ON_EXIT_S)
+        writer.cancel()
+        await asyncio.gather(writer, return_exceptions=True)
+
+    stack.push_async_callback(stop)
+    return recorder
+
+
+@dataclass(frozen=True, slots=True)
+class CurationParts:
+    """What the curation cycle runs on, opened before it: its store and recorder, the knowledge base (and its write
+    hook) it evaluates and resolves gaps in, the query service that answers its questions again, the identity module
+    that makes the readers it asks as, and the app's LLM and telemetry."""
+
+    store: CurationStore
+    recorder: AnswerRecorder
+    changes: KnowledgeChanges
+    knowledge: KnowledgeBase
+    queries: QueryService
+    identity: Identity
+    llm: LLMClient
+    telemetry: Telemetry
+
+
+async def start_curation(
+    settings: Settings, parts: CurationParts, calibration: Calibration, stack: AsyncExitStack
+) -> Curation:
+    """The curation service with the hourly retention purge running; its gap threshold and its diagnoser's relevance
+    scorer are ``calibration``'s unless the environment sets them."""
+    group, store, knowledge, telemetry = settings.curation, parts.store, parts.knowledge, parts.telemetry
     upper = settings.corrective.thresholds(calibration)["upper"]
     diagnoser = Diagnoser(knowledge, store, deep_k=group.deep_search_k, relevant=upper, model=calibration.relevance)
-    evaluator = HybridEvaluator(llm)
+    evaluator = HybridEvaluator(parts.llm)
     metrics = telemetry.metrics
     suites = SuiteRunner(
         store,
         evaluator,
         telemetry.tracer,
+        parts.queries,
+        parts.identity,
         set_score=(lambda suite, score: metrics.eval_score.labels(suite).set(score)) if metrics else None,
     )
-    changes.listener = suites.schedule
+    parts.changes.listener = suites.schedule
     curation = Curation(
-        group, store, recorder, diagnoser, evaluator, knowledge, suites, gap_similarity=group.gap_threshold(calibration)
+        group,
+        store,
+        parts.recorder,
+        diagnoser,
+        evaluator,
+        knowledge,
+        suites,
+        parts.queries,
+        parts.identity,
+        gap_similarity=group.gap_threshold(calibration),
     )
     if metrics is not None:
         curation.on_gaps = _gaps_gauge(metrics)
-    writer = asyncio.create_task(recorder.run(), name="curation-writer")
     purger = asyncio.create_task(_maintain(curation, store), name="curation-maintenance")
 
     async def stop() -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(recorder.drain(), DRAIN_ON_EXIT_S)
         await suites.stop()
-        for task in (writer, purger):
-            task.cancel()
-        await asyncio.gather(writer, purger, return_exceptions=True)
+        purger.cancel()
+        await asyncio.gather(purger, return_exceptions=True)
 
     stack.push_async_callback(stop)
     return curation

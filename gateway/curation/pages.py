@@ -16,7 +16,7 @@ from litestar.params import Body, PathParameter
 from litestar.response import Template
 
 from gateway.access.keys import Principal
-from gateway.console.sessions import ConsoleAccess
+from gateway.access.sessions import ConsoleAccess
 from gateway.curation.controller import TenantParam
 from gateway.curation.evaluator import Rule, RuleKind
 from gateway.curation.schemas import gap_out, iso, resolution_out

@@ -42,11 +42,15 @@ class Curation:
         evaluator: HybridEvaluator,
         knowledge: KnowledgeBase,
         suites: SuiteRunner,
+        queries: QueryService,
+        identity: Identity,
         *,
         gap_similarity: float,
     ) -> None:
-        """``gap_similarity``: the cosine for two open questions to form one gap, the environment's or the one fitted
-        for the embedder in use (``CurationSettings.gap_threshold``)."""
+        """``queries`` answers the questions the cycle asks again (a resolution's check); ``identity`` makes every
+        reader it asks as (a suite's ``run_as``, the tenant-open reader that askers recorded before readers were known
+        stand for). ``gap_similarity``: the cosine for two open questions to form one gap, the environment's or the
+        one fitted for the embedder in use (``CurationSettings.gap_threshold``)."""
         self.settings = settings
         self._gap_similarity = gap_similarity
         self.store = store
@@ -55,23 +59,13 @@ class Curation:
         self._evaluator = evaluator
         self._knowledge = knowledge
         self.suites = suites
-        self._queries: QueryService | None = None
-        self._identity: Identity | None = None
+        self._queries = queries
+        self._identity = identity
         # Told a tenant's open gaps by diagnosis whenever they are computed (the open-gaps gauge).
         self.on_gaps: Callable[[str, Counter[str]], None] = lambda _tenant, _counts: None
 
-    def attach(self, queries: QueryService, identity: Identity) -> None:
-        """The query service is built after the recorder it reports to: it is handed over once built, with the
-        identity module, which makes every reader the cycle asks as (a suite's ``run_as``, the tenant-open reader
-        that askers recorded before readers were known stand for)."""
-        self._queries = queries
-        self._identity = identity
-        self.suites.attach(queries, identity)
-
     def nobody(self) -> Reader:
         """The reader of no user: tenant-open, with the tenant's policy for documents without access."""
-        if self._identity is None:
-            raise RuntimeError("Curation.attach(query_service, identity) was not called")
         return self._identity.nobody
 
     async def route_report(self, tenant: str, days: float, *, router_version: str | None) -> RouteReport:
@@ -126,8 +120,8 @@ class Curation:
         comment: str | None,
         expected_answer: str | None,
     ) -> FeedbackResult:
-        if self._queries is not None:  # kept for curators: personal data masked like the questions on record
-            comment, expected_answer = self._queries.mask_at_rest(tenant, [comment, expected_answer])
+        # Kept for curators: personal data masked like the questions on record.
+        comment, expected_answer = self._queries.mask_at_rest(tenant, [comment, expected_answer])
         recent = self.recorder.recent(response_id=response_id, trace_id=trace_id)
         if recent is not None and (recent.needs_human or recent.route is not None):
             await self.recorder.drain()  # it is on its way to the store: rate the record, not a copy
@@ -173,8 +167,6 @@ class Curation:
     async def resolve(
         self, tenant: str, gap_id: str, documents: Sequence[NewDocument], rules: list[Rule]
     ) -> Resolution:
-        if self._queries is None:
-            raise RuntimeError("Curation.attach(query_service, identity) was not called")
         gap = await self.gap(tenant, gap_id)
         resolution = await resolve(
             gap,

@@ -1,8 +1,7 @@
-"""The curation store: one async SQLAlchemy engine (SQLite file by default, PostgreSQL by URL).
+"""The curation store: the curation cycle's rows in the gateway's database (:mod:`gateway.providers.database`).
 
-Opened once in the app lifespan; Alembic's migrations run at start-up (``migrate_on_start``, an
-upgrade to head is idempotent) or by ``python -m gateway.curation migrate``. Every method is one
-short transaction; callers on the answer path never await it (see :mod:`gateway.curation.records`).
+Every method is one short transaction; callers on the answer path never await it (see
+:mod:`gateway.curation.records`).
 """
 
 from __future__ import annotations
@@ -11,21 +10,18 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from importlib import resources
-from pathlib import Path
 from typing import Any
 
-from alembic import command
-from alembic.config import Config
-from sqlalchemy import Connection, delete, or_, select, text, update
-from sqlalchemy.engine import make_url
+from sqlalchemy import delete, or_, select, update
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gateway.curation.askers import RunAs
 from gateway.curation.models import AnswerRecord, EvalCase, EvalRun, Feedback, Resolution
 from gateway.curation.routing import Calibration, RouteOutcome
-from gateway.curation.tables import (
+from gateway.errors import ProviderUnavailableError
+from gateway.providers.database.engine import PROVIDER, Database
+from gateway.providers.database.tables import (
     answer_records,
     document_changes,
     eval_cases,
@@ -36,70 +32,15 @@ from gateway.curation.tables import (
     route_calibrations,
     route_outcomes,
 )
-from gateway.errors import ProviderUnavailableError
 
 logger = logging.getLogger(__name__)
 
-PROVIDER = "curation_store"
 DAY_S = 86_400.0
-# The PostgreSQL advisory lock the migrations hold (any constant that no other lock of the database uses).
-MIGRATION_LOCK_KEY = 0x6761_7465_7761_79  # "gateway"
 
 
-def _alembic_config(connection: Connection) -> Config:
-    config = Config()
-    config.set_main_option("script_location", str(resources.files("gateway.curation") / "migrations"))
-    config.attributes["connection"] = connection
-    return config
-
-
-def _upgrade(connection: Connection) -> None:
-    """Migrate to head, one replica at a time. Replicas of a rollout start together and each migrates on
-    start-up: without the lock, two read an empty version table, both create the tables, and the second fails
-    (degraded until its retry a minute later). The lock is taken in the migration's own transaction, so it is
-    released at its commit; a replica that waited then finds the schema at head and does nothing."""
-    if connection.dialect.name == "postgresql":
-        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
-    elif connection.dialect.name == "sqlite":
-        # SQLite's write lock taken up front (its driver otherwise begins only at the first write, after the
-        # version table was read); another process waits for it for the driver's busy timeout.
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
-    command.upgrade(_alembic_config(connection), "head")
-
-
-class CurationStore:
-    """Typed reads and writes of the curation tables."""
-
-    def __init__(self, engine: AsyncEngine) -> None:
-        self.engine = engine
-        self.migrated = False
-
-    @classmethod
-    def open(cls, url: str, *, engine_options: dict[str, Any] | None = None) -> CurationStore:
-        """An engine for ``url``; a SQLite file's folder is created (the default lives under ``.data``)."""
-        parsed = make_url(url)
-        if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
-            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-        return cls(create_async_engine(url, **(engine_options or {})))
-
-    async def migrate(self) -> None:
-        try:
-            async with self.engine.connect() as connection:
-                await connection.run_sync(_upgrade)
-                await connection.commit()
-            self.migrated = True
-        except (SQLAlchemyError, OSError) as exc:
-            raise ProviderUnavailableError(f"curation store migration failed: {exc}", provider=PROVIDER) from exc
-
-    async def close(self) -> None:
-        await self.engine.dispose()
-
-    async def ping(self) -> None:
-        try:
-            async with self.engine.connect() as connection:
-                await connection.execute(select(1))
-        except (SQLAlchemyError, OSError) as exc:
-            raise ProviderUnavailableError(f"curation store unreachable: {exc}", provider=PROVIDER) from exc
+class CurationStore(Database):
+    """Typed reads and writes of the curation tables, on the gateway's database (opened, migrated and closed as
+    :class:`~gateway.providers.database.engine.Database`)."""
 
     @asynccontextmanager
     async def _connection(self, *, write: bool) -> AsyncIterator[AsyncConnection]:

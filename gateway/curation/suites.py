@@ -85,14 +85,17 @@ class SuiteRunner:
         store: CurationStore,
         evaluator: HybridEvaluator,
         tracer: Tracer,
+        queries: QueryService,
+        identity: Identity,
         set_score: SetScore | None = None,
     ) -> None:
+        """``queries`` answers the cases; ``identity`` makes the reader each run asks as."""
         self._store = store
         self._evaluator = evaluator
         self._tracer = tracer
         self._set_score = set_score or (lambda _suite, _score: None)
-        self._queries: QueryService | None = None
-        self._identity: Identity | None = None
+        self._queries = queries
+        self._identity = identity
         # The background tasks, kept here so that they are not garbage-collected while they run: knowledge-change
         # runs by tenant, manual runs by (tenant, suite). Each is removed when its task is done, by a callback: a task
         # cancelled before its first step never runs its own ``finally``.
@@ -104,10 +107,6 @@ class SuiteRunner:
         # once start one run, and a slow store holds up only that suite's requests.
         self._starting: dict[tuple[str, str], asyncio.Lock] = {}
         self._closed = False
-
-    def attach(self, queries: QueryService, identity: Identity) -> None:
-        self._queries = queries
-        self._identity = identity
 
     async def start(self, tenant: str, suite: str, run_as: RunAs | None = None) -> EvalRun:
         """Starts a manual run of the tenant's suite in the background and returns it as stored (``running``). While a
@@ -187,21 +186,12 @@ class SuiteRunner:
             raise NotFoundError(f"Tenant {tenant!r} has no evaluation suite {suite!r}.")
         return cases
 
-    def _answerer(self) -> QueryService:
-        if self._queries is None:
-            raise RuntimeError("SuiteRunner.attach(query_service) was not called")
-        return self._queries
-
     def _reader(self, run_as: RunAs | None) -> Reader:
         """Whom a run asks as: ``run_as`` as the identity module makes that user, or its reader of no user."""
-        if self._identity is None:
-            raise RuntimeError("SuiteRunner.attach(query_service, identity) was not called")
         return self._identity.nobody if run_as is None else run_as.reader(self._identity)
 
     async def _begin(self, tenant: str, suite: str, trigger: str, run_as: RunAs | None) -> EvalRun:
         """The run as it starts, stored: from now on it is in the suite's history and can be polled."""
-        self._answerer()  # a runner that cannot answer stores no run that would never end
-        self._reader(run_as)
         run = EvalRun(
             id=f"run_{uuid.uuid4().hex}",
             tenant=tenant,
@@ -242,13 +232,13 @@ class SuiteRunner:
         """Answers and scores every case and stores the run's end: ``done``, or ``failed`` with the reason when a case
         raised (the gateway's error; any other is a bug, logged with its traceback) or the run was cancelled (the
         cancellation goes on). Raises the store's error when the end cannot be stored."""
-        queries = self._answerer()
+        queries = self._queries
         reader = self._reader(run.run_as)
         attributes = {
             "gateway.tenant": run.tenant,
-            "gateway.eval.suite": run.suite,
-            "gateway.eval.trigger": run.trigger,
-            "gateway.eval.run": run.id,
+            "routes.offline.eval.suite": run.suite,
+            "routes.offline.eval.trigger": run.trigger,
+            "routes.offline.eval.run": run.id,
         }
         results: list[dict[str, Any]] = []
         case = cases[0]
@@ -264,8 +254,8 @@ class SuiteRunner:
                         {"case_id": case.id, "question": case.question, "answer": response.answer, **asdict(score)}
                     )
                 total = round(sum(r["score"] for r in results) / len(results), 4)
-                span.set_attribute("gateway.eval.score", total)
-                span.set_attribute("gateway.eval.cases", len(results))
+                span.set_attribute("routes.offline.eval.score", total)
+                span.set_attribute("routes.offline.eval.cases", len(results))
         except GatewayError as exc:
             logger.warning("evaluation run %s of suite %s failed at case %s: %s", run.id, run.suite, case.id, exc)
             return await self._fail(run, results, _reason(case, exc))

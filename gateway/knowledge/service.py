@@ -378,3 +378,17 @@ class DenseSearch:
         self, tenant: str, query: str, k: int, *, visibility: Visibility, vector: list[float] | None = None
     ) -> list[Passage]:
         return await self.knowledge.dense_search(tenant, query, k, visibility=visibility, vector=vector)
+
+
+class LocalStoreSearch:
+    """CRAG's search-more step where there is no web search: the tenant's store searched again, with the rewritten
+    query. A different query finds different chunks, which is what the step is for."""
+
+    name = "local"
+
+    def __init__(self, knowledge: KnowledgeBase) -> None:
+        self._knowledge = knowledge
+
+    async def search(self, tenant: str, query: str, k: int, *, visibility: Visibility) -> list[Passage]:
+        """Over what the reader may see, as every retrieval of the request."""
+        return await self._knowledge.search(tenant, query, k, visibility=visibility)

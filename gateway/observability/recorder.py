@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from langchain_core.messages import BaseMessage
 from opentelemetry import trace
@@ -29,10 +29,13 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from gateway.errors import MalformedOutputError, ProviderError, ProviderTimeoutError, ProviderUnavailableError
 from gateway.observability.metrics import BREAKER_STATES, GatewayMetrics
 from gateway.observability.tracing import records_nothing, trace_id_of, tracer_of
-from gateway.providers.resilience import BreakerState
 from pipelines.shared.deps import LLMCall
 
 request_log = logging.getLogger("gateway.requests")
+
+# A circuit breaker's states as telemetry reports them; the breakers themselves (gateway.providers.resilience) take
+# the type from here, so that what is recorded and what is reported cannot drift apart.
+BreakerState = Literal["closed", "half_open", "open"]
 
 NO_ROUTE = "none"
 CLIENT_CLOSED = "499"  # nginx's code for a request the client abandoned

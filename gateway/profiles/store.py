@@ -15,9 +15,9 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from gateway.curation.tables import assistant_profiles, route_calibrations
 from gateway.errors import ProviderUnavailableError
 from gateway.profiles.model import AssistantProfile, RoutingCalibration
+from gateway.providers.database.tables import assistant_profiles, route_calibrations
 from routes.types import ROUTES, Route
 
 PROVIDER = "profile_store"

@@ -39,10 +39,9 @@ from gateway.errors import (
     ProviderUnavailableError,
     StreamInterruptedError,
 )
-from gateway.observability.recorder import Telemetry
+from gateway.observability.recorder import BreakerState, Telemetry
 from gateway.providers.deadline import deadline_after
 from gateway.providers.resilience import (
-    BreakerState,
     CircuitBreaker,
     ResilientUpstream,
     RetryPolicy,

@@ -30,7 +30,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Literal, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_random_exponential
 from tenacity.stop import stop_base
@@ -45,9 +45,9 @@ from gateway.errors import (
     ProviderUnavailableError,
     StreamInterruptedError,
 )
+from gateway.observability.recorder import BreakerState
 
 T = TypeVar("T")
-BreakerState = Literal["closed", "half_open", "open"]
 Clock = Callable[[], float]
 
 logger = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
-"""CRAG's search-more providers: Tavily when ``TAVILY_API_KEY`` is set, else the tenant's own store.
+"""CRAG's search-more provider on the web: Tavily, when ``TAVILY_API_KEY`` is set.
 
-Offline there is no web, so the fallback searches the local knowledge base again with the
-rewritten query — a different query finds different chunks, which is what the step is for.
+Without it (offline there is no web) the step searches the tenant's own store again with the rewritten query
+(:class:`gateway.knowledge.service.LocalStoreSearch`).
 """
 
 from __future__ import annotations
@@ -11,23 +11,11 @@ import numpy as np
 from langchain_core.embeddings import Embeddings
 
 from gateway.errors import ProviderError, ProviderTimeoutError, ProviderUnavailableError
-from gateway.knowledge.service import KnowledgeBase
 from pipelines.shared.deps import Passage
 from pipelines.shared.visibility import Visibility
 
 PROVIDER = "web_search"
 TAVILY_URL = "https://api.tavily.com/search"
-
-
-class LocalStoreSearch:
-    name = "local"
-
-    def __init__(self, knowledge: KnowledgeBase) -> None:
-        self._knowledge = knowledge
-
-    async def search(self, tenant: str, query: str, k: int, *, visibility: Visibility) -> list[Passage]:
-        """The tenant's store searched again, over what the reader may see, as every retrieval of the request."""
-        return await self._knowledge.search(tenant, query, k, visibility=visibility)
 
 
 class TavilySearch:

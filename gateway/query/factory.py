@@ -6,15 +6,14 @@ from __future__ import annotations
 import asyncio
 
 from gateway.cache.layer import open_semantic_cache
-from gateway.curation.service import Curation
 from gateway.guardrails.service import Guardrails, ScreenedRetriever, ScreenedSearch
-from gateway.knowledge.service import DenseSearch, KnowledgeBase
+from gateway.knowledge.service import DenseSearch, KnowledgeBase, LocalStoreSearch
 from gateway.platform import Platform
 from gateway.profiles.service import Profiles
 from gateway.providers.deadline import within
-from gateway.providers.websearch import LocalStoreSearch, TavilySearch
+from gateway.providers.websearch import TavilySearch
 from gateway.query.router_artefact import passage_embedder, question_embedder, train_knowledge_router
-from gateway.query.service import QueryService
+from gateway.query.service import OnAnswer, QueryService
 from gateway.settings import RetrievalSettings, Settings
 from pipelines.corrective.state import CorrectiveContext
 from pipelines.direct.state import DirectContext
@@ -34,10 +33,12 @@ async def open_query_service(
     knowledge: KnowledgeBase,
     guard: Guardrails,
     profiles: Profiles,
-    curation: Curation | None,
     calibration: Calibration,
+    *,
+    on_answer: OnAnswer | None = None,
 ) -> QueryService:
-    """The service every answer path goes through. The router is trained (or its artefact loaded) in a worker
+    """The service every answer path goes through; ``on_answer`` sees every answer as it leaves (the curation
+    recorder). The router is trained (or its artefact loaded) in a worker
     thread: it embeds its training cases in bulk with the unwrapped model. ``calibration``: the scorers and
     thresholds fitted for the embedder in use (:func:`gateway.query.calibration.load_calibration`)."""
     router = await build_router(settings, platform, knowledge)
@@ -54,7 +55,7 @@ async def open_query_service(
         ),
         versions=cache.versions if cache is not None else None,
         telemetry=platform.telemetry,
-        on_answer=curation.recorder.observe if curation is not None else None,
+        on_answer=on_answer,
         guard=guard,
         profiles=profiles,
     )

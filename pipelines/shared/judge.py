@@ -9,12 +9,12 @@ text, title, best sentence, best two-sentence window), it weighs the question's 
 round's passages hold them and scores each passage by its margin over the best of the others.
 
 Fitted for the embedder in use at set-up (``routes.calibration``: logistic regression, its logits scaled onto the
-fast scorer's; ``python -m routes.training.fit_judge`` measures it on the shared dev data) on the shared rounds and
-the written near-miss sets, each round also
+fast scorer's; ``python -m routes.offline.training.fit_judge`` measures it on the shared dev data) on the shared rounds
+and the written near-miss sets, each round also
 without its answering passages, so the margins are fitted on rounds where nothing answers too. They still lift
 such a round's best page more often than the fast scorer did, and HotpotQA's second-hop pages (which share
 little with the question) are dropped more often: the measured figures, gains and losses, are in
-``gateway/eval/README.md``. No multilingual cross-encoder ships inside a
+``routes/offline/eval/README.md``. No multilingual cross-encoder ships inside a
 package this service can install, so the judge is this model over features; the LLM grader still decides
 what it leaves uncertain.
 """

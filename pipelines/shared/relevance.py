@@ -3,8 +3,8 @@
 A logistic model over three features — embedding cosine, the share of the query's content terms
 found in the text, and the share found in the title — with terms from the project's one tokenizer
 (:mod:`pipelines.shared.text`), fitted for the embedder in use at set-up (``routes.calibration``, on the calibration
-set shipped in ``routes/data``; ``python -m routes.training.calibrate_relevance`` reports the fit on the shared dev
-data). Under USE:
+set shipped in ``routes/data``; ``python -m routes.offline.training.calibrate_relevance`` reports the fit on the shared
+dev data). Under USE:
 
 - Latin script: HotpotQA gold vs distractor paragraphs and SQuAD v2 gold vs other paragraphs of the
   article (1,378 pairs, 296 relevant). Cross-validated AUC 0.76 (HotpotQA's distractors are chosen

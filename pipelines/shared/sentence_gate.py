@@ -5,7 +5,7 @@ out with its citation. Here each sentence (:mod:`pipelines.shared.sentences`) is
 project's LLM-free check (:func:`pipelines.shared.support.lexical_support`, English words and Japanese kanji and
 katakana bigrams, numbers by value) against the passages the generator was given, as it completes. A sentence that
 fails is withheld, with a :class:`~pipelines.shared.events.Withhold` event saying which and why, and the answer goes
-on with the later sentences that pass: ``python -m gateway.eval.sentence_gate`` measures why this policy and this
+on with the later sentences that pass: ``python -m routes.offline.eval.sentence_gate`` measures why this policy and this
 check (false withholds, inserted sentences caught).
 
 A sentence the lexical test passes may still be an invention on the passages' own topic: it shares their common
@@ -13,7 +13,7 @@ words ("梅雨", "前線", "発表") and adds a claim none of them makes. A seco
 a question (:class:`RoundCheck`): its words weighed by how few of the passages hold them, its best sentence and window
 overlap; a sentence whose best passage the judge scores below the threshold is withheld too. It is off unless a
 threshold is set: it reads wording, and a right answer in the model's own words reads like an invention to it.
-``python -m gateway.eval.sentence_gate --relevance-judge`` measures both tests on the model's own answers and on
+``python -m routes.offline.eval.sentence_gate --relevance-judge`` measures both tests on the model's own answers and on
 inserted sentences of neighbouring paragraphs.
 
 The gate is the same object on both paths: a streamed answer is fed token by token and sends each sentence as it

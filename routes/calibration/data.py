@@ -1,6 +1,7 @@
 """The calibration set, as shipped in ``routes/data`` (the shared dev data is not in the image).
 
-- Shared rounds (``calibration_rounds.jsonl``, built by ``python -m routes.training.build_calibration_set``): each
+- Shared rounds (``calibration_rounds.jsonl``, built by ``python -m routes.offline.training.build_calibration_set``):
+each
   HotpotQA question with its 10 paragraphs (the 2 supporting ones answer), each answerable SQuAD v2 / JSQuAD question
   with its paragraph and 3 other paragraphs of the article. Pages by id: HotpotQA's and SQuAD's from
   ``dataset_passages.jsonl``, JSQuAD's from ``calibration_passages.jsonl``.

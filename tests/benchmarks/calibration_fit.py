@@ -5,10 +5,10 @@
 Each embedder is fitted as the service fits it (:func:`routes.calibration.fit.fit_calibration` through
 :class:`gateway.query.calibration.EmbeddingsEncoder`: questions through ``embed_queries``, batched where the provider
 offers it, pages by ``embed_documents``). Vectors are kept on disk (``~/.cache/rag-gateway/bench-vectors``, by embedder,
-side and text digest: :class:`routes.training.encoders.VectorCache`), because e5 costs ~60 ms a page here: the first run
-of an embedder is *cold* (every text embedded, the time a gateway's first start spends), later runs time the fit alone.
-Prints each threshold beside the value the service used before it was fitted (USE's), and the in-sample relevance AUC
-per shared source of the fast scorer and the round judge under each embedder.
+side and text digest: :class:`routes.offline.training.encoders.VectorCache`), because e5 costs ~60 ms a page here: the
+first run of an embedder is *cold* (every text embedded, the time a gateway's first start spends), later runs time the
+fit alone. Prints each threshold beside the value the service used before it was fitted (USE's), and the in-sample
+relevance AUC per shared source of the fast scorer and the round judge under each embedder.
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ from gateway.query.calibration import USE_VALUES, EmbeddingsEncoder, contrast_gu
 from gateway.settings import EmbeddingSettings
 from routes.calibration.data import SHARED_SOURCES, load_calibration_set
 from routes.calibration.fit import Fitted, Vectors, fit_calibration
-from routes.training.encoders import VectorCache
+from routes.offline.training.encoders import VectorCache
 
 
 class DiskCachedEncoder:
     """The service's encoder, each text's vector kept on disk by side (query or passage) and digest
-    (:class:`routes.training.encoders.VectorCache`); counts and times what the cache did not hold."""
+    (:class:`routes.offline.training.encoders.VectorCache`); counts and times what the cache did not hold."""
 
     def __init__(self, name: str, embeddings: Embeddings, cache: VectorCache) -> None:
         inner = EmbeddingsEncoder(embeddings)

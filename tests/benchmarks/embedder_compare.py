@@ -31,9 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from gateway.eval.datasets import load_squad_v2
 from gateway.providers.e5 import E5Embeddings
 from gateway.providers.embeddings import USEEmbeddings
+from routes.offline.eval.datasets import load_squad_v2
 from tests.benchmarks.retrieval_recall import RecallSet
 from tests.benchmarks.retrieval_recall import sets as recall_sets
 

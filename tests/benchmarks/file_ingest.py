@@ -38,8 +38,6 @@ from reportlab.pdfbase.cidfonts import UnicodeCIDFont
 from reportlab.pdfgen import canvas
 
 from gateway.app import create_app
-from gateway.eval.datasets import load
-from gateway.eval.sentence_answers import DATA
 from gateway.knowledge.chunking import Chunker
 from gateway.knowledge.files.formats import read_file
 from gateway.overrides import ProviderOverrides
@@ -47,6 +45,8 @@ from gateway.providers.embeddings import USEEmbeddings
 from gateway.providers.vectorstores.base import ChunkRecord
 from gateway.providers.vectorstores.lance import LanceVectorStore
 from gateway.settings import Settings
+from routes.offline.eval.datasets import load
+from routes.offline.eval.sentence_answers import DATA
 
 PAGE_CHARS = 1800
 PAGES_PER_FILE = 25

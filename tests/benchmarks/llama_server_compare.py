@@ -2,7 +2,8 @@
 
     python -m tests.benchmarks.llama_server_compare --model ~/.cache/rag-gateway/models/M.gguf --threads 1 \\
         --server source=/path/to/llama-server \\
-        --server prebuilt="python -m gateway.local_llm.embedded" [--rounds 2] [--repeats 3] [--structured-rounds 1]
+        --server prebuilt="python -m routes.offline.local_llm.embedded" [--rounds 2] [--repeats 3] [--structured-rounds
+        1]
 
 Each ``--server LABEL=COMMAND`` is started with the project's own flags (``ServerConfig.arguments()``,
 ``--threads`` overridden) on a free loopback port, one server at a time, round-robin over ``--rounds``
@@ -43,7 +44,6 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_openai import ChatOpenAI
 from pydantic import BaseModel, SecretStr
 
-from gateway.local_llm.server import ServerConfig, wait_until_healthy
 from gateway.providers.llm import LLMClient
 from gateway.settings import LOCAL_MODEL, ModelPrice
 from pipelines.corrective.critique import GroundednessCheck, UsefulnessCheck
@@ -60,6 +60,7 @@ from pipelines.corrective.prompts import (
     USEFUL_USER,
 )
 from routes.llm_router import RouteChoice, messages_for
+from routes.offline.local_llm.server import ServerConfig, wait_until_healthy
 
 PASSAGE = (
     "Kumo Robotics ships the K2 warehouse robot with a 48 V battery that lasts nine hours per charge. "

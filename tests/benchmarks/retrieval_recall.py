@@ -32,7 +32,6 @@ from langchain_core.embeddings import Embeddings
 
 from gateway.cache.backend import MemoryBackend
 from gateway.cache.versions import KnowledgeVersions
-from gateway.eval.datasets import Dataset, load_hotpotqa, load_near_miss, load_squad_v2
 from gateway.knowledge.chunking import Chunker
 from gateway.knowledge.matrices import TenantMatrices
 from gateway.knowledge.service import KnowledgeBase, NewDocument
@@ -42,6 +41,7 @@ from gateway.providers.vectorstores.lance import LanceVectorStore
 from gateway.query.factory import probe_depth
 from gateway.settings import ChunkingSettings, RetrievalSettings
 from pipelines.shared.visibility import Visibility
+from routes.offline.eval.datasets import Dataset, load_hotpotqa, load_near_miss, load_squad_v2
 from routes.written_kb import load_written_kb
 
 TENANT = "bench"

@@ -22,11 +22,11 @@ from pathlib import Path
 
 import httpx
 
-from gateway.eval.datasets import load
-from gateway.eval.sentence_answers import DATA
-from gateway.local_llm.model import DEFAULT_MODEL, default_model_dir, prepare
-from gateway.local_llm.server import LocalLLMServer, ServerConfig
 from gateway.settings import LOCAL_MODEL
+from routes.offline.eval.datasets import load
+from routes.offline.eval.sentence_answers import DATA
+from routes.offline.local_llm.model import DEFAULT_MODEL, default_model_dir, prepare
+from routes.offline.local_llm.server import LocalLLMServer, ServerConfig
 from tests.benchmarks.miss_cost import ROOT, free_port, gateway
 
 KEY = "bench-local-stream-key"

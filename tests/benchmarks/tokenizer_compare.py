@@ -26,9 +26,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from gateway.eval.datasets import load_squad_v2
 from pipelines.shared import text as chosen
 from pipelines.shared.support import terms as current_terms
+from routes.offline.eval.datasets import load_squad_v2
 from routes.written_kb import load_written_kb
 
 Tokenize = Callable[[str], list[str]]

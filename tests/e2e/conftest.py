@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.local_llm.model import default_model_dir, prepare
-from gateway.local_llm.server import LocalLLMServer, ServerConfig
+from routes.offline.local_llm.model import default_model_dir, prepare
+from routes.offline.local_llm.server import LocalLLMServer, ServerConfig
 from tests.ports import free_port
 
 MODEL = "qwen2.5-coder-1.5b-instruct-q4_k_m"

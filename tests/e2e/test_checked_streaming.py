@@ -17,9 +17,9 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.eval.datasets import load
-from gateway.eval.sentence_answers import DATA
 from pipelines.shared.events import Generate, Withhold
+from routes.offline.eval.datasets import load
+from routes.offline.eval.sentence_answers import DATA
 from routes.written_kb import load_written_kb
 from tests.e2e.conftest import REPEATABLE_BUDGET_S
 from tests.scripted import events

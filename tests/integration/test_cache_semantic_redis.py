@@ -16,11 +16,11 @@ from gateway.cache.backend import RedisBackend
 from gateway.cache.contrast import find_contrast
 from gateway.cache.semantic import SemanticCache
 from gateway.cache.versions import KnowledgeVersions
-from gateway.eval.semantic_cache import Pair, load_pairs
 from gateway.providers.embeddings import USEEmbeddings
 from gateway.providers.redis import ResilientRedis
 from pipelines.shared.visibility import Visibility
 from routes.calibration import Calibration
+from routes.offline.eval.semantic_cache import Pair, load_pairs
 from tests.integration.conftest import REDIS_TEST_URL
 
 pytestmark = pytest.mark.redis

@@ -9,9 +9,9 @@ import pytest
 from gateway.providers.vectorstores.base import ChunkRecord
 from gateway.providers.vectorstores.fusion import query_terms
 from gateway.providers.vectorstores.lance import LanceVectorStore
-from gateway.providers.vectorstores.memory import InMemoryVectorStore
 from pipelines.shared.fusion import reciprocal_rank_fusion
 from pipelines.shared.visibility import Visibility
+from tests.fakes.memory_store import InMemoryVectorStore
 
 
 def chunk(doc: str, index: int, vector: list[float], text: str = "t") -> ChunkRecord:

@@ -18,11 +18,9 @@ from typing import Any
 from langchain_core.messages import BaseMessage
 
 from gateway.knowledge.chunking import Chunker
-from gateway.knowledge.service import KnowledgeBase, NewDocument
+from gateway.knowledge.service import KnowledgeBase, LocalStoreSearch, NewDocument
 from gateway.providers.embeddings import USEEmbeddings
 from gateway.providers.llm import LLMClient
-from gateway.providers.vectorstores.memory import InMemoryVectorStore
-from gateway.providers.websearch import LocalStoreSearch
 from gateway.settings import ModelPrice
 from pipelines.corrective.graph import build_graph
 from pipelines.corrective.policy import CorrectivePolicy
@@ -35,6 +33,7 @@ from pipelines.shared.visibility import Visibility
 from pipelines.single_hop.state import SingleHopContext
 from routes.table import PipelineContexts, RoutePolicy, RouteTable
 from tests.calibration_support import corrective_policy, grounding_policy
+from tests.fakes.memory_store import InMemoryVectorStore
 from tests.fakes.scripted_chat import ScriptedChatModel
 from tests.scripted import schema_name
 

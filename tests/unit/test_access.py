@@ -13,8 +13,8 @@ from litestar.routes import HTTPRoute
 from gateway.access.__main__ import main as access_cli
 from gateway.access.guard import RequireScope
 from gateway.access.keys import KeyRing, OpenAccessError, check_exposure, hash_key
+from gateway.access.sessions import ConsoleAccess
 from gateway.app import create_app
-from gateway.console.sessions import ConsoleAccess
 from gateway.settings import AccessSettings, ApiKeyConfig, Settings
 from tests.chat_support import ACME_ADMIN_KEY, ACME_KEY, GLOBEX_KEY, bearer, chat_model, keyed, openai_client
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from routes.training.encoders import BATCH, VectorCache
+from routes.offline.training.encoders import BATCH, VectorCache
 
 
 class CountingEmbed:

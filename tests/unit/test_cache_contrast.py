@@ -21,7 +21,7 @@ from gateway.cache.contrast import (
     roles_differ,
     term_substituted,
 )
-from gateway.eval.semantic_cache import load_pairs
+from routes.offline.eval.semantic_cache import load_pairs
 
 
 def fires(rule: Rule, a: str, b: str) -> bool:

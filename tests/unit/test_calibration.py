@@ -260,7 +260,7 @@ def test_the_builder_writes_the_shipped_rounds_from_the_shared_data() -> None:
     if not (SHARED_DATA / "hotpotqa_train.json").is_file():
         pytest.skip(f"the shared dev data is not at {SHARED_DATA}")
     from routes.calibration.data import DATA, PASSAGES_FILE, ROUNDS_FILE
-    from routes.training.build_calibration_set import build
+    from routes.offline.training.build_calibration_set import build
 
     rounds, passages = build(SHARED_DATA)
     shipped = [json.loads(line) for line in (DATA / ROUNDS_FILE).read_text(encoding="utf-8").splitlines()]

@@ -158,8 +158,8 @@ async def test_a_suite_runs_on_request_and_after_each_knowledge_change(
         metrics = (await client.get("/metrics")).text
         assert f'gateway_eval_score{{suite="office"}} {runs[0]["score"]}' in metrics
     suite_spans = [s for s in spans.get_finished_spans() if s.name == "curation.eval_suite"]
-    assert [s.attributes["gateway.eval.trigger"] for s in suite_spans] == ["manual", "knowledge_change"]  # type: ignore[index]
-    assert suite_spans[0].attributes["gateway.eval.run"] == started["id"]  # type: ignore[index]
+    assert [s.attributes["routes.offline.eval.trigger"] for s in suite_spans] == ["manual", "knowledge_change"]  # type: ignore[index]
+    assert suite_spans[0].attributes["routes.offline.eval.run"] == started["id"]  # type: ignore[index]
 
 
 async def test_a_run_is_running_until_its_cases_are_answered_and_is_not_started_twice(

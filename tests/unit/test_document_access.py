@@ -26,7 +26,6 @@ from gateway.knowledge.permissions import InvalidAccessError, document_tags, par
 from gateway.knowledge.service import KnowledgeBase, NewDocument
 from gateway.providers.embeddings import USEEmbeddings
 from gateway.providers.vectorstores.base import ChunkRecord
-from gateway.providers.vectorstores.memory import InMemoryVectorStore
 from gateway.query.schemas import QueryResponse
 from pipelines.shared import events as ev
 from pipelines.shared.deps import Passage
@@ -34,6 +33,7 @@ from pipelines.shared.visibility import TENANT_OPEN, UNSET, Visibility
 from routes.calibration import Calibration
 from routes.probe import ProbeFirstRetriever, probe_of
 from tests.calibration_support import corrective_policy
+from tests.fakes.memory_store import InMemoryVectorStore
 from tests.scripted import CountedCompute
 from tests.unit.corrective_support import (
     AURORA,

@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from gateway.eval.datasets import Question, load
-from gateway.eval.metrics import answer_in_prediction, exact_match, f1_score, normalize_answer, passage_recall
-from gateway.eval.report import draw_chart, summarise
-from gateway.eval.runner import FirstRetrieval, Outcome, ask, calls_by_step, failed, first_verdict, route_of
-from gateway.eval.tables import merged, paired, render
 from gateway.query.steps import RouteQuery
 from pipelines.shared.events import Assess, Check, Escalate, Evaluate, Generate, PlanHop, Retrieve, SearchHop
+from routes.offline.eval.datasets import Question, load
+from routes.offline.eval.metrics import answer_in_prediction, exact_match, f1_score, normalize_answer, passage_recall
+from routes.offline.eval.report import draw_chart, summarise
+from routes.offline.eval.runner import FirstRetrieval, Outcome, ask, calls_by_step, failed, first_verdict, route_of
+from routes.offline.eval.tables import merged, paired, render
 from routes.written_kb import load_written_kb
 
 
@@ -173,9 +173,9 @@ def test_summary_scores_answerable_and_unanswerable_separately(tmp_path: Path) -
 
 
 def test_where_picks_the_slice_before_sampling_so_a_small_run_is_all_missed() -> None:
-    from gateway.eval.datasets import Question
-    from gateway.eval.runner import FirstRetrieval
-    from gateway.eval.sampling import pick
+    from routes.offline.eval.datasets import Question
+    from routes.offline.eval.runner import FirstRetrieval
+    from routes.offline.eval.sampling import pick
 
     def question(n: int) -> Question:
         return Question(id=f"q{n}", text=f"question {n}", answers=["a"], gold_doc_ids=frozenset({"d"}))
@@ -194,7 +194,7 @@ def test_where_picks_the_slice_before_sampling_so_a_small_run_is_all_missed() ->
 
 
 def test_a_held_out_sample_leaves_out_every_question_earlier_samples_asked() -> None:
-    from gateway.eval.sampling import pick, seed_and_limit, unasked
+    from routes.offline.eval.sampling import pick, seed_and_limit, unasked
 
     first = FirstRetrieval(gold_found=False, recall=0.0)
     pool = [(Question(f"q{i}", "?", ["a"], frozenset()), first) for i in range(20)]
@@ -211,7 +211,7 @@ def test_a_held_out_sample_leaves_out_every_question_earlier_samples_asked() -> 
 
 
 def test_a_resumed_run_takes_the_outcomes_a_partial_report_holds(tmp_path: Path) -> None:
-    from gateway.eval.report import resumed, summarised, write
+    from routes.offline.eval.report import resumed, summarised, write
 
     outcome = Outcome(
         question_id="q1", kind="bridge", answerable=True, answer="Paris", exact_match=1.0, f1=1.0,
@@ -392,7 +392,7 @@ async def test_route_of_asks_the_router_alone(client: Any) -> None:
 
 
 def test_a_partial_report_is_written_beside_the_final_one(tmp_path: Path) -> None:
-    from gateway.eval.report import summarised, write
+    from routes.offline.eval.report import summarised, write
 
     report: dict[str, Any] = {"dataset": "hotpotqa"}
     summarised(report, {"plain": [outcome()], "corrective": [outcome(llm_calls=4)]})

@@ -10,7 +10,7 @@ import numpy as np
 from pipelines.shared.deps import Passage
 from routes.corpus import Case, CorpusTenant, SourceDocument, all_cases, own_cases
 from routes.examples import Example, load_examples
-from routes.training.evaluate_lodo import Embedder, Source, evaluate, probe_recall, sources
+from routes.offline.training.evaluate_lodo import Embedder, Source, evaluate, probe_recall, sources
 from routes.types import Route
 
 _AXES = ("castle", "river", "billing", "hello")

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gateway.eval.datasets import load_near_miss
 from gateway.knowledge.chunking import Chunker
 from gateway.knowledge.service import HYBRID_DEPTH, KnowledgeBase, NewDocument
 from gateway.providers.embeddings import USEEmbeddings
 from gateway.providers.vectorstores.fusion import query_terms
-from gateway.providers.vectorstores.memory import InMemoryVectorStore
 from gateway.settings import ChunkingSettings
 from pipelines.shared.deps import Passage
 from pipelines.shared.fusion import reciprocal_rank_fusion
 from pipelines.shared.visibility import Visibility
+from routes.offline.eval.datasets import load_near_miss
+from tests.fakes.memory_store import InMemoryVectorStore
 
 MANUALS = Path(__file__).resolve().parents[2] / "routes" / "data" / "near_miss_en.json"
 

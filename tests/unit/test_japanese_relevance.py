@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.eval.metrics import answer_in_prediction, f1_score, normalize_answer
 from gateway.knowledge.service import KnowledgeBase, NewDocument
 from gateway.providers.embeddings import USEEmbeddings
 from pipelines.corrective.evaluator import evaluate_passages
@@ -22,6 +21,7 @@ from pipelines.shared.citations import states_nothing
 from pipelines.shared.relevance import QueryScorer, fast_verdict
 from pipelines.shared.support import lexical_support
 from pipelines.shared.visibility import Visibility
+from routes.offline.eval.metrics import answer_in_prediction, f1_score, normalize_answer
 from routes.written_kb import load_written_kb
 from tests.calibration_support import corrective_policy
 from tests.unit.corrective_support import Script, make_knowledge, make_llm, run_graph

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-OFFLINE = ("routes.training", "gateway.eval", "tests")
+OFFLINE = ("routes.offline.training", "routes.offline.eval", "tests")
 
 
 def imported_modules(path: Path) -> set[str]:

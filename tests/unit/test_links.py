@@ -16,11 +16,11 @@ from gateway.knowledge.chunking import Chunker
 from gateway.knowledge.matrices import TenantMatrices
 from gateway.knowledge.service import KnowledgeBase, NewDocument
 from gateway.providers.embeddings import USEEmbeddings
-from gateway.providers.vectorstores.memory import InMemoryVectorStore
 from pipelines.shared.deps import Passage
 from pipelines.shared.links import about_keys, mention_keys
 from pipelines.shared.text import content_terms
 from pipelines.shared.visibility import Visibility
+from tests.fakes.memory_store import InMemoryVectorStore
 
 
 def test_a_title_is_about_its_name_without_the_disambiguator() -> None:

@@ -9,9 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from gateway.local_llm import __main__ as cli
-from gateway.local_llm import embedded, server
-from gateway.local_llm.server import EMBEDDED_MODULE, ServerConfig, find_server, prebuilt_loads, source_built_binary
+from routes.offline.local_llm import __main__ as cli
+from routes.offline.local_llm import embedded, server
+from routes.offline.local_llm.server import (
+    EMBEDDED_MODULE,
+    ServerConfig,
+    find_server,
+    prebuilt_loads,
+    source_built_binary,
+)
 
 
 def script(path: Path, body: str) -> Path:

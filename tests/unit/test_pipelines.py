@@ -11,7 +11,6 @@ from gateway.knowledge.chunking import Chunker
 from gateway.knowledge.service import KnowledgeBase, NewDocument
 from gateway.providers.embeddings import USEEmbeddings
 from gateway.providers.llm import LLMClient
-from gateway.providers.vectorstores.memory import InMemoryVectorStore
 from gateway.settings import ModelPrice
 from pipelines.direct.graph import build_graph as build_direct_graph
 from pipelines.direct.graph import run as run_direct
@@ -19,6 +18,7 @@ from pipelines.direct.state import DirectContext, DirectState
 from pipelines.shared.events import Assess, Evaluate, Generate, Retrieve, Stop, Withhold
 from pipelines.shared.visibility import Visibility
 from routes.table import RouteTable
+from tests.fakes.memory_store import InMemoryVectorStore
 from tests.fakes.scripted_chat import ScriptedChatModel
 from tests.scripted import structured_reply
 from tests.unit.corrective_support import build_route_table

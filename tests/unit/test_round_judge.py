@@ -1,6 +1,6 @@
 """The round judge: the evaluator's first stage reading a retrieval round as a whole.
 
-The judge's weights are fitted (``python -m routes.training.fit_judge``) on the shared data and the near-miss
+The judge's weights are fitted (``python -m routes.offline.training.fit_judge``) on the shared data and the near-miss
 manuals. The documents these tests search (the office documents, the written Japanese SaaS manual) are in neither,
 though the near-miss manuals hold similar scenarios (a mid-month cancellation beside plan changes).
 """

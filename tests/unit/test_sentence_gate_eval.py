@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gateway.eval.inserts import Inserts, fits
-from gateway.eval.judged_support import JudgedSupport
-from gateway.eval.sentence_answers import first_of_each_set
-from gateway.eval.sentence_gate import Case, judge_scores, load_cases, relevance_table
+from routes.offline.eval.inserts import Inserts, fits
+from routes.offline.eval.judged_support import JudgedSupport
+from routes.offline.eval.sentence_answers import first_of_each_set
+from routes.offline.eval.sentence_gate import Case, judge_scores, load_cases, relevance_table
 from tests.calibration_support import use_calibration
 
 NORMAN_1 = "The Normans settled in Normandy in the tenth century. Their duke was Rollo of the northern lands."

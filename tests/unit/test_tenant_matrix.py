@@ -22,12 +22,12 @@ from gateway.knowledge.service import HYBRID_DEPTH, KnowledgeBase, NewDocument
 from gateway.overrides import ProviderOverrides
 from gateway.providers.embeddings import USEEmbeddings
 from gateway.providers.vectorstores.base import StoredChunks
-from gateway.providers.vectorstores.memory import InMemoryVectorStore
 from gateway.settings import Settings
 from pipelines.shared.deps import Passage
 from pipelines.shared.visibility import Visibility
 from routes.probe import PROBE_DEPTH, ProbeFirstRetriever, probe_of
 from tests.conftest import grounded_or_direct
+from tests.fakes.memory_store import InMemoryVectorStore
 from tests.fakes.scripted_chat import ScriptedChatModel
 
 DIMENSIONS = 32

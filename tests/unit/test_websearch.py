@@ -9,11 +9,11 @@ import pytest
 
 from gateway.errors import ProviderError, ProviderUnavailableError
 from gateway.knowledge.chunking import Chunker
-from gateway.knowledge.service import KnowledgeBase, NewDocument
+from gateway.knowledge.service import KnowledgeBase, LocalStoreSearch, NewDocument
 from gateway.providers.embeddings import USEEmbeddings
-from gateway.providers.vectorstores.memory import InMemoryVectorStore
-from gateway.providers.websearch import TAVILY_URL, LocalStoreSearch, TavilySearch
+from gateway.providers.websearch import TAVILY_URL, TavilySearch
 from pipelines.shared.visibility import Visibility
+from tests.fakes.memory_store import InMemoryVectorStore
 
 
 def tavily(handler: httpx.MockTransport, embeddings: USEEmbeddings) -> TavilySearch:

@@ -1,8 +1,9 @@
 """Leave one dataset out: does the router route sets it never saw?
 
-    python -m routes.training.evaluate_lodo [--data-dir ../shared/data/dev] [--jsquad-sample 200] [--classifier both]
+    python -m routes.offline.training.evaluate_lodo [--data-dir ../shared/data/dev] [--jsquad-sample 200] [--classifier
+    both]
 
-The held-back split of ``routes.training.evaluate`` comes from the same datasets the router trains on, so it
+The held-back split of ``routes.offline.training.evaluate`` comes from the same datasets the router trains on, so it
 measures how well the router learnt each dataset's style. Here every source is excluded from training
 in turn (its questions *and* its documents: :class:`routes.corpus.Case` records both) and the router
 is measured on it alone: the recall of its true class, and where the rest went, per language. The
@@ -18,7 +19,7 @@ the HotpotQA corpus (random Wikipedia paragraphs: some may hold an answer, so no
 
 ``--encoder e5`` embeds with multilingual-e5-small instead of USE (questions with its ``query:`` side, the tenants'
 passages with ``passage:``, as the gateway's store embeds documents) and retrains every router on its vectors; the
-vectors are kept on disk (:mod:`routes.training.encoders`).
+vectors are kept on disk (:mod:`routes.offline.training.encoders`).
 """
 
 from __future__ import annotations
@@ -40,8 +41,8 @@ from routes.corpus import REDUNDANT_FILES, Case, CorpusTenant, SourceDocument, a
 from routes.examples import Example, load_examples
 from routes.knowledge_router import DEFAULT_ROUTING, KnowledgeRouter, TenantRouting, case_signals, fit_knowledge
 from routes.logistic_router import LogisticRouter, fit
+from routes.offline.training.encoders import ENCODERS, Encoder, VectorCache, encoder
 from routes.probe import PROBE_DEPTH, probe_of
-from routes.training.encoders import ENCODERS, Encoder, VectorCache, encoder
 from routes.types import ROUTES, Route, RouteDecision
 from routes.written_kb import load_written_kb
 
@@ -140,7 +141,7 @@ def _example_source(example: Example) -> str:
 
 
 def _jsquad(data_dir: Path, sample: int, split: Callable[[str], list[str]]) -> tuple[CorpusTenant, Source]:
-    from gateway.eval.datasets import load_squad_v2  # deferred: the gateway's reader of the shared format
+    from routes.offline.eval.datasets import load_squad_v2  # deferred: the gateway's reader of the shared format
 
     dataset = load_squad_v2(data_dir / "jsquad_valid_sample.json")
     # JSQuAD paragraphs start with "title [SEP] "; the title is kept as the passage's title.
@@ -155,8 +156,8 @@ def _jsquad(data_dir: Path, sample: int, split: Callable[[str], list[str]]) -> t
 
 
 def _heldout(path: Path, split: Callable[[str], list[str]]) -> tuple[CorpusTenant, Source]:
-    """A written multi-hop set no router was trained on (``gateway/eval/data``): new documents, new entities, asked
-    of their own tenant, as a new user's knowledge base would be."""
+    """A written multi-hop set no router was trained on (``routes/offline/eval/data``): new documents, new entities,
+    asked of their own tenant, as a new user's knowledge base would be."""
     kb = load_written_kb(path)
     docs = tuple(SourceDocument(d.id, d.title, d.text) for d in kb.documents)
     cases = tuple(
@@ -374,7 +375,7 @@ def lodo_rows(chosen: Setup, trainer: Trainer) -> list[Row]:
     return rows
 
 
-HELDOUT = Path(__file__).resolve().parents[2] / "gateway" / "eval" / "data" / "multihop_heldout.json"
+HELDOUT = Path(__file__).resolve().parents[1] / "eval" / "data" / "multihop_heldout.json"
 
 
 def main() -> None:

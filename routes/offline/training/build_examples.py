@@ -6,7 +6,7 @@ Wikipedia article. multi_hop: every HotpotQA question. The passages are the SQuA
 the HotpotQA corpus: the knowledge-aware router trains on each question probed against its own set's
 passages as a tenant, so they ship beside the questions. Run it again after the shared data changes:
 
-    python -m routes.training.build_examples --data-dir ../shared/data/dev
+    python -m routes.offline.training.build_examples --data-dir ../shared/data/dev
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import random
 from pathlib import Path
 
 SKR_SAMPLE = 300
-OUT = Path(__file__).parents[1] / "data" / "dataset_examples.jsonl"
-PASSAGES_OUT = Path(__file__).parents[1] / "data" / "dataset_passages.jsonl"
+OUT = Path(__file__).parents[2] / "data" / "dataset_examples.jsonl"
+PASSAGES_OUT = Path(__file__).parents[2] / "data" / "dataset_passages.jsonl"
 
 
 def build(data_dir: Path) -> list[dict[str, str]]:
@@ -51,7 +51,7 @@ def build(data_dir: Path) -> list[dict[str, str]]:
 
 
 def build_passages(data_dir: Path) -> list[dict[str, str]]:
-    from gateway.eval.datasets import load_hotpotqa, load_squad_v2  # deferred: a dev script's dependency
+    from routes.offline.eval.datasets import load_hotpotqa, load_squad_v2  # deferred: a dev script's dependency
 
     rows: list[dict[str, str]] = []
     for source, dataset in (

@@ -1,15 +1,15 @@
 """Measure the fast relevance scorer and show how CRAG's thresholds trade precision for recall.
 
-    python -m routes.training.calibrate_relevance --data-dir ../shared/data/dev [--encoder use|e5]
+    python -m routes.offline.training.calibrate_relevance --data-dir ../shared/data/dev [--encoder use|e5]
 
 Pairs: every HotpotQA question with its 10 context paragraphs (the 2 supporting titles relevant, 8 distractors not),
 every answerable SQuAD v2 and JSQuAD question with its paragraph (relevant) and 3 other paragraphs of the article
-(not): the round judge's shared rounds (:func:`routes.training.fit_judge.shared_rounds`), from which the service's
-calibration set is derived. The scorer is fitted by the service's own code (:func:`routes.calibration.fit.
+(not): the round judge's shared rounds (:func:`routes.offline.training.fit_judge.shared_rounds`), from which the
+service's calibration set is derived. The scorer is fitted by the service's own code (:func:`routes.calibration.fit.
 fit_relevance`, what ``gateway.query.calibration`` ships for the embedder in use); this script prints its
 coefficients, AUC per feature set (which feature earns its place), AUC out of sample by question folds, and precision
 / recall at candidate thresholds beside the CRAG thresholds the calibration fits. ``--encoder e5`` reads
-multilingual-e5-small's cosines instead of USE's (vectors kept on disk, :mod:`routes.training.encoders`).
+multilingual-e5-small's cosines instead of USE's (vectors kept on disk, :mod:`routes.offline.training.encoders`).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from sklearn.model_selection import cross_val_predict
 from pipelines.shared.relevance import RelevanceModel
 from routes.calibration.data import SHARED_SOURCES
 from routes.calibration.fit import Encoder, Table, crag_thresholds, fast_scores, fit_relevance, select
-from routes.training.encoders import ENCODERS, VectorCache, encoder
-from routes.training.fit_judge import shared_rounds, tabulate
+from routes.offline.training.encoders import ENCODERS, VectorCache, encoder
+from routes.offline.training.fit_judge import shared_rounds, tabulate
 
 
 def training_set(data_dir: Path, embeddings: Encoder) -> Table:
@@ -41,7 +41,7 @@ def features(t: Table) -> np.ndarray:
 
 def cross_validated(t: Table, folds: int = 5) -> np.ndarray:
     """Each pair's probability from the service's fit on the other folds (folds by question, as
-    ``routes.training.fit_judge`` folds them), for AUC out of sample."""
+    ``routes.offline.training.fit_judge`` folds them), for AUC out of sample."""
     p = np.zeros(len(t.label))
     fold = t.question % folds
     for k in range(folds):

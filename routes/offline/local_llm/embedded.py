@@ -1,9 +1,10 @@
-"""``python -m gateway.local_llm.embedded --model M.gguf --port P ...``: llama.cpp's server from a prebuilt wheel.
+"""``python -m routes.offline.local_llm.embedded --model M.gguf --port P ...``: llama.cpp's server from a prebuilt
+wheel.
 
 The ``xllamacpp`` wheel carries llama.cpp's own HTTP server (the code behind ``llama-server``:
 OpenAI-compatible routes, slots, prompt cache, JSON-schema constrained sampling) compiled into a
 Python extension, not as an executable. This module gives it ``llama-server``'s command line (the
-flags :class:`~gateway.local_llm.server.ServerConfig` emits) so the rest of the project starts,
+flags :class:`~routes.offline.local_llm.server.ServerConfig` emits) so the rest of the project starts,
 probes and stops either server the same way: a child process that serves until SIGTERM or SIGINT.
 """
 
@@ -18,7 +19,7 @@ from typing import Any
 
 def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The subset of ``llama-server``'s flags that :class:`ServerConfig` passes, with its defaults."""
-    parser = argparse.ArgumentParser(prog="python -m gateway.local_llm.embedded", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m routes.offline.local_llm.embedded", description=__doc__)
     parser.add_argument("--model", help="GGUF file to serve (required unless --version)")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8080)

@@ -1,6 +1,6 @@
-"""The curation store's tables (SQLAlchemy Core). Alembic's migrations create them; this module is
-what queries are written against. Times are epoch seconds (floats): portable across SQLite and
-PostgreSQL without time-zone surprises."""
+"""The gateway database's tables (SQLAlchemy Core): the curation cycle's and the assistant profiles'. Alembic's
+migrations create them; this module is what queries are written against. Times are epoch seconds (floats): portable
+across SQLite and PostgreSQL without time-zone surprises."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Router report: per-class accuracy on the held-back split and classification latency.
 
-    python -m routes.training.evaluate                 # logistic only (no LLM needed)
-    python -m routes.training.evaluate --llm           # also the LLM classifier, against GATEWAY_LLM_BASE_URL
+    python -m routes.offline.training.evaluate                 # logistic only (no LLM needed)
+    python -m routes.offline.training.evaluate --llm           # also the LLM classifier, against GATEWAY_LLM_BASE_URL
 
 The logistic figure includes embedding the query, since that is what a request pays for routing
 (the same vector is then reused for retrieval).

@@ -1,21 +1,22 @@
-"""``python -m gateway.eval.sentence_gate --answers FILE [--judge]``: how the sentence gate does on real answers.
+"""``python -m routes.offline.eval.sentence_gate --answers FILE [--judge]``: how the sentence gate does on real answers.
 
 ``FILE`` holds the embedded model's answers to questions of the shared sets (``python -m
-gateway.eval.sentence_answers``). Two numbers decide the support test and its threshold:
+routes.offline.eval.sentence_answers``). Two numbers decide the support test and its threshold:
 
 - **withheld**: of the answers' own sentences, how many the gate withholds (``--show`` prints them, with the terms
   it found missing, for the hand check of how many were in fact supported: the false withholds);
 - **caught**: into each answer one sentence of an unrelated document is inserted (with a citation, as a model writes
   it), at a drawn position: how many of those inserts the gate withholds;
-- **near caught**: the same with a sentence of a document beside the answer's passages (:mod:`gateway.eval.inserts`):
-  on topic, as a small model's inventions are.
+- **near caught**: the same with a sentence of a document beside the answer's passages
+  (:mod:`routes.offline.eval.inserts`): on topic, as a small model's inventions are.
 
 Each is reported per language and for a range of ``min_support`` thresholds. ``--judge`` also asks the local model,
 once per answer the gate doubts, the groundedness critic's question about the withheld sentences (what the corrective
 pipeline does), and reports how many doubts it clears among the answers' own sentences and among the inserts.
-``--relevance-judge`` scores every sentence with the round judge instead (:mod:`gateway.eval.judged_support`), alone
-and as a second check after the lexical one, over a range of thresholds.
-Results: ``gateway/eval/README.md``.
+``--relevance-judge`` scores every sentence with the round judge instead
+(:mod:`routes.offline.eval.judged_support`), alone and as a second check after the lexical one, over a range of
+thresholds.
+Results: ``routes/offline/eval/README.md``.
 """
 
 from __future__ import annotations
@@ -31,12 +32,6 @@ from typing import Any
 
 from langchain_core.messages import HumanMessage, SystemMessage
 
-from gateway.eval.inserts import Inserts
-from gateway.eval.judged_support import GateReading, JudgedSupport, SupportReading
-from gateway.eval.metrics import answer_in_prediction
-from gateway.eval.sentence_answers import DATA
-from gateway.local_llm.model import DEFAULT_MODEL, default_model_dir, prepare
-from gateway.local_llm.server import LocalLLMServer, ServerConfig, is_healthy
 from gateway.providers.llm import LLMClient, open_llm_client
 from gateway.settings import GroundingSettings, LLMEndpointSettings, LLMSettings, Settings
 from pipelines.corrective.critique import GroundednessCheck
@@ -48,6 +43,12 @@ from pipelines.shared.prompts import ABSTAIN_EN, ABSTAIN_JA, NOT_IN_CONTEXT
 from pipelines.shared.sentence_gate import SentenceGate
 from pipelines.shared.sentences import split_sentences
 from pipelines.shared.text import has_cjk
+from routes.offline.eval.inserts import Inserts
+from routes.offline.eval.judged_support import GateReading, JudgedSupport, SupportReading
+from routes.offline.eval.metrics import answer_in_prediction
+from routes.offline.eval.sentence_answers import DATA
+from routes.offline.local_llm.model import DEFAULT_MODEL, default_model_dir, prepare
+from routes.offline.local_llm.server import LocalLLMServer, ServerConfig, is_healthy
 
 THRESHOLDS = (0.3, 0.4, 0.5, 0.6, 0.7)
 JUDGE_THRESHOLDS = (0.1, 0.2, 0.3, 0.4, 0.5)
@@ -310,7 +311,7 @@ def show(cases: list[Case], min_support: float) -> list[dict[str, Any]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m gateway.eval.sentence_gate")
+    parser = argparse.ArgumentParser(prog="python -m routes.offline.eval.sentence_gate")
     parser.add_argument("--answers", type=Path, required=True)
     parser.add_argument("--exclude", type=Path, help="leave out the questions of this answers file (held out)")
     parser.add_argument("--show", action="store_true", help="print the withheld sentences for the hand check")

@@ -1,4 +1,4 @@
-"""``python -m gateway.eval.tables REPORT.json [REPORT.json ...]``: the reports' summaries as Markdown tables.
+"""``python -m routes.offline.eval.tables REPORT.json [REPORT.json ...]``: the reports' summaries as Markdown tables.
 
 Modes run in separate processes (one now, one after a change) are compared only on the same questions:
 reports whose question ids differ are refused, so a table never sets two samples side by side. With a ``plain``
@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-# The request each harness mode sends (gateway.eval.runner.MODE_REQUEST), as the issue notes name them.
+# The request each harness mode sends (routes.offline.eval.runner.MODE_REQUEST), as the issue notes name them.
 MODE_LABEL = {"plain": "`single_hop` (plain RAG)", "corrective": "`multi_hop`", "adaptive": "`auto`"}
 
 Row = dict[str, Any]

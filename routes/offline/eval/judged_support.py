@@ -3,7 +3,7 @@
 The judge (:mod:`pipelines.shared.judge`) scores how well each passage of a round answers a question; read with an
 answer's sentence in the question's place, its best passage's probability is a support score that, unlike the
 lexical test, weighs the sentence's words by how few passages hold them. Two readings, measured against the lexical
-test by ``python -m gateway.eval.sentence_gate --relevance-judge``:
+test by ``python -m routes.offline.eval.sentence_gate --relevance-judge``:
 
 - :class:`GateReading`, the gate's own (:class:`~pipelines.shared.sentence_gate.RoundCheck`): every passage at the
   same cosine, nothing embedded;

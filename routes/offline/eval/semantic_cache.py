@@ -1,4 +1,4 @@
-"""``python -m gateway.eval.semantic_cache [--pairs FILE] [--json OUT]``: calibrate the semantic cache.
+"""``python -m routes.offline.eval.semantic_cache [--pairs FILE] [--json OUT]``: calibrate the semantic cache.
 
 Embeds every pair of ``routes/data/semantic_pairs.jsonl`` (beside the other calibration data: the service fits its
 threshold on them for the embedder in use, :mod:`routes.calibration`) with the real multilingual USE model and reports,

@@ -10,14 +10,14 @@ from typing import Any, Literal
 import msgspec
 from litestar.testing import AsyncTestClient
 
-from gateway.eval.datasets import Dataset, Question
-from gateway.eval.metrics import answer_in_prediction, exact_match, f1_score, passage_recall
 from gateway.knowledge.service import KnowledgeBase
 from gateway.query.schemas import QueryResponse, RouteResponse
 from gateway.query.steps import StepEvent
 from pipelines.shared.events import Assess, Evaluate, Generate, PlanHop, Rewrite
 from pipelines.shared.relevance import Verdict
 from pipelines.shared.visibility import Visibility
+from routes.offline.eval.datasets import Dataset, Question
+from routes.offline.eval.metrics import answer_in_prediction, exact_match, f1_score, passage_recall
 
 Mode = Literal["plain", "corrective", "adaptive"]
 MODE_REQUEST: dict[Mode, dict[str, Any]] = {

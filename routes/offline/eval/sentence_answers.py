@@ -1,11 +1,11 @@
-"""``python -m gateway.eval.sentence_answers --out FILE``: real answers to check the sentence gate on.
+"""``python -m routes.offline.eval.sentence_answers --out FILE``: real answers to check the sentence gate on.
 
 The sentence gate (:mod:`pipelines.shared.sentence_gate`) is judged on what the embedded model really writes,
 not on text written to pass it: this asks the local model plain RAG's prompt (:func:`grounded_messages`) for questions
 of the shared sets, English and Japanese, each over the passages single_hop would give it (the gold paragraph
 and paragraphs of the same article, or HotpotQA's two supporting paragraphs and one of its distractors), and
-writes one JSON line per answer: question, passages, answer, gold. ``python -m gateway.eval.sentence_gate`` scores
-the gate on that file. A run takes about a minute per answer on 2 cores; a rerun resumes where the file ends.
+writes one JSON line per answer: question, passages, answer, gold. ``python -m routes.offline.eval.sentence_gate``
+scores the gate on that file. A run takes about a minute per answer on 2 cores; a rerun resumes where the file ends.
 """
 
 from __future__ import annotations
@@ -17,15 +17,15 @@ import random
 from pathlib import Path
 from typing import Any
 
-from gateway.eval.datasets import Dataset, load
-from gateway.local_llm.model import DEFAULT_MODEL, default_model_dir, prepare
-from gateway.local_llm.server import LocalLLMServer, ServerConfig, is_healthy
 from gateway.providers.llm import open_llm_client
 from gateway.settings import GroundingSettings, LLMEndpointSettings, LLMSettings
 from pipelines.shared.deps import Passage
 from pipelines.shared.generation import grounded_messages
+from routes.offline.eval.datasets import Dataset, load
+from routes.offline.local_llm.model import DEFAULT_MODEL, default_model_dir, prepare
+from routes.offline.local_llm.server import LocalLLMServer, ServerConfig, is_healthy
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "dev"
+DATA = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "dev"
 # (file, questions): English single-hop, English two-hop, Japanese single-hop.
 SETS = (("squad_v2_dev_normans.json", 40), ("hotpotqa_train.json", 20), ("jsquad_valid_sample.json", 40))
 PASSAGES = 3
@@ -102,7 +102,7 @@ async def generate(out: Path, base_url: str, per_set: int = 0, seed: int = SEED)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m gateway.eval.sentence_answers")
+    parser = argparse.ArgumentParser(prog="python -m routes.offline.eval.sentence_answers")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--port", type=int, default=8081)
     parser.add_argument("--per-set", type=int, default=0, help="only the first N questions of each set (0: all)")

@@ -17,9 +17,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from gateway.eval.datasets import TITLE_ID_CHARS, Dataset, load
 from pipelines.shared.sentences import split_sentences
 from pipelines.shared.text import has_cjk, normalise
+from routes.offline.eval.datasets import TITLE_ID_CHARS, Dataset, load
 
 SETS = ("squad_v2_dev_normans.json", "hotpotqa_train.json", "jsquad_valid_sample.json")
 

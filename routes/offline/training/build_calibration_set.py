@@ -1,12 +1,12 @@
 """Derive the calibration set the service fits its scorers and thresholds on (:mod:`routes.calibration`).
 
-    python -m routes.training.build_calibration_set --data-dir ../shared/data/dev
+    python -m routes.offline.training.build_calibration_set --data-dir ../shared/data/dev
 
-The fit reads the judge's shared rounds (:func:`routes.training.fit_judge.shared_rounds`): each HotpotQA question with
-its 10 paragraphs (the 2 supporting ones answer), each answerable SQuAD v2 and JSQuAD question with its paragraph and
-the same 3 other paragraphs of the article the offline fit drew. The shared data is not in the image, so the rounds
-ship in ``routes/data/calibration_rounds.jsonl`` with their pages referenced by id: HotpotQA's and SQuAD's are in
-``dataset_passages.jsonl`` already (the router's tenants), JSQuAD's go to ``calibration_passages.jsonl`` (126
+The fit reads the judge's shared rounds (:func:`routes.offline.training.fit_judge.shared_rounds`): each HotpotQA
+question with its 10 paragraphs (the 2 supporting ones answer), each answerable SQuAD v2 and JSQuAD question with its
+paragraph and the same 3 other paragraphs of the article the offline fit drew. The shared data is not in the image, so
+the rounds ship in ``routes/data/calibration_rounds.jsonl`` with their pages referenced by id: HotpotQA's and SQuAD's
+are in ``dataset_passages.jsonl`` already (the router's tenants), JSQuAD's go to ``calibration_passages.jsonl`` (126
 paragraphs). A page whose text differs from the shipped passage of its id would be fitted on another text than the
 offline fit read: the build fails instead. Run it again after the shared data changes.
 """
@@ -20,7 +20,7 @@ from typing import Any
 
 from routes.calibration.data import DATA, PASSAGES_FILE, ROUNDS_FILE, page_key
 from routes.corpus import PASSAGES_FILE as DATASET_PASSAGES
-from routes.training.fit_judge import shared_rounds
+from routes.offline.training.fit_judge import shared_rounds
 
 
 def _slug(title: str) -> str:
@@ -28,7 +28,7 @@ def _slug(title: str) -> str:
 
 
 def _article_ids(path: Path) -> dict[tuple[str, str], str]:
-    """(title, paragraph text) -> the paragraph's id as ``gateway.eval.datasets.load_squad_v2`` names it."""
+    """(title, paragraph text) -> the paragraph's id as ``routes.offline.eval.datasets.load_squad_v2`` names it."""
     ids: dict[tuple[str, str], str] = {}
     for article in json.loads(path.read_text(encoding="utf-8"))["data"]:
         for index, paragraph in enumerate(article["paragraphs"]):

@@ -1,4 +1,4 @@
-"""``python -m gateway.eval --dataset FILE --mode plain,corrective,adaptive [--limit N]``
+"""``python -m routes.offline.eval --dataset FILE --mode plain,corrective,adaptive [--limit N]``
 
 Ingests the dataset's corpus into a fresh tenant of an in-process gateway (configured from the
 environment like the service: the local model by default), runs every question in every mode and
@@ -20,12 +20,12 @@ from typing import Any, cast
 from litestar.testing import AsyncTestClient
 
 from gateway.app import create_app
-from gateway.eval.datasets import load
-from gateway.eval.report import draw_chart, resumed, summarised, write
-from gateway.eval.runner import Mode, Outcome, ask, first_retrieval, ingest, route_of
-from gateway.eval.sampling import pick, seed_and_limit, unasked
-from gateway.eval.tables import render
 from gateway.settings import Settings
+from routes.offline.eval.datasets import load
+from routes.offline.eval.report import draw_chart, resumed, summarised, write
+from routes.offline.eval.runner import Mode, Outcome, ask, first_retrieval, ingest, route_of
+from routes.offline.eval.sampling import pick, seed_and_limit, unasked
+from routes.offline.eval.tables import render
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -100,7 +100,7 @@ async def require_model(client: AsyncTestClient[Any]) -> None:
     llm = ready.get("checks", {}).get("llm", "missing")
     if llm != "ok":
         raise SystemExit(
-            f"the LLM endpoint is not ready ({llm}); start it (python -m gateway.local_llm serve) "
+            f"the LLM endpoint is not ready ({llm}); start it (python -m routes.offline.local_llm serve) "
             "or set GATEWAY_LLM_BASE_URL"
         )
 

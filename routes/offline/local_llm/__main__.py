@@ -1,4 +1,4 @@
-"""``python -m gateway.local_llm prepare|serve|check``: the embedded LLM for ``make run`` and tests."""
+"""``python -m routes.offline.local_llm prepare|serve|check``: the embedded LLM for ``make run`` and tests."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gateway.local_llm.model import DEFAULT_MODEL, MODELS, default_model_dir, prepare
-from gateway.local_llm.server import ServerConfig, find_server, is_healthy, wait_until_healthy
+from routes.offline.local_llm.model import DEFAULT_MODEL, MODELS, default_model_dir, prepare
+from routes.offline.local_llm.server import ServerConfig, find_server, is_healthy, wait_until_healthy
 
 CHECK_TIMEOUT_S = 60.0
 
@@ -39,7 +39,7 @@ def check() -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m gateway.local_llm")
+    parser = argparse.ArgumentParser(prog="python -m routes.offline.local_llm")
     sub = parser.add_subparsers(dest="command", required=True)
     prep = sub.add_parser("prepare", help="assemble and verify the GGUF; print its path")
     prep.add_argument("--model", choices=sorted(MODELS), default=DEFAULT_MODEL)

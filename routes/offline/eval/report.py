@@ -8,8 +8,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from gateway.eval.metrics import mean, median, percentile
-from gateway.eval.runner import Outcome
+from routes.offline.eval.metrics import mean, median, percentile
+from routes.offline.eval.runner import Outcome
 
 
 def quality(outcomes: list[Outcome]) -> dict[str, Any]:
