@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Generic, Literal, TypeVar
 from uuid import uuid4
@@ -21,17 +21,16 @@ import msgspec
 
 from gateway.cache.backend import CacheBackend, CacheUnavailableError
 from gateway.cache.events import NO_CACHE_EVENTS, CacheEvents
-from gateway.cache.keys import DEFAULT_PREFIX, KeyParams, exact_key, exact_key_parts, lock_key, versioned
+from gateway.cache.keys import KeyParams, exact_key, exact_key_parts, lock_key, versioned
 from gateway.cache.single_flight import StampedeGuard
 from gateway.cache.versions import KnowledgeVersions
+from gateway.settings import CacheSettings
 from pipelines.shared.visibility import Visibility
 
 R = TypeVar("R", bound=msgspec.Struct)
 Outcome = Literal["hit", "computed", "coalesced", "bypass"]
 
 logger = logging.getLogger(__name__)
-
-DEFAULT_TTL_S = 300.0
 
 
 @dataclass(slots=True)
@@ -71,38 +70,40 @@ def _always(_: msgspec.Struct) -> bool:
 class ExactCache(Generic[R]):
     """``get_or_compute`` for the request path; ``get``/``set``/``key_for`` for anything finer.
 
-    ``route_ttls`` maps the route that *answered* (``value.route`` by default) to seconds; routes
-    it does not name get ``default_ttl_s``; a TTL of 0 means "do not cache this route".
-    ``cacheable`` can refuse individual values (e.g. abstentions).
+    From ``settings``: ``route_ttls`` maps the route that *answered* (``value.route`` by default) to seconds;
+    routes it does not name get ``default_ttl_s``; a TTL of 0 means "do not cache this route". Keys start with
+    ``prefix``, then ``namespace`` when given (a digest of the settings that shape answers: see
+    :func:`gateway.cache.layer.open_cache`). ``cacheable`` can refuse individual values (e.g. abstentions).
     """
 
     def __init__(
         self,
+        settings: CacheSettings,
         backend: CacheBackend,
         versions: KnowledgeVersions,
         response_type: type[R],
         *,
-        route_ttls: Mapping[str, float] | None = None,
-        default_ttl_s: float = DEFAULT_TTL_S,
-        prefix: str = DEFAULT_PREFIX,
+        namespace: str = "",
         route_of: Callable[[R], str] = _route_attribute,
         cacheable: Callable[[R], bool] = _always,
-        lock_ttl_s: float = 5.0,
-        max_wait_s: float = 30.0,
         poll_s: float = 0.05,
         events: CacheEvents = NO_CACHE_EVENTS,
     ) -> None:
         self._backend = backend
         self._versions = versions
-        self._ttls = dict(route_ttls or {})
-        self._default_ttl_s = default_ttl_s
-        self._prefix = prefix
+        self._ttls = dict(settings.route_ttls)
+        self._default_ttl_s = settings.default_ttl_s
+        self._prefix = f"{settings.prefix}:{namespace}" if namespace else settings.prefix
         self._route_of = route_of
         self._cacheable = cacheable
         self._encoder = msgspec.json.Encoder()
         self._decoder = msgspec.json.Decoder(response_type)
         self._guard: StampedeGuard[R] = StampedeGuard(
-            backend, lock_ttl_s=lock_ttl_s, max_wait_s=max_wait_s, poll_s=poll_s, on_error=self._record_error
+            backend,
+            lock_ttl_s=settings.lock_ttl_s,
+            max_wait_s=settings.max_wait_s,
+            poll_s=poll_s,
+            on_error=self._record_error,
         )
         self._events = events
         self._running: set[asyncio.Future[CacheOutcome[R] | None]] = set()

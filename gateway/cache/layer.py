@@ -14,7 +14,7 @@ from gateway.cache.backend import CacheBackend, MemoryBackend, RedisBackend
 from gateway.cache.embeddings import DEFAULT_EMBEDDING_TTL_S, CachedEmbeddings
 from gateway.cache.events import NO_CACHE_EVENTS, CacheEvents
 from gateway.cache.exact import ExactCache
-from gateway.cache.semantic import SemanticCache
+from gateway.cache.semantic import SemanticCache, SimilarityThreshold
 from gateway.cache.versions import KnowledgeVersions
 from gateway.providers.redis import ResilientRedis
 from gateway.query.schemas import QueryResponse
@@ -89,14 +89,11 @@ def open_cache(
     )
     versions = KnowledgeVersions(backend, prefix=settings.prefix)
     responses = ExactCache(
+        settings,
         backend,
         versions,
         QueryResponse,
-        route_ttls=settings.route_ttls,
-        default_ttl_s=settings.default_ttl_s,
-        prefix=f"{settings.prefix}:{namespace}" if namespace else settings.prefix,
-        lock_ttl_s=settings.lock_ttl_s,
-        max_wait_s=settings.max_wait_s,
+        namespace=namespace,
         events=events,
         # An abstention is an answer that failed its checks (no passage, no supported sentence): never kept as
         # though it were a good one, so the next asker gets a fresh try (a new document, a recovered model).
@@ -122,13 +119,10 @@ def open_semantic_cache(
     if layer is None or not settings.enabled:
         return None
     return SemanticCache(
+        settings,
         layer.backend,
         embeddings,
+        threshold=SimilarityThreshold(settings.similarity_threshold(calibration)),
         prefix=f"{layer.prefix}:{namespace}" if namespace else layer.prefix,
-        threshold=settings.similarity_threshold(calibration),
-        bands=settings.bands,
-        bits_per_band=settings.bits_per_band,
-        max_candidates=settings.max_candidates,
-        bucket_cap=settings.bucket_cap,
         events=layer.events,
     )

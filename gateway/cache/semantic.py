@@ -34,6 +34,7 @@ from gateway.cache.contrast import Contrast, find_contrast
 from gateway.cache.events import NO_CACHE_EVENTS, CacheEvents
 from gateway.cache.keys import DEFAULT_PREFIX, normalize_query, sha256_hex
 from gateway.providers.vectorstores.base import check_tenant
+from gateway.settings import SemanticCacheSettings
 from pipelines.shared.visibility import Visibility
 
 logger = logging.getLogger(__name__)
@@ -42,17 +43,28 @@ Vector: TypeAlias = np.ndarray[Any, np.dtype[np.float32]]
 EmbedFn: TypeAlias = Callable[[str], Awaitable[Any]]
 Guard: TypeAlias = Callable[[str, str], Contrast | None]
 
-DEFAULT_BANDS = 24
-DEFAULT_BITS_PER_BAND = 12
 DEFAULT_TTL_S = 3600.0
-DEFAULT_MAX_CANDIDATES = 64
-DEFAULT_BUCKET_CAP = 32
 MAX_GUARD_CHECKS = 8  # candidates above the threshold that the guard may examine per lookup
 
 
 class _Record(msgspec.Struct, array_like=True):
     query: str
     vector: bytes  # float32, L2-normalised
+
+
+@dataclass(frozen=True, slots=True)
+class SimilarityThreshold:
+    """The cosine a cached question must reach for its answer to be served, on the embedder's scale.
+
+    Resolved at start-up (``SemanticCacheSettings.similarity_threshold``: the environment's, else the one the
+    calibration fitted for the embedder in use), so no settings group holds it and there is no default.
+    """
+
+    cosine: float
+
+    def __post_init__(self) -> None:
+        if not -1.0 <= self.cosine <= 1.0:
+            raise ValueError(f"a similarity threshold is a cosine, in [-1, 1]: {self.cosine}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,26 +214,25 @@ class _BackendIndex:
 class SemanticCache:
     """``lookup`` before computing an answer, ``store`` after: see the module docstring for the layout.
 
-    ``threshold`` is a cosine of two questions, on the embedder's scale: the service's is fitted for the embedder in
-    use (``routes.calibration``, on ``routes/data/semantic_pairs.jsonl``), so there is no default."""
+    ``settings`` gives the LSH shape (``bands``, ``bits_per_band``) and the lookup's bounds (``max_candidates``,
+    ``bucket_cap``); its ``enabled`` and ``threshold`` are read where the cache is opened
+    (:func:`gateway.cache.layer.open_semantic_cache`), which resolves ``threshold``. ``ttl_s`` is the default of
+    :meth:`store`, which the query service always overrides with the exact cache's TTL for the route."""
 
     def __init__(
         self,
+        settings: SemanticCacheSettings,
         store: CacheBackend,
         embed: Any = None,
         *,
-        threshold: float,
+        threshold: SimilarityThreshold,
         prefix: str = DEFAULT_PREFIX,
-        bands: int = DEFAULT_BANDS,
-        bits_per_band: int = DEFAULT_BITS_PER_BAND,
         ttl_s: float = DEFAULT_TTL_S,
-        max_candidates: int = DEFAULT_MAX_CANDIDATES,
-        bucket_cap: int = DEFAULT_BUCKET_CAP,
         seed: int = 0,
         guard: Guard | None = find_contrast,
         events: CacheEvents = NO_CACHE_EVENTS,
     ) -> None:
-        if not -1.0 <= threshold <= 1.0 or ttl_s <= 0 or max_candidates < 1 or bucket_cap < 1:
+        if ttl_s <= 0 or settings.max_candidates < 1 or settings.bucket_cap < 1:
             raise ValueError("invalid semantic cache settings")
         self._index: _Index
         if isinstance(store, RedisBackend):
@@ -229,9 +240,9 @@ class SemanticCache:
         else:
             self._index = _BackendIndex(store)
         self._embed = _embedder(embed) if embed is not None else None
-        self._prefix, self.threshold, self.ttl_s = prefix, threshold, ttl_s
-        self._bands, self._bits, self._seed = bands, bits_per_band, seed
-        self._max_candidates, self._bucket_cap, self._guard = max_candidates, bucket_cap, guard
+        self._prefix, self.threshold, self.ttl_s = prefix, threshold.cosine, ttl_s
+        self._bands, self._bits, self._seed = settings.bands, settings.bits_per_band, seed
+        self._max_candidates, self._bucket_cap, self._guard = settings.max_candidates, settings.bucket_cap, guard
         self._lsh: dict[int, HyperplaneLSH] = {}
         self._events = events
         self.stats = SemanticStats()

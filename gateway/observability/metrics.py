@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
 
@@ -46,198 +48,301 @@ def multiprocess_dir() -> Path | None:
     return Path(value) if value else None
 
 
+GaugeMode = Literal["livesum", "max", "mostrecent"]  # the modes used below; prometheus-client accepts more
+
+
+@dataclass(frozen=True, slots=True)
+class MetricSpec:
+    """One metric of :class:`GatewayMetrics`: the attribute it is reached by and how it is declared.
+
+    ``buckets`` only for histograms, ``multiprocess_mode`` (how ``/metrics`` combines the workers' values) only
+    for gauges, where it is required: prometheus-client's default keeps one series per process id.
+    """
+
+    attribute: str
+    kind: type[Counter] | type[Gauge] | type[Histogram]
+    name: str
+    documentation: str
+    labels: tuple[str, ...] = ()
+    buckets: tuple[float, ...] | None = None
+    multiprocess_mode: GaugeMode | None = None
+
+    def __post_init__(self) -> None:
+        if (self.buckets is not None) != (self.kind is Histogram):
+            raise ValueError(f"{self.name}: buckets are required for a histogram and meaningless otherwise")
+        if (self.multiprocess_mode is not None) != (self.kind is Gauge):
+            raise ValueError(f"{self.name}: a multiprocess mode is required for a gauge and meaningless otherwise")
+
+    def create(self, registry: CollectorRegistry) -> Counter | Gauge | Histogram:
+        if self.buckets is not None:
+            return Histogram(self.name, self.documentation, self.labels, buckets=self.buckets, registry=registry)
+        if self.multiprocess_mode is not None:
+            return Gauge(
+                self.name, self.documentation, self.labels, registry=registry, multiprocess_mode=self.multiprocess_mode
+            )
+        return Counter(self.name, self.documentation, self.labels, registry=registry)
+
+
+# Every metric, in exposition order. A new metric is a row here plus its typed attribute on GatewayMetrics
+# (a unit test checks the two agree).
+METRICS: tuple[MetricSpec, ...] = (
+    MetricSpec(
+        "requests",
+        Counter,
+        "gateway_requests_total",
+        "Answer requests by answering route, HTTP status and whether the cache served them.",
+        ("route", "status", "cached"),
+    ),
+    MetricSpec(
+        "request_duration",
+        Histogram,
+        "gateway_request_duration_seconds",
+        "Answer latency seen by the caller, by answering route and cache use.",
+        ("route", "cached"),
+        buckets=REQUEST_BUCKETS,
+    ),
+    MetricSpec(
+        "in_flight",
+        Gauge,
+        "gateway_requests_in_flight",
+        "Answer requests being processed now (summed over live workers): an HPA custom metric.",
+        multiprocess_mode="livesum",
+    ),
+    MetricSpec(
+        "route_decisions",
+        Counter,
+        "gateway_route_decisions_total",
+        "Front-router decisions by chosen route and classifier (logistic, llm, override).",
+        ("route", "classifier"),
+    ),
+    MetricSpec(
+        "escalations",
+        Counter,
+        "gateway_escalations_total",
+        "Requests handed from one route to another mid-flight.",
+        ("from_route", "to_route", "reason"),
+    ),
+    MetricSpec(
+        "llm_calls",
+        Counter,
+        "gateway_llm_calls_total",
+        "LLM calls by the route running them, the pipeline node and the configured model.",
+        ("route", "node", "model"),
+    ),
+    MetricSpec(
+        "llm_errors",
+        Counter,
+        "gateway_llm_errors_total",
+        "LLM calls that failed (timeout, unreachable, HTTP error, malformed structured output).",
+        ("node", "model", "error"),
+    ),
+    MetricSpec(
+        "llm_tokens",
+        Counter,
+        "gateway_llm_tokens_total",
+        "Tokens reported by the LLM endpoint, by route, model and kind (input or output).",
+        ("route", "model", "kind"),
+    ),
+    MetricSpec(
+        "llm_duration",
+        Histogram,
+        "gateway_llm_duration_seconds",
+        "Wall time of one LLM call, by pipeline node and model.",
+        ("node", "model"),
+        buckets=LLM_BUCKETS,
+    ),
+    MetricSpec(
+        "cost",
+        Counter,
+        "gateway_cost_usd_total",
+        "LLM spend in US dollars from the configured per-model prices (GATEWAY_LLM_PRICES).",
+        ("route", "model"),
+    ),
+    MetricSpec(
+        "retrieval_verdicts",
+        Counter,
+        "gateway_retrieval_verdicts_total",
+        "Retrieval evaluator verdicts (CRAG's correct / ambiguous / incorrect), by pipeline.",
+        ("pipeline", "verdict"),
+    ),
+    MetricSpec(
+        "corrective_loops",
+        Counter,
+        "gateway_corrective_loops_total",
+        "Extra rounds the corrective pipeline took, by reason (retrieval verdict, unsupported, not useful).",
+        ("reason",),
+    ),
+    MetricSpec(
+        "curation_answers",
+        Counter,
+        "gateway_curation_answers_total",
+        "Answers seen by the curation recorder: recorded (need a human), counted (the rest) or dropped.",
+        ("outcome",),
+    ),
+    MetricSpec(
+        "route_outcomes",
+        Counter,
+        "gateway_route_outcomes_total",
+        "Routed answers by what they showed about their route afterwards (right, over_routed: multi_hop where one "
+        "document answered, under_routed: single_hop escalated), per tenant: the route accuracy estimate.",
+        ("tenant", "verdict"),
+    ),
+    MetricSpec(
+        "eval_score",
+        Gauge,
+        "gateway_eval_score",
+        "Score (0-1) of the last run of each evaluation suite (run on demand and after knowledge changes).",
+        ("suite",),
+        multiprocess_mode="mostrecent",
+    ),
+    MetricSpec(
+        "knowledge_gaps_open",
+        Gauge,
+        "gateway_knowledge_gaps_open",
+        "Open knowledge gaps by diagnosis, summed over tenants as last computed (gaps API, review page).",
+        ("diagnosis",),
+        multiprocess_mode="mostrecent",
+    ),
+    MetricSpec(
+        "groundedness_failures",
+        Counter,
+        "gateway_groundedness_failures_total",
+        "Generated answers the groundedness check (Self-RAG IsSup) found unsupported by the evidence.",
+    ),
+    MetricSpec(
+        "sentences_withheld",
+        Counter,
+        "gateway_sentences_withheld_total",
+        "Sentences of generated answers the sentence gate never sent, by route and reason (unsupported by the "
+        "evidence, stating nothing, declining after an answer); counted once the answer is final.",
+        ("route", "reason"),
+    ),
+    MetricSpec(
+        "cache_requests",
+        Counter,
+        "gateway_cache_requests_total",
+        "Cache lookups by layer and result; 'error' counts failed cache operations (served as misses).",
+        ("layer", "result"),
+    ),
+    MetricSpec(
+        "node_duration",
+        Histogram,
+        "gateway_node_duration_seconds",
+        "Wall time of one pipeline node run.",
+        ("pipeline", "node"),
+        buckets=NODE_BUCKETS,
+    ),
+    MetricSpec(
+        "llm_retries",
+        Counter,
+        "gateway_llm_retries_total",
+        "LLM attempts retried, by upstream (primary, fallback) and the fault retried (timeout, unavailable, "
+        "rate_limited, http_5xx).",
+        ("upstream", "reason"),
+    ),
+    MetricSpec(
+        "llm_breaker_state",
+        Gauge,
+        "gateway_llm_breaker_state",
+        "Circuit breaker of an LLM upstream: 0 closed, 1 half-open, 2 open (the worst over live workers).",
+        ("upstream",),
+        multiprocess_mode="max",
+    ),
+    MetricSpec(
+        "llm_breaker_transitions",
+        Counter,
+        "gateway_llm_breaker_transitions_total",
+        "Circuit breaker transitions of an LLM upstream, by the state entered (open, half_open, closed).",
+        ("upstream", "state"),
+    ),
+    MetricSpec(
+        "llm_fallbacks",
+        Counter,
+        "gateway_llm_fallbacks_total",
+        "LLM calls handed from the primary upstream to the fallback, by the primary's fault.",
+        ("reason",),
+    ),
+    MetricSpec(
+        "dependency_up",
+        Gauge,
+        "gateway_dependency_up",
+        "1 when the last readiness probe (or, for redis, the last call) reached the dependency, else 0.",
+        ("dependency",),
+        multiprocess_mode="mostrecent",
+    ),
+    MetricSpec(
+        "dependency_transitions",
+        Counter,
+        "gateway_dependency_transitions_total",
+        "A degradable dependency (redis) going down or coming back, as seen by calls to it (state: down, up).",
+        ("dependency", "state"),
+    ),
+    MetricSpec(
+        "guard_pii",
+        Counter,
+        "gateway_guard_pii_total",
+        "Personal data found in requests, by category and what the tenant's policy did (masked, blocked).",
+        ("category", "action"),
+    ),
+    MetricSpec(
+        "guard_injections",
+        Counter,
+        "gateway_guard_injections_total",
+        "Injections found: where (prompt, passage) and what the policy did (flagged, redacted, dropped, refused).",
+        ("source", "action"),
+    ),
+    MetricSpec(
+        "guard_duration",
+        Histogram,
+        "gateway_guard_check_seconds",
+        "Time one guardrail check took (check: pii, injection).",
+        ("check",),
+        buckets=GUARD_BUCKETS,
+    ),
+)
+
+
 class GatewayMetrics:
-    """The metric objects; :class:`gateway.observability.recorder.Recorder` is what updates them."""
+    """The metric objects; :class:`gateway.observability.recorder.Recorder` is what updates them.
+
+    The attributes are declared here so callers and mypy see each metric's type; ``__init__`` creates
+    them from :data:`METRICS`.
+    """
+
+    requests: Counter
+    request_duration: Histogram
+    in_flight: Gauge
+    route_decisions: Counter
+    escalations: Counter
+    llm_calls: Counter
+    llm_errors: Counter
+    llm_tokens: Counter
+    llm_duration: Histogram
+    cost: Counter
+    retrieval_verdicts: Counter
+    corrective_loops: Counter
+    curation_answers: Counter
+    route_outcomes: Counter
+    eval_score: Gauge
+    knowledge_gaps_open: Gauge
+    groundedness_failures: Counter
+    sentences_withheld: Counter
+    cache_requests: Counter
+    node_duration: Histogram
+    llm_retries: Counter
+    llm_breaker_state: Gauge
+    llm_breaker_transitions: Counter
+    llm_fallbacks: Counter
+    dependency_up: Gauge
+    dependency_transitions: Counter
+    guard_pii: Counter
+    guard_injections: Counter
+    guard_duration: Histogram
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry(auto_describe=True)
-        r = self.registry
-        self.requests = Counter(
-            "gateway_requests_total",
-            "Answer requests by answering route, HTTP status and whether the cache served them.",
-            ["route", "status", "cached"],
-            registry=r,
-        )
-        self.request_duration = Histogram(
-            "gateway_request_duration_seconds",
-            "Answer latency seen by the caller, by answering route and cache use.",
-            ["route", "cached"],
-            buckets=REQUEST_BUCKETS,
-            registry=r,
-        )
-        self.in_flight = Gauge(
-            "gateway_requests_in_flight",
-            "Answer requests being processed now (summed over live workers): an HPA custom metric.",
-            registry=r,
-            multiprocess_mode="livesum",
-        )
-        self.route_decisions = Counter(
-            "gateway_route_decisions_total",
-            "Front-router decisions by chosen route and classifier (logistic, llm, override).",
-            ["route", "classifier"],
-            registry=r,
-        )
-        self.escalations = Counter(
-            "gateway_escalations_total",
-            "Requests handed from one route to another mid-flight.",
-            ["from_route", "to_route", "reason"],
-            registry=r,
-        )
-        self.llm_calls = Counter(
-            "gateway_llm_calls_total",
-            "LLM calls by the route running them, the pipeline node and the configured model.",
-            ["route", "node", "model"],
-            registry=r,
-        )
-        self.llm_errors = Counter(
-            "gateway_llm_errors_total",
-            "LLM calls that failed (timeout, unreachable, HTTP error, malformed structured output).",
-            ["node", "model", "error"],
-            registry=r,
-        )
-        self.llm_tokens = Counter(
-            "gateway_llm_tokens_total",
-            "Tokens reported by the LLM endpoint, by route, model and kind (input or output).",
-            ["route", "model", "kind"],
-            registry=r,
-        )
-        self.llm_duration = Histogram(
-            "gateway_llm_duration_seconds",
-            "Wall time of one LLM call, by pipeline node and model.",
-            ["node", "model"],
-            buckets=LLM_BUCKETS,
-            registry=r,
-        )
-        self.cost = Counter(
-            "gateway_cost_usd_total",
-            "LLM spend in US dollars from the configured per-model prices (GATEWAY_LLM_PRICES).",
-            ["route", "model"],
-            registry=r,
-        )
-        self.retrieval_verdicts = Counter(
-            "gateway_retrieval_verdicts_total",
-            "Retrieval evaluator verdicts (CRAG's correct / ambiguous / incorrect), by pipeline.",
-            ["pipeline", "verdict"],
-            registry=r,
-        )
-        self.corrective_loops = Counter(
-            "gateway_corrective_loops_total",
-            "Extra rounds the corrective pipeline took, by reason (retrieval verdict, unsupported, not useful).",
-            ["reason"],
-            registry=r,
-        )
-        self.curation_answers = Counter(
-            "gateway_curation_answers_total",
-            "Answers seen by the curation recorder: recorded (need a human), counted (the rest) or dropped.",
-            ["outcome"],
-            registry=r,
-        )
-        self.route_outcomes = Counter(
-            "gateway_route_outcomes_total",
-            "Routed answers by what they showed about their route afterwards (right, over_routed: multi_hop where one "
-            "document answered, under_routed: single_hop escalated), per tenant: the route accuracy estimate.",
-            ["tenant", "verdict"],
-            registry=r,
-        )
-        self.eval_score = Gauge(
-            "gateway_eval_score",
-            "Score (0-1) of the last run of each evaluation suite (run on demand and after knowledge changes).",
-            ["suite"],
-            registry=r,
-            multiprocess_mode="mostrecent",
-        )
-        self.knowledge_gaps_open = Gauge(
-            "gateway_knowledge_gaps_open",
-            "Open knowledge gaps by diagnosis, summed over tenants as last computed (gaps API, review page).",
-            ["diagnosis"],
-            registry=r,
-            multiprocess_mode="mostrecent",
-        )
-        self.groundedness_failures = Counter(
-            "gateway_groundedness_failures_total",
-            "Generated answers the groundedness check (Self-RAG IsSup) found unsupported by the evidence.",
-            registry=r,
-        )
-        self.sentences_withheld = Counter(
-            "gateway_sentences_withheld_total",
-            "Sentences of generated answers the sentence gate never sent, by route and reason (unsupported by the "
-            "evidence, stating nothing, declining after an answer); counted once the answer is final.",
-            ["route", "reason"],
-            registry=r,
-        )
-        self.cache_requests = Counter(
-            "gateway_cache_requests_total",
-            "Cache lookups by layer and result; 'error' counts failed cache operations (served as misses).",
-            ["layer", "result"],
-            registry=r,
-        )
-        self.node_duration = Histogram(
-            "gateway_node_duration_seconds",
-            "Wall time of one pipeline node run.",
-            ["pipeline", "node"],
-            buckets=NODE_BUCKETS,
-            registry=r,
-        )
-        self.llm_retries = Counter(
-            "gateway_llm_retries_total",
-            "LLM attempts retried, by upstream (primary, fallback) and the fault retried (timeout, unavailable, "
-            "rate_limited, http_5xx).",
-            ["upstream", "reason"],
-            registry=r,
-        )
-        self.llm_breaker_state = Gauge(
-            "gateway_llm_breaker_state",
-            "Circuit breaker of an LLM upstream: 0 closed, 1 half-open, 2 open (the worst over live workers).",
-            ["upstream"],
-            registry=r,
-            multiprocess_mode="max",
-        )
-        self.llm_breaker_transitions = Counter(
-            "gateway_llm_breaker_transitions_total",
-            "Circuit breaker transitions of an LLM upstream, by the state entered (open, half_open, closed).",
-            ["upstream", "state"],
-            registry=r,
-        )
-        self.llm_fallbacks = Counter(
-            "gateway_llm_fallbacks_total",
-            "LLM calls handed from the primary upstream to the fallback, by the primary's fault.",
-            ["reason"],
-            registry=r,
-        )
-
-        self.dependency_up = Gauge(
-            "gateway_dependency_up",
-            "1 when the last readiness probe (or, for redis, the last call) reached the dependency, else 0.",
-            ["dependency"],
-            registry=r,
-            multiprocess_mode="mostrecent",
-        )
-        self.dependency_transitions = Counter(
-            "gateway_dependency_transitions_total",
-            "A degradable dependency (redis) going down or coming back, as seen by calls to it (state: down, up).",
-            ["dependency", "state"],
-            registry=r,
-        )
-
-        self.guard_pii = Counter(
-            "gateway_guard_pii_total",
-            "Personal data found in requests, by category and what the tenant's policy did (masked, blocked).",
-            ["category", "action"],
-            registry=r,
-        )
-        self.guard_injections = Counter(
-            "gateway_guard_injections_total",
-            "Injections found: where (prompt, passage) and what the policy did (flagged, redacted, dropped, refused).",
-            ["source", "action"],
-            registry=r,
-        )
-        self.guard_duration = Histogram(
-            "gateway_guard_check_seconds",
-            "Time one guardrail check took (check: pii, injection).",
-            ["check"],
-            buckets=GUARD_BUCKETS,
-            registry=r,
-        )
+        for spec in METRICS:
+            setattr(self, spec.attribute, spec.create(self.registry))
 
     def initialise(
         self,

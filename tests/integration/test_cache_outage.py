@@ -24,6 +24,7 @@ from gateway.cache.exact import ExactCache
 from gateway.cache.versions import KnowledgeVersions
 from gateway.providers.redis import RedisUnavailableError, ResilientRedis
 from gateway.query.schemas import QueryResponse
+from gateway.settings import CacheSettings
 from pipelines.shared.visibility import Visibility
 from tests.redis_proxy import TcpProxy
 from tests.scripted import CountedCompute, query_response
@@ -79,7 +80,7 @@ async def test_redis_stopping_mid_run_degrades_to_misses_and_caching_resumes_whe
     proxy: TcpProxy, backend: RedisBackend, prefix: str
 ) -> None:
     versions = KnowledgeVersions(backend, prefix=prefix)
-    cache = ExactCache(backend, versions, QueryResponse, prefix=prefix)
+    cache = ExactCache(CacheSettings(prefix=prefix), backend, versions, QueryResponse)
     compute = CountedCompute()
     assert (
         await cache.get_or_compute(
@@ -129,7 +130,7 @@ async def test_redis_stopping_mid_run_degrades_to_misses_and_caching_resumes_whe
 async def test_a_slow_redis_costs_a_request_the_timeout_not_the_delay(
     proxy: TcpProxy, backend: RedisBackend, prefix: str
 ) -> None:
-    cache = ExactCache(backend, KnowledgeVersions(backend, prefix=prefix), QueryResponse, prefix=prefix)
+    cache = ExactCache(CacheSettings(prefix=prefix), backend, KnowledgeVersions(backend, prefix=prefix), QueryResponse)
     key = await cache.key_for("acme", "auto", "q", visibility=Visibility.everything())
     assert key is not None
     assert await cache.set(key, query_response("stored"))

@@ -20,6 +20,7 @@ from gateway.cache.keys import embedding_key, exact_key, exact_key_parts, lock_k
 from gateway.cache.versions import KnowledgeVersions
 from gateway.providers.redis import ResilientRedis
 from gateway.query.schemas import QueryResponse
+from gateway.settings import CacheSettings
 from pipelines.shared.visibility import Visibility
 from tests.integration.conftest import REDIS_TEST_URL
 from tests.scripted import CountedCompute, query_response
@@ -27,9 +28,13 @@ from tests.scripted import CountedCompute, query_response
 pytestmark = pytest.mark.redis
 
 
-def make_cache(backend: RedisBackend, prefix: str, **kwargs: float | dict[str, float]) -> ExactCache[QueryResponse]:
-    versions = KnowledgeVersions(backend, prefix=prefix)
-    return ExactCache(backend, versions, QueryResponse, prefix=prefix, **kwargs)  # type: ignore[arg-type]
+def make_cache(
+    backend: RedisBackend, prefix: str, settings: CacheSettings | None = None, *, poll_s: float = 0.05
+) -> ExactCache[QueryResponse]:
+    settings = settings or CacheSettings(prefix=prefix)
+    return ExactCache(
+        settings, backend, KnowledgeVersions(backend, prefix=settings.prefix), QueryResponse, poll_s=poll_s
+    )
 
 
 async def test_miss_then_hit(backend: RedisBackend, prefix: str, redis: Redis) -> None:
@@ -76,8 +81,10 @@ async def test_same_question_two_tenants_two_entries(backend: RedisBackend, pref
 
 async def test_a_bump_means_the_old_entry_is_never_served(backend: RedisBackend, prefix: str) -> None:
     versions = KnowledgeVersions(backend, prefix=prefix)
-    cache = ExactCache(backend, versions, QueryResponse, prefix=prefix)
-    other_replica = ExactCache(backend, KnowledgeVersions(backend, prefix=prefix), QueryResponse, prefix=prefix)
+    cache = ExactCache(CacheSettings(prefix=prefix), backend, versions, QueryResponse)
+    other_replica = ExactCache(
+        CacheSettings(prefix=prefix), backend, KnowledgeVersions(backend, prefix=prefix), QueryResponse
+    )
     compute = CountedCompute()
     old = await cache.get_or_compute(
         tenant="acme", route="auto", query="q", compute=compute, visibility=Visibility.everything()
@@ -101,7 +108,9 @@ async def test_a_bump_means_the_old_entry_is_never_served(backend: RedisBackend,
 
 
 async def test_ttl_per_answering_route(backend: RedisBackend, prefix: str, redis: Redis) -> None:
-    cache = make_cache(backend, prefix, route_ttls={"direct": 2, "multi_hop": 7}, default_ttl_s=4)
+    cache = make_cache(
+        backend, prefix, CacheSettings(prefix=prefix, route_ttls={"direct": 2, "multi_hop": 7}, default_ttl_s=4)
+    )
     ttls = {}
     for route in ("direct", "multi_hop", "single_hop"):
         outcome = await cache.get_or_compute(

@@ -14,10 +14,11 @@ from redis.asyncio import Redis
 
 from gateway.cache.backend import RedisBackend
 from gateway.cache.contrast import find_contrast
-from gateway.cache.semantic import SemanticCache
+from gateway.cache.semantic import SemanticCache, SimilarityThreshold
 from gateway.cache.versions import KnowledgeVersions
 from gateway.providers.embeddings import USEEmbeddings
 from gateway.providers.redis import ResilientRedis
+from gateway.settings import SemanticCacheSettings
 from pipelines.shared.visibility import Visibility
 from routes.calibration import Calibration
 from routes.offline.eval.semantic_cache import Pair, load_pairs
@@ -29,9 +30,13 @@ pytestmark = pytest.mark.redis
 CATEGORIES = ("number", "date", "negation", "entity", "comparison", "role", "topic")
 
 
+def calibrated(calibration: Calibration) -> SimilarityThreshold:
+    return SimilarityThreshold(calibration.semantic_threshold)
+
+
 @pytest.fixture
 def cache(backend: RedisBackend, embeddings: USEEmbeddings, prefix: str, calibration: Calibration) -> SemanticCache:
-    return SemanticCache(backend, embeddings, prefix=prefix, threshold=calibration.semantic_threshold)
+    return SemanticCache(SemanticCacheSettings(), backend, embeddings, prefix=prefix, threshold=calibrated(calibration))
 
 
 def closed_port() -> int:
@@ -133,7 +138,9 @@ async def test_a_version_bump_makes_old_entries_unreachable(
 async def test_entries_expire(
     backend: RedisBackend, embeddings: USEEmbeddings, prefix: str, calibration: Calibration
 ) -> None:
-    cache = SemanticCache(backend, embeddings, prefix=prefix, ttl_s=0.3, threshold=calibration.semantic_threshold)
+    cache = SemanticCache(
+        SemanticCacheSettings(), backend, embeddings, prefix=prefix, ttl_s=0.3, threshold=calibrated(calibration)
+    )
     await cache.store("acme", 1, "How do I reset my VPN password?", None, b"x", visibility=Visibility.everything())
     assert (
         await cache.lookup("acme", 1, "How can I reset the password for my VPN?", visibility=Visibility.everything())
@@ -150,7 +157,11 @@ async def test_redis_outage_degrades_to_a_miss(embeddings: USEEmbeddings, calibr
     host = urlsplit(REDIS_TEST_URL).hostname
     redis = ResilientRedis.from_url(f"redis://{host}:{closed_port()}/15", timeout_s=0.2, backoff_s=0.0)
     cache = SemanticCache(
-        RedisBackend(redis), embeddings, prefix="unreachable", threshold=calibration.semantic_threshold
+        SemanticCacheSettings(),
+        RedisBackend(redis),
+        embeddings,
+        prefix="unreachable",
+        threshold=calibrated(calibration),
     )
     try:
         assert (
@@ -174,8 +185,8 @@ async def test_redis_outage_degrades_to_a_miss(embeddings: USEEmbeddings, calibr
 async def test_lookup_touches_a_bounded_number_of_candidates(
     backend: RedisBackend, embeddings: USEEmbeddings, redis: Redis, prefix: str, calibration: Calibration
 ) -> None:
-    threshold = calibration.semantic_threshold
-    cache = SemanticCache(backend, embeddings, prefix=prefix, max_candidates=16, bucket_cap=8, threshold=threshold)
+    settings = SemanticCacheSettings(max_candidates=16, bucket_cap=8)
+    cache = SemanticCache(settings, backend, embeddings, prefix=prefix, threshold=calibrated(calibration))
     topics = ["travel", "expense", "leave", "laptop", "security", "parking", "payroll", "training", "badge", "VPN"]
     teams = ["sales", "legal", "finance", "engineering", "design"]
     questions = [

@@ -16,6 +16,7 @@ from gateway.cache.keys import lock_key
 from gateway.cache.single_flight import SingleFlight
 from gateway.cache.versions import KnowledgeVersions
 from gateway.query.schemas import QueryResponse
+from gateway.settings import CacheSettings
 from pipelines.shared.visibility import Visibility
 from tests.scripted import CountedCompute, query_response
 
@@ -67,8 +68,11 @@ def returning(value: str) -> Compute:
     return compute
 
 
-def make_cache(backend: MemoryBackend, **kwargs: Any) -> ExactCache[QueryResponse]:
-    return ExactCache(backend, KnowledgeVersions(backend, prefix="t"), QueryResponse, prefix="t", **kwargs)
+def make_cache(
+    backend: MemoryBackend, settings: CacheSettings | None = None, **kwargs: Any
+) -> ExactCache[QueryResponse]:
+    settings = settings or CacheSettings(prefix="t")
+    return ExactCache(settings, backend, KnowledgeVersions(backend, prefix=settings.prefix), QueryResponse, **kwargs)
 
 
 async def test_a_miss_computes_and_stores_then_the_same_question_hits() -> None:
@@ -183,7 +187,7 @@ async def test_tenants_never_share_entries() -> None:
 async def test_a_version_bump_makes_earlier_answers_unreachable() -> None:
     backend = MemoryBackend()
     versions = KnowledgeVersions(backend, prefix="t")
-    cache = ExactCache(backend, versions, QueryResponse, prefix="t")
+    cache = ExactCache(CacheSettings(prefix="t"), backend, versions, QueryResponse)
     compute = CountedCompute()
     before = await cache.get_or_compute(
         tenant="acme", route="auto", query="q", compute=compute, visibility=Visibility.everything()
@@ -212,7 +216,9 @@ async def test_options_that_change_the_work_are_part_of_the_key() -> None:
 
 async def test_each_answering_route_has_its_own_ttl_and_zero_means_uncached() -> None:
     backend = MemoryBackend()
-    cache = make_cache(backend, route_ttls={"direct": 0, "multi_hop": 3600}, default_ttl_s=60)
+    cache = make_cache(
+        backend, CacheSettings(prefix="t", route_ttls={"direct": 0, "multi_hop": 3600}, default_ttl_s=60)
+    )
     for route in ("single_hop", "multi_hop", "direct"):
         await cache.get_or_compute(
             tenant="acme",
@@ -298,7 +304,7 @@ async def test_a_question_asked_after_a_change_never_joins_a_computation_begun_b
     """Joining an in-process computation comes after the request's own lookup, which reads the version."""
     backend = MemoryBackend()
     versions = KnowledgeVersions(backend, prefix="t")
-    cache = ExactCache(backend, versions, QueryResponse, prefix="t")
+    cache = ExactCache(CacheSettings(prefix="t"), backend, versions, QueryResponse)
     compute = CountedCompute(delay_s=0.1)
     before = asyncio.create_task(
         cache.get_or_compute(

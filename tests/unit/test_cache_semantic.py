@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
 from gateway.cache.backend import MemoryBackend
 from gateway.cache.contrast import Contrast
-from gateway.cache.semantic import HyperplaneLSH, SemanticCache, SemanticHit, semantic_scope
+from gateway.cache.semantic import HyperplaneLSH, SemanticCache, SemanticHit, SimilarityThreshold, semantic_scope
 from gateway.providers.embeddings import USEEmbeddings
+from gateway.settings import SemanticCacheSettings
 from pipelines.shared.visibility import Visibility
 from routes.calibration import Calibration
 from tests.unit.test_cache_backend import FakeClock
@@ -37,10 +40,16 @@ def near(vector: np.ndarray, cosine: float, seed: int = 99) -> np.ndarray:
 SYNTHETIC_THRESHOLD = 0.87
 
 
-def make(backend: MemoryBackend | None = None, **kwargs: object) -> SemanticCache:
+def make(
+    backend: MemoryBackend | None = None,
+    settings: SemanticCacheSettings | None = None,
+    *,
+    threshold: float = SYNTHETIC_THRESHOLD,
+    **kwargs: Any,
+) -> SemanticCache:
     store = backend if backend is not None else MemoryBackend()  # an empty MemoryBackend is falsy (len 0)
-    options: dict[str, object] = {"threshold": SYNTHETIC_THRESHOLD, **kwargs}
-    return SemanticCache(store, None, prefix="t", **options)  # type: ignore[arg-type]
+    cosine = SimilarityThreshold(threshold)
+    return SemanticCache(settings or SemanticCacheSettings(), store, None, prefix="t", threshold=cosine, **kwargs)
 
 
 def test_lsh_is_deterministic_per_seed() -> None:
@@ -50,6 +59,12 @@ def test_lsh_is_deterministic_per_seed() -> None:
     assert HyperplaneLSH(DIM, 8, 12, seed=8).band_values(vector) != first.band_values(vector)
     assert all(0 <= value < 2**12 for value in first.band_values(vector))
     assert len(first.band_values(vector)) == 8
+
+
+@pytest.mark.parametrize("cosine", [1.01, -1.5])
+def test_a_threshold_is_a_cosine(cosine: float) -> None:
+    with pytest.raises(ValueError, match="cosine"):
+        SimilarityThreshold(cosine)
 
 
 def test_lsh_files_close_vectors_together_and_far_ones_apart() -> None:
@@ -70,7 +85,7 @@ def test_lsh_rejects_impossible_shapes() -> None:
 
 
 def test_bucket_keys_carry_prefix_tenant_version_and_scope() -> None:
-    cache = make(bands=6, bits_per_band=10)
+    cache = make(settings=SemanticCacheSettings(bands=6, bits_per_band=10))
     keys = cache.bucket_keys("acme", 42, unit(1), visibility=Visibility.everything())
     assert len(keys) == 6
     assert all(key.startswith("t:sem:acme:v42:rall:any:h6x10d64s0:b") for key in keys)
@@ -239,7 +254,9 @@ async def test_embedding_failure_is_a_miss() -> None:
     async def broken(_: str) -> np.ndarray:
         raise RuntimeError("model gone")
 
-    cache = SemanticCache(MemoryBackend(), broken, prefix="t", threshold=SYNTHETIC_THRESHOLD)
+    cache = SemanticCache(
+        SemanticCacheSettings(), MemoryBackend(), broken, prefix="t", threshold=SimilarityThreshold(SYNTHETIC_THRESHOLD)
+    )
     assert await cache.lookup("acme", 1, "anything", visibility=Visibility.everything()) is None
     assert await cache.store("acme", 1, "anything", None, b"x", visibility=Visibility.everything()) is False
     assert cache.stats.errors == 2
@@ -251,7 +268,10 @@ async def test_a_vector_is_required_without_an_embedder() -> None:
 
 
 async def test_lookup_cost_is_bounded_as_the_cache_grows() -> None:
-    cache = make(MemoryBackend(max_entries=100_000, max_bytes=1 << 30), max_candidates=16, bucket_cap=8, bands=6)
+    cache = make(
+        MemoryBackend(max_entries=100_000, max_bytes=1 << 30),
+        SemanticCacheSettings(max_candidates=16, bucket_cap=8, bands=6),
+    )
     base = unit(1)
     for i in range(500):  # all close to each other: every bucket of the query is crowded
         await cache.store(
@@ -267,7 +287,9 @@ async def test_real_embeddings_serve_a_paraphrase_and_refuse_a_reversal(
     embeddings: USEEmbeddings, calibration: Calibration
 ) -> None:
     threshold = calibration.semantic_threshold
-    cache = SemanticCache(MemoryBackend(), embeddings, prefix="t", threshold=threshold)
+    cache = SemanticCache(
+        SemanticCacheSettings(), MemoryBackend(), embeddings, prefix="t", threshold=SimilarityThreshold(threshold)
+    )
     everything = Visibility.everything()
     await cache.store("acme", 1, "How do I reset my VPN password?", None, b"vpn", visibility=everything)
     await cache.store("acme", 1, "Who joined the company before Alice?", None, b"before", visibility=everything)
@@ -284,7 +306,10 @@ async def test_langchain_style_embedder_is_accepted() -> None:
         async def aembed_query(self, text: str) -> list[float]:
             return [float(x) for x in unit(len(text))]
 
-    cache = SemanticCache(MemoryBackend(), Embedder(), prefix="t", guard=None, threshold=SYNTHETIC_THRESHOLD)
+    threshold = SimilarityThreshold(SYNTHETIC_THRESHOLD)
+    cache = SemanticCache(
+        SemanticCacheSettings(), MemoryBackend(), Embedder(), prefix="t", guard=None, threshold=threshold
+    )
     await cache.store("acme", 1, "abc", None, b"x", visibility=Visibility.everything())
     # same length -> same vector in this fake
     assert await cache.lookup("acme", 1, "xyz", visibility=Visibility.everything()) is not None

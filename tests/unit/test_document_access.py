@@ -17,7 +17,7 @@ from langchain_core.embeddings import Embeddings
 
 from gateway.cache.backend import MemoryBackend
 from gateway.cache.exact import ExactCache
-from gateway.cache.semantic import SemanticCache
+from gateway.cache.semantic import SemanticCache, SimilarityThreshold
 from gateway.cache.versions import KnowledgeVersions
 from gateway.errors import ClientError
 from gateway.knowledge.chunking import Chunker
@@ -27,6 +27,7 @@ from gateway.knowledge.service import KnowledgeBase, NewDocument
 from gateway.providers.embeddings import USEEmbeddings
 from gateway.providers.vectorstores.base import ChunkRecord
 from gateway.query.schemas import QueryResponse
+from gateway.settings import CacheSettings, SemanticCacheSettings
 from pipelines.shared import events as ev
 from pipelines.shared.deps import Passage
 from pipelines.shared.visibility import TENANT_OPEN, UNSET, Visibility
@@ -316,7 +317,7 @@ async def test_a_reserved_tag_cannot_be_forged_into_a_chunk_through_the_api_type
 
 async def test_the_exact_cache_and_its_flights_are_per_reader() -> None:
     backend = MemoryBackend()
-    cache = ExactCache(backend, KnowledgeVersions(backend, prefix="t"), QueryResponse, prefix="t")
+    cache = ExactCache(CacheSettings(prefix="t"), backend, KnowledgeVersions(backend, prefix="t"), QueryResponse)
     hr_compute, eng_compute = CountedCompute("hr answer"), CountedCompute("eng answer")
     hr = await cache.get_or_compute(tenant=TENANT, route="auto", query=FREEZE, compute=hr_compute, visibility=HR)
     eng = await cache.get_or_compute(tenant=TENANT, route="auto", query=FREEZE, compute=eng_compute, visibility=ENG)
@@ -342,7 +343,8 @@ async def test_the_exact_cache_and_its_flights_are_per_reader() -> None:
 async def test_a_paraphrase_is_served_only_to_the_reader_it_was_answered_for(
     embeddings: USEEmbeddings, calibration: Calibration
 ) -> None:
-    cache = SemanticCache(MemoryBackend(), embeddings, prefix="t", threshold=calibration.semantic_threshold)
+    threshold = SimilarityThreshold(calibration.semantic_threshold)
+    cache = SemanticCache(SemanticCacheSettings(), MemoryBackend(), embeddings, prefix="t", threshold=threshold)
     await cache.store(TENANT, 1, FREEZE, None, b"hr's answer", visibility=HR)
     paraphrase = "When does Project Falcon's deploy freeze begin?"
     hit = await cache.lookup(TENANT, 1, paraphrase, visibility=HR)

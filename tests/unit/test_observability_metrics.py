@@ -19,7 +19,7 @@ from gateway.overrides import ProviderOverrides
 from gateway.providers.embeddings import USEEmbeddings
 from gateway.query.schemas import QueryResponse
 from gateway.query.steps import SemanticCacheHit
-from gateway.settings import ModelPrice, Settings
+from gateway.settings import CacheSettings, ModelPrice, Settings
 from pipelines.shared.events import Evaluate
 from pipelines.shared.visibility import Visibility
 from tests.scripted import CountedCompute, answer_with_first_passage, events
@@ -160,7 +160,7 @@ class RecordingEvents:
 async def test_cache_outage_is_reported_as_errors_and_served_by_computing() -> None:
     backend = FlakyMemory()
     events = RecordingEvents()
-    cache = ExactCache(backend, KnowledgeVersions(backend), QueryResponse, events=events)
+    cache = ExactCache(CacheSettings(), backend, KnowledgeVersions(backend), QueryResponse, events=events)
     compute = CountedCompute()
     await cache.get_or_compute(
         tenant="acme", route="auto", query="q", compute=compute, visibility=Visibility.everything()

@@ -27,8 +27,9 @@ import numpy as np
 
 from gateway.cache.backend import MemoryBackend
 from gateway.cache.contrast import find_contrast
-from gateway.cache.semantic import SemanticCache
+from gateway.cache.semantic import SemanticCache, SimilarityThreshold
 from gateway.providers.embeddings import USEEmbeddings
+from gateway.settings import SemanticCacheSettings
 from pipelines.shared.visibility import Visibility
 
 THRESHOLDS = [round(0.85 + 0.01 * i, 2) for i in range(13)]
@@ -112,7 +113,9 @@ EVERYTHING = Visibility.everything()
 
 async def replay(pairs: list[Pair], embeddings: USEEmbeddings, threshold: float) -> dict[str, Any]:
     """Every ``a`` stored in one cache, every ``b`` looked up: LSH recall and cross-pair interference count."""
-    cache = SemanticCache(MemoryBackend(), embeddings, threshold=threshold)
+    cache = SemanticCache(
+        SemanticCacheSettings(), MemoryBackend(), embeddings, threshold=SimilarityThreshold(threshold)
+    )
     for pair in pairs:
         await cache.store("eval", 1, pair.a, None, pair.a.encode(), visibility=EVERYTHING)
     served: Counter[str] = Counter()
