@@ -90,6 +90,7 @@ def _lifespan(
                 guard,
                 profiles,
                 calibration,
+                stack,
                 on_answer=recorder.observe if recorder is not None else None,
             )
             identity = open_identity(settings.identity, platform.http, settings.access.api_keys)
@@ -116,7 +117,12 @@ def _lifespan(
                 curation=curation,
                 profiles=profiles,
                 readiness=open_readiness(
-                    settings, platform, knowledge, curation_store, ping_primary=overrides.chat_model is None
+                    settings,
+                    platform,
+                    knowledge,
+                    curation_store,
+                    ping_primary=overrides.chat_model is None,
+                    answers=query_service.caches.exact,
                 ),
             )
             if settings.server.load_sample_kb:

@@ -79,9 +79,7 @@ async def open_platform(settings: Settings, overrides: ProviderOverrides, stack:
     )
     cache = None
     if settings.cache.enabled:
-        cache = open_cache(redis, settings.cache, namespace=settings.answer_fingerprint(), events=telemetry)
-        # Answers are stored after they are sent: those under way are stored before Redis closes.
-        stack.push_async_callback(cache.responses.drain)
+        cache = open_cache(redis, settings.cache, events=telemetry)
     return Platform(telemetry, redis, http, upstream_http, embeddings, store, llm, cache)
 
 

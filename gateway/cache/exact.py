@@ -73,7 +73,7 @@ class ExactCache(Generic[R]):
     From ``settings``: ``route_ttls`` maps the route that *answered* (``value.route`` by default) to seconds;
     routes it does not name get ``default_ttl_s``; a TTL of 0 means "do not cache this route". Keys start with
     ``prefix``, then ``namespace`` when given (a digest of the settings that shape answers: see
-    :func:`gateway.cache.layer.open_cache`). ``cacheable`` can refuse individual values (e.g. abstentions).
+    :meth:`gateway.cache.layer.CacheLayer.answers`). ``cacheable`` can refuse individual values (e.g. abstentions).
     """
 
     def __init__(

@@ -1,13 +1,18 @@
-"""One call for the app lifespan: the backend, versions, response cache and embeddings wrapper together.
+"""One call for the app lifespan: the backend and the versions, from which the answer caches and the embeddings
+wrapper are made.
 
-They must share one backend and one key prefix, or a version bump would not reach the responses
-it is meant to invalidate; building them in one place makes that impossible to get wrong.
+They must share one backend and one key prefix, or a version bump would not reach the responses it is meant to
+invalidate; making them all from one layer makes that impossible to get wrong. The layer knows nothing of what an
+answer is: the query service asks it for an exact cache of its own response type.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
+import msgspec
 from langchain_core.embeddings import Embeddings
 
 from gateway.cache.backend import CacheBackend, MemoryBackend, RedisBackend
@@ -17,21 +22,44 @@ from gateway.cache.exact import ExactCache
 from gateway.cache.semantic import SemanticCache, SimilarityThreshold
 from gateway.cache.versions import KnowledgeVersions
 from gateway.providers.redis import ResilientRedis
-from gateway.query.schemas import QueryResponse
 from gateway.settings import LOCAL_EMBEDDING_PROVIDER, CacheSettings, SemanticCacheSettings
 from routes.calibration import Calibration
 
 # The byte bound of a process-local vector LRU, per entry: float32 vectors of up to 2,048 dimensions.
 _MAX_VECTOR_BYTES = 2048 * 4
 
+T = TypeVar("T", bound=msgspec.Struct)
+
 
 @dataclass(frozen=True, slots=True)
 class CacheLayer:
+    settings: CacheSettings
     backend: CacheBackend
     versions: KnowledgeVersions
-    responses: ExactCache[QueryResponse]
-    prefix: str
     events: CacheEvents = NO_CACHE_EVENTS
+
+    @property
+    def prefix(self) -> str:
+        return self.settings.prefix
+
+    def answers(
+        self, response_type: type[T], *, namespace: str = "", cacheable: Callable[[T], bool] = lambda _value: True
+    ) -> ExactCache[T]:
+        """An exact cache of ``response_type`` values on the layer's backend, invalidated by its versions.
+
+        ``namespace`` goes into response keys only: pass a fingerprint of the settings that shape answers (model,
+        pipeline thresholds) so a deploy that changes them never serves answers made by the old ones, while version
+        keys stay shared and a bump from any replica, old or new, still invalidates everything. ``cacheable`` can
+        refuse individual values."""
+        return ExactCache(
+            self.settings,
+            self.backend,
+            self.versions,
+            response_type,
+            namespace=namespace,
+            events=self.events,
+            cacheable=cacheable,
+        )
 
     def wrap_embeddings(
         self,
@@ -67,20 +95,12 @@ def shares_embeddings(settings: CacheSettings, provider: str) -> bool:
 
 
 def open_cache(
-    redis: ResilientRedis | None,
-    settings: CacheSettings,
-    *,
-    namespace: str = "",
-    events: CacheEvents = NO_CACHE_EVENTS,
+    redis: ResilientRedis | None, settings: CacheSettings, *, events: CacheEvents = NO_CACHE_EVENTS
 ) -> CacheLayer:
     """The app's shared Redis client when there is one (shared by replicas), else the in-process LRU.
 
-    ``namespace`` goes into response keys only: pass a fingerprint of the settings that shape
-    answers (model, pipeline thresholds) so a deploy that changes them never serves answers made
-    by the old ones, while version keys stay shared and a bump from any replica, old or new,
-    still invalidates everything. Opens no connection and owns none: the lifespan that opened
-    ``redis`` closes it, and Redis is dialled on first use, so a Redis that is down at start-up
-    degrades the cache instead of failing the gateway's start.
+    Opens no connection and owns none: the lifespan that opened ``redis`` closes it, and Redis is dialled on first
+    use, so a Redis that is down at start-up degrades the cache instead of failing the gateway's start.
     """
     backend: CacheBackend = (
         RedisBackend(redis)
@@ -88,22 +108,7 @@ def open_cache(
         else MemoryBackend(settings.memory_max_entries, settings.memory_max_bytes)
     )
     versions = KnowledgeVersions(backend, prefix=settings.prefix)
-    responses = ExactCache(
-        settings,
-        backend,
-        versions,
-        QueryResponse,
-        namespace=namespace,
-        events=events,
-        # An abstention is an answer that failed its checks (no passage, no supported sentence): never kept as
-        # though it were a good one, so the next asker gets a fresh try (a new document, a recovered model).
-        cacheable=_answered,
-    )
-    return CacheLayer(backend=backend, versions=versions, responses=responses, prefix=settings.prefix, events=events)
-
-
-def _answered(response: QueryResponse) -> bool:
-    return not response.abstained
+    return CacheLayer(settings=settings, backend=backend, versions=versions, events=events)
 
 
 def open_semantic_cache(

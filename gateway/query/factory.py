@@ -4,8 +4,9 @@ that puts them behind the answer caches."""
 from __future__ import annotations
 
 import asyncio
+from contextlib import AsyncExitStack
 
-from gateway.cache.layer import open_semantic_cache
+from gateway.cache.layer import CacheLayer, open_semantic_cache
 from gateway.guardrails.service import Guardrails, ScreenedRetriever, ScreenedSearch
 from gateway.knowledge.service import DenseSearch, KnowledgeBase, LocalStoreSearch
 from gateway.platform import Platform
@@ -13,7 +14,8 @@ from gateway.profiles.service import Profiles
 from gateway.providers.deadline import within
 from gateway.providers.websearch import TavilySearch
 from gateway.query.router_artefact import passage_embedder, question_embedder, train_knowledge_router
-from gateway.query.service import OnAnswer, QueryService
+from gateway.query.schemas import QueryResponse
+from gateway.query.service import AnswerCaches, OnAnswer, QueryService
 from gateway.settings import RetrievalSettings, Settings
 from pipelines.corrective.state import CorrectiveContext
 from pipelines.direct.state import DirectContext
@@ -34,6 +36,7 @@ async def open_query_service(
     guard: Guardrails,
     profiles: Profiles,
     calibration: Calibration,
+    stack: AsyncExitStack,
     *,
     on_answer: OnAnswer | None = None,
 ) -> QueryService:
@@ -43,22 +46,39 @@ async def open_query_service(
     thresholds fitted for the embedder in use (:func:`gateway.query.calibration.load_calibration`)."""
     router = await build_router(settings, platform, knowledge)
     table = build_route_table(settings, platform, knowledge, calibration, guard)
-    cache = platform.cache
-    namespace = settings.answer_fingerprint()
     return QueryService(
         knowledge,
         router,
         table,
-        cache=cache.responses if cache is not None else None,
-        semantic=open_semantic_cache(
-            cache, settings.semantic_cache, knowledge.embeddings, calibration, namespace=namespace
-        ),
-        versions=cache.versions if cache is not None else None,
+        open_answer_caches(settings, platform.cache, knowledge, calibration, stack),
         telemetry=platform.telemetry,
         on_answer=on_answer,
         guard=guard,
         profiles=profiles,
     )
+
+
+def open_answer_caches(
+    settings: Settings,
+    cache: CacheLayer | None,
+    knowledge: KnowledgeBase,
+    calibration: Calibration,
+    stack: AsyncExitStack,
+) -> AnswerCaches:
+    """The exact and semantic answer caches on the app's cache layer, under a namespace of the settings that shape
+    answers (:meth:`~gateway.settings.Settings.answer_fingerprint`)."""
+    if cache is None:
+        return AnswerCaches()
+    namespace = settings.answer_fingerprint()
+    # An abstention is an answer that failed its checks (no passage, no supported sentence): never kept as though it
+    # were a good one, so the next asker gets a fresh try (a new document, a recovered model).
+    exact = cache.answers(QueryResponse, namespace=namespace, cacheable=lambda response: not response.abstained)
+    # Answers are stored after they are sent: those under way are stored before Redis closes (opened earlier, so
+    # closed later).
+    stack.push_async_callback(exact.drain)
+    embeddings = knowledge.embeddings
+    semantic = open_semantic_cache(cache, settings.semantic_cache, embeddings, calibration, namespace=namespace)
+    return AnswerCaches(exact, semantic, cache.versions)
 
 
 async def build_router(settings: Settings, platform: Platform, knowledge: KnowledgeBase) -> FrontRouter:

@@ -58,15 +58,24 @@ def new_response_id() -> str:
     return f"resp_{uuid.uuid4().hex}"
 
 
+@dataclass(frozen=True, slots=True)
+class AnswerCaches:
+    """Where a service looks before it routes: the exact answer cache, the semantic one (a question of the same
+    meaning, within the same knowledge version), and the versions both are keyed under. Any may be off."""
+
+    exact: ExactCache[QueryResponse] | None = None
+    semantic: SemanticCache | None = None
+    versions: KnowledgeVersions | None = None
+
+
 class QueryService:
     def __init__(
         self,
         knowledge: KnowledgeBase,
         router: FrontRouter,
         table: RouteTable,
-        cache: ExactCache[QueryResponse] | None = None,
-        semantic: SemanticCache | None = None,
-        versions: KnowledgeVersions | None = None,
+        caches: AnswerCaches | None = None,
+        *,
         telemetry: Telemetry | None = None,
         on_answer: OnAnswer | None = None,
         guard: Guardrails | None = None,
@@ -75,9 +84,10 @@ class QueryService:
         self._knowledge = knowledge
         self._router = router
         self._table = table
-        self._cache = cache
-        self._semantic = semantic
-        self._versions = versions
+        self.caches = caches or AnswerCaches()
+        self._cache = self.caches.exact
+        self._semantic = self.caches.semantic
+        self._versions = self.caches.versions
         self._telemetry = telemetry or Telemetry(None, None)
         self._on_answer = on_answer
         self._guard = guard

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 from pydantic import SecretStr
 
+from gateway.cache.exact import ExactCache
 from gateway.curation.store import CurationStore
 from gateway.knowledge.service import KnowledgeBase
 from gateway.platform import Platform
@@ -21,6 +24,7 @@ def open_readiness(
     curation_store: CurationStore | None,
     *,
     ping_primary: bool,
+    answers: ExactCache[Any] | None = None,
 ) -> Readiness:
     """``ping_primary``: whether the primary model has an endpoint to ask (an injected test model has none)."""
     degradable = llm_checks(settings, platform, ping_primary=ping_primary)
@@ -38,6 +42,7 @@ def open_readiness(
         telemetry=platform.telemetry,
         timeout_s=settings.server.readiness_timeout_s,
         cache=platform.cache,
+        answers=answers,
     )
 
 

@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from gateway.cache.exact import ExactCache
 from gateway.cache.layer import CacheLayer
 from gateway.observability.recorder import Telemetry
 from gateway.providers.llm import LLMClient
@@ -32,6 +33,7 @@ class Readiness:
     telemetry: Telemetry
     timeout_s: float
     cache: CacheLayer | None = None
+    answers: ExactCache[Any] | None = None  # the answer cache, whose statistics the body reports
 
     async def report(self) -> tuple[bool, dict[str, Any]]:
         """Whether the pod is ready, and the body that says why: each check's outcome, the LLM upstreams' breaker
@@ -47,8 +49,8 @@ class Readiness:
         checks = {**required, **{name: degraded.get(name, "ok") for name in optional}}
         status = "unavailable" if not ready else "degraded" if degraded else "ready"
         body: dict[str, Any] = {"status": status, "checks": checks, "llm": self.llm.upstreams}
-        if self.cache is not None:
-            body["cache"] = {"backend": self.cache.backend.name, **asdict(self.cache.responses.stats)}
+        if self.cache is not None and self.answers is not None:
+            body["cache"] = {"backend": self.cache.backend.name, **asdict(self.answers.stats)}
         return ready, body
 
 

@@ -6,6 +6,7 @@ import pytest
 
 from gateway.cache.layer import open_cache
 from gateway.providers.redis import open_redis
+from gateway.query.schemas import QueryResponse
 from gateway.settings import Settings
 from pipelines.shared.visibility import Visibility
 from tests.integration.conftest import REDIS_TEST_URL
@@ -29,12 +30,12 @@ async def test_switching_the_router_classifier_changes_the_answer_cache_key(
         monkeypatch.setenv("GATEWAY_ROUTER_CLASSIFIER", classifier)
         settings = Settings()
         redis = open_redis(settings.redis)
-        cache = open_cache(redis, settings.cache, namespace=settings.answer_fingerprint())
+        answers = open_cache(redis, settings.cache).answers(QueryResponse, namespace=settings.answer_fingerprint())
         assert redis is not None
         try:
             params = {"top_k": None, "allow_escalation": True}
             keys.append(
-                await cache.responses.key_for(
+                await answers.key_for(
                     "default", "auto", "How do I reset the VPN?", params, visibility=Visibility.everything()
                 )
             )

@@ -12,7 +12,7 @@ import pytest
 from redis.asyncio import Redis
 
 from gateway.cache.backend import RedisBackend
-from gateway.cache.layer import CacheLayer
+from gateway.cache.exact import ExactCache
 from gateway.settings import Settings
 from tests.chat_support import ACME_ADMIN_KEY, ACME_KEY, bearer, keyed
 from tests.integration.conftest import REDIS_TEST_URL
@@ -33,11 +33,11 @@ def with_query(url: str, **params: str) -> str:
     return url + ("&" if "?" in url else "?") + "&".join(f"{k}={v}" for k, v in params.items())
 
 
-async def stored_answers(cache: CacheLayer) -> None:
+async def stored_answers(cache: ExactCache[Any]) -> None:
     """Waits until the app has stored the answers it sent (it stores them after sending them). The app runs in
     the test client's own loop (another thread), so this polls rather than awaiting its tasks."""
     for _ in range(1000):
-        if not cache.responses.storing:
+        if not cache.storing:
             return
         await asyncio.sleep(0.005)
     raise AssertionError("answers still being stored after 5 s")
@@ -78,7 +78,7 @@ async def test_cache_semantic_cache_and_rate_limiter_share_one_pool(
         asked = []
         for question in (QUESTION, PARAPHRASE):
             asked.append(await client.post("/v1/query", json=question, headers=bearer(ACME_KEY)))
-            await stored_answers(cache)  # an answer is stored after it is sent: one request at a time here
+            await stored_answers(client.app.state.readiness.answers)  # stored after it is sent: one at a time here
         ready = await client.get("/readyz")
         during = await named_connections(redis, name)
         pool_size = sum(count for count, _ in shared.client.connection_pool.get_connection_count())  # idle + in use
@@ -141,9 +141,9 @@ async def test_an_outage_is_one_transition_for_every_redis_user_and_each_keeps_i
             assert metrics is not None
             assert (await client.post("/v1/documents", json=LEAVE, headers=bearer(ACME_ADMIN_KEY))).status_code == 200
             before = await client.post("/v1/query", json=QUESTION, headers=bearer(ACME_KEY))
-            cache = client.app.state.readiness.cache
-            assert cache is not None
-            await stored_answers(cache)  # its answer is stored after it is sent: before Redis goes
+            answers = client.app.state.readiness.answers
+            assert answers is not None
+            await stored_answers(answers)  # its answer is stored after it is sent: before Redis goes
 
             proxy.stop()
             down = [await client.post("/v1/query", json=QUESTION, headers=bearer(ACME_KEY)) for _ in range(3)]

@@ -26,8 +26,8 @@ class Constant(Embeddings):
 async def test_without_a_redis_url_the_cache_lives_in_process() -> None:
     layer = open_cache(None, CacheSettings(route_ttls={"direct": 0}, default_ttl_s=30, memory_max_entries=5))
     assert isinstance(layer.backend, MemoryBackend)
-    assert layer.responses.ttl_for("direct") == 0
-    assert layer.responses.ttl_for("multi_hop") == 30
+    assert layer.answers(QueryResponse).ttl_for("direct") == 0
+    assert layer.answers(QueryResponse).ttl_for("multi_hop") == 30
 
 
 async def test_with_a_redis_client_nothing_is_dialled_until_first_use() -> None:
@@ -36,7 +36,7 @@ async def test_with_a_redis_client_nothing_is_dialled_until_first_use() -> None:
     assert isinstance(layer.backend, RedisBackend)
     assert layer.backend.redis is redis  # the caller's client, not a pool of its own
     assert redis.failures == 0
-    outcome = await layer.responses.get_or_compute(
+    outcome = await layer.answers(QueryResponse).get_or_compute(
         tenant="acme", route="auto", query="q", compute=lambda: _value("single_hop"), visibility=Visibility.everything()
     )
     assert outcome.source == "bypass"
@@ -50,11 +50,11 @@ async def _value(route: str) -> QueryResponse:
 
 async def test_versions_and_responses_share_backend_and_prefix() -> None:
     layer: CacheLayer = open_cache(None, CacheSettings(prefix="p"))
-    first = await layer.responses.get_or_compute(
+    first = await layer.answers(QueryResponse).get_or_compute(
         tenant="acme", route="auto", query="q", compute=lambda: _value("single_hop"), visibility=Visibility.everything()
     )
     await layer.versions.bump("acme")
-    second = await layer.responses.get_or_compute(
+    second = await layer.answers(QueryResponse).get_or_compute(
         tenant="acme", route="auto", query="q", compute=lambda: _value("single_hop"), visibility=Visibility.everything()
     )
     assert (first.source, second.source) == ("computed", "computed")
@@ -91,8 +91,8 @@ def test_auto_shares_a_remote_providers_vectors_and_keeps_the_local_models() -> 
 
 
 async def test_a_namespace_separates_answers_but_not_versions() -> None:
-    layer = open_cache(None, CacheSettings(prefix="p"), namespace="cfg1")
-    first = await layer.responses.get_or_compute(
+    layer = open_cache(None, CacheSettings(prefix="p"))
+    first = await layer.answers(QueryResponse, namespace="cfg1").get_or_compute(
         tenant="acme", route="auto", query="q", compute=lambda: _value("single_hop"), visibility=Visibility.everything()
     )
     assert first.key is not None
