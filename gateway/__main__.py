@@ -8,9 +8,9 @@ import logging
 import uvicorn
 from litestar import Litestar
 
-from gateway.access.keys import OpenAccessError, check_exposure
+from gateway.access import OpenAccessError, check_exposure
 from gateway.app import create_app
-from gateway.observability.logs import configure_logging
+from gateway.observability import configure_logging
 from gateway.settings import Settings
 
 

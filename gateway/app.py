@@ -19,37 +19,38 @@ from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import SwaggerRenderPlugin
 from litestar.openapi.spec import Components
 
-from gateway.access.guard import SECURITY_SCHEMES, open_access, provide_principal, provide_reader
-from gateway.access.identity import open_identity
-from gateway.access.sessions import console_cookies
-from gateway.cache.versions import ChangeNotAcknowledgedError
-from gateway.chat.controller import ChatController
-from gateway.chat.service import ChatService
-from gateway.console.controller import console_router, template_config
-from gateway.curation.controller import CurationController, EvalSuiteController, FeedbackController, provide_curation
-from gateway.curation.factory import (
+from gateway.access import (
+    SECURITY_SCHEMES,
+    console_cookies,
+    open_access,
+    open_identity,
+    provide_principal,
+    provide_reader,
+)
+from gateway.cache import ChangeNotAcknowledgedError
+from gateway.chat import ChatController, ChatService
+from gateway.console import console_router, template_config
+from gateway.curation import (
+    CurationController,
     CurationParts,
+    EvalSuiteController,
+    FeedbackController,
     KnowledgeChanges,
     open_curation_store,
+    provide_curation,
     start_curation,
     start_recorder,
 )
 from gateway.errors import handle_exception
-from gateway.guardrails.service import Guardrails
-from gateway.knowledge.controller import DocumentController, FileController
-from gateway.knowledge.factory import load_sample_kb, open_knowledge
-from gateway.knowledge.service import KnowledgeBase
-from gateway.observability.http import trace_requests
+from gateway.guardrails import Guardrails
+from gateway.knowledge import DocumentController, FileController, KnowledgeBase, load_sample_kb, open_knowledge
+from gateway.observability import trace_requests
 from gateway.overrides import ProviderOverrides
 from gateway.platform import open_platform
-from gateway.profiles.controller import ProfileController, provide_profiles
-from gateway.profiles.factory import open_profiles
-from gateway.query.calibration import load_calibration
-from gateway.query.controller import QueryController
-from gateway.query.factory import open_query_service
+from gateway.profiles import ProfileController, open_profiles, provide_profiles
+from gateway.query import QueryController, load_calibration, open_query_service
 from gateway.settings import Settings
-from gateway.system.controller import HealthController, MetricsController
-from gateway.system.factory import open_readiness
+from gateway.system import HealthController, MetricsController, open_readiness
 
 logger = logging.getLogger("gateway")
 

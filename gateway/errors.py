@@ -17,7 +17,7 @@ from litestar.exceptions import HTTPException, ValidationException
 from litestar.openapi import ResponseSpec
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 
-from pipelines.shared.deps import StructuredOutputError
+from pipelines.shared import StructuredOutputError
 
 logger = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
 from opentelemetry.sdk.trace.export import SpanExporter
 
-from gateway.providers.vectorstores.base import VectorStore
+from gateway.providers import VectorStore
 
 
 @dataclass(frozen=True)

@@ -15,19 +15,24 @@ import httpx
 from langchain_core.embeddings import Embeddings
 from opentelemetry.sdk.trace import TracerProvider
 
-from gateway.cache.backend import RedisBackend
-from gateway.cache.layer import CacheLayer, open_cache
-from gateway.observability.metrics import GatewayMetrics
-from gateway.observability.recorder import Telemetry
-from gateway.observability.tracing import build_tracer_provider
+from gateway.cache import CacheLayer, RedisBackend, open_cache
+from gateway.observability import GatewayMetrics, Telemetry, build_tracer_provider
 from gateway.overrides import ProviderOverrides
-from gateway.providers.embeddings import USEEmbeddings, build_embeddings, embedding_dimensions
-from gateway.providers.llm import FALLBACK, PRIMARY, LLMClient, open_llm_client
-from gateway.providers.redis import ResilientRedis, open_redis
-from gateway.providers.upstream_http import upstream_client
-from gateway.providers.vectorstores.base import VectorStore
-from gateway.providers.vectorstores.lance import LanceVectorStore
-from gateway.settings import Settings, VectorStoreSettings
+from gateway.providers import (
+    FALLBACK,
+    PRIMARY,
+    LLMClient,
+    ResilientRedis,
+    USEEmbeddings,
+    VectorStore,
+    build_embeddings,
+    embedding_dimensions,
+    open_llm_client,
+    open_redis,
+    open_vector_store,
+    upstream_client,
+)
+from gateway.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -81,19 +86,6 @@ async def open_platform(settings: Settings, overrides: ProviderOverrides, stack:
     if settings.cache.enabled:
         cache = open_cache(redis, settings.cache, events=telemetry)
     return Platform(telemetry, redis, http, upstream_http, embeddings, store, llm, cache)
-
-
-async def open_vector_store(settings: VectorStoreSettings, dimensions: int) -> VectorStore:
-    if settings.pinecone_api_key is not None:
-        from gateway.providers.vectorstores.pinecone_store import PineconeVectorStore
-
-        return await PineconeVectorStore.open(
-            api_key=settings.pinecone_api_key.get_secret_value(),
-            index_host=settings.pinecone_index_host,
-            index_name=settings.pinecone_index,
-            dimensions=dimensions,
-        )
-    return await LanceVectorStore.open(settings.path, dimensions)
 
 
 def build_telemetry(settings: Settings, overrides: ProviderOverrides) -> Telemetry:

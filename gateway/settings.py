@@ -26,8 +26,8 @@ from typing import Any, ClassVar, Literal
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from pipelines.corrective.policy import CorrectivePolicy
-from pipelines.shared.generation import GroundingPolicy
+from pipelines.corrective import CorrectivePolicy
+from pipelines.shared import GroundingPolicy
 from routes.calibration import Calibration, calibration_key
 
 LOCAL_MODEL = "qwen2.5-coder-1.5b-instruct-q4_k_m"

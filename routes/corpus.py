@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from pipelines.shared.deps import Passage
+from pipelines.shared import Passage
 from routes.examples import Example, load_examples
 from routes.types import Route
 from routes.written_kb import load_written_kb

@@ -14,7 +14,7 @@ import re
 
 import numpy as np
 
-from pipelines.shared.text import content_terms, tokens
+from pipelines.shared import content_terms, tokens
 from routes.probe import QUESTIONS_KEPT
 
 FEATURE_VERSION = 4

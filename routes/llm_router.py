@@ -12,7 +12,7 @@ from typing import Literal
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel, Field
 
-from pipelines.shared.deps import ChatClient, LLMCall
+from pipelines.shared import ChatClient, LLMCall
 from routes.probe import EMPTY_SIGNALS, Probe, ProbeSignals
 from routes.types import RouteDecision
 

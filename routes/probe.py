@@ -58,9 +58,17 @@ from typing import Protocol, runtime_checkable
 
 import Stemmer
 
-from pipelines.shared.deps import Passage, Retriever
-from pipelines.shared.text import EN_STOPWORDS, content_terms, content_words, has_cjk, normalise, tokens
-from pipelines.shared.visibility import Visibility
+from pipelines.shared import (
+    EN_STOPWORDS,
+    Passage,
+    Retriever,
+    Visibility,
+    content_terms,
+    content_words,
+    has_cjk,
+    normalise,
+    tokens,
+)
 
 # How many of the probe's passages the signals read (what the router was trained on). The probe itself
 # may search deeper (``FrontRouter.depth``) so retrieval can reuse its ranking.

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pipelines.shared.deps import LLMCall, Retriever
-from pipelines.shared.visibility import Visibility
+from pipelines.shared import LLMCall, Retriever, Visibility
 from routes.features import active_cues
 from routes.knowledge_router import DEFAULT_ROUTING, KnowledgeRouter, TenantRouting
 from routes.llm_router import LLMRouter

@@ -21,18 +21,28 @@ from langgraph.errors import GraphRecursionError
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import StreamMode, StreamWriter
 
-from pipelines.corrective.graph import build_graph as build_corrective
-from pipelines.corrective.state import CorrectiveContext, CorrectiveState
-from pipelines.direct.graph import run as run_direct
-from pipelines.direct.state import DirectContext
-from pipelines.shared.deps import ChatClient, LLMCall, Passage
-from pipelines.shared.events import Escalate, PipelineEvent, Stop, StopReason, Withhold
-from pipelines.shared.persona import DEFAULT_ASSISTANT, Assistant
-from pipelines.shared.state import PipelineState
-from pipelines.shared.telemetry import NO_TELEMETRY, PipelineTelemetry
-from pipelines.shared.visibility import Visibility
-from pipelines.single_hop.graph import build_graph as build_single_hop
-from pipelines.single_hop.state import SingleHopContext, SingleHopState
+from pipelines.corrective import CorrectiveContext, CorrectiveState
+from pipelines.corrective import build_graph as build_corrective
+from pipelines.direct import DirectContext
+from pipelines.direct import run as run_direct
+from pipelines.shared import (
+    DEFAULT_ASSISTANT,
+    NO_TELEMETRY,
+    Assistant,
+    ChatClient,
+    Escalate,
+    LLMCall,
+    Passage,
+    PipelineEvent,
+    PipelineState,
+    PipelineTelemetry,
+    Stop,
+    StopReason,
+    Visibility,
+    Withhold,
+)
+from pipelines.single_hop import SingleHopContext, SingleHopState
+from pipelines.single_hop import build_graph as build_single_hop
 from routes.probe import Probe, ProbeFirstRetriever
 from routes.types import Route
 

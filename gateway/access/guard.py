@@ -24,7 +24,7 @@ from gateway.access.identity import Identity, Reader, check_vouched, record
 from gateway.access.keys import ANONYMOUS, KeyRing, Principal, Scope, check_exposure
 from gateway.access.limits import LocalRateLimiter, RateLimiter, RedisRateLimiter
 from gateway.errors import AuthenticationError, PermissionDeniedError, RateLimitedError
-from gateway.providers.redis import ResilientRedis
+from gateway.providers import ResilientRedis
 from gateway.settings import AccessSettings
 
 logger = logging.getLogger(__name__)

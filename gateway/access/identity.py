@@ -38,9 +38,9 @@ from litestar.datastructures import Headers
 
 from gateway.access.keys import Principal
 from gateway.errors import ClientError, PermissionDeniedError, ProviderError, ProviderUnavailableError, UserTokenError
-from gateway.observability.recorder import reader_known
+from gateway.observability import reader_known
 from gateway.settings import ApiKeyConfig, IdentitySettings
-from pipelines.shared.visibility import MAX_GROUP_CHARS, Visibility, is_group_name
+from pipelines.shared import MAX_GROUP_CHARS, Visibility, is_group_name
 
 logger = logging.getLogger(__name__)
 

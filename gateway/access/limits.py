@@ -23,7 +23,7 @@ from typing import Literal
 
 from gateway.access.keys import Principal
 from gateway.errors import AccessUnavailableError
-from gateway.providers.redis import RedisUnavailableError, ResilientRedis
+from gateway.providers import RedisUnavailableError, ResilientRedis
 
 logger = logging.getLogger(__name__)
 

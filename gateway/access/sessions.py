@@ -25,7 +25,7 @@ from litestar.middleware.session.client_side import CookieBackendConfig
 from gateway.access.guard import PRINCIPAL, Access, admit, identify, presented_key
 from gateway.access.keys import KeyRing, Principal, Scope, is_loopback
 from gateway.errors import AuthenticationError, ClientError, PermissionDeniedError
-from gateway.providers.vectorstores.base import TENANT_PATTERN
+from gateway.providers import TENANT_PATTERN
 from gateway.settings import ConsoleSettings
 
 CONSOLE_PATH = "/console"

@@ -18,7 +18,7 @@ from redis.asyncio import Redis
 
 from gateway.cache.keys import LOCK_SUFFIX, lock_key, versioned
 from gateway.errors import ProviderError
-from gateway.providers.redis import RedisUnavailableError, ResilientRedis
+from gateway.providers import RedisUnavailableError, ResilientRedis
 
 T = TypeVar("T")
 

@@ -60,7 +60,7 @@ from gateway.cache.contrast_lexicon import (
     WORD_NUMBERS,
     word_set,
 )
-from pipelines.shared.support import STOPWORDS, mostly_cjk
+from pipelines.shared import STOPWORDS, mostly_cjk
 
 
 @dataclass(frozen=True, slots=True)

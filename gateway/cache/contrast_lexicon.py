@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from pipelines.shared.support import STOPWORDS
+from pipelines.shared import STOPWORDS
 
 
 def word_set(words: str) -> frozenset[str]:

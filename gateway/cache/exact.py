@@ -25,7 +25,7 @@ from gateway.cache.keys import KeyParams, exact_key, exact_key_parts, lock_key, 
 from gateway.cache.single_flight import StampedeGuard
 from gateway.cache.versions import KnowledgeVersions
 from gateway.settings import CacheSettings
-from pipelines.shared.visibility import Visibility
+from pipelines.shared import Visibility
 
 R = TypeVar("R", bound=msgspec.Struct)
 Outcome = Literal["hit", "computed", "coalesced", "bypass"]

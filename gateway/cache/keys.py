@@ -16,7 +16,7 @@ import unicodedata
 from collections.abc import Mapping
 from typing import TypeAlias
 
-from gateway.providers.vectorstores.base import check_tenant
+from gateway.providers import check_tenant
 
 DEFAULT_PREFIX = "rag"
 

@@ -21,7 +21,7 @@ from gateway.cache.events import NO_CACHE_EVENTS, CacheEvents
 from gateway.cache.exact import ExactCache
 from gateway.cache.semantic import SemanticCache, SimilarityThreshold
 from gateway.cache.versions import KnowledgeVersions
-from gateway.providers.redis import ResilientRedis
+from gateway.providers import ResilientRedis
 from gateway.settings import LOCAL_EMBEDDING_PROVIDER, CacheSettings, SemanticCacheSettings
 from routes.calibration import Calibration
 

@@ -33,9 +33,9 @@ from gateway.cache.backend import CacheBackend, CacheUnavailableError, RedisBack
 from gateway.cache.contrast import Contrast, find_contrast
 from gateway.cache.events import NO_CACHE_EVENTS, CacheEvents
 from gateway.cache.keys import DEFAULT_PREFIX, normalize_query, sha256_hex
-from gateway.providers.vectorstores.base import check_tenant
+from gateway.providers import check_tenant
 from gateway.settings import SemanticCacheSettings
-from pipelines.shared.visibility import Visibility
+from pipelines.shared import Visibility
 
 logger = logging.getLogger(__name__)
 

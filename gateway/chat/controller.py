@@ -14,18 +14,16 @@ from litestar.openapi.spec import Example, OpenAPIMediaType, OpenAPIResponse, Op
 from litestar.params import Body, PathParameter
 from litestar.response import Stream
 
-from gateway.access.guard import BEARER, Access, require
-from gateway.access.identity import Reader, for_openai_user
-from gateway.access.keys import Principal
+from gateway.access import BEARER, Access, Principal, Reader, for_openai_user, require
 from gateway.chat.errors import handle_openai_exception
 from gateway.chat.schemas import MODELS, ChatCompletion, ChatCompletionRequest, ModelCard, ModelList, OpenAIErrorBody
 from gateway.chat.service import ChatAnswer, ChatService
 from gateway.chat.sse import stream_chat
 from gateway.chat.validation import prepare_chat
 from gateway.errors import NotFoundError
-from gateway.profiles.model import WARNING_HEADER, client_instructions
+from gateway.profiles import WARNING_HEADER, client_instructions
 from gateway.settings import Settings
-from pipelines.shared.deps import TextSink
+from pipelines.shared import TextSink
 
 STARTED = int(time.time())
 CHAT_EXAMPLES = [

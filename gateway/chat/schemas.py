@@ -11,9 +11,8 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
-from gateway.knowledge.schemas import Tenant
-from gateway.query.schemas import Source
-from gateway.query.steps import StepEvent
+from gateway.knowledge import Tenant
+from gateway.query import Source, StepEvent
 
 Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
 

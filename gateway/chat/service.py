@@ -12,17 +12,13 @@ from dataclasses import dataclass, replace
 
 import msgspec
 
-from gateway.access.identity import Reader
+from gateway.access import Reader
 from gateway.chat.schemas import AssistantMessage, ChatCompletion, Choice, CompletionUsage, GatewayInfo
-from gateway.guardrails.vault import Vault
-from gateway.profiles.model import AssistantProfile
-from gateway.providers.llm import LLMClient
-from gateway.query.schemas import QueryRequest, QueryResponse
-from gateway.query.service import QueryService
-from gateway.query.steps import RewriteFollowup, StepEvent, render_steps
-from pipelines.shared.deps import TextSink
-from pipelines.shared.events import AnswerText
-from pipelines.shared.followup import Rewrite, Turn, rewrite_followup
+from gateway.guardrails import Vault
+from gateway.profiles import AssistantProfile
+from gateway.providers import LLMClient
+from gateway.query import QueryRequest, QueryResponse, QueryService, RewriteFollowup, StepEvent, render_steps
+from pipelines.shared import AnswerText, FollowupRewrite, TextSink, Turn, rewrite_followup
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +38,7 @@ class PreparedChat:
 @dataclass(frozen=True, slots=True)
 class ChatAnswer:
     response: QueryResponse
-    rewrite: Rewrite | None
+    rewrite: FollowupRewrite | None
 
     @property
     def prompt_tokens(self) -> int:

@@ -21,8 +21,7 @@ import msgspec
 
 from gateway.chat.errors import stream_error_body
 from gateway.chat.service import ChatAnswer, PreparedChat
-from pipelines.shared.deps import TextSink
-from pipelines.shared.sentences import split_sentences
+from pipelines.shared import TextSink, split_sentences
 
 logger = logging.getLogger(__name__)
 

@@ -5,14 +5,13 @@ from __future__ import annotations
 import time
 import uuid
 
-from gateway.access.keys import Principal
+from gateway.access import Principal
 from gateway.chat.schemas import MODELS, ChatCompletionRequest, message_text
 from gateway.chat.service import PreparedChat
 from gateway.errors import ClientError, NotFoundError
-from gateway.query.schemas import QueryRequest
-from gateway.query.validation import clean_query
+from gateway.query import QueryRequest, clean_query
 from gateway.settings import ChatSettings, RequestLimits
-from pipelines.shared.followup import Turn
+from pipelines.shared import Turn
 
 
 def prepare_chat(

@@ -23,27 +23,23 @@ from litestar.params import Body, QueryParameter
 from litestar.response import Redirect, Template
 from litestar.template.config import TemplateConfig
 
-from gateway.access.guard import Access
-from gateway.access.identity import Reader
-from gateway.access.keys import Principal
-from gateway.access.sessions import (
+from gateway.access import (
     CONSOLE_PATH,
+    Access,
     ConsoleAccess,
     ConsoleCookies,
+    Principal,
+    Reader,
     SignInRequiredError,
     session_for_key,
     session_for_tenant,
 )
 from gateway.console.schemas import AskForm, DeleteForm, SignInForm, UploadForm
 from gateway.console.service import Catalogue, linked_answer, waterfall
-from gateway.curation.pages import ReviewController
+from gateway.curation import ReviewController
 from gateway.errors import ClientError, GatewayError, NotFoundError, handle_exception
-from gateway.knowledge.controller import index_uploaded
-from gateway.knowledge.schemas import FilesResponse
-from gateway.knowledge.service import KnowledgeBase
-from gateway.query.schemas import QueryRequest
-from gateway.query.service import QueryService
-from gateway.query.validation import clean_query
+from gateway.knowledge import FilesResponse, KnowledgeBase, index_uploaded
+from gateway.query import QueryRequest, QueryService, clean_query
 from gateway.settings import Settings
 from routes.types import RouteRequest
 

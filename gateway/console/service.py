@@ -15,9 +15,8 @@ from collections import defaultdict
 from markupsafe import Markup, escape
 
 from gateway.console.schemas import Bar, ChunkView, DocumentRow
-from gateway.knowledge.service import KnowledgeBase
-from gateway.query.schemas import Passage, QueryResponse
-from gateway.query.steps import step_text
+from gateway.knowledge import KnowledgeBase
+from gateway.query import Passage, QueryResponse, step_text
 
 _CITATION = re.compile(r"\[(\d{1,3}(?:\s*,\s*\d{1,3})*)\]")
 

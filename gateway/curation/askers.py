@@ -19,9 +19,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.access.identity import MAX_GROUPS, MAX_USER_ID_CHARS, Identity, Reader, ReaderSource
+from gateway.access import MAX_GROUPS, MAX_USER_ID_CHARS, Identity, Reader, ReaderSource
 from gateway.errors import InvalidReaderError
-from pipelines.shared.visibility import MAX_GROUP_CHARS, Visibility, is_group_name
+from pipelines.shared import MAX_GROUP_CHARS, Visibility, is_group_name
 
 _SOURCES: dict[str, ReaderSource] = {"token": "token", "header": "header", "none": "none"}
 

@@ -16,7 +16,7 @@ import time
 
 from gateway.curation.routing import NoRouterProbabilityError, NotEnoughOutcomesError, recalibrate_tenant, route_report
 from gateway.curation.store import CurationStore
-from gateway.query.router_artefact import router_version
+from gateway.query import router_version
 from gateway.settings import CurationSettings, Settings
 
 

@@ -11,8 +11,7 @@ from litestar.datastructures import ResponseHeader, State
 from litestar.di import NamedDependency
 from litestar.params import JSONBody, PathParameter, QueryParameter
 
-from gateway.access.guard import BEARER, require
-from gateway.access.keys import Principal
+from gateway.access import BEARER, Principal, require
 from gateway.curation.askers import AskedBy, RunAs, run_as
 from gateway.curation.schemas import (
     SUITE_PATTERN,
@@ -41,10 +40,10 @@ from gateway.curation.schemas import (
 )
 from gateway.curation.service import Curation
 from gateway.errors import ClientError, NotFoundError, problem_responses
-from gateway.knowledge.validation import valid_documents
-from gateway.profiles.service import Profiles
-from gateway.providers.vectorstores.base import TENANT_PATTERN
-from gateway.query.service import QueryService
+from gateway.knowledge import valid_documents
+from gateway.profiles import Profiles
+from gateway.providers import TENANT_PATTERN
+from gateway.query import QueryService
 from gateway.settings import Settings
 
 TenantParam = Annotated[str, QueryParameter(pattern=TENANT_PATTERN)]

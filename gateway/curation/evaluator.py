@@ -18,7 +18,7 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from pydantic import BaseModel, Field
 
 from gateway.errors import ClientError, MalformedOutputError
-from gateway.providers.llm import LLMClient
+from gateway.providers import LLMClient
 
 RuleKind = Literal["must_contain", "must_not_contain", "pattern"]
 JUDGE_NODE = "curation_judge"

@@ -13,7 +13,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import get_args
 
-from gateway.access.identity import Identity
+from gateway.access import Identity
 from gateway.curation.evaluator import HybridEvaluator
 from gateway.curation.gaps import Diagnoser, Diagnosis
 from gateway.curation.records import AnswerRecorder, Count, CountRoute
@@ -21,12 +21,10 @@ from gateway.curation.service import Curation
 from gateway.curation.store import CurationStore, change_recorder
 from gateway.curation.suites import SuiteRunner
 from gateway.errors import ProviderUnavailableError
-from gateway.knowledge.service import KnowledgeBase
-from gateway.observability.metrics import GatewayMetrics
-from gateway.observability.recorder import Telemetry
-from gateway.providers.database.engine import open_database
-from gateway.providers.llm import LLMClient
-from gateway.query.service import QueryService
+from gateway.knowledge import KnowledgeBase
+from gateway.observability import GatewayMetrics, Telemetry
+from gateway.providers import LLMClient, open_database
+from gateway.query import QueryService
 from gateway.settings import Settings
 from routes.calibration import Calibration
 

@@ -23,10 +23,8 @@ from typing import Any, Literal
 
 from gateway.curation.models import AnswerRecord
 from gateway.curation.store import CurationStore
-from gateway.knowledge.service import KnowledgeBase
-from pipelines.shared.relevance import QueryScorer, RelevanceModel, overlap
-from pipelines.shared.support import terms
-from pipelines.shared.visibility import Visibility
+from gateway.knowledge import KnowledgeBase
+from pipelines.shared import QueryScorer, RelevanceModel, Visibility, overlap, terms
 
 Diagnosis = Literal["knowledge_gap", "ranking", "generation", "stale"]
 # A passage "holds" the expected answer when it has this share of the answer's content terms.

@@ -15,15 +15,13 @@ from litestar.enums import RequestEncodingType
 from litestar.params import Body, PathParameter
 from litestar.response import Template
 
-from gateway.access.keys import Principal
-from gateway.access.sessions import ConsoleAccess
+from gateway.access import ConsoleAccess, Principal
 from gateway.curation.controller import TenantParam
 from gateway.curation.evaluator import Rule, RuleKind
 from gateway.curation.schemas import gap_out, iso, resolution_out
 from gateway.curation.service import Curation
 from gateway.errors import ClientError
-from gateway.knowledge.schemas import DocumentIn
-from gateway.knowledge.validation import valid_documents
+from gateway.knowledge import DocumentIn, valid_documents
 from gateway.settings import Settings
 
 FORM_RULES: tuple[RuleKind, ...] = ("must_contain", "must_not_contain", "pattern")

@@ -23,14 +23,14 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Tracer
 
-from gateway.access.identity import Reader
+from gateway.access import Reader
 from gateway.curation.askers import Asker
 from gateway.curation.models import AnswerRecord, RetrievedDocument
 from gateway.curation.routing import RouteOutcome, route_outcome
 from gateway.curation.store import CurationStore
 from gateway.errors import GatewayError
-from gateway.query.schemas import QueryRequest, QueryResponse
-from pipelines.shared.events import Assess, Check, Evaluate, Retrieve
+from gateway.query import QueryRequest, QueryResponse
+from pipelines.shared import Assess, Check, Evaluate, Retrieve
 
 logger = logging.getLogger(__name__)
 

@@ -16,15 +16,14 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-from gateway.access.identity import Reader
+from gateway.access import Reader
 from gateway.curation.evaluator import HybridEvaluator, Rule
 from gateway.curation.gaps import Gap
 from gateway.curation.models import AnswerRecord, Resolution
 from gateway.curation.store import CurationStore
-from gateway.knowledge.service import KnowledgeBase, NewDocument
-from gateway.query.schemas import QueryRequest
-from gateway.query.service import QueryService
-from pipelines.shared.visibility import Visibility
+from gateway.knowledge import KnowledgeBase, NewDocument
+from gateway.query import QueryRequest, QueryService
+from pipelines.shared import Visibility
 
 MAX_QUESTIONS = 5  # re-runs per resolution: the gap's most recent distinct questions
 

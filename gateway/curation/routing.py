@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from gateway.errors import ClientError
-from gateway.query.schemas import QueryRequest, QueryResponse
-from pipelines.shared.events import PlanHop, SearchHop
+from gateway.query import QueryRequest, QueryResponse
+from pipelines.shared import PlanHop, SearchHop
 from routes.knowledge_router import DEFAULT_MULTI_HOP_THRESHOLD, threshold_applies
 
 Verdict = Literal["right", "over_routed", "under_routed"]

@@ -12,8 +12,8 @@ from gateway.curation.askers import RunAs
 from gateway.curation.evaluator import Rule, RuleKind
 from gateway.curation.gaps import Gap
 from gateway.curation.models import EvalRun, Resolution, RunState
-from gateway.knowledge.schemas import DocumentIn, Tenant
-from pipelines.shared.visibility import Visibility
+from gateway.knowledge import DocumentIn, Tenant
+from pipelines.shared import Visibility
 
 ResponseRef = Annotated[str, Meta(min_length=1, max_length=64)]
 

@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
-from gateway.access.identity import Identity, Reader
+from gateway.access import Identity, Reader
 from gateway.curation.askers import AskedBy, Asker
 from gateway.curation.evaluator import HybridEvaluator, Rule
 from gateway.curation.gaps import Diagnoser, Gap, cluster
@@ -20,8 +20,8 @@ from gateway.curation.store import CurationStore
 from gateway.curation.suites import ABANDONED, SuiteRunner
 from gateway.curation.training import pairs, to_jsonl
 from gateway.errors import NotFoundError
-from gateway.knowledge.service import KnowledgeBase, NewDocument
-from gateway.query.service import QueryService
+from gateway.knowledge import KnowledgeBase, NewDocument
+from gateway.query import QueryService
 from gateway.settings import CurationSettings
 
 

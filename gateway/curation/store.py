@@ -20,8 +20,9 @@ from gateway.curation.askers import RunAs
 from gateway.curation.models import AnswerRecord, EvalCase, EvalRun, Feedback, Resolution
 from gateway.curation.routing import Calibration, RouteOutcome
 from gateway.errors import ProviderUnavailableError
-from gateway.providers.database.engine import PROVIDER, Database
-from gateway.providers.database.tables import (
+from gateway.providers import (
+    PROVIDER,
+    Database,
     answer_records,
     document_changes,
     eval_cases,

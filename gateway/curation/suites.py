@@ -34,14 +34,13 @@ from typing import Any
 
 from opentelemetry.trace import Tracer
 
-from gateway.access.identity import Identity, Reader
+from gateway.access import Identity, Reader
 from gateway.curation.askers import RunAs
 from gateway.curation.evaluator import HybridEvaluator, Rule
 from gateway.curation.models import EvalCase, EvalRun
 from gateway.curation.store import CurationStore
 from gateway.errors import GatewayError, NotFoundError
-from gateway.query.schemas import QueryRequest
-from gateway.query.service import QueryService
+from gateway.query import QueryRequest, QueryService
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from gateway.curation.models import Feedback, Resolution
-from pipelines.shared.visibility import Visibility
+from pipelines.shared import Visibility
 
 
 def pairs(resolutions: list[Resolution], feedback: list[Feedback], tenant_open: Visibility) -> Iterator[dict[str, Any]]:

@@ -16,10 +16,9 @@ from gateway.errors import PersonalDataBlockedError, PromptInjectionError
 from gateway.guardrails.injection import InjectionClassifier, InjectionDetector, train_classifier
 from gateway.guardrails.pii import Finding, NameFinder, PiiDetector, SpacyNames
 from gateway.guardrails.vault import Vault
-from gateway.observability.recorder import Telemetry
+from gateway.observability import Telemetry
 from gateway.settings import GuardrailSettings
-from pipelines.shared.deps import Passage, Retriever, WebSearch
-from pipelines.shared.visibility import Visibility
+from pipelines.shared import Passage, Retriever, Visibility, WebSearch
 from routes.probe import RankingReuser
 
 

@@ -22,9 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from gateway.errors import ClientError
-from gateway.knowledge.files.formats import SUPPORTED
-from gateway.knowledge.permissions import document_tags, form_access, parse_access_field
-from pipelines.shared.visibility import UNSET
+from gateway.knowledge import SUPPORTED, document_tags, form_access, parse_access_field
+from pipelines.shared import UNSET
 
 ACCESS_FILE = ".access"
 

@@ -14,8 +14,7 @@ from litestar.di import NamedDependency
 from litestar.enums import RequestEncodingType
 from litestar.params import Body, JSONBody, PathParameter, QueryParameter
 
-from gateway.access.guard import BEARER, require
-from gateway.access.keys import Principal
+from gateway.access import BEARER, Principal, require
 from gateway.errors import ClientError, NotFoundError, problem_responses
 from gateway.knowledge.permissions import parse_access_field
 from gateway.knowledge.schemas import (
@@ -28,7 +27,7 @@ from gateway.knowledge.schemas import (
 from gateway.knowledge.service import KnowledgeBase
 from gateway.knowledge.uploads import Upload, indexed_files, ingest_files
 from gateway.knowledge.validation import valid_documents
-from gateway.providers.vectorstores.base import TENANT_PATTERN
+from gateway.providers import TENANT_PATTERN
 from gateway.settings import RequestLimits, Settings
 
 

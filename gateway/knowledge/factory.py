@@ -9,7 +9,7 @@ from importlib import resources
 
 from threadpoolctl import threadpool_limits
 
-from gateway.cache.layer import shares_embeddings
+from gateway.cache import shares_embeddings
 from gateway.knowledge.chunking import Chunker
 from gateway.knowledge.matrices import TenantMatrices
 from gateway.knowledge.service import KnowledgeBase, NewDocument, OnChange

@@ -41,12 +41,10 @@ from typing import Any
 
 import numpy as np
 
-from gateway.cache.backend import CacheUnavailableError
-from gateway.cache.versions import KnowledgeVersions
+from gateway.cache import CacheUnavailableError, KnowledgeVersions
 from gateway.errors import ProviderError
-from gateway.providers.vectorstores.base import StoredChunks, VectorStore
-from pipelines.shared.deps import Passage
-from pipelines.shared.visibility import UNSET, Visibility
+from gateway.providers import StoredChunks, VectorStore
+from pipelines.shared import UNSET, Passage, Visibility
 
 logger = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 
 from gateway.errors import ClientError
-from pipelines.shared.visibility import MAX_GROUP_CHARS, TENANT_OPEN, UNSET, is_group_name
+from pipelines.shared import MAX_GROUP_CHARS, TENANT_OPEN, UNSET, is_group_name
 
 TENANT_WIDE = "tenant"
 MAX_GROUPS = 64  # per document: a filter list stays small

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import Meta
 
-from gateway.providers.vectorstores.base import TENANT_PATTERN
+from gateway.providers import TENANT_PATTERN
 
 Tenant = Annotated[str, Meta(pattern=TENANT_PATTERN, description="Tenant id: letters, digits, '_' or '-'.")]
 DocumentId = Annotated[str, Meta(min_length=1, max_length=256)]

@@ -33,18 +33,13 @@ from typing import Any, TypeVar
 
 from langchain_core.embeddings import Embeddings
 
-from gateway.cache.backend import CacheUnavailableError
-from gateway.cache.versions import KnowledgeVersions
+from gateway.cache import CacheUnavailableError, KnowledgeVersions
 from gateway.errors import ProviderError
 from gateway.knowledge.chunking import Chunker, Piece
 from gateway.knowledge.files.sections import Section
 from gateway.knowledge.matrices import TenantMatrices
-from gateway.providers.vectorstores.base import ChunkRecord, VectorStore
-from gateway.providers.vectorstores.fusion import query_terms
-from pipelines.shared.deps import Passage
-from pipelines.shared.fusion import reciprocal_rank_fusion
-from pipelines.shared.links import about_keys, mention_keys
-from pipelines.shared.visibility import UNSET, Visibility
+from gateway.providers import ChunkRecord, VectorStore, query_terms
+from pipelines.shared import UNSET, Passage, Visibility, about_keys, mention_keys, reciprocal_rank_fusion
 
 logger = logging.getLogger(__name__)
 

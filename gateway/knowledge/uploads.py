@@ -22,7 +22,7 @@ from gateway.knowledge.schemas import FileOutcome, FilesResponse, IndexedFile
 from gateway.knowledge.service import KnowledgeBase, NewDocument
 from gateway.knowledge.validation import check_limits
 from gateway.settings import RequestLimits
-from pipelines.shared.visibility import UNSET
+from pipelines.shared import UNSET
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,7 +29,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from gateway.errors import MalformedOutputError, ProviderError, ProviderTimeoutError, ProviderUnavailableError
 from gateway.observability.metrics import BREAKER_STATES, GatewayMetrics
 from gateway.observability.tracing import records_nothing, trace_id_of, tracer_of
-from pipelines.shared.deps import LLMCall
+from pipelines.shared import LLMCall
 
 request_log = logging.getLogger("gateway.requests")
 

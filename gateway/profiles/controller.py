@@ -9,12 +9,11 @@ from litestar.datastructures import State
 from litestar.di import NamedDependency
 from litestar.params import JSONBody, QueryParameter
 
-from gateway.access.guard import BEARER, require
-from gateway.access.keys import Principal
+from gateway.access import BEARER, Principal, require
 from gateway.errors import NotFoundError, ProviderUnavailableError, problem_responses
 from gateway.profiles.schemas import ProfileDeleted, ProfileOut, ProfileRequest, profile_out, valid_profile
 from gateway.profiles.service import Profiles
-from gateway.providers.vectorstores.base import TENANT_PATTERN
+from gateway.providers import TENANT_PATTERN
 
 TenantParam = Annotated[str, QueryParameter(pattern=TENANT_PATTERN)]
 

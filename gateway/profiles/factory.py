@@ -9,8 +9,7 @@ from langchain_core.language_models import BaseChatModel
 
 from gateway.profiles.service import ModelPool, Profiles
 from gateway.profiles.store import ProfileStore
-from gateway.providers.database.engine import Database, open_database
-from gateway.providers.llm import LLMClient, build_chat_model
+from gateway.providers import Database, LLMClient, build_chat_model, open_database
 from gateway.settings import Settings
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from gateway.errors import ClientError, RouteNotAllowedError
 from gateway.settings import AssistantSettings
-from pipelines.shared.persona import Assistant
+from pipelines.shared import Assistant
 from routes.types import ROUTES, Route
 
 AUTO_LANGUAGE = "auto"

@@ -14,7 +14,7 @@ import msgspec
 from msgspec import Meta
 
 from gateway.errors import ClientError
-from gateway.knowledge.schemas import Tenant
+from gateway.knowledge import Tenant
 from gateway.profiles.model import AssistantProfile
 from gateway.settings import ProfileSettings
 from routes.types import ROUTES, Route

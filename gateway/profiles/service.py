@@ -20,9 +20,9 @@ from langchain_core.language_models import BaseChatModel
 from gateway.errors import ProviderUnavailableError
 from gateway.profiles.model import AssistantProfile, default_profile
 from gateway.profiles.store import ProfileStore
-from gateway.providers.llm import LLMClient
+from gateway.providers import LLMClient
 from gateway.settings import AssistantSettings, LLMEndpointSettings, ProfileSettings
-from pipelines.shared.deps import ChatClient
+from pipelines.shared import ChatClient
 from routes.table import RunProfile
 from routes.types import Route
 

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gateway.errors import ProviderUnavailableError
 from gateway.profiles.model import AssistantProfile, RoutingCalibration
-from gateway.providers.database.tables import assistant_profiles, route_calibrations
+from gateway.providers import assistant_profiles, route_calibrations
 from routes.types import ROUTES, Route
 
 PROVIDER = "profile_store"

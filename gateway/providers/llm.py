@@ -39,7 +39,7 @@ from gateway.errors import (
     ProviderUnavailableError,
     StreamInterruptedError,
 )
-from gateway.observability.recorder import BreakerState, Telemetry
+from gateway.observability import BreakerState, Telemetry
 from gateway.providers.deadline import deadline_after
 from gateway.providers.resilience import (
     CircuitBreaker,
@@ -50,7 +50,7 @@ from gateway.providers.resilience import (
     parse_retry_after,
 )
 from gateway.settings import LLMEndpointSettings, LLMSettings, ModelPrice
-from pipelines.shared.deps import ChatReply, LLMCall, SchemaT, TextSink
+from pipelines.shared import ChatReply, LLMCall, SchemaT, TextSink
 
 PROVIDER = "llm"
 PRIMARY = "primary"

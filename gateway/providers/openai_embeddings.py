@@ -37,7 +37,7 @@ import openai
 from langchain_core.embeddings import Embeddings
 
 from gateway.errors import ProviderError, ProviderRateLimitedError, ProviderTimeoutError, ProviderUnavailableError
-from gateway.observability.recorder import BreakerState
+from gateway.observability import BreakerState
 from gateway.providers.deadline import deadline_after
 from gateway.providers.resilience import (
     NO_UPSTREAM_EVENTS,

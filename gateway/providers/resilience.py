@@ -45,7 +45,7 @@ from gateway.errors import (
     ProviderUnavailableError,
     StreamInterruptedError,
 )
-from gateway.observability.recorder import BreakerState
+from gateway.observability import BreakerState
 
 T = TypeVar("T")
 Clock = Callable[[], float]

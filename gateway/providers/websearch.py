@@ -11,8 +11,7 @@ import numpy as np
 from langchain_core.embeddings import Embeddings
 
 from gateway.errors import ProviderError, ProviderTimeoutError, ProviderUnavailableError
-from pipelines.shared.deps import Passage
-from pipelines.shared.visibility import Visibility
+from pipelines.shared import Passage, Visibility
 
 PROVIDER = "web_search"
 TAVILY_URL = "https://api.tavily.com/search"

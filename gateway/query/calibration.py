@@ -20,13 +20,11 @@ from pathlib import Path
 import numpy as np
 from langchain_core.embeddings import Embeddings
 
-from gateway.cache.contrast import find_contrast
+from gateway.cache import find_contrast
 from gateway.errors import CalibrationUnavailableError
-from gateway.providers.embeddings import build_embeddings, embed_queries
+from gateway.providers import build_embeddings, embed_queries
 from gateway.settings import Settings
-from routes.calibration import Calibration
-from routes.calibration.artefact import artefact_path, load_or_fit
-from routes.calibration.fit import Vectors
+from routes.calibration import Calibration, Vectors, artefact_path, load_or_fit
 
 # The values the service used before they were fitted, all chosen under USE: what ``--compare`` sets the fitted
 # ones beside (and the test of the USE fit checks them against). Not read by the service.

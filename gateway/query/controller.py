@@ -7,9 +7,7 @@ from litestar import Controller, post
 from litestar.di import NamedDependency
 from litestar.params import JSONBody
 
-from gateway.access.guard import BEARER, Access, require
-from gateway.access.identity import Reader
-from gateway.access.keys import Principal
+from gateway.access import BEARER, Access, Principal, Reader, require
 from gateway.errors import problem_responses
 from gateway.query.schemas import QueryRequest, QueryResponse, RouteRequestBody, RouteResponse
 from gateway.query.service import QueryService

@@ -6,21 +6,20 @@ from __future__ import annotations
 import asyncio
 from contextlib import AsyncExitStack
 
-from gateway.cache.layer import CacheLayer, open_semantic_cache
-from gateway.guardrails.service import Guardrails, ScreenedRetriever, ScreenedSearch
-from gateway.knowledge.service import DenseSearch, KnowledgeBase, LocalStoreSearch
+from gateway.cache import CacheLayer, open_semantic_cache
+from gateway.guardrails import Guardrails, ScreenedRetriever, ScreenedSearch
+from gateway.knowledge import DenseSearch, KnowledgeBase, LocalStoreSearch
 from gateway.platform import Platform
-from gateway.profiles.service import Profiles
-from gateway.providers.deadline import within
-from gateway.providers.websearch import TavilySearch
+from gateway.profiles import Profiles
+from gateway.providers import TavilySearch, within
 from gateway.query.router_artefact import passage_embedder, question_embedder, train_knowledge_router
 from gateway.query.schemas import QueryResponse
 from gateway.query.service import AnswerCaches, OnAnswer, QueryService
 from gateway.settings import RetrievalSettings, Settings
-from pipelines.corrective.state import CorrectiveContext
-from pipelines.direct.state import DirectContext
-from pipelines.shared.deps import Retriever, WebSearch
-from pipelines.single_hop.state import SingleHopContext
+from pipelines.corrective import CorrectiveContext
+from pipelines.direct import DirectContext
+from pipelines.shared import Retriever, WebSearch
+from pipelines.single_hop import SingleHopContext
 from routes.calibration import Calibration
 from routes.knowledge_router import KnowledgeRouter
 from routes.llm_router import LLMRouter

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 from langchain_core.embeddings import Embeddings
 
-from gateway.knowledge.chunking import Chunker
-from gateway.providers.embeddings import build_embeddings, embed_queries
+from gateway.knowledge import Chunker
+from gateway.providers import build_embeddings, embed_queries
 from gateway.query.calibration import calibration_path, load_calibration
 from gateway.settings import Settings
 from routes.corpus import all_cases

@@ -7,7 +7,7 @@ from typing import Annotated
 import msgspec
 from msgspec import Meta
 
-from gateway.knowledge.schemas import Tenant
+from gateway.knowledge import Tenant
 from gateway.query.steps import StepEvent
 from routes.types import RouteRequest
 

@@ -22,24 +22,17 @@ from dataclasses import dataclass
 import msgspec
 from langgraph.types import StreamWriter
 
-from gateway.access.identity import Reader
-from gateway.cache.backend import CacheUnavailableError
-from gateway.cache.exact import ExactCache
-from gateway.cache.keys import KeyParams
-from gateway.cache.semantic import SemanticCache, semantic_scope
-from gateway.cache.versions import KnowledgeVersions
-from gateway.guardrails.service import Guardrails
-from gateway.guardrails.vault import Vault
-from gateway.knowledge.service import KnowledgeBase
-from gateway.observability.recorder import Telemetry
-from gateway.profiles.model import AssistantProfile
-from gateway.profiles.service import Profiles
+from gateway.access import Reader
+from gateway.cache import CacheUnavailableError, ExactCache, KeyParams, KnowledgeVersions, SemanticCache, semantic_scope
+from gateway.guardrails import Guardrails, Vault
+from gateway.knowledge import KnowledgeBase
+from gateway.observability import Telemetry
+from gateway.profiles import AssistantProfile, Profiles
 from gateway.query.schemas import QueryRequest, QueryResponse, RouteProbe, RouteResponse, Source, Usage
 from gateway.query.steps import RouteClamp, RouteQuery, SemanticCacheHit, StepEvent, render_steps
 from gateway.query.timeline import numbered, waterfall
 from gateway.settings import AssistantSettings, ProfileSettings
-from pipelines.shared.deps import LLMCall, Passage
-from pipelines.shared.visibility import Visibility
+from pipelines.shared import LLMCall, Passage, Visibility
 from routes.knowledge_router import TenantRouting, threshold_applies
 from routes.probe import PROBE_DEPTH, Probe
 from routes.router import FrontRouter

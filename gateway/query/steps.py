@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import assert_never
 
-from pipelines.shared.events import (
+from pipelines.shared import (
     Assess,
     Check,
     Escalate,

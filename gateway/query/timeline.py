@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gateway.query.schemas import Passage, TimedStep
-from pipelines.shared.deps import Passage as Retrieved
+from pipelines.shared import Passage as Retrieved
 from routes.table import StepTime
 
 

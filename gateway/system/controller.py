@@ -9,7 +9,7 @@ from litestar.di import NamedDependency
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from gateway.errors import NotFoundError
-from gateway.observability.recorder import Telemetry
+from gateway.observability import Telemetry
 from gateway.system.service import Readiness
 
 # Litestar appends "; charset=utf-8" to text types itself: without this, the header would carry it twice.

@@ -7,12 +7,11 @@ from typing import Any
 import httpx
 from pydantic import SecretStr
 
-from gateway.cache.exact import ExactCache
-from gateway.curation.store import CurationStore
-from gateway.knowledge.service import KnowledgeBase
+from gateway.cache import ExactCache
+from gateway.curation import CurationStore
+from gateway.knowledge import KnowledgeBase
 from gateway.platform import Platform
-from gateway.providers.llm import FALLBACK, PRIMARY, ping_llm
-from gateway.providers.openai_embeddings import OpenAICompatibleEmbeddings
+from gateway.providers import FALLBACK, PRIMARY, OpenAICompatibleEmbeddings, ping_llm
 from gateway.settings import Settings
 from gateway.system.service import Check, Readiness
 

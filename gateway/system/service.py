@@ -7,10 +7,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from gateway.cache.exact import ExactCache
-from gateway.cache.layer import CacheLayer
-from gateway.observability.recorder import Telemetry
-from gateway.providers.llm import LLMClient
+from gateway.cache import CacheLayer, ExactCache
+from gateway.observability import Telemetry
+from gateway.providers import LLMClient
 
 Check = Callable[[], Awaitable[None]]
 

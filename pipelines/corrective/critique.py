@@ -28,15 +28,24 @@ from pipelines.corrective.prompts import (
     USEFUL_SYSTEM,
     USEFUL_USER,
 )
-from pipelines.shared.citations import CITATION_MARKER
-from pipelines.shared.deps import ChatClient, LLMCall, Passage, StructuredOutputError
-from pipelines.shared.events import Withhold
-from pipelines.shared.generation import format_context
-from pipelines.shared.persona import LANGUAGES
-from pipelines.shared.prompts import ABSTAIN_EN, ABSTAIN_JA, NOT_IN_CONTEXT
-from pipelines.shared.sentence_gate import Judged, joined
-from pipelines.shared.sentences import split_sentences
-from pipelines.shared.text import has_cjk, same_script
+from pipelines.shared import (
+    ABSTAIN_EN,
+    ABSTAIN_JA,
+    CITATION_MARKER,
+    LANGUAGES,
+    NOT_IN_CONTEXT,
+    ChatClient,
+    Judged,
+    LLMCall,
+    Passage,
+    StructuredOutputError,
+    Withhold,
+    format_context,
+    has_cjk,
+    joined,
+    same_script,
+    split_sentences,
+)
 
 # The "claim" an answer that states nothing (citation numbers alone, or a sentence broken off before its
 # answer) is doubted for: regeneration_note, cautious_answer and the graph know it is none.

@@ -12,11 +12,17 @@ from pydantic import BaseModel, Field
 
 from pipelines.corrective.policy import CorrectivePolicy
 from pipelines.corrective.prompts import GRADE_SYSTEM, GRADE_USER
-from pipelines.shared.deps import ChatClient, LLMCall, Passage, StructuredOutputError
-from pipelines.shared.judge import judge_round
-from pipelines.shared.relevance import QueryScorer, Verdict
-from pipelines.shared.strips import split_strips
-from pipelines.shared.support import lexical_support
+from pipelines.shared import (
+    ChatClient,
+    LLMCall,
+    Passage,
+    QueryScorer,
+    StructuredOutputError,
+    Verdict,
+    judge_round,
+    lexical_support,
+    split_strips,
+)
 
 GRADER_TEXT_CHARS = 500
 

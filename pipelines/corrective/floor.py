@@ -13,11 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipelines.shared.deps import Passage
-from pipelines.shared.generation import Draft
-from pipelines.shared.sentences import split_sentences
-from pipelines.shared.support import lexical_support, terms
-from pipelines.shared.text import has_cjk, normalise
+from pipelines.shared import Draft, Passage, has_cjk, lexical_support, normalise, split_sentences, terms
 
 
 @dataclass(frozen=True, slots=True)

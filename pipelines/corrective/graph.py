@@ -29,7 +29,7 @@ from langgraph.graph.state import CompiledStateGraph
 from pipelines.corrective import nodes
 from pipelines.corrective.routing import follow
 from pipelines.corrective.state import CorrectiveContext, CorrectiveState
-from pipelines.shared.telemetry import instrument
+from pipelines.shared import instrument
 
 NODES = (
     nodes.retrieve,

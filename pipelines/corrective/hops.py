@@ -18,9 +18,16 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from pydantic import BaseModel, Field
 
 from pipelines.corrective.prompts import FOUND_FACTS, HOP_EXAMPLE, HOP_SYSTEM, HOP_USER, written_in
-from pipelines.shared.deps import ChatClient, LLMCall, Passage, StructuredOutputError
-from pipelines.shared.persona import compose, question_language
-from pipelines.shared.support import lexical_support, terms
+from pipelines.shared import (
+    ChatClient,
+    LLMCall,
+    Passage,
+    StructuredOutputError,
+    compose,
+    lexical_support,
+    question_language,
+    terms,
+)
 
 EVIDENCE_CHARS = 600  # per passage: the planner needs the entity, not every detail
 MAX_PASSAGES = 4

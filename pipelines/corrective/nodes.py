@@ -33,14 +33,14 @@ from pipelines.corrective.routing import (
     trust_note,
 )
 from pipelines.corrective.state import AnswerSnapshot, CorrectiveContext, CorrectiveState, merge_passages
-from pipelines.shared.citations import cited_passages
-from pipelines.shared.deps import Passage
-from pipelines.shared.events import (
+from pipelines.shared import (
     AnswerText,
     Check,
     CheckOutcome,
+    Draft,
     Evaluate,
     Generate,
+    Passage,
     PlanHop,
     Refine,
     Retrieve,
@@ -48,10 +48,12 @@ from pipelines.shared.events import (
     SearchHop,
     SearchMore,
     Stop,
+    Update,
+    cited_passages,
+    draft_answer,
+    reciprocal_rank_fusion,
+    relevant,
 )
-from pipelines.shared.fusion import reciprocal_rank_fusion
-from pipelines.shared.generation import Draft, draft_answer, relevant
-from pipelines.shared.state import Update
 
 Run = Runtime[CorrectiveContext]
 HOP_FUSION_DEPTH = 4  # each list of a hop's fused search holds at least this many chunks

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipelines.shared.generation import GroundingPolicy
-from pipelines.shared.judge import JudgeModel
-from pipelines.shared.relevance import RelevanceModel
+from pipelines.shared import GroundingPolicy, JudgeModel, RelevanceModel
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from pipelines.shared.persona import LANGUAGES, question_language
-from pipelines.shared.prompts import QUOTED_DATA_RULE
+from pipelines.shared import LANGUAGES, QUOTED_DATA_RULE, question_language
 
 GRADE_SYSTEM = (
     """You check whether a document helps answer a question.

@@ -15,9 +15,7 @@ from dataclasses import replace
 import numpy as np
 
 from pipelines.corrective.policy import CorrectivePolicy
-from pipelines.shared.deps import Passage
-from pipelines.shared.relevance import QueryScorer
-from pipelines.shared.strips import split_strips
+from pipelines.shared import Passage, QueryScorer, split_strips
 
 EmbedTexts = Callable[[list[str]], Awaitable[list[list[float]]]]
 MIN_KEPT = 2

@@ -5,8 +5,7 @@ from __future__ import annotations
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
 from pipelines.corrective.prompts import REWRITE_EXAMPLES, REWRITE_SYSTEM, REWRITE_USER, written_in
-from pipelines.shared.deps import ChatClient, LLMCall, Passage
-from pipelines.shared.persona import compose
+from pipelines.shared import ChatClient, LLMCall, Passage, compose
 
 MAX_QUERY_TOKENS = 48
 FOUND_CHARS = 700

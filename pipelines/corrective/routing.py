@@ -12,8 +12,7 @@ from dataclasses import dataclass, replace
 
 from pipelines.corrective.critique import CITATIONS_ONLY
 from pipelines.corrective.state import CorrectiveContext, CorrectiveState, NextStep
-from pipelines.shared.events import StopReason
-from pipelines.shared.state import Update, advanced
+from pipelines.shared import StopReason, Update, advanced
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,14 +14,22 @@ from typing import Annotated, Literal
 
 from pipelines.corrective.floor import PlainDraft
 from pipelines.corrective.policy import CorrectivePolicy
-from pipelines.shared.deps import ChatClient, Embedder, Passage, Retriever, WebSearch
-from pipelines.shared.events import StopReason
-from pipelines.shared.persona import DEFAULT_ASSISTANT, Assistant
-from pipelines.shared.relevance import Verdict
-from pipelines.shared.sentence_gate import Judged
-from pipelines.shared.state import PipelineState
-from pipelines.shared.telemetry import NO_TELEMETRY, PipelineTelemetry
-from pipelines.shared.visibility import Visibility
+from pipelines.shared import (
+    DEFAULT_ASSISTANT,
+    NO_TELEMETRY,
+    Assistant,
+    ChatClient,
+    Embedder,
+    Judged,
+    Passage,
+    PipelineState,
+    PipelineTelemetry,
+    Retriever,
+    StopReason,
+    Verdict,
+    Visibility,
+    WebSearch,
+)
 
 NextStep = Literal[
     "answer_plainly",

@@ -19,9 +19,7 @@ from langgraph.types import StreamWriter
 
 from pipelines.direct.prompts import RULES
 from pipelines.direct.state import DirectContext, DirectState
-from pipelines.shared.events import AnswerText, Generate
-from pipelines.shared.state import Update, advanced
-from pipelines.shared.telemetry import instrument
+from pipelines.shared import AnswerText, Generate, Update, advanced, instrument
 
 
 async def answer_directly(state: DirectState, runtime: Runtime[DirectContext]) -> Update:

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipelines.shared.deps import ChatClient
-from pipelines.shared.persona import DEFAULT_ASSISTANT, Assistant
-from pipelines.shared.state import PipelineState
-from pipelines.shared.telemetry import NO_TELEMETRY, PipelineTelemetry
+from pipelines.shared import DEFAULT_ASSISTANT, NO_TELEMETRY, Assistant, ChatClient, PipelineState, PipelineTelemetry
 
 
 @dataclass(kw_only=True)

@@ -38,7 +38,7 @@ class Turn:
 
 
 @dataclass(frozen=True, slots=True)
-class Rewrite:
+class FollowupRewrite:
     query: str
     call: LLMCall
     changed: bool
@@ -69,9 +69,9 @@ def _clean(output: str, question: str) -> str:
     return text
 
 
-async def rewrite_followup(llm: ChatClient, turns: list[Turn], question: str) -> Rewrite:
+async def rewrite_followup(llm: ChatClient, turns: list[Turn], question: str) -> FollowupRewrite:
     """``turns`` are the earlier user/assistant turns (non-empty: single-turn requests skip this)."""
     messages = [SystemMessage(SYSTEM), HumanMessage(USER.format(history=_history(turns), question=question))]
     reply = await llm.chat(messages, node=NODE, max_tokens=MAX_TOKENS)
     query = _clean(reply.text, question)
-    return Rewrite(query=query, call=reply.call, changed=query != question)
+    return FollowupRewrite(query=query, call=reply.call, changed=query != question)

@@ -13,11 +13,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 
-from pipelines.shared.events import Assess, Generate, Retrieve
-from pipelines.shared.generation import generate_grounded
-from pipelines.shared.relevance import fast_verdict
-from pipelines.shared.state import Update
-from pipelines.shared.telemetry import instrument
+from pipelines.shared import Assess, Generate, Retrieve, Update, fast_verdict, generate_grounded, instrument
 from pipelines.single_hop.state import SingleHopContext, SingleHopState
 
 

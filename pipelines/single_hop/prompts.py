@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from pipelines.shared.prompts import GROUNDED_SYSTEM, GROUNDED_USER
+from pipelines.shared import GROUNDED_SYSTEM, GROUNDED_USER
 
 __all__ = ["GROUNDED_SYSTEM", "GROUNDED_USER"]

@@ -4,13 +4,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pipelines.shared.deps import ChatClient, Passage, Retriever
-from pipelines.shared.generation import GroundingPolicy
-from pipelines.shared.persona import DEFAULT_ASSISTANT, Assistant
-from pipelines.shared.relevance import RelevanceModel, Verdict
-from pipelines.shared.state import PipelineState
-from pipelines.shared.telemetry import NO_TELEMETRY, PipelineTelemetry
-from pipelines.shared.visibility import Visibility
+from pipelines.shared import (
+    DEFAULT_ASSISTANT,
+    NO_TELEMETRY,
+    Assistant,
+    ChatClient,
+    GroundingPolicy,
+    Passage,
+    PipelineState,
+    PipelineTelemetry,
+    RelevanceModel,
+    Retriever,
+    Verdict,
+    Visibility,
+)
 
 
 @dataclass(kw_only=True)

@@ -25,10 +25,17 @@ import numpy as np
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 
-from pipelines.shared.deps import Passage
-from pipelines.shared.judge import CJK_FEATURES, FEATURES, JudgeModel, round_features
-from pipelines.shared.relevance import RelevanceModel, overlap
-from pipelines.shared.support import mostly_cjk, terms
+from pipelines.shared import (
+    CJK_FEATURES,
+    FEATURES,
+    JudgeModel,
+    Passage,
+    RelevanceModel,
+    mostly_cjk,
+    overlap,
+    round_features,
+    terms,
+)
 from routes.calibration.data import SHARED_SOURCES, CalibrationSet, Round
 from routes.calibration.model import Calibration, calibration_key
 

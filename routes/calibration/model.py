@@ -13,8 +13,7 @@ import json
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from pipelines.shared.judge import JudgeModel
-from pipelines.shared.relevance import RelevanceModel
+from pipelines.shared import JudgeModel, RelevanceModel
 from routes.calibration.data import data_digest
 
 # The fitting code's version: raise it whenever a change to the fit (features, targets, solver) can change what it

@@ -3,11 +3,14 @@
 The rules are import-linter's contracts in pyproject.toml: the gateway over the routes over the pipelines; inside the
 gateway, the app over its domains over its infrastructure; no cycle between siblings at any depth; nothing outside
 ``routes.offline`` imports it (nor the tests' doubles). The first test runs them on the code as it is; the second shows
-they bite, on a copy of the code given one upward import and one cycle.
+they bite, on a copy of the code given one upward import and one cycle. The last holds each package to its
+``__init__``: another package imports what it names there, never a module inside it.
 """
 
 from __future__ import annotations
 
+import ast
+import importlib
 import shutil
 import subprocess
 import sys
@@ -50,3 +53,37 @@ def test_an_upward_import_and_a_cycle_break_the_contracts(tmp_path: Path) -> Non
     assert "gateway.providers is not allowed to import gateway.knowledge" in result.stdout
     assert "pipelines is not allowed to import routes" in result.stdout
     assert "No cycles are allowed in gateway" in result.stdout
+
+
+def _packages() -> list[str]:
+    """The packages that name their public surface: each domain and infrastructure package of the gateway, each
+    pipeline, and the calibration (the offline tools are nobody's dependency)."""
+    found = [f"gateway.{p.parent.name}" for p in REPO.glob("gateway/*/__init__.py")]
+    found += [f"pipelines.{p.parent.name}" for p in REPO.glob("pipelines/*/__init__.py")]
+    return [*found, "routes.calibration"]
+
+
+def _outside_imports_into_submodules() -> list[str]:
+    """Every ``from P.sub import x`` in the service's code (and the offline tools') where P is another package."""
+    packages = _packages()
+    found = []
+    for path in [p for top in ("gateway", "routes", "pipelines") for p in (REPO / top).rglob("*.py")]:
+        if "migrations" in path.parts:
+            continue
+        parts = path.relative_to(REPO).with_suffix("").parts
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ImportFrom) or node.level or node.module is None:
+                continue
+            owner = next((p for p in packages if node.module.startswith(p + ".")), None)
+            if owner is not None and not (module == owner or module.startswith(owner + ".")):
+                found.append(f"{path.relative_to(REPO)}:{node.lineno}: from {node.module} import ...")
+    return found
+
+
+def test_packages_are_used_through_what_their_init_names() -> None:
+    assert _outside_imports_into_submodules() == []
+    for package in _packages():
+        offered = importlib.import_module(package)
+        exported = getattr(offered, "__all__", [])
+        assert all(hasattr(offered, name) for name in exported), package

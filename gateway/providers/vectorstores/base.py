@@ -20,8 +20,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from pipelines.shared.deps import Passage
-from pipelines.shared.visibility import UNSET, Visibility
+from pipelines.shared import UNSET, Passage, Visibility
 
 TENANT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
 _TENANT_RE = re.compile(TENANT_PATTERN)

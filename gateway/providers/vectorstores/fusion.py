@@ -15,7 +15,7 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 
-from pipelines.shared.text import content_terms, tokens
+from pipelines.shared import content_terms, tokens
 
 
 def index_terms(title: str, text: str) -> str:

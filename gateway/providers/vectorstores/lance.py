@@ -47,8 +47,7 @@ from lancedb.index import FTS, LabelList
 from gateway.errors import ProviderError, ProviderUnavailableError
 from gateway.providers.vectorstores.base import ChunkRecord, StoredChunks, VectorStore, check_tenant
 from gateway.providers.vectorstores.fusion import index_terms
-from pipelines.shared.deps import Passage
-from pipelines.shared.visibility import UNSET, Visibility
+from pipelines.shared import UNSET, Passage, Visibility
 
 PROVIDER = "vector_store"
 OPTIMIZE_EVERY_WRITES = 64

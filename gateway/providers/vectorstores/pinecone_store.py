@@ -44,8 +44,7 @@ from pinecone.errors.exceptions import (
 
 from gateway.errors import ClientError, ProviderError, ProviderTimeoutError, ProviderUnavailableError
 from gateway.providers.vectorstores.base import ChunkRecord, VectorStore, check_tenant
-from pipelines.shared.deps import Passage
-from pipelines.shared.visibility import UNSET, Visibility
+from pipelines.shared import UNSET, Passage, Visibility
 
 PROVIDER = "vector_store"
 UPSERT_BATCH = 100

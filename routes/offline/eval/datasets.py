@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pipelines.shared.text import has_cjk
+from pipelines.shared import has_cjk
 
 DatasetName = Literal["hotpotqa", "squad", "jsquad", "written"]
 # A HotpotQA document's id: its title, cut to this many characters.

@@ -17,8 +17,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from pipelines.shared.sentences import split_sentences
-from pipelines.shared.text import has_cjk, normalise
+from pipelines.shared import has_cjk, normalise, split_sentences
 from routes.offline.eval.datasets import TITLE_ID_CHARS, Dataset, load
 
 SETS = ("squad_v2_dev_normans.json", "hotpotqa_train.json", "jsquad_valid_sample.json")

@@ -17,9 +17,7 @@ from typing import Protocol
 
 import numpy as np
 
-from pipelines.shared.deps import Passage
-from pipelines.shared.judge import JudgeModel, judge_round
-from pipelines.shared.sentence_gate import RoundCheck
+from pipelines.shared import JudgeModel, Passage, RoundCheck, judge_round
 
 EmbedArray = Callable[[list[str]], np.ndarray]
 

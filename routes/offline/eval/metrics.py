@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from pipelines.shared.text import has_cjk
+from pipelines.shared import has_cjk
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _CITATIONS = re.compile(r"\[\d{1,2}(?:\s*,\s*\d{1,2})*\]")

@@ -10,12 +10,9 @@ from typing import Any, Literal
 import msgspec
 from litestar.testing import AsyncTestClient
 
-from gateway.knowledge.service import KnowledgeBase
-from gateway.query.schemas import QueryResponse, RouteResponse
-from gateway.query.steps import StepEvent
-from pipelines.shared.events import Assess, Evaluate, Generate, PlanHop, Rewrite
-from pipelines.shared.relevance import Verdict
-from pipelines.shared.visibility import Visibility
+from gateway.knowledge import KnowledgeBase
+from gateway.query import QueryResponse, RouteResponse, StepEvent
+from pipelines.shared import Assess, Evaluate, Generate, PlanHop, Rewrite, Verdict, Visibility
 from routes.offline.eval.datasets import Dataset, Question
 from routes.offline.eval.metrics import answer_in_prediction, exact_match, f1_score, passage_recall
 

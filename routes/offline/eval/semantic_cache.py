@@ -25,12 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from gateway.cache.backend import MemoryBackend
-from gateway.cache.contrast import find_contrast
-from gateway.cache.semantic import SemanticCache, SimilarityThreshold
-from gateway.providers.embeddings import USEEmbeddings
+from gateway.cache import MemoryBackend, SemanticCache, SimilarityThreshold, find_contrast
+from gateway.providers import USEEmbeddings
 from gateway.settings import SemanticCacheSettings
-from pipelines.shared.visibility import Visibility
+from pipelines.shared import Visibility
 
 THRESHOLDS = [round(0.85 + 0.01 * i, 2) for i in range(13)]
 LANGS = ("en", "ja")

@@ -17,10 +17,9 @@ import random
 from pathlib import Path
 from typing import Any
 
-from gateway.providers.llm import open_llm_client
+from gateway.providers import open_llm_client
 from gateway.settings import GroundingSettings, LLMEndpointSettings, LLMSettings
-from pipelines.shared.deps import Passage
-from pipelines.shared.generation import grounded_messages
+from pipelines.shared import Passage, grounded_messages
 from routes.offline.eval.datasets import Dataset, load
 from routes.offline.local_llm.model import DEFAULT_MODEL, default_model_dir, prepare
 from routes.offline.local_llm.server import LocalLLMServer, ServerConfig, is_healthy

@@ -32,17 +32,21 @@ from typing import Any
 
 from langchain_core.messages import HumanMessage, SystemMessage
 
-from gateway.providers.llm import LLMClient, open_llm_client
+from gateway.providers import LLMClient, open_llm_client
 from gateway.settings import GroundingSettings, LLMEndpointSettings, LLMSettings, Settings
-from pipelines.corrective.critique import GroundednessCheck
-from pipelines.corrective.prompts import GROUNDED_SYSTEM, GROUNDED_USER
-from pipelines.shared.citations import drop_phantom_citations
-from pipelines.shared.deps import Passage, StructuredOutputError
-from pipelines.shared.generation import format_context
-from pipelines.shared.prompts import ABSTAIN_EN, ABSTAIN_JA, NOT_IN_CONTEXT
-from pipelines.shared.sentence_gate import SentenceGate
-from pipelines.shared.sentences import split_sentences
-from pipelines.shared.text import has_cjk
+from pipelines.corrective import GROUNDED_SYSTEM, GROUNDED_USER, GroundednessCheck
+from pipelines.shared import (
+    ABSTAIN_EN,
+    ABSTAIN_JA,
+    NOT_IN_CONTEXT,
+    Passage,
+    SentenceGate,
+    StructuredOutputError,
+    drop_phantom_citations,
+    format_context,
+    has_cjk,
+    split_sentences,
+)
 from routes.offline.eval.inserts import Inserts
 from routes.offline.eval.judged_support import GateReading, JudgedSupport, SupportReading
 from routes.offline.eval.metrics import answer_in_prediction
@@ -236,8 +240,8 @@ def relevance_table(cases: list[Case], min_support: float, readings: dict[str, S
     """The judge as the support test, alone and after the lexical one, per language, reading and threshold: the
     answers' own sentences withheld and the inserts (unrelated, near) caught."""
     if readings is None:
-        from gateway.providers.embeddings import USEEmbeddings  # deferred: loads the model's weights
-        from gateway.query.calibration import load_calibration  # deferred: loads (or fits) the USE calibration
+        from gateway.providers import USEEmbeddings  # deferred: loads the model's weights
+        from gateway.query import load_calibration  # deferred: loads (or fits) the USE calibration
 
         embeddings = USEEmbeddings()
         judge = load_calibration(Settings(), embeddings).judge

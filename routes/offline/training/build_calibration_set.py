@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from routes.calibration.data import DATA, PASSAGES_FILE, ROUNDS_FILE, page_key
+from routes.calibration import DATA, PASSAGES_FILE, ROUNDS_FILE, page_key
 from routes.corpus import PASSAGES_FILE as DATASET_PASSAGES
 from routes.offline.training.fit_judge import shared_rounds
 

@@ -22,9 +22,8 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 from sklearn.model_selection import cross_val_predict
 
-from pipelines.shared.relevance import RelevanceModel
-from routes.calibration.data import SHARED_SOURCES
-from routes.calibration.fit import Encoder, Table, crag_thresholds, fast_scores, fit_relevance, select
+from pipelines.shared import RelevanceModel
+from routes.calibration import SHARED_SOURCES, Encoder, Table, crag_thresholds, fast_scores, fit_relevance, select
 from routes.offline.training.encoders import ENCODERS, VectorCache, encoder
 from routes.offline.training.fit_judge import shared_rounds, tabulate
 

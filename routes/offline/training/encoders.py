@@ -124,7 +124,7 @@ def encoder(name: EncoderName, *, cache: VectorCache | None = None) -> Encoder:
     """``use`` or ``e5``, its vectors read from and kept in ``cache`` when one is given. The model loads on the first
     text the cache does not hold, so a rerun from a full cache loads none."""
     if name == "use":
-        from gateway.providers.embeddings import DEFAULT_USE_MODEL, USE_DIMENSIONS, USEEmbeddings  # deferred
+        from gateway.providers import DEFAULT_USE_MODEL, USE_DIMENSIONS, USEEmbeddings  # deferred
 
         use = functools.cache(USEEmbeddings)
 
@@ -135,7 +135,7 @@ def encoder(name: EncoderName, *, cache: VectorCache | None = None) -> Encoder:
         keys = (f"use:{DEFAULT_USE_MODEL}",) * 2
         dimensions = USE_DIMENSIONS
     else:
-        from gateway.providers.e5 import E5_DIMENSIONS, E5Embeddings  # deferred: loads the engine
+        from gateway.providers import E5_DIMENSIONS, E5Embeddings  # deferred: loads the engine
 
         e5 = functools.cache(E5Embeddings)
 

@@ -20,8 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from gateway.providers.embeddings import USEEmbeddings
-from gateway.providers.llm import open_llm_client
+from gateway.providers import USEEmbeddings, open_llm_client
 from gateway.settings import Settings
 from routes.examples import Example, load_examples
 from routes.llm_router import LLMRouter

@@ -36,7 +36,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from pipelines.shared.deps import Passage
+from pipelines.shared import Passage
 from routes.corpus import REDUNDANT_FILES, Case, CorpusTenant, SourceDocument, all_cases, load_tenants
 from routes.examples import Example, load_examples
 from routes.knowledge_router import DEFAULT_ROUTING, KnowledgeRouter, TenantRouting, case_signals, fit_knowledge
@@ -250,7 +250,7 @@ def tenant_recalibration(
     half's routes become outcomes (``multi_hop`` on a single-hop question: over_routed, as the planner shows it; the
     rest right), the threshold is recalibrated on them and the second half is routed with it. The same threshold
     applied to the multi-hop sets shows why it stays the tenant's own."""
-    from gateway.curation.routing import RouteOutcome, recalibrate  # deferred: the gateway's recalibration
+    from gateway.curation import RouteOutcome, recalibrate  # deferred: the gateway's recalibration
 
     multi = [c for c in cases if c.route == "multi_hop"]
     lines = [
@@ -349,7 +349,7 @@ class Setup:
 
 
 def setup(encoder: Encoder, data_dir: Path, jsquad_sample: int = 200, heldout_path: Path | None = None) -> Setup:
-    from gateway.knowledge.chunking import Chunker  # deferred: the evaluation ingests like the gateway does
+    from gateway.knowledge import Chunker  # deferred: the evaluation ingests like the gateway does
     from gateway.settings import ChunkingSettings
 
     chunking = ChunkingSettings()

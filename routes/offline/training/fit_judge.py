@@ -33,12 +33,13 @@ from typing import Any
 import numpy as np
 from sklearn.metrics import roc_auc_score
 
-from pipelines.shared.judge import JudgeModel, judge_round
-from pipelines.shared.relevance import QueryScorer, RelevanceModel
-from routes.calibration.data import SHARED_SOURCES, Page, Round, near_miss_rounds
-from routes.calibration.fit import (
+from pipelines.shared import JudgeModel, QueryScorer, RelevanceModel, judge_round
+from routes.calibration import (
+    SHARED_SOURCES,
     Embedded,
     Encoder,
+    Page,
+    Round,
     Table,
     build_table,
     crag_thresholds,
@@ -49,6 +50,7 @@ from routes.calibration.fit import (
     judge_of,
     judge_scale,
     logit,
+    near_miss_rounds,
     out_of_sample,
     with_answerless,
 )
@@ -179,7 +181,7 @@ def retrieved_rounds(m: Measured, scale: float, embeddings: Encoder, k: int = RE
     """The near-miss cases asked of their manual as the service would (every page of the language chunked with the
     gateway's chunker, the top ``k`` chunks by cosine), each manual's rounds judged by a model fitted without it:
     rounds shaped like serving rounds, not like the hand-judged pages the fit read."""
-    from gateway.knowledge.chunking import Chunker  # deferred: the gateway's own chunker and settings
+    from gateway.knowledge import Chunker  # deferred: the gateway's own chunker and settings
     from gateway.settings import ChunkingSettings
     from routes.corpus import CorpusTenant, SourceDocument
 
