@@ -1,6 +1,6 @@
 """The route table: what each route runs, and the policies between routes.
 
-``direct`` runs the one-node direct graph; ``single_hop`` runs plain RAG and, when its LLM-free retrieval
+``direct`` runs the direct node; ``single_hop`` runs plain RAG and, when its LLM-free retrieval
 check says *Incorrect*, escalates to the corrective graph instead of answering "I don't know";
 ``multi_hop`` runs the corrective graph. The route reported is the one that answered.
 
@@ -23,8 +23,8 @@ from langgraph.types import StreamMode, StreamWriter
 
 from pipelines.corrective.graph import build_graph as build_corrective
 from pipelines.corrective.state import CorrectiveContext, CorrectiveState
-from pipelines.direct.graph import build_graph as build_direct
-from pipelines.direct.state import DirectContext, DirectState
+from pipelines.direct.graph import run as run_direct
+from pipelines.direct.state import DirectContext
 from pipelines.shared.deps import ChatClient, LLMCall, Passage
 from pipelines.shared.events import Escalate, PipelineEvent, Stop, StopReason, Withhold
 from pipelines.shared.persona import DEFAULT_ASSISTANT, Assistant
@@ -111,7 +111,6 @@ class RouteTable:
         makes the pipeline's time budget a deadline there, which every LLM call (and retry) inside respects."""
         self._contexts = contexts
         self._corrective_scope = corrective_scope
-        self._direct = build_direct()
         self._single_hop = build_single_hop()
         self._corrective = build_corrective()
         self._policy = policy
@@ -178,8 +177,10 @@ class RouteTable:
             llm = profile.llms.get("direct", direct.llm)
             direct = replace(direct, llm=llm, assistant=profile.assistant, live=live)
             with self._telemetry.route("direct"):
-                final, steps = await _run_graph(self._direct, {"query": query, "tenant": tenant}, direct, None, writer)
-            return _result(route, DirectState(**final), steps)
+                # One node, no branch: run without LangGraph's loop (pipelines/direct/graph.py says why).
+                started = time.perf_counter()
+                state = await run_direct(query, tenant, direct, writer)
+            return _result(route, state, [StepTime("direct", started, time.perf_counter(), len(state.events))])
         multi_hop_k = self._k(top_k, self._policy.multi_hop_top_k)
         if route == "multi_hop":
             return await self._run_corrective(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -14,7 +13,10 @@ from gateway.providers.embeddings import USEEmbeddings
 from gateway.providers.llm import LLMClient
 from gateway.providers.vectorstores.memory import InMemoryVectorStore
 from gateway.settings import ModelPrice
-from pipelines.shared.events import AnswerText, Assess, Evaluate, Generate, Retrieve, Stop, Withhold
+from pipelines.direct.graph import build_graph as build_direct_graph
+from pipelines.direct.graph import run as run_direct
+from pipelines.direct.state import DirectContext, DirectState
+from pipelines.shared.events import Assess, Evaluate, Generate, Retrieve, Stop, Withhold
 from pipelines.shared.visibility import Visibility
 from routes.table import RouteTable
 from tests.fakes.scripted_chat import ScriptedChatModel
@@ -60,41 +62,33 @@ async def test_direct_route_runs_one_node_and_no_retrieval(embeddings: USEEmbedd
     assert result.llm_calls[0].cost_usd > 0
 
 
-async def test_the_direct_route_runs_its_compiled_graph_and_is_timed_by_its_tasks_stream(
-    embeddings: USEEmbeddings,
-) -> None:
-    """Like every route, direct runs its compiled graph: its one step is ``answer_directly``'s task as LangGraph's
-    ``tasks`` stream reports it, owning the node's event."""
-    table, _, _ = await make_table(embeddings)
-    before = time.perf_counter()
-    result = await table.run(
-        "direct", query="hello", tenant="acme", top_k=None, query_vector=None, visibility=Visibility.everything()
+async def test_the_direct_node_run_alone_ends_in_the_state_the_one_node_graph_ends_in() -> None:
+    """The route table runs ``answer_directly`` without LangGraph's loop: same final state, same model call."""
+    states, prompts = [], []
+    for through_graph in (True, False):
+        model = ScriptedChatModel(responder=cite_first)
+        context = DirectContext(llm=LLMClient(model, model_name="scripted", price=ModelPrice(input=1.0, output=2.0)))
+        if through_graph:
+            state = DirectState(
+                **await build_direct_graph().ainvoke({"query": "hello", "tenant": "acme"}, context=context)
+            )
+        else:
+            state = await run_direct("hello", "acme", context)
+        states.append(state)
+        prompts.append([m.content for m in model.calls[0][0]])
+    graph, alone = states
+    assert alone.answer == graph.answer == "Hi! I am the assistant."
+    assert alone.events == graph.events == [Generate(mode="direct")]
+    assert (alone.sources, alone.abstained, alone.query, alone.tenant) == (
+        graph.sources,
+        graph.abstained,
+        "hello",
+        "acme",
     )
-    after = time.perf_counter()
-    assert result.events == [Generate(mode="direct")]
-    assert [(step.name, step.events) for step in result.steps] == [("answer_directly", 1)]
-    step = result.steps[0]
-    assert before <= step.started <= step.ended <= after
-
-
-async def test_a_live_direct_run_hands_the_graphs_custom_stream_to_the_writer(embeddings: USEEmbeddings) -> None:
-    """The answer's text reaches a streamed request through LangGraph's ``custom`` stream, as on the other routes."""
-    table, _, _ = await make_table(embeddings)
-    written: list[object] = []
-    result = await table.run(
-        "direct",
-        query="hello",
-        tenant="acme",
-        top_k=None,
-        query_vector=None,
-        visibility=Visibility.everything(),
-        writer=written.append,
-    )
-    assert written
-    assert all(isinstance(chunk, AnswerText) for chunk in written)
-    assert "".join(chunk.text for chunk in written if isinstance(chunk, AnswerText)) == result.answer
-    assert result.events == [Generate(mode="direct")]
-    assert [step.name for step in result.steps] == ["answer_directly"]
+    assert [(c.node, c.input_tokens, c.output_tokens) for c in alone.llm_calls] == [
+        (c.node, c.input_tokens, c.output_tokens) for c in graph.llm_calls
+    ]
+    assert prompts[0] == prompts[1]
 
 
 async def test_single_hop_retrieves_then_answers_with_the_cited_document(embeddings: USEEmbeddings) -> None:
