@@ -1,10 +1,12 @@
 """The direct route: one node, ``answer_directly``, run on its own or as a one-node graph.
 
-The route table runs the node through :func:`run`: LangGraph's loop (channels, a task per step, the
-callback and config plumbing around them) costs ~1.3 ms of CPU per run against the node's own 25 µs
-(``python -m tests.benchmarks.llm_layers``), a tenth of what a whole request costs LiteLLM's proxy, and a graph
-with one node and no branch has nothing for it to schedule. :func:`build_graph` is the same node as a
-LangGraph graph, for tools that take a graph; ``tests/unit/test_pipelines.py`` checks both give the same state.
+The route table runs the node through :func:`run`, not through the compiled graph the other routes run: LangGraph's
+loop (channels, a task per step, the callback and config plumbing around them) adds ~0.8 ms of CPU to the node's
+16 µs in process, whichever public way the graph is run (``python -m tests.benchmarks.direct_graph``), and
+~1.3 ms to a served ``direct`` miss of ~9 ms (``tests.benchmarks.miss_ab``; figures in
+``tests/benchmarks/RESULTS.md``), for a graph with one node and no branch that has nothing to schedule.
+:func:`build_graph` is the same node as a LangGraph graph, for tools that take a graph;
+``tests/unit/test_pipelines.py`` checks both give the same state and stream the same text.
 """
 
 from __future__ import annotations
@@ -44,7 +46,11 @@ ANSWER_DIRECTLY = instrument("direct", "answer_directly", answer_directly)
 
 async def run(query: str, tenant: str, context: DirectContext, writer: StreamWriter | None = None) -> DirectState:
     """The direct route's final state: its one node on a fresh state, the update merged as LangGraph merges it.
-    ``writer`` receives what a live run streams, as LangGraph's ``custom`` stream mode would."""
+    ``writer`` receives what a live run streams, as LangGraph's ``custom`` stream mode would.
+
+    The bypass of the graph's loop: running every route through its compiled graph was worth at most 0.1 ms of
+    CPU a request, and the loop costs ~0.8 ms in process whatever the stream modes, checkpointer or durability,
+    ~1.3 ms per served miss (the module says where the figures come from)."""
     state = DirectState(query=query, tenant=tenant)
     runtime = Runtime(context=context) if writer is None else Runtime(context=context, stream_writer=writer)
     return advanced(state, await ANSWER_DIRECTLY(state, runtime))

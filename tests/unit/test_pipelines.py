@@ -15,7 +15,7 @@ from gateway.settings import ModelPrice
 from pipelines.direct.graph import build_graph as build_direct_graph
 from pipelines.direct.graph import run as run_direct
 from pipelines.direct.state import DirectContext, DirectState
-from pipelines.shared.events import Assess, Evaluate, Generate, Retrieve, Stop, Withhold
+from pipelines.shared.events import AnswerText, Assess, Evaluate, Generate, Retrieve, Stop, Withhold
 from pipelines.shared.visibility import Visibility
 from routes.table import RouteTable
 from tests.fakes.memory_store import InMemoryVectorStore
@@ -60,6 +60,9 @@ async def test_direct_route_runs_one_node_and_no_retrieval(embeddings: USEEmbedd
     assert "Context passages" not in str(model.calls[0][0][-1].content)
     assert [c.node for c in result.llm_calls] == ["answer_directly"]
     assert result.llm_calls[0].cost_usd > 0
+    # The run's one timed step owns its one event, as a graph node's task does on the other routes.
+    assert [(step.name, step.events) for step in result.steps] == [("direct", 1)]
+    assert result.steps[0].started <= result.steps[0].ended
 
 
 async def test_the_direct_node_run_alone_ends_in_the_state_the_one_node_graph_ends_in() -> None:
@@ -89,6 +92,27 @@ async def test_the_direct_node_run_alone_ends_in_the_state_the_one_node_graph_en
         (c.node, c.input_tokens, c.output_tokens) for c in graph.llm_calls
     ]
     assert prompts[0] == prompts[1]
+
+
+async def test_a_live_direct_run_writes_what_the_one_node_graphs_custom_stream_carries() -> None:
+    """A streamed request gets the answer's text from the bypass as it would from the graph's ``custom`` stream."""
+    chunks = []
+    for through_graph in (True, False):
+        model = ScriptedChatModel(responder=cite_first)
+        llm = LLMClient(model, model_name="scripted", price=ModelPrice(input=1.0, output=2.0))
+        context = DirectContext(llm=llm, live=True)
+        written: list[object] = []
+        if through_graph:
+            initial = {"query": "hello", "tenant": "acme"}
+            async for chunk in build_direct_graph().astream(initial, context=context, stream_mode="custom"):
+                written.append(chunk)
+        else:
+            await run_direct("hello", "acme", context, written.append)
+        chunks.append(written)
+    graph, alone = chunks
+    assert len(alone) > 1  # token by token, not the whole answer at the end
+    assert alone == graph
+    assert "".join(chunk.text for chunk in alone if isinstance(chunk, AnswerText)) == "Hi! I am the assistant."
 
 
 async def test_single_hop_retrieves_then_answers_with_the_cited_document(embeddings: USEEmbeddings) -> None:
