@@ -1,62 +1,10 @@
 """Who may call the gateway and how much: API keys -> tenants and scopes, rate limits, token budgets.
 
-What other packages may use of it is named below; the rest is its own.
+What other packages may use of it is named in ``__init__.pyi``; the rest is its own.
 """
 
-from __future__ import annotations
+import lazy_loader
 
-from gateway.access.guard import (
-    BEARER,
-    SECURITY_SCHEMES,
-    Access,
-    open_access,
-    provide_principal,
-    provide_reader,
-    require,
-)
-from gateway.access.identity import (
-    MAX_GROUPS,
-    MAX_USER_ID_CHARS,
-    Identity,
-    Reader,
-    ReaderSource,
-    for_openai_user,
-    open_identity,
-)
-from gateway.access.keys import OpenAccessError, Principal, check_exposure
-from gateway.access.sessions import (
-    CONSOLE_PATH,
-    ConsoleAccess,
-    ConsoleCookies,
-    SignInRequiredError,
-    console_cookies,
-    session_for_key,
-    session_for_tenant,
-)
-
-__all__ = [
-    "BEARER",
-    "CONSOLE_PATH",
-    "MAX_GROUPS",
-    "MAX_USER_ID_CHARS",
-    "SECURITY_SCHEMES",
-    "Access",
-    "ConsoleAccess",
-    "ConsoleCookies",
-    "Identity",
-    "OpenAccessError",
-    "Principal",
-    "Reader",
-    "ReaderSource",
-    "SignInRequiredError",
-    "check_exposure",
-    "console_cookies",
-    "for_openai_user",
-    "open_access",
-    "open_identity",
-    "provide_principal",
-    "provide_reader",
-    "require",
-    "session_for_key",
-    "session_for_tenant",
-]
+# The stub declares (and types) the names; each module behind them is imported when one of its names is first
+# used, so a light user of the package (the folder sync's client) never loads the rest.
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

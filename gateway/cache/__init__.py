@@ -4,43 +4,11 @@ The cache is an optimisation and never a dependency: any backend failure is a mi
 tenant's knowledge version is part of every response key, so a document change makes every
 answer computed before it unreachable at once.
 
-What other packages may use of it is named below; the rest is its own.
+What other packages may use of it is named in ``__init__.pyi``; the rest is its own.
 """
 
-from __future__ import annotations
+import lazy_loader
 
-from gateway.cache.backend import CacheBackend, CacheUnavailableError, MemoryBackend, RedisBackend
-from gateway.cache.contrast import find_contrast
-from gateway.cache.embeddings import CachedEmbeddings
-from gateway.cache.exact import CacheOutcome, CacheStats, ExactCache
-from gateway.cache.keys import KeyParams, exact_key, normalize_query
-from gateway.cache.layer import CacheLayer, open_cache, open_semantic_cache, shares_embeddings
-from gateway.cache.semantic import SemanticCache, SimilarityThreshold, semantic_scope
-from gateway.cache.single_flight import SingleFlight, StampedeGuard
-from gateway.cache.versions import ChangeNotAcknowledgedError, KnowledgeVersions
-
-__all__ = [
-    "CacheBackend",
-    "CacheLayer",
-    "CacheOutcome",
-    "CacheStats",
-    "CacheUnavailableError",
-    "CachedEmbeddings",
-    "ChangeNotAcknowledgedError",
-    "ExactCache",
-    "KeyParams",
-    "KnowledgeVersions",
-    "MemoryBackend",
-    "RedisBackend",
-    "SemanticCache",
-    "SimilarityThreshold",
-    "SingleFlight",
-    "StampedeGuard",
-    "exact_key",
-    "find_contrast",
-    "normalize_query",
-    "open_cache",
-    "open_semantic_cache",
-    "semantic_scope",
-    "shares_embeddings",
-]
+# The stub declares (and types) the names; each module behind them is imported when one of its names is first
+# used, so a light user of the package (the folder sync's client) never loads the rest.
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

@@ -1,34 +1,10 @@
 """The human-in-the-loop cycle: answers that need a human, feedback, knowledge gaps, proven fixes.
 
-What other packages may use of it is named below; the rest is its own.
+What other packages may use of it is named in ``__init__.pyi``; the rest is its own.
 """
 
-from __future__ import annotations
+import lazy_loader
 
-from gateway.curation.controller import CurationController, EvalSuiteController, FeedbackController, provide_curation
-from gateway.curation.factory import (
-    CurationParts,
-    KnowledgeChanges,
-    open_curation_store,
-    start_curation,
-    start_recorder,
-)
-from gateway.curation.pages import ReviewController
-from gateway.curation.routing import RouteOutcome, recalibrate
-from gateway.curation.store import CurationStore
-
-__all__ = [
-    "CurationController",
-    "CurationParts",
-    "CurationStore",
-    "EvalSuiteController",
-    "FeedbackController",
-    "KnowledgeChanges",
-    "ReviewController",
-    "RouteOutcome",
-    "open_curation_store",
-    "provide_curation",
-    "recalibrate",
-    "start_curation",
-    "start_recorder",
-]
+# The stub declares (and types) the names; each module behind them is imported when one of its names is first
+# used, so a light user of the package (the folder sync's client) never loads the rest.
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

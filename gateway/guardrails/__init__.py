@@ -4,12 +4,11 @@
 :mod:`.vault` swaps it for typed placeholders and back, :mod:`.injection` spots instructions smuggled into a
 prompt or a retrieved passage, and :mod:`.service` applies each tenant's policy to a request.
 
-What other packages may use of it is named below; the rest is its own.
+What other packages may use of it is named in ``__init__.pyi``; the rest is its own.
 """
 
-from __future__ import annotations
+import lazy_loader
 
-from gateway.guardrails.service import Guardrails, ScreenedRetriever, ScreenedSearch
-from gateway.guardrails.vault import Vault
-
-__all__ = ["Guardrails", "ScreenedRetriever", "ScreenedSearch", "Vault"]
+# The stub declares (and types) the names; each module behind them is imported when one of its names is first
+# used, so a light user of the package (the folder sync's client) never loads the rest.
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

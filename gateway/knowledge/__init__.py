@@ -1,36 +1,10 @@
 """The knowledge base: the documents API, chunking, embedding and search of each tenant's documents.
 
-What other packages may use of it is named below; the rest is its own.
+What other packages may use of it is named in ``__init__.pyi``; the rest is its own.
 """
 
-from __future__ import annotations
+import lazy_loader
 
-from gateway.knowledge.chunking import Chunker
-from gateway.knowledge.controller import DocumentController, FileController, index_uploaded
-from gateway.knowledge.factory import load_sample_kb, open_knowledge
-from gateway.knowledge.files.formats import SUPPORTED
-from gateway.knowledge.permissions import document_tags, form_access, parse_access_field
-from gateway.knowledge.schemas import DocumentIn, FilesResponse, Tenant
-from gateway.knowledge.service import DenseSearch, KnowledgeBase, LocalStoreSearch, NewDocument
-from gateway.knowledge.validation import valid_documents
-
-__all__ = [
-    "SUPPORTED",
-    "Chunker",
-    "DenseSearch",
-    "DocumentController",
-    "DocumentIn",
-    "FileController",
-    "FilesResponse",
-    "KnowledgeBase",
-    "LocalStoreSearch",
-    "NewDocument",
-    "Tenant",
-    "document_tags",
-    "form_access",
-    "index_uploaded",
-    "load_sample_kb",
-    "open_knowledge",
-    "parse_access_field",
-    "valid_documents",
-]
+# The stub declares (and types) the names; each module behind them is imported when one of its names is first
+# used, so a light user of the package (the folder sync's client) never loads the rest.
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

@@ -1,22 +1,10 @@
 """Prometheus metrics, OpenTelemetry traces and JSON logs of the gateway (see README "Observability").
 
-What other packages may use of it is named below; the rest is its own.
+What other packages may use of it is named in ``__init__.pyi``; the rest is its own.
 """
 
-from __future__ import annotations
+import lazy_loader
 
-from gateway.observability.http import trace_requests
-from gateway.observability.logs import configure_logging
-from gateway.observability.metrics import GatewayMetrics
-from gateway.observability.recorder import BreakerState, Telemetry, reader_known
-from gateway.observability.tracing import build_tracer_provider
-
-__all__ = [
-    "BreakerState",
-    "GatewayMetrics",
-    "Telemetry",
-    "build_tracer_provider",
-    "configure_logging",
-    "reader_known",
-    "trace_requests",
-]
+# The stub declares (and types) the names; each module behind them is imported when one of its names is first
+# used, so a light user of the package (the folder sync's client) never loads the rest.
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

@@ -1,22 +1,11 @@
 """Assistant profiles per tenant: who answers (name, persona, instructions, answer language), on which
 routes and models; stored in the curation store's database, cached in-process, keyed into answers.
 
-What other packages may use of it is named below; the rest is its own.
+What other packages may use of it is named in ``__init__.pyi``; the rest is its own.
 """
 
-from __future__ import annotations
+import lazy_loader
 
-from gateway.profiles.controller import ProfileController, provide_profiles
-from gateway.profiles.factory import open_profiles
-from gateway.profiles.model import WARNING_HEADER, AssistantProfile, client_instructions
-from gateway.profiles.service import Profiles
-
-__all__ = [
-    "WARNING_HEADER",
-    "AssistantProfile",
-    "ProfileController",
-    "Profiles",
-    "client_instructions",
-    "open_profiles",
-    "provide_profiles",
-]
+# The stub declares (and types) the names; each module behind them is imported when one of its names is first
+# used, so a light user of the package (the folder sync's client) never loads the rest.
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

@@ -1,82 +1,10 @@
 """Adapters for the outside services: LLM, embeddings, vector stores (and later web search).
 
-What other packages may use of it is named below; the rest is its own.
+What other packages may use of it is named in ``__init__.pyi``; the rest is its own.
 """
 
-from __future__ import annotations
+import lazy_loader
 
-from gateway.providers.database.engine import PROVIDER, Database, open_database
-from gateway.providers.database.tables import (
-    answer_records,
-    assistant_profiles,
-    document_changes,
-    eval_cases,
-    eval_runs,
-    eval_suites,
-    feedback,
-    resolutions,
-    route_calibrations,
-    route_outcomes,
-)
-from gateway.providers.deadline import within
-from gateway.providers.e5 import E5_DIMENSIONS, E5Embeddings
-from gateway.providers.embeddings import (
-    DEFAULT_USE_MODEL,
-    USE_DIMENSIONS,
-    USEEmbeddings,
-    build_embeddings,
-    embed_queries,
-    embedding_dimensions,
-)
-from gateway.providers.llm import FALLBACK, PRIMARY, LLMClient, build_chat_model, open_llm_client, ping_llm
-from gateway.providers.openai_embeddings import OpenAICompatibleEmbeddings
-from gateway.providers.redis import RedisUnavailableError, ResilientRedis, open_redis
-from gateway.providers.upstream_http import upstream_client
-from gateway.providers.vectorstores.base import TENANT_PATTERN, ChunkRecord, StoredChunks, VectorStore, check_tenant
-from gateway.providers.vectorstores.factory import open_vector_store
-from gateway.providers.vectorstores.fusion import query_terms
-from gateway.providers.websearch import TavilySearch
-
-__all__ = [
-    "DEFAULT_USE_MODEL",
-    "E5_DIMENSIONS",
-    "FALLBACK",
-    "PRIMARY",
-    "PROVIDER",
-    "TENANT_PATTERN",
-    "USE_DIMENSIONS",
-    "ChunkRecord",
-    "Database",
-    "E5Embeddings",
-    "LLMClient",
-    "OpenAICompatibleEmbeddings",
-    "RedisUnavailableError",
-    "ResilientRedis",
-    "StoredChunks",
-    "TavilySearch",
-    "USEEmbeddings",
-    "VectorStore",
-    "answer_records",
-    "assistant_profiles",
-    "build_chat_model",
-    "build_embeddings",
-    "check_tenant",
-    "document_changes",
-    "embed_queries",
-    "embedding_dimensions",
-    "eval_cases",
-    "eval_runs",
-    "eval_suites",
-    "feedback",
-    "open_database",
-    "open_llm_client",
-    "open_redis",
-    "open_vector_store",
-    "ping_llm",
-    "query_terms",
-    "resolutions",
-    "route_calibrations",
-    "route_outcomes",
-    "upstream_client",
-    "within",
-]
+# The stub declares (and types) the names; each module behind them is imported when one of its names is first
+# used, so a light user of the package (the folder sync's client) never loads the rest.
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

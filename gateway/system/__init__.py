@@ -1,11 +1,10 @@
 """What Kubernetes and Prometheus ask of a pod: liveness, readiness and the metrics exposition.
 
-What other packages may use of it is named below; the rest is its own.
+What other packages may use of it is named in ``__init__.pyi``; the rest is its own.
 """
 
-from __future__ import annotations
+import lazy_loader
 
-from gateway.system.controller import HealthController, MetricsController
-from gateway.system.factory import open_readiness
-
-__all__ = ["HealthController", "MetricsController", "open_readiness"]
+# The stub declares (and types) the names; each module behind them is imported when one of its names is first
+# used, so a light user of the package (the folder sync's client) never loads the rest.
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

@@ -1,22 +1,10 @@
 """The ``multi_hop`` pipeline: CRAG retrieval correction and Self-RAG critique in one graph.
 
-What other packages may use of it is named below; the rest is its own.
+What other packages may use of it is named in ``__init__.pyi``; the rest is its own.
 """
 
-from __future__ import annotations
+import lazy_loader
 
-from pipelines.corrective.critique import GroundednessCheck
-from pipelines.corrective.graph import build_graph
-from pipelines.corrective.policy import CorrectivePolicy
-from pipelines.corrective.prompts import GROUNDED_SYSTEM, GROUNDED_USER
-from pipelines.corrective.state import CorrectiveContext, CorrectiveState
-
-__all__ = [
-    "GROUNDED_SYSTEM",
-    "GROUNDED_USER",
-    "CorrectiveContext",
-    "CorrectivePolicy",
-    "CorrectiveState",
-    "GroundednessCheck",
-    "build_graph",
-]
+# The stub declares (and types) the names; each module behind them is imported when one of its names is first
+# used, so a light user of the package (the folder sync's client) never loads the rest.
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

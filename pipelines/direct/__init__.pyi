@@ -1,0 +1,4 @@
+from .graph import run
+from .state import DirectContext
+
+__all__ = ["DirectContext", "run"]
