@@ -166,7 +166,13 @@ async def start_curation(
     )
     if metrics is not None:
         curation.on_gaps = _gaps_gauge(metrics)
-    purger = asyncio.create_task(_maintain(curation, store), name="curation-maintenance")
+    # The first pass (the retention purge, runs a stopped process left running) is done before the gateway serves:
+    # a run that died with its process reads failed from the first request on, and the pass's database work does not
+    # overlap the first requests. A store that was down at start-up gets it once it is migrated.
+    first_done = store.migrated
+    if first_done:
+        await _maintain_once(curation)
+    purger = asyncio.create_task(_maintain(curation, store, first_done=first_done), name="curation-maintenance")
 
     async def stop() -> None:
         await suites.stop()
@@ -177,10 +183,24 @@ async def start_curation(
     return curation
 
 
-async def _maintain(curation: Curation, store: CurationStore) -> None:
+async def _maintain_once(curation: Curation) -> None:
+    """One maintenance pass; an outage must not end the loop that calls it: the next hour tries again."""
+    try:
+        purged = await curation.purge()
+        abandoned = await curation.abandon_stale_runs()
+    except ProviderUnavailableError as exc:
+        logger.warning("curation retention purge failed: %s", exc)
+    else:
+        if purged:
+            logger.info("curation retention purge: %d answer records removed", purged)
+        if abandoned:
+            logger.warning("evaluation runs left running by a stopped process, stored failed: %d", abandoned)
+
+
+async def _maintain(curation: Curation, store: CurationStore, *, first_done: bool) -> None:
     """Question texts live GATEWAY_CURATION_RETENTION_DAYS: purged at start-up and every hour, when evaluation runs a
     stopped process left running are stored failed too; a migration that could not run at start-up is retried every
-    minute first."""
+    minute first. ``first_done``: the start-up pass already ran."""
     while not store.migrated and curation.settings.migrate_on_start:
         try:
             await store.migrate()
@@ -188,15 +208,8 @@ async def _maintain(curation: Curation, store: CurationStore) -> None:
             await asyncio.sleep(RETRY_MIGRATION_S)
         else:
             logger.info("curation store reachable again: migrated")
+    if first_done:
+        await asyncio.sleep(PURGE_EVERY_S)
     while True:
-        try:
-            purged = await curation.purge()
-            abandoned = await curation.abandon_stale_runs()
-        except ProviderUnavailableError as exc:  # an outage must not end the loop: the next hour tries again
-            logger.warning("curation retention purge failed: %s", exc)
-        else:
-            if purged:
-                logger.info("curation retention purge: %d answer records removed", purged)
-            if abandoned:
-                logger.warning("evaluation runs left running by a stopped process, stored failed: %d", abandoned)
+        await _maintain_once(curation)
         await asyncio.sleep(PURGE_EVERY_S)
