@@ -78,9 +78,6 @@ class QueryService:
         self._router = router
         self._table = table
         self.caches = caches or AnswerCaches()
-        self._cache = self.caches.exact
-        self._semantic = self.caches.semantic
-        self._versions = self.caches.versions
         self._telemetry = telemetry or Telemetry(None, None)
         self._on_answer = on_answer
         self._guard = guard
@@ -174,9 +171,9 @@ class QueryService:
         profile = await self._profiles.get(request.tenant)
         profile.check_requested(request.route)
         asked = Asked(request, started, profile, instructions, writer, reader)
-        if self._cache is None:
+        if self.caches.exact is None:
             return await self._compute(asked)
-        outcome = await self._cache.get_or_compute(
+        outcome = await self.caches.exact.get_or_compute(
             tenant=request.tenant,
             route=request.route,
             query=request.query,
@@ -189,15 +186,15 @@ class QueryService:
     async def _semantic_or_compute(self, asked: Asked) -> QueryResponse:
         """Inside the exact cache's single flight: a paraphrase of a cached query is served its answer."""
         request = asked.request
-        if self._semantic is None or self._versions is None:
+        if self.caches.semantic is None or self.caches.versions is None:
             return await self._compute(asked)
         try:
-            version = await self._versions.current(request.tenant)  # read before computing, like the exact key
+            version = await self.caches.versions.current(request.tenant)  # read before computing, like the exact key
         except CacheUnavailableError:
             return await self._compute(asked)
         scope = semantic_scope(request.route, asked.key_params())
         vector = await self._knowledge.embed_query(request.query)
-        hit = await self._semantic.lookup(
+        hit = await self.caches.semantic.lookup(
             request.tenant, version, request.query, vector, visibility=asked.visibility, scope=scope
         )
         if hit is not None:
@@ -210,10 +207,10 @@ class QueryService:
                 events: list[StepEvent] = [SemanticCacheHit(similarity=hit.similarity)]
                 return msgspec.structs.replace(served, steps=render_steps(events), events=events, timeline=[])
         response = await self._compute(asked, vector=vector)
-        ttl = self._cache.ttl_for(response.route) if self._cache is not None else 0
+        ttl = self.caches.exact.ttl_for(response.route) if self.caches.exact is not None else 0
         if ttl > 0 and not response.abstained:
             payload = msgspec.json.encode(response)
-            await self._semantic.store(
+            await self.caches.semantic.store(
                 request.tenant,
                 version,
                 request.query,
@@ -255,7 +252,7 @@ class QueryService:
         clamped = [RouteClamp(from_route=decision.route, to_route=route)] if route != decision.route else []
         events: list[StepEvent] = [*routed, *clamped, *result.events]
         # Before routing: the tenant's profile and the answer caches' lookups (a miss, or this would not run).
-        lookup = StepTime("cache_lookup" if self._cache is not None else "profile", asked.started, routing, 0)
+        lookup = StepTime("cache_lookup" if self.caches.exact is not None else "profile", asked.started, routing, 0)
         routing_step = StepTime("route", routing, routed_at, len(routed) + len(clamped))
         return QueryResponse(
             answer=result.answer,

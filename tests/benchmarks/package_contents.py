@@ -14,30 +14,14 @@ from __future__ import annotations
 import argparse
 import collections
 import os
-import shutil
 import subprocess
-import sys
 import tempfile
 import zipfile
 from pathlib import Path
 
+from tests.wheel_support import PACKAGES, build_wheel
+
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("gateway", "routes", "pipelines")
-
-
-def build_wheel(source: Path, out: Path) -> Path:
-    copy = out / "source"
-    for package in PACKAGES:
-        shutil.copytree(source / package, copy / package, ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(source / name, copy)
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(copy)],
-        check=True,
-        capture_output=True,
-    )
-    (wheel,) = out.glob("*.whl")
-    return wheel
 
 
 def by_folder(files: list[tuple[str, int]]) -> dict[str, tuple[int, int]]:

@@ -7,13 +7,14 @@ harness, the training scripts, the local model runner or a test double would fai
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
 import pytest
+
+from tests.wheel_support import build_wheel
 
 REPO = Path(__file__).resolve().parents[2]
 # Measuring, training and running a local model happen beside the service, from a checkout.
@@ -38,20 +39,7 @@ print(len(names))
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    # Built from a copy of what the Dockerfile copies: setuptools writes its build folders beside the sources.
-    source, out = tmp_path_factory.mktemp("source"), tmp_path_factory.mktemp("wheel")
-    for package in ("gateway", "routes", "pipelines"):
-        shutil.copytree(REPO / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(REPO / name, source)
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(source)],
-        check=True,
-        capture_output=True,
-        timeout=600,
-    )
-    (built,) = out.glob("rag_gateway-*.whl")
-    return built
+    return build_wheel(REPO, tmp_path_factory.mktemp("wheel"))
 
 
 def test_the_wheel_carries_the_service_and_nothing_that_measures(wheel: Path) -> None:

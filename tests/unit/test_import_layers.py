@@ -9,12 +9,13 @@ they bite, on a copy of the code given one upward import and one cycle. The last
 
 from __future__ import annotations
 
-import ast
 import importlib
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+from tests.benchmarks.import_graph import imports
 
 REPO = Path(__file__).resolve().parents[2]
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
@@ -64,20 +65,13 @@ def _packages() -> list[str]:
 
 
 def _outside_imports_into_submodules() -> list[str]:
-    """Every ``from P.sub import x`` in the service's code (and the offline tools') where P is another package."""
+    """Every import in the service's code (and the offline tools') of a module inside another package."""
     packages = _packages()
     found = []
-    for path in [p for top in ("gateway", "routes", "pipelines") for p in (REPO / top).rglob("*.py")]:
-        if "migrations" in path.parts:
-            continue
-        parts = path.relative_to(REPO).with_suffix("").parts
-        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if not isinstance(node, ast.ImportFrom) or node.level or node.module is None:
-                continue
-            owner = next((p for p in packages if node.module.startswith(p + ".")), None)
-            if owner is not None and not (module == owner or module.startswith(owner + ".")):
-                found.append(f"{path.relative_to(REPO)}:{node.lineno}: from {node.module} import ...")
+    for importer, imported in imports(REPO):
+        owner = next((p for p in packages if imported.startswith(p + ".")), None)
+        if owner is not None and not (importer == owner or importer.startswith(owner + ".")):
+            found.append(f"{importer} imports {imported}")
     return found
 
 

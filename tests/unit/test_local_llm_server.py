@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from routes.offline.local_llm import __main__ as cli
-from routes.offline.local_llm import embedded, server
+from routes.offline.local_llm import cli, embedded, server
 from routes.offline.local_llm.server import (
     EMBEDDED_MODULE,
     ServerConfig,
