@@ -55,7 +55,7 @@ from gateway.system import HealthController, MetricsController, open_readiness
 logger = logging.getLogger("gateway")
 
 # What the lifespan puts in the app's state, each under the name of the handlers' dependency that reads it.
-STATE_DEPENDENCIES = ("telemetry", "access", "knowledge", "query_service", "chat_service", "readiness")
+STATE_DEPENDENCIES = ("telemetry", "access", "identity", "knowledge", "query_service", "chat_service", "readiness")
 
 
 def _lifespan(
@@ -111,7 +111,7 @@ def _lifespan(
             app.state.update(
                 telemetry=platform.telemetry,  # read by the tracing middleware too
                 access=open_access(settings.access, settings.server.host, platform.redis),  # and by the key hooks
-                identity=identity,  # read by ``reader``
+                identity=identity,  # read by ``reader`` and the console's sign-in
                 knowledge=knowledge,
                 query_service=query_service,
                 chat_service=ChatService(query_service, platform.llm),

@@ -7,6 +7,7 @@ from .sessions import (
     ConsoleCookies,
     SignInRequiredError,
     console_cookies,
+    provide_console_reader,
     session_for_key,
     session_for_tenant,
 )
@@ -31,6 +32,7 @@ __all__ = [
     "for_openai_user",
     "open_access",
     "open_identity",
+    "provide_console_reader",
     "provide_principal",
     "provide_reader",
     "require",

@@ -335,6 +335,18 @@ class Identity:
     def of(self, user_id: str, groups: frozenset[str], source: ReaderSource) -> Reader:
         return Reader(user_id, groups, Visibility.of(groups, unset_open=self._unset_open), source)
 
+    async def of_token(self, token: str) -> Reader:
+        """The user a token names, verified (401 when it does not verify, or when no provider is configured): the
+        ``X-Gateway-User-Token`` header's, or the one a console session signed in with, checked again each request
+        so that its expiry and the provider's key rotation end what the session may read."""
+        if self._verifier is None:
+            raise UserTokenError(
+                "This gateway verifies no user tokens: no identity provider is configured "
+                "(GATEWAY_IDENTITY_ISSUER, GATEWAY_IDENTITY_AUDIENCE, GATEWAY_IDENTITY_JWKS_URL)."
+            )
+        user_id, groups = await self._verifier.verify(_bare(token))
+        return self.of(user_id, groups, "token")
+
     async def reader(self, principal: Principal, headers: Headers) -> Reader:
         check_vouched(principal, headers)
         token = _single(headers, TOKEN_HEADER)
@@ -347,13 +359,7 @@ class Identity:
                     "(X-Gateway-User, X-Gateway-User-Groups), not both.",
                     code="user_named_twice",
                 )
-            if self._verifier is None:
-                raise UserTokenError(
-                    "This gateway verifies no user tokens: no identity provider is configured "
-                    "(GATEWAY_IDENTITY_ISSUER, GATEWAY_IDENTITY_AUDIENCE, GATEWAY_IDENTITY_JWKS_URL)."
-                )
-            user_id, token_groups = await self._verifier.verify(_bare(token))
-            return self.of(user_id, token_groups, "token")
+            return await self.of_token(token)
         if user is None and groups is None:
             return self.nobody
         if user is None:

@@ -8,6 +8,20 @@ encrypted cookie (Litestar's client-side session backend, AES-GCM), HttpOnly, Sa
 another site can never post as the signed-in person. A key removed or replaced under the same name ends its
 sessions at their next request. Requests that present a key in a header (an authenticating proxy, a script) are
 checked exactly as the API checks them.
+
+Who the console reads for is learnt the two ways the API learns it (:mod:`gateway.access.identity`), once per
+request, in the same hook that admits the principal:
+
+- a key acting for users may sign in with the user's OIDC token as well: the session keeps the token (the cookie
+  is encrypted; Litestar splits a long one over several cookies) and every request verifies it again, so the
+  token's expiry and the identity provider's key rotation end what the session may read, as they end an API
+  caller's. A token that no longer verifies ends the session: sign in again.
+- a key trusting user headers (an ingress such as oauth2-proxy in front of the console) sends ``X-Gateway-User``
+  and ``X-Gateway-User-Groups`` on every request; from any other key they are the API's 403.
+
+An admin naming no user reads every document (the console is where admins look after the whole knowledge base); a
+principal naming a user reads as that user (an admin too: it previews what the user sees); a query key naming
+nobody reads what is open to the whole tenant, as on the API.
 """
 
 from __future__ import annotations
@@ -23,8 +37,9 @@ from litestar.connection import ASGIConnection
 from litestar.middleware.session.client_side import CookieBackendConfig
 
 from gateway.access.guard import PRINCIPAL, Access, admit, identify, presented_key
+from gateway.access.identity import GROUPS_HEADER, TOKEN_HEADER, USER_HEADER, Identity, Reader, check_vouched, record
 from gateway.access.keys import KeyRing, Principal, Scope, is_loopback
-from gateway.errors import AuthenticationError, ClientError, PermissionDeniedError
+from gateway.errors import AuthenticationError, ClientError, PermissionDeniedError, UserTokenError
 from gateway.providers import TENANT_PATTERN
 from gateway.settings import ConsoleSettings
 
@@ -32,6 +47,10 @@ CONSOLE_PATH = "/console"
 SESSION_COOKIE = "gateway_console"
 CSRF_COOKIE = "gateway_console_csrf"
 CSRF_HEADER = "x-csrftoken"
+READER = "console_reader"  # where the hook leaves the request's reader for the ``reader`` dependency
+USER_TOKEN = "user_token"  # the session's user token, when it signed in with one
+# A JWT with a long groups claim is a few KB; past this the form was not given a token.
+MAX_USER_TOKEN_CHARS = 16384
 _TENANT = re.compile(TENANT_PATTERN)
 
 
@@ -75,15 +94,30 @@ def console_cookies(settings: ConsoleSettings, host: str) -> ConsoleCookies:
     return ConsoleCookies(session, csrf)
 
 
-def session_for_key(keys: KeyRing, key: str) -> dict[str, str]:
-    """What a session remembers of a valid key; an invalid one is refused as the API refuses it."""
+async def session_for_key(keys: KeyRing, identity: Identity, key: str, user_token: str = "") -> dict[str, str]:
+    """What a session remembers of a valid key (an invalid one is refused as the API refuses it) and, when given,
+    of the user token it reads for: verified now (a bad one is the API's 401, and no session), kept to be verified
+    again on every request."""
     principal = keys.lookup(key.strip())
     if principal is None:
         raise AuthenticationError("That key is not valid.")
     named = keys.named(principal.name)
     if named is None:  # lookup and named read the same entries
         raise AuthenticationError("That key is not valid.")
-    return {"key": principal.name, "fingerprint": named[0]}
+    session = {"key": principal.name, "fingerprint": named[0]}
+    token = user_token.strip()
+    if token:
+        if not principal.acts_for_users:
+            raise PermissionDeniedError(
+                f"The key {principal.name!r} does not act for users, so it may not sign in with a user token: "
+                "leave the token out, or mark the key acts_for_users.",
+                code="key_does_not_act_for_users",
+            )
+        if len(token) > MAX_USER_TOKEN_CHARS:
+            raise UserTokenError(f"The user token is longer than {MAX_USER_TOKEN_CHARS} characters.")
+        await identity.of_token(token)
+        session[USER_TOKEN] = token
+    return session
 
 
 def session_for_tenant(tenant: str) -> dict[str, str]:
@@ -100,7 +134,14 @@ def session_principal(keys: KeyRing, session: dict[str, Any]) -> Principal | Non
         tenant = session.get("tenant")
         if not isinstance(tenant, str) or not _TENANT.fullmatch(tenant):
             return None
-        return Principal(name="console", tenant=tenant, scopes=frozenset({"query", "admin"}))
+        # Open mode names any user it is told, as the API's open mode does: everyone there is an admin already.
+        return Principal(
+            name="console",
+            tenant=tenant,
+            scopes=frozenset({"query", "admin"}),
+            acts_for_users=True,
+            trusts_user_headers=True,
+        )
     name, fingerprint = session.get("key"), session.get("fingerprint")
     named = keys.named(name) if isinstance(name, str) else None
     if named is None or not secrets.compare_digest(named[0], str(fingerprint)):
@@ -110,7 +151,8 @@ def session_principal(keys: KeyRing, session: dict[str, Any]) -> Principal | Non
 
 class ConsoleAccess:
     """The console's ``before_request`` hook: the session's principal (or a presented key's), with ``scope``, within
-    its limits, stored where the ``principal`` dependency reads it, as the API's hook does."""
+    its limits, stored where the ``principal`` dependency reads it, as the API's hook does; and whom the request reads
+    for, stored where the console's ``reader`` dependency reads it (:func:`provide_console_reader`)."""
 
     __slots__ = ("scope",)
 
@@ -120,6 +162,7 @@ class ConsoleAccess:
     async def __call__(self, connection: ASGIConnection[Any, Any, Any, Any]) -> None:
         access: Access = connection.app.state.access
         key = presented_key(connection)
+        session_token: str | None = None
         if key is not None and not access.keys.open:
             principal = identify(access.keys, key, self.scope)
         else:
@@ -129,4 +172,50 @@ class ConsoleAccess:
             if not signed_in.allows(self.scope):
                 raise PermissionDeniedError(f"The key {signed_in.name!r} lacks the {self.scope!r} scope for this page.")
             principal = signed_in
+            kept = connection.session.get(USER_TOKEN)
+            session_token = kept if isinstance(kept, str) else None
+        # Before the limiter counts the request, as on the API: a key naming a user it may not is refused.
+        check_vouched(principal, connection.headers)
         connection.state[PRINCIPAL] = await admit(access, principal)
+        reader = await console_reader(connection, principal, session_token)
+        record(reader)
+        connection.state[READER] = reader
+
+
+async def console_reader(
+    connection: ASGIConnection[Any, Any, Any, Any], principal: Principal, session_token: str | None
+) -> Reader:
+    """Whom a console request reads for: the session's user token (verified again), else the request's headers as
+    the API reads them; then the console's rule for a principal naming nobody (an admin: every document)."""
+    identity: Identity = connection.app.state.identity
+    if session_token is None:
+        named = await identity.reader(principal, connection.headers)
+    else:
+        if any(name in connection.headers for name in (TOKEN_HEADER, USER_HEADER, GROUPS_HEADER)):
+            raise ClientError(
+                "This session signed in with a user token; it may not name a user in headers as well.",
+                code="user_named_twice",
+            )
+        if not principal.acts_for_users:
+            connection.clear_session()
+            raise SignInRequiredError(
+                f"The key {principal.name!r} no longer acts for users, so this session's user token is not read: "
+                "sign in again."
+            )
+        try:
+            named = await identity.of_token(session_token)
+        except UserTokenError as exc:
+            connection.clear_session()
+            raise SignInRequiredError(f"{exc.detail} Sign in again.", code="invalid_user_token") from exc
+    if named.user_id is None and principal.allows("admin"):
+        return Reader.unrestricted()
+    return named
+
+
+def provide_console_reader(request: ASGIConnection[Any, Any, Any, Any]) -> Reader:
+    """The console's ``reader`` dependency: what :class:`ConsoleAccess` learnt. A handler without that hook has no
+    reader, and reads nothing."""
+    reader = request.state.get(READER)
+    if not isinstance(reader, Reader):
+        raise SignInRequiredError("Sign in to the console first.")
+    return reader

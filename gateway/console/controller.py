@@ -3,6 +3,10 @@
 Server-rendered (Jinja2), plain forms; the one script is the knowledge page's uploader, which sends each file on
 its own so each shows its progress and outcome. Handlers stay thin: the query service answers, the knowledge base
 ingests and deletes, :mod:`gateway.console.service` reads listings and draws the answer.
+
+The playground and the knowledge base's listings read as the request's ``reader`` (the console's own dependency,
+learnt by :class:`~gateway.access.ConsoleAccess`): an admin naming no user sees every document, anyone else what
+their groups (or, naming nobody, the whole tenant) may read. Changing the knowledge base stays an admin's.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from urllib.parse import quote, urlencode
 
 import msgspec
 from litestar import Controller, Request, Response, Router, get, post
-from litestar.di import NamedDependency
+from litestar.di import NamedDependency, Provide
 from litestar.enums import RequestEncodingType
 from litestar.middleware import DefineMiddleware
 from litestar.middleware.csrf import CSRFMiddleware
@@ -28,14 +32,16 @@ from gateway.access import (
     Access,
     ConsoleAccess,
     ConsoleCookies,
+    Identity,
     Principal,
     Reader,
     SignInRequiredError,
+    provide_console_reader,
     session_for_key,
     session_for_tenant,
 )
 from gateway.console.schemas import AskForm, DeleteForm, SignInForm, UploadForm
-from gateway.console.service import Catalogue, linked_answer, waterfall
+from gateway.console.service import Catalogue, linked_answer, reader_view, waterfall
 from gateway.curation import ReviewController
 from gateway.errors import ClientError, GatewayError, NotFoundError, handle_exception
 from gateway.knowledge import FilesResponse, KnowledgeBase, index_uploaded
@@ -56,9 +62,12 @@ class SignInController(Controller):
 
     @get("/sign-in", include_in_schema=False)
     async def sign_in_page(
-        self, access: NamedDependency[Access], next_page: Annotated[str, QueryParameter(name="next")] = ""
+        self,
+        access: NamedDependency[Access],
+        identity: NamedDependency[Identity],
+        next_page: Annotated[str, QueryParameter(name="next")] = "",
     ) -> Template:
-        return Template("console/sign_in.html", context={"open": access.keys.open, "next": _local(next_page)})
+        return Template("console/sign_in.html", context=_sign_in_context(access, identity, next_page))
 
     @post("/sign-in", include_in_schema=False, status_code=303)
     async def sign_in(
@@ -66,11 +75,15 @@ class SignInController(Controller):
         request: Request[Any, Any, Any],
         data: Annotated[SignInForm, Body(media_type=RequestEncodingType.URL_ENCODED)],
         access: NamedDependency[Access],
+        identity: NamedDependency[Identity],
     ) -> Response[Any]:
         try:
-            session = session_for_tenant(data.tenant) if access.keys.open else session_for_key(access.keys, data.key)
+            if access.keys.open:
+                session = session_for_tenant(data.tenant)
+            else:
+                session = await session_for_key(access.keys, identity, data.key, data.user_token)
         except GatewayError as exc:
-            context = {"open": access.keys.open, "next": _local(data.next), "error": exc.detail}
+            context = _sign_in_context(access, identity, data.next) | {"error": exc.detail}
             return Template("console/sign_in.html", context=context, status_code=exc.status_code)
         request.set_session(session)
         return Redirect(_local(data.next) or HOME, status_code=303)
@@ -86,10 +99,9 @@ class PlaygroundController(Controller):
     before_request = ConsoleAccess("query")
 
     @get("/", include_in_schema=False)
-    async def page(self, principal: NamedDependency[Principal]) -> Template:
-        return Template(
-            "console/playground.html", context={"tenant": principal.tenant, "form": AskForm(), "routes": ROUTES}
-        )
+    async def page(self, principal: NamedDependency[Principal], reader: NamedDependency[Reader]) -> Template:
+        context = {"tenant": principal.tenant, "reader": reader_view(reader), "form": AskForm(), "routes": ROUTES}
+        return Template("console/playground.html", context=context)
 
     @post("/", include_in_schema=False, status_code=200)
     async def ask(
@@ -98,6 +110,7 @@ class PlaygroundController(Controller):
         query_service: NamedDependency[QueryService],
         settings: NamedDependency[Settings],
         principal: NamedDependency[Principal],
+        reader: NamedDependency[Reader],
         access: NamedDependency[Access],
     ) -> Template:
         route = next((r for r in ROUTES if r == data.route), None)
@@ -105,11 +118,11 @@ class PlaygroundController(Controller):
             raise ClientError(f"Unknown route {data.route!r}: one of {', '.join(ROUTES)}.")
         query = clean_query(data.query, settings.limits)
         request = QueryRequest(query=query, tenant=principal.tenant, route=route, include_passages=True)
-        # The playground is an admin's (ConsoleAccess("admin")): it answers from every document of the tenant.
-        response = await query_service.answer(request, reader=Reader.unrestricted())
+        response = await query_service.answer(request, reader=reader)
         await access.limiter.charge(principal, response.usage.input_tokens + response.usage.output_tokens)
         context = {
             "tenant": principal.tenant,
+            "reader": reader_view(reader),
             "form": data,
             "routes": ROUTES,
             "response": response,
@@ -121,24 +134,32 @@ class PlaygroundController(Controller):
 
 
 class KnowledgePagesController(Controller):
+    """Reading the knowledge base is for every signed-in key, as far as its reader may see; uploads and deletes are
+    an admin's (each handler's own hook: Litestar runs the closest layer's ``before_request`` only)."""
+
     path = "/knowledge"
-    before_request = ConsoleAccess("admin")
+    before_request = ConsoleAccess("query")
 
     @get("/", include_in_schema=False)
     async def documents(
         self,
         knowledge: NamedDependency[KnowledgeBase],
         principal: NamedDependency[Principal],
+        reader: NamedDependency[Reader],
         search: Annotated[str, QueryParameter(name="q", max_length=200)] = "",
         deleted: Annotated[str, QueryParameter(max_length=1000)] = "",
     ) -> Template:
         tenant = principal.tenant
+        admin = principal.allows("admin")
         context = {
             "tenant": tenant,
+            "reader": reader_view(reader),
+            "admin": admin,
             "search": search,
-            "deleted": deleted,
-            "documents": await Catalogue(knowledge).documents(tenant, search),
-            "version": await knowledge.version(tenant),
+            "deleted": deleted if admin else "",
+            "documents": await Catalogue(knowledge).documents(tenant, reader.visibility, search),
+            # It moves on every change, restricted documents' too: only an admin's page shows it.
+            "version": await knowledge.version(tenant) if admin else None,
         }
         return Template("console/knowledge.html", context=context)
 
@@ -147,15 +168,17 @@ class KnowledgePagesController(Controller):
         self,
         knowledge: NamedDependency[KnowledgeBase],
         principal: NamedDependency[Principal],
+        reader: NamedDependency[Reader],
         doc_id: Annotated[str, QueryParameter(name="id", min_length=1, max_length=1000)],
     ) -> Template:
-        chunks = await Catalogue(knowledge).chunks(principal.tenant, doc_id)
+        chunks = await Catalogue(knowledge).chunks(principal.tenant, doc_id, reader.visibility)
         if chunks == []:
+            # A document the reader may not see is answered as a missing one, word for word.
             raise NotFoundError(f"Tenant {principal.tenant!r} has no document {doc_id!r}.")
-        context = {"tenant": principal.tenant, "doc_id": doc_id, "chunks": chunks}
+        context = {"tenant": principal.tenant, "reader": reader_view(reader), "doc_id": doc_id, "chunks": chunks}
         return Template("console/document.html", context=context)
 
-    @post("/files", include_in_schema=False, status_code=200)
+    @post("/files", include_in_schema=False, status_code=200, before_request=ConsoleAccess("admin"))
     async def upload(
         self,
         data: Annotated[UploadForm, Body(media_type=RequestEncodingType.MULTI_PART)],
@@ -166,7 +189,7 @@ class KnowledgePagesController(Controller):
         """The uploader's endpoint: the API's upload for the signed-in tenant (JSON, each file's outcome)."""
         return await index_uploaded(knowledge, principal.tenant, data.files, settings.limits, access=data.access)
 
-    @post("/delete", include_in_schema=False, status_code=303)
+    @post("/delete", include_in_schema=False, status_code=303, before_request=ConsoleAccess("admin"))
     async def delete(
         self,
         data: Annotated[DeleteForm, Body(media_type=RequestEncodingType.URL_ENCODED)],
@@ -209,9 +232,17 @@ def console_router(cookies: ConsoleCookies, settings: Settings) -> Router:
         route_handlers=[SignInController, PlaygroundController, KnowledgePagesController, ReviewController],
         middleware=[DefineMiddleware(CSRFMiddleware, config=cookies.csrf)],
         exception_handlers={Exception: console_error},
+        # The console's reader, learnt by its hook with the console's rules, replaces the API's.
+        dependencies={"reader": Provide(provide_console_reader, sync_to_thread=False)},
         request_max_body_size=settings.limits.max_upload_bytes,
         include_in_schema=False,
     )
+
+
+def _sign_in_context(access: Access, identity: Identity, next_page: str) -> dict[str, Any]:
+    """The sign-in form: a tenant in open mode, else a key, and a user token where an identity provider verifies
+    them."""
+    return {"open": access.keys.open, "tokens": identity.verifies_tokens, "next": _local(next_page)}
 
 
 def _local(path: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from litestar.datastructures import UploadFile
 
@@ -16,6 +17,17 @@ class DocumentRow:
     source: str  # the file it came from ("" for documents sent as JSON)
     chunks: int
     sections: list[str]
+    access: list[str]  # who may read it: group names, "tenant", or "default" (none named: the tenant's policy)
+
+
+@dataclass(frozen=True, slots=True)
+class ReaderView:
+    """Whom the console reads for: ``everything`` (an admin naming no user), ``tenant`` (what is open to the whole
+    tenant: a key naming nobody) or ``user`` (that user's groups)."""
+
+    kind: Literal["everything", "tenant", "user"]
+    user_id: str | None
+    groups: list[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +57,8 @@ class SignInForm:
     key: str = ""
     tenant: str = ""
     next: str = ""
+    # The user's OIDC token, for a key acting for users: the console then reads as that user.
+    user_token: str = ""
 
 
 @dataclass

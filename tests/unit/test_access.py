@@ -343,5 +343,6 @@ def test_every_api_route_checks_keys_before_it_reads_a_request(settings: Setting
     assert {p for p in open_paths if not p.startswith("/schema")} == {"/healthz", "/readyz", "/metrics", *console_open}
     assert scopes["/v1/chat/completions"] == scopes["/v1/query"] == scopes["/v1/models"] == "query"
     assert scopes["/v1/documents"] == scopes["/v1/assistant-profile"] == scopes["/console/review"] == "admin"
-    assert scopes["/console/knowledge"] == "admin"
+    assert scopes["/console/knowledge"] == scopes["/console/knowledge/document"] == "query"  # filtered by reader
+    assert scopes["/console/knowledge/files"] == scopes["/console/knowledge/delete"] == "admin"
     assert scopes["/console/playground"] == "query"

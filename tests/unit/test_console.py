@@ -134,14 +134,21 @@ async def test_tenants_never_see_each_others_documents(make_client: Callable[...
         assert f'data-id="acme/{name}"' in (await acme.get("/console/knowledge/")).text
 
 
-async def test_a_query_key_may_ask_but_not_change_the_knowledge_base(
+async def test_a_query_key_may_ask_and_read_but_not_change_the_knowledge_base(
     make_client: Callable[..., Any], settings: Settings
 ) -> None:
+    """What it may read is its reader's (tests/unit/test_console_readers.py); here, which pages it may use."""
     async with make_client(settings_override=keyed(settings)) as (client, _):
         page = await client.get("/console/sign-in")
+        assert 'name="user_token"' not in page.text  # no identity provider: no token to sign in with
         await client.post("/console/sign-in", data={"key": "key-of-acme-reader", "_csrf_token": csrf(page.text)})
         assert (await client.get("/console/playground/")).status_code == 200
-        assert (await client.get("/console/knowledge/")).status_code == 403
+        knowledge = await client.get("/console/knowledge/")
+        assert knowledge.status_code == 200
+        token = csrf(knowledge.text)
+        assert (await upload(client, token, "notes.md", b"# Notes\n\nText.\n")).status_code == 403
+        deleted = await client.post("/console/knowledge/delete", data={"doc_id": "notes.md", "_csrf_token": token})
+        assert deleted.status_code == 403
         assert (await client.get("/console/review/")).status_code == 403
 
 
