@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import httpx
 import pytest
@@ -263,6 +265,7 @@ EXPECTED_CHECKS = (
     + 2 * len(USERS)  # semantic paraphrase: first asker, the other user
     + 2 * len(USERS)  # knowledge gaps and training pairs filtered by user
     + 3  # nobody: the tenant-open document, by query, route and chat
+    + (len(USERS) + 1) * (2 * (len(QUESTIONS) + 1) + 3 + len(QUESTIONS) + 1)  # console: playground, lists, pages
 )
 
 
@@ -275,6 +278,7 @@ async def walk(client: httpx.AsyncClient, ledger: Ledger) -> None:
             await ask_every_path(client, ledger, user, question, own)
     await curation_paths(client, ledger)
     await open_document(client, ledger)
+    await console_paths(client, ledger)
 
 
 async def query(client: httpx.AsyncClient, user: str, question: str, route: str = "auto") -> dict[str, Any]:
@@ -400,3 +404,67 @@ async def open_document(client: httpx.AsyncClient, ledger: Ledger) -> None:
         "/v1/chat/completions", json=chat_body(OPEN_QUESTION, "single_hop", False), headers=user_headers(NOBODY)
     )
     ledger.check("open/chat", NOBODY, chat.text, named_documents(chat.json()["gateway"]), own=OPEN_ANSWER)
+
+
+async def console_paths(client: httpx.AsyncClient, ledger: Ledger) -> None:
+    """The console, signed in with the chatbot key and each user named in the trusted headers on every request (an
+    ingress in front of it): the playground's page (answer, evidence, probe, timeline) for every question and the
+    open one, the knowledge list, its search, and every document's page. The user's own documents show, the other's
+    never; a document they may not read answers exactly as a missing one. A store that cannot list (Pinecone) shows
+    no documents to anyone, and says so."""
+    lists = bool((await client.get("/v1/files", params={"tenant": TENANT}, headers=ADMIN)).json()["files"])
+    own_word = {"hr": "codeword", "eng": "passphrase"}  # in each of the group's documents, in no other
+    for user in (*USERS, NOBODY):
+        group = USERS.get(user, NOBODY)
+        named = {name: value for name, value in user_headers(user).items() if name != "Authorization"}
+        async with httpx.AsyncClient(base_url=client.base_url, timeout=60, headers=named) as browser:
+            page = await browser.get("/console/sign-in")
+            token = re.search(r'name="csrf-token" content="([^"]+)"', page.text)
+            assert token is not None, page.text
+            csrf = token.group(1)
+            signed = await browser.post("/console/sign-in", data={"key": "chatbot-key", "_csrf_token": csrf})
+            assert signed.status_code == 303, signed.text
+            says = "documents open to the whole tenant" if user == NOBODY else f'id="reader-user">{user}</code>'
+            asked = [(q, secret if owner == group else None) for q, secret, owner in QUESTIONS]
+            for question, own in [*asked, (OPEN_QUESTION, OPEN_ANSWER)]:
+                for route in ("single_hop", "multi_hop"):
+                    form = {"query": question, "route": route, "_csrf_token": csrf}
+                    answered = await browser.post("/console/playground/", data=form)
+                    assert answered.status_code == 200, answered.text
+                    shown = {unquote(d) for d in re.findall(r'/console/knowledge/document\?id=([^"]+)"', answered.text)}
+                    covering = re.search(r"Covering documents: ([^<]*)</p>", answered.text)
+                    shown |= set(covering.group(1).split(", ")) - {"none"} if covering else set()
+                    ledger.check(f"console/playground/{route}", user, answered.text, shown, own=own)
+                    if says not in answered.text:
+                        ledger.problems.append(f"console/playground {user}: the page does not say it reads as them")
+
+            listing = await browser.get("/console/knowledge/")
+            assert listing.status_code == 200, listing.text
+            listed = set(re.findall(r'<tr class="document" data-id="([^"]+)">', listing.text))
+            ledger.check("console/knowledge", user, listing.text, listed)
+            if lists and listed != ledger.readable[group]:
+                ledger.problems.append(f"MISS console/knowledge {user}: listed {sorted(listed)}")
+            if not lists and 'id="cannot-list"' not in listing.text:
+                ledger.problems.append(f"console/knowledge {user}: a store that cannot list listed {sorted(listed)}")
+            for word in own_word.values():
+                found = await browser.get("/console/knowledge/", params={"q": word})
+                matched = set(re.findall(r'<tr class="document" data-id="([^"]+)">', found.text))
+                ledger.check("console/knowledge-search", user, found.text, matched)
+                wanted = {d for d, g in ledger.owner.items() if g == group} if own_word.get(group) == word else set()
+                if lists and matched != wanted:
+                    ledger.problems.append(f"console/knowledge-search {user} {word!r}: {sorted(matched)}")
+
+            missing = await browser.get("/console/knowledge/document", params={"id": "no-such-document"})
+            for doc in [*sorted(ledger.owner), "handbook"]:
+                opened = await browser.get("/console/knowledge/document", params={"id": doc})
+                if doc in ledger.readable[group]:
+                    ledger.check("console/document", user, opened.text, {doc} if lists else set())
+                    words = [OPEN_ANSWER] if doc == "handbook" else [secret for _, _, secret in SECRETS[group]]
+                    if lists and (opened.status_code != 200 or not any(w in opened.text for w in words)):
+                        ledger.problems.append(f"MISS console/document {user}: {doc} ({opened.status_code})")
+                    continue
+                # The id the user sent comes back in the page (as it does for a missing one): not a leak of it.
+                ledger.check("console/document-hidden", user, opened.text.replace(doc, ""), set())
+                as_missing = opened.text.replace(doc, "ID") == missing.text.replace("no-such-document", "ID")
+                if opened.status_code != missing.status_code or not as_missing:
+                    ledger.problems.append(f"ORACLE console/document {user}: {doc} answers unlike a missing one")
