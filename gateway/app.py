@@ -94,7 +94,11 @@ def _lifespan(
                 stack,
                 on_answer=recorder.observe if recorder is not None else None,
             )
-            identity = open_identity(settings.identity, platform.http, settings.access.api_keys)
+            identity = open_identity(
+                settings.identity, platform.http, settings.access.api_keys, events=platform.telemetry
+            )
+            # Once before serving; a provider that cannot be reached is logged, and the start goes on.
+            await identity.prefetch_keys()
             curation = None
             if curation_store is not None and recorder is not None and changes is not None:
                 parts = CurationParts(
@@ -122,6 +126,7 @@ def _lifespan(
                     platform,
                     knowledge,
                     curation_store,
+                    identity,
                     ping_primary=overrides.chat_model is None,
                     answers=query_service.caches.exact,
                 ),

@@ -1,5 +1,14 @@
 from .guard import BEARER, SECURITY_SCHEMES, Access, open_access, provide_principal, provide_reader, require
-from .identity import MAX_GROUPS, MAX_USER_ID_CHARS, Identity, Reader, ReaderSource, for_openai_user, open_identity
+from .identity import (
+    MAX_GROUPS,
+    MAX_USER_ID_CHARS,
+    Identity,
+    Reader,
+    ReaderSource,
+    for_openai_user,
+    open_identity,
+    user_group,
+)
 from .keys import OpenAccessError, Principal, check_exposure
 from .sessions import (
     CONSOLE_PATH,
@@ -38,4 +47,5 @@ __all__ = [
     "require",
     "session_for_key",
     "session_for_tenant",
+    "user_group",
 ]

@@ -17,10 +17,15 @@ A request naming no user reads what is open to the whole tenant (``Visibility.te
 ingested without ``access`` count as open is the tenant's policy (``GATEWAY_ACCESS_UNSET_DOCUMENTS`` for now), read
 here, where every visibility is built.
 
+A user's groups, from a token's claim or the trusted header alike, are read by one function (:func:`user_group`):
+Keycloak's group-membership mapper sends full group paths ("/eng/platform"), whose leading "/" is dropped, so they
+name the groups documents' ``access`` names ("eng/platform").
+
 The signing keys are fetched with the app's httpx client (PyJWT's own ``PyJWKClient`` fetches with blocking urllib,
-which would stall the event loop) and parsed by ``jwt.PyJWKSet``'s key class; a token naming a key id not among them
-fetches again, at most once per ``jwks_min_refetch_s``, so made-up key ids cannot make the gateway hammer the
-identity provider.
+which would stall the event loop) and parsed by ``jwt.PyJWKSet``'s key class: once at start-up, then when they grow
+old, a token names a key id not among them, or the readiness probe finds them old or missing, in every case at most
+once per ``jwks_min_refetch_s``, so neither made-up key ids nor probes can make the gateway hammer the identity
+provider.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import httpx
 import jwt
@@ -39,6 +45,7 @@ from litestar.datastructures import Headers
 from gateway.access.keys import Principal
 from gateway.errors import ClientError, PermissionDeniedError, ProviderError, ProviderUnavailableError, UserTokenError
 from gateway.observability import reader_known
+from gateway.providers import NO_DEPENDENCY_EVENTS, DependencyEvents
 from gateway.settings import ApiKeyConfig, IdentitySettings
 from pipelines.shared import MAX_GROUP_CHARS, Visibility, is_group_name
 
@@ -119,30 +126,45 @@ def index_keys(document: object, algorithms: Sequence[str]) -> KeyIndex:
 
 
 class SigningKeys:
-    """The identity provider's published keys, fetched on first need and again when they are older than
-    ``jwks_max_age_s`` or a token names one not among them, never more than once per ``jwks_min_refetch_s``.
+    """The identity provider's published keys, fetched once before the gateway serves (:meth:`prefetch`) and again
+    when they are older than ``jwks_max_age_s`` or a token names one not among them, never more than once per
+    ``jwks_min_refetch_s``, whoever asks: a token, the start-up or the readiness probe (:meth:`check`).
 
     One fetch at a time (a lock; asyncio's single thread makes the rest atomic): requests that need a fetch while
     one is on its way wait for it and read its result. A failed fetch keeps the keys already known (the provider
-    being down must not log every user out); with none known, the request is a 503.
+    being down must not log every user out); with none known, the request is a 503. Each failure is logged, and the
+    provider going down or coming back is reported once per transition (``events``: the app's telemetry counts it
+    as ``identity_provider``, as it counts Redis).
     """
 
     def __init__(
-        self, http: httpx.AsyncClient, settings: IdentitySettings, *, clock: Callable[[], float] = time.monotonic
+        self,
+        http: httpx.AsyncClient,
+        settings: IdentitySettings,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        events: DependencyEvents = NO_DEPENDENCY_EVENTS,
     ) -> None:
         if not settings.jwks_url:
             raise IdentityConfigError("GATEWAY_IDENTITY_JWKS_URL is not set")
         self._http = http
         self._url = settings.jwks_url
+        # Where the keys come from, for logs and the readiness body: host and port, never credentials or the path.
+        self._host = urlsplit(settings.jwks_url).netloc.rpartition("@")[2]
         self._algorithms = tuple(settings.algorithms)
         self._timeout_s = settings.jwks_timeout_s
         self._max_age_s = settings.jwks_max_age_s
         self._min_refetch_s = settings.jwks_min_refetch_s
         self._clock = clock
+        self._events = events
         self._keys: KeyIndex = {}
         self._fetched_at: float | None = None  # the last fetch that succeeded
         self._tried_at: float | None = None  # the last fetch tried, whatever came of it
+        self._failure: str | None = None  # why the last fetch tried failed; None: it succeeded (or none was tried)
+        self._up = True  # as Redis is taken to be: the first failed fetch is the provider going down
         self._lock = asyncio.Lock()
+        # Refreshes a readiness probe started: kept until done, so a probe timing out never cancels (or loses) one.
+        self._probing: set[asyncio.Task[None]] = set()
 
     async def key(self, kid: str | None, algorithm: str) -> jwt.PyJWK:
         wanted = (kid, algorithm)
@@ -156,12 +178,41 @@ class SigningKeys:
             return found
         if self._fetched_at is None:
             raise ProviderUnavailableError(
-                "The identity provider's signing keys could not be fetched, so no user token can be verified.",
+                "No user token can be verified: the identity provider's signing keys could not be fetched. "
+                + (self._failure or "No fetch has finished yet."),
                 provider=IDENTITY_PROVIDER,
             )
         named = f"key id {kid!r}" if kid is not None else "no key id"
         raise UserTokenError(
             f"The user token is signed ({algorithm}, {named}) with a key the identity provider does not publish."
+        )
+
+    async def prefetch(self) -> None:
+        """The keys fetched before the gateway serves, so the first user's request does not wait for them and a
+        provider that cannot be reached shows in the start-up's log. A failure does not stop the start: requests
+        naming no user never need the keys, and the next one that does fetches again (once per interval)."""
+        await self._refresh_if_due()
+
+    async def check(self) -> None:
+        """Readiness: passes while keys are known and fresh; else raises a provider error saying where they come
+        from and what went wrong (degradable: the gateway answers without them, except user tokens). Old or missing
+        keys are fetched first if the interval allows, so an idle gateway keeps its keys fresh and one whose
+        provider came back recovers without a user's request; a probe never fetches more often than a token can."""
+        if not self._fresh() and self._may_fetch():
+            # Shielded: the probe's own timeout may end the wait, never the fetch, which requests may be waiting on.
+            task = asyncio.ensure_future(self._refresh_if_due())
+            self._probing.add(task)
+            task.add_done_callback(self._probing.discard)
+            await asyncio.shield(task)
+        if self._fresh():
+            return
+        reason = self._failure or f"not fetched again yet (at most once per {self._min_refetch_s:g} s)"
+        if self._fetched_at is None:
+            raise ProviderUnavailableError(f"No signing keys from {self._host}: {reason}", provider=IDENTITY_PROVIDER)
+        age_s = self._clock() - self._fetched_at
+        raise ProviderUnavailableError(
+            f"Signing keys from {self._host} are {age_s:.0f} s old (kept for {self._max_age_s:g} s): {reason}",
+            provider=IDENTITY_PROVIDER,
         )
 
     def _fresh(self) -> bool:
@@ -170,20 +221,46 @@ class SigningKeys:
     def _may_fetch(self) -> bool:
         return self._tried_at is None or self._clock() - self._tried_at >= self._min_refetch_s
 
+    async def _refresh_if_due(self) -> None:
+        async with self._lock:
+            if not self._fresh() and self._may_fetch():
+                await self._refresh()
+
     async def _refresh(self) -> None:
+        """One fetch; its outcome is recorded, never raised: the caller reads the keys (or their absence)."""
         self._tried_at = self._clock()
         try:
             keys = await self._fetch()
         except ProviderError as exc:
+            self._failure = exc.detail
             if self._fetched_at is None:
-                raise
-            logger.warning(
-                "identity provider keys not refreshed (%s); keeping the %d known", exc.detail, len(self._keys)
-            )
+                logger.warning(
+                    "identity provider keys not fetched from %s (%s): user tokens are refused (503) until a fetch "
+                    "succeeds, tried again at most once per %g s",
+                    self._host,
+                    exc.detail,
+                    self._min_refetch_s,
+                )
+            else:
+                logger.warning(
+                    "identity provider keys not refreshed from %s (%s); keeping the %d known",
+                    self._host,
+                    exc.detail,
+                    len(self._keys),
+                )
+            self._report(up=False)
             return
         self._keys = keys
         self._fetched_at = self._clock()
-        logger.info("identity provider keys fetched: %d usable", len(keys))
+        self._failure = None
+        logger.info("identity provider keys fetched from %s: %d usable", self._host, len(keys))
+        self._report(up=True)
+
+    def _report(self, *, up: bool) -> None:
+        """The provider going down (the first failure after a success, or at the first fetch) or coming back."""
+        if up != self._up:
+            self._up = up
+            self._events.dependency_changed(IDENTITY_PROVIDER, up)
 
     async def _fetch(self) -> KeyIndex:
         """One GET of the JWKS; whatever goes wrong becomes the gateway's provider error, here at the boundary."""
@@ -235,6 +312,10 @@ class TokenVerifier:
         self._leeway_s = settings.leeway_s
         self._keys = keys
 
+    @property
+    def keys(self) -> SigningKeys:
+        return self._keys
+
     async def verify(self, token: str) -> tuple[str, frozenset[str]]:
         try:
             header = jwt.get_unverified_header(token)
@@ -285,9 +366,10 @@ class TokenVerifier:
         return user
 
     def _groups_of(self, claims: dict[str, Any]) -> frozenset[str]:
-        """The token's groups. None named: no groups (the reader sees what is open to the tenant). Names no document
-        could name (:func:`~pipelines.shared.visibility.is_group_name`: a reserved "*" or "~" first, other
-        characters) are the provider's, not a forgery: they are left out rather than refusing the user."""
+        """The token's groups, read by :func:`user_group` (a Keycloak group path's leading "/" dropped). None named:
+        no groups (the reader sees what is open to the tenant). Names no document could name (a reserved "*" or "~"
+        first, also after the "/", other characters) are the provider's, not a forgery: they are left out rather
+        than refusing the user."""
         raw = claims.get(self._groups_claim)
         if raw is None:
             return frozenset()
@@ -296,7 +378,19 @@ class TokenVerifier:
             raise UserTokenError(f"The user token's {self._groups_claim!r} claim must be a list of group names.")
         if len(names) > MAX_GROUPS:
             raise UserTokenError(f"The user token names {len(names)} groups; at most {MAX_GROUPS} are read.")
-        return frozenset(name for name in names if is_group_name(name))
+        return frozenset(group for group in map(user_group, names) if group is not None)
+
+
+def user_group(name: str) -> str | None:
+    """A user's group as an identity source names it -> the group documents' ``access`` names, or None when no
+    document could name it (:func:`~pipelines.shared.visibility.is_group_name`). Every reader of a user's groups
+    goes through it: a token's claim, the trusted header, an evaluation suite's ``run_as``.
+
+    Keycloak's group-membership mapper sends full paths by default ("/eng", "/eng/platform"): their one leading "/"
+    is the root of the path, not part of a name, so "/eng/platform" is the group "eng/platform". Only one is
+    removed: "//eng" is no group path, and the rule still holds after it, so "/*" and "/~" name no group."""
+    bare = name[1:] if name.startswith("/") else name
+    return bare if is_group_name(bare) else None
 
 
 # --- the reader of a request ----------------------------------------------------------------------------------
@@ -331,6 +425,17 @@ class Identity:
     @property
     def verifies_tokens(self) -> bool:
         return self._verifier is not None
+
+    @property
+    def signing_keys(self) -> SigningKeys | None:
+        """The identity provider's keys (None: no provider configured), for the start-up and readiness."""
+        return self._verifier.keys if self._verifier is not None else None
+
+    async def prefetch_keys(self) -> None:
+        """Start-up: the provider's keys fetched once before serving (:meth:`SigningKeys.prefetch`; a failure is
+        logged, never raised). Nothing to do without a provider."""
+        if self._verifier is not None:
+            await self._verifier.keys.prefetch()
 
     def of(self, user_id: str, groups: frozenset[str], source: ReaderSource) -> Reader:
         return Reader(user_id, groups, Visibility.of(groups, unset_open=self._unset_open), source)
@@ -412,18 +517,24 @@ def _header_user(value: str, *, field: str = "X-Gateway-User") -> str:
 
 
 def _header_groups(value: str) -> frozenset[str]:
+    """The trusted header's groups, each read by :func:`user_group` as a token's are; one that names no group is a
+    400, not left out: the ingress setting the header is the gateway's to configure, and should learn of it."""
     names = [name.strip() for name in value.split(",")]
     names = [name for name in names if name]
     if len(names) > MAX_GROUPS:
         raise ClientError(f"X-Gateway-User-Groups names {len(names)} groups; at most {MAX_GROUPS}.", code="bad_groups")
+    groups: set[str] = set()
     for name in names:
-        if not is_group_name(name):
+        group = user_group(name)
+        if group is None:
             raise ClientError(
                 f"X-Gateway-User-Groups: {name[:40]!r} is not a group name (1 to {MAX_GROUP_CHARS} letters, digits, "
-                "'_', '-', '.', ':' or '/', starting with a letter or a digit: the rule documents' access obeys).",
+                "'_', '-', '.', ':' or '/', starting with a letter or a digit: the rule documents' access obeys; "
+                "a group path's one leading '/' is dropped).",
                 code="bad_groups",
             )
-    return frozenset(names)
+        groups.add(group)
+    return frozenset(groups)
 
 
 def record(reader: Reader) -> None:
@@ -431,9 +542,16 @@ def record(reader: Reader) -> None:
     reader_known(reader.user_id, reader.visibility.key(), reader.source)
 
 
-def open_identity(settings: IdentitySettings, http: httpx.AsyncClient, api_keys: Sequence[ApiKeyConfig]) -> Identity:
+def open_identity(
+    settings: IdentitySettings,
+    http: httpx.AsyncClient,
+    api_keys: Sequence[ApiKeyConfig],
+    *,
+    events: DependencyEvents = NO_DEPENDENCY_EVENTS,
+) -> Identity:
     """The app's identity component. Identity provider settings are all or nothing (start-up stops on a half
-    configured one); keys that can name users only by token, without a provider to verify it, are logged."""
+    configured one); keys that can name users only by token, without a provider to verify it, are logged.
+    ``events``: where the provider going down or coming back is reported (the app's telemetry)."""
     configured = [settings.issuer, settings.audience, settings.jwks_url]
     if any(configured) and not all(configured):
         raise IdentityConfigError(
@@ -441,7 +559,7 @@ def open_identity(settings: IdentitySettings, http: httpx.AsyncClient, api_keys:
         )
     if settings.jwks_url and not settings.jwks_url.startswith(("https://", "http://")):
         raise IdentityConfigError(f"GATEWAY_IDENTITY_JWKS_URL must be an http(s) URL, not {settings.jwks_url!r}")
-    verifier = TokenVerifier(settings, SigningKeys(http, settings)) if all(configured) else None
+    verifier = TokenVerifier(settings, SigningKeys(http, settings, events=events)) if all(configured) else None
     if verifier is None:
         token_only = sorted(k.name for k in api_keys if k.acts_for_users and not k.trusts_user_headers)
         if token_only:

@@ -8,9 +8,9 @@ read as the tenant-open visibility: the least any reader of the tenant sees.
 
 An evaluation suite may name ``run_as``, a user id and groups: its runs ask every case as that reader, built by the
 identity module (:meth:`gateway.access.identity.Identity.of`) so the tenant's policy for documents without access
-applies as it does to a real request. Without it a suite asks as nobody (tenant-open only). Group names are refused as
-the identity module refuses them in trusted headers and documents' access refuses them
-(:func:`pipelines.shared.visibility.is_group_name`), here as a 422.
+applies as it does to a real request. Without it a suite asks as nobody (tenant-open only). Its groups are read as the
+identity module reads a user's (:func:`gateway.access.identity.user_group`: a group path's leading "/" dropped) and
+refused as it refuses them in trusted headers, here as a 422.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.access import MAX_GROUPS, MAX_USER_ID_CHARS, Identity, Reader, ReaderSource
+from gateway.access import MAX_GROUPS, MAX_USER_ID_CHARS, Identity, Reader, ReaderSource, user_group
 from gateway.errors import InvalidReaderError
 from pipelines.shared import MAX_GROUP_CHARS, Visibility, is_group_name
 
@@ -116,9 +116,10 @@ class RunAs:
 
 
 def run_as(user_id: str, groups: Sequence[str]) -> RunAs:
-    """A suite's ``run_as`` as an admin sent it, checked as the identity module checks a named user and their groups:
-    a reserved group name ("*", "~" first: the tenant-open and unset tags) is refused, not dropped, so an admin who
-    meant it learns that no group can be named so (422)."""
+    """A suite's ``run_as`` as an admin sent it, checked as the identity module checks a named user and their groups
+    (a Keycloak group path such as "/eng/platform" is the group "eng/platform"): a reserved group name ("*", "~"
+    first: the tenant-open and unset tags) is refused, not dropped, so an admin who meant it learns that no group
+    can be named so (422)."""
     user = user_id.strip()
     if not user or len(user) > MAX_USER_ID_CHARS:
         raise InvalidReaderError(
@@ -129,14 +130,18 @@ def run_as(user_id: str, groups: Sequence[str]) -> RunAs:
         raise InvalidReaderError(
             f"run_as.groups names {len(names)} groups; at most {MAX_GROUPS}.", field="run_as.groups"
         )
+    named: set[str] = set()
     for name in names:
-        if not is_group_name(name):
+        group = user_group(name)
+        if group is None:
             raise InvalidReaderError(
                 f"run_as.groups: {name[:40]!r} is not a group name (1 to {MAX_GROUP_CHARS} letters, digits, '_', '-', "
-                "'.', ':' or '/', starting with a letter or a digit; '*' and '~' are the reserved access tags).",
+                "'.', ':' or '/', starting with a letter or a digit, after a group path's one leading '/'; '*' and "
+                "'~' are the reserved access tags).",
                 field="run_as.groups",
             )
-    return RunAs(user, tuple(sorted(set(names))))
+        named.add(group)
+    return RunAs(user, tuple(sorted(named)))
 
 
 @dataclass(frozen=True, slots=True)

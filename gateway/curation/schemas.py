@@ -151,7 +151,8 @@ class EvalCaseOut(msgspec.Struct):
 
 class RunAsIn(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """A user to ask a suite's cases as. Checked as the identity module checks a named user (422 otherwise): a user
-    id of 1 to 256 characters, at most 512 group names, none starting with '*' or '~'."""
+    id of 1 to 256 characters, at most 512 group names, none starting with '*' or '~' (a group path's one leading
+    '/', as Keycloak sends them, is dropped: "/eng/platform" is the group "eng/platform")."""
 
     user_id: str
     groups: list[str] = []

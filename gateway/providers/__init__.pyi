@@ -23,7 +23,7 @@ from .embeddings import (
 )
 from .llm import FALLBACK, PRIMARY, LLMClient, build_chat_model, open_llm_client, ping_llm
 from .openai_embeddings import OpenAICompatibleEmbeddings
-from .redis import RedisUnavailableError, ResilientRedis, open_redis
+from .redis import NO_DEPENDENCY_EVENTS, DependencyEvents, RedisUnavailableError, ResilientRedis, open_redis
 from .upstream_http import upstream_client
 from .vectorstores.base import TENANT_PATTERN, ChunkRecord, StoredChunks, VectorStore, check_tenant
 from .vectorstores.factory import open_vector_store
@@ -34,12 +34,14 @@ __all__ = [
     "DEFAULT_USE_MODEL",
     "E5_DIMENSIONS",
     "FALLBACK",
+    "NO_DEPENDENCY_EVENTS",
     "PRIMARY",
     "PROVIDER",
     "TENANT_PATTERN",
     "USE_DIMENSIONS",
     "ChunkRecord",
     "Database",
+    "DependencyEvents",
     "E5Embeddings",
     "LLMClient",
     "OpenAICompatibleEmbeddings",

@@ -7,6 +7,7 @@ from typing import Any
 import httpx
 from pydantic import SecretStr
 
+from gateway.access import Identity
 from gateway.cache import ExactCache
 from gateway.curation import CurationStore
 from gateway.knowledge import KnowledgeBase
@@ -21,6 +22,7 @@ def open_readiness(
     platform: Platform,
     knowledge: KnowledgeBase,
     curation_store: CurationStore | None,
+    identity: Identity,
     *,
     ping_primary: bool,
     answers: ExactCache[Any] | None = None,
@@ -34,6 +36,9 @@ def open_readiness(
         degradable["redis"] = platform.redis.ping
     if curation_store is not None:
         degradable["curation_store"] = curation_store.ping
+    signing_keys = identity.signing_keys
+    if signing_keys is not None:  # degradable: only user tokens need the keys, and the provider serves every replica
+        degradable["identity_provider"] = signing_keys.check
     return Readiness(
         required={"vector_store": knowledge.store.ping},
         degradable=degradable,

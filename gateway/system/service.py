@@ -23,7 +23,9 @@ class Readiness:
     document writes and search still work, and questions fail fast (503 + Retry-After, from the breaker) or go to
     the fallback. The LLM is shared by every replica, so its outage would make them all unready at once: Kubernetes
     would then route nothing anywhere, cached answers included, and clients would get connection errors instead of
-    a Retry-After. The curation store: its records are counted and dropped while it is down.
+    a Retry-After. The curation store: its records are counted and dropped while it is down. The identity provider
+    (when configured): requests naming no user, or named by trusted headers, never need its keys; user tokens verify
+    with the keys already known, and only without any are they a 503.
     """
 
     required: dict[str, Check]

@@ -35,7 +35,9 @@ _GROUP_RE = re.compile(GROUP_PATTERN)
 def is_group_name(name: object) -> bool:
     """Whether ``name`` may name a group: :data:`GROUP_PATTERN`, for documents' access and readers' groups alike.
     Every place that takes group names from a caller (a document's ``access``, the trusted headers, an evaluation
-    suite's ``run_as``) refuses what fails it; a verified token's other groups are left out of what its user sees."""
+    suite's ``run_as``) refuses what fails it; a verified token's other groups are left out of what its user sees.
+    A user's groups are checked after the gateway's identity layer drops a group path's one leading "/"
+    (Keycloak's "/eng/platform" is "eng/platform"); a document's ``access`` names them without it."""
     return isinstance(name, str) and _GROUP_RE.fullmatch(name) is not None
 
 

@@ -3,7 +3,8 @@ tokens signed with those keys (or forged the ways an attacker would).
 
 The JWKS server is a real ``ThreadingHTTPServer`` on a free loopback port, so the gateway fetches keys exactly as
 it would from a real provider (its httpx client, timeouts, status codes); it counts the fetches, so a test can
-tell a cached key from a fetched one. ``publish`` swaps the published keys, as a provider rotating them does.
+tell a cached key from a fetched one. ``publish`` swaps the published keys, as a provider rotating them does;
+``hold`` keeps each answer until its event is set, as a provider that has stalled does.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from tests.ports import free_port
 
 ISSUER = "https://idp.example.test/realms/acme"
 AUDIENCE = "rag-gateway"
+HOLD_LIMIT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -103,12 +105,14 @@ def hmac_with_public_key(key: SigningKey, **changes: Any) -> str:
 
 @dataclass
 class JwksServer:
-    """The provider's JWKS endpoint. ``status`` other than 200 answers that status (an outage)."""
+    """The provider's JWKS endpoint. ``status`` other than 200 answers that status (an outage); ``hold`` set: each
+    fetch is counted at once and answered only when the event is set (at most ``HOLD_LIMIT_S`` later)."""
 
     url: str
     keys: list[dict[str, Any]] = field(default_factory=list)
     status: int = 200
     fetches: int = 0
+    hold: threading.Event | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def publish(self, *keys: SigningKey, with_alg: bool = True) -> None:
@@ -129,6 +133,10 @@ def jwks_server() -> Iterator[JwksServer]:
         def do_GET(self) -> None:
             with served.lock:
                 served.fetches += 1
+                hold = served.hold
+            if hold is not None:
+                hold.wait(HOLD_LIMIT_S)  # bounded, so a test that forgets to release it cannot hang the server
+            with served.lock:
                 status, body = served.status, json.dumps({"keys": served.keys}).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")

@@ -35,6 +35,7 @@ from gateway.ingest.cli import main as ingest_main
 from gateway.overrides import ProviderOverrides
 from gateway.providers.embeddings import USEEmbeddings
 from gateway.settings import Settings
+from tests.fakes.identity_provider import AUDIENCE, ISSUER, JwksServer, jwks_server, rsa_key, token
 from tests.fakes.pinecone_server import FAKE_API_KEY, running_fake_pinecone
 from tests.fakes.scripted_chat import ScriptedChatModel
 from tests.integration.conftest import REDIS_TEST_URL
@@ -178,14 +179,25 @@ def store_settings(kind: str, base: Settings, dimension: int) -> Iterator[Settin
         )
 
 
-def leak_settings(settings: Settings, prefix: str) -> Settings:
+# The local identity provider's key: token_paths names its users by tokens signed with it.
+IDP_KEY = rsa_key("leak-walk-key")
+
+
+@pytest.fixture
+def idp() -> Iterator[JwksServer]:
+    with jwks_server() as server:
+        server.publish(IDP_KEY)
+        yield server
+
+
+def leak_settings(settings: Settings, prefix: str, idp: JwksServer) -> Settings:
     keys = admin_and_chatbot_keys(TENANT)
     return settings.replace(
         redis={"url": REDIS_TEST_URL, "timeout_s": 0.5},
         cache={"enabled": True, "prefix": prefix},
         semantic_cache={"enabled": True},
         access={"api_keys": keys},
-        identity={"unset_documents": "closed"},
+        identity={"unset_documents": "closed", "issuer": ISSUER, "audience": AUDIENCE, "jwks_url": idp.url},
     )
 
 
@@ -239,9 +251,9 @@ def chat_body(question: str, route: str, stream: bool) -> dict[str, Any]:
 @pytest.mark.redis
 @pytest.mark.parametrize("kind", ["lancedb", "pinecone"])
 async def test_no_path_hands_a_user_words_of_a_document_they_may_not_read(
-    kind: str, settings: Settings, embeddings: USEEmbeddings, prefix: str, tmp_path: Path
+    kind: str, settings: Settings, embeddings: USEEmbeddings, prefix: str, tmp_path: Path, idp: JwksServer
 ) -> None:
-    with store_settings(kind, leak_settings(settings, prefix), embeddings.dimensions) as configured:
+    with store_settings(kind, leak_settings(settings, prefix, idp), embeddings.dimensions) as configured:
         async with served(configured, embeddings) as url, httpx.AsyncClient(base_url=url, timeout=60) as client:
             owner = await ingest_everything(client, url, tmp_path, lists_files=kind == "lancedb")
             ledger = Ledger(readable(owner), owner)
@@ -266,6 +278,7 @@ EXPECTED_CHECKS = (
     + 2 * len(USERS)  # knowledge gaps and training pairs filtered by user
     + 3  # nobody: the tenant-open document, by query, route and chat
     + (len(USERS) + 1) * (2 * (len(QUESTIONS) + 1) + 3 + len(QUESTIONS) + 1)  # console: playground, lists, pages
+    + len(USERS) * (PER_USER + len(QUESTIONS))  # users named by tokens: the matrix's paths, and the direct model
 )
 
 
@@ -279,6 +292,7 @@ async def walk(client: httpx.AsyncClient, ledger: Ledger) -> None:
     await curation_paths(client, ledger)
     await open_document(client, ledger)
     await console_paths(client, ledger)
+    await token_paths(client, ledger)
 
 
 async def query(client: httpx.AsyncClient, user: str, question: str, route: str = "auto") -> dict[str, Any]:
@@ -468,3 +482,53 @@ async def console_paths(client: httpx.AsyncClient, ledger: Ledger) -> None:
                 as_missing = opened.text.replace(doc, "ID") == missing.text.replace("no-such-document", "ID")
                 if opened.status_code != missing.status_code or not as_missing:
                     ledger.problems.append(f"ORACLE console/document {user}: {doc} answers unlike a missing one")
+
+
+async def token_paths(client: httpx.AsyncClient, ledger: Ledger) -> None:
+    """The matrix's paths (the query API on each route, the route alone, chat whole and streamed) and the chat model
+    ``gateway-direct`` (the LLM alone), with each user named by an OIDC token the gateway verifies against the local
+    identity provider instead of by headers. Their groups come as Keycloak's mapper sends them (hr-user's as full
+    paths), each with a group no document names, so their visibility, hence their cache entries, are not the header
+    users': every answer here is computed for them. "//eng" and "//hr" name no group: were more than one "/"
+    dropped, each would read the other's words."""
+    claimed = {"hr-user": ["/hr", "/staff", "//eng"], "eng-user": ["eng", "staff", "//hr"]}
+    for user, groups in claimed.items():
+        signed = token(IDP_KEY, subject=user, groups=groups)
+        headers = {"Authorization": "Bearer chatbot-key", "X-Gateway-User-Token": signed}
+        mine = {doc for doc, group in ledger.owner.items() if group == USERS[user]}
+        for question, secret, owner in QUESTIONS:
+            own = secret if owner == USERS[user] else None
+            for route in QUERY_ROUTES:
+                body = {"query": question, "tenant": TENANT, "route": route, "include_passages": True}
+                answered = await client.post("/v1/query", json=body, headers=headers)
+                assert answered.status_code == 200, answered.text
+                ledger.check(f"token/query/{route}", user, answered.text, named_documents(answered.json()), own=own)
+
+            routed = await client.post("/v1/route", json={"query": question, "tenant": TENANT}, headers=headers)
+            assert routed.status_code == 200, routed.text
+            probe = routed.json().get("probe") or {}
+            probed = {d["id"] for d in probe.get("documents", [])} | set(probe.get("covering_documents", []))
+            ledger.check("token/route", user, routed.text, probed)
+            if own is not None and not probed & mine:
+                ledger.problems.append(f"MISS token/route {user}: own document not among the probe's {sorted(probed)}")
+
+            for route in (*CHAT_ROUTES, "direct"):
+                expected = None if route == "direct" else own  # the LLM alone reads no document, the user's neither
+                whole = await client.post(
+                    "/v1/chat/completions", json=chat_body(question, route, False), headers=headers
+                )
+                assert whole.status_code == 200, whole.text
+                named = named_documents(whole.json()["gateway"])
+                ledger.check(f"token/chat/{route}", user, whole.text, named, own=expected)
+                if route == "direct":
+                    continue
+                streamed = await client.post(
+                    "/v1/chat/completions", json=chat_body(question, route, True), headers=headers
+                )
+                assert streamed.status_code == 200, streamed.text
+                chunks = [json.loads(line[6:]) for line in streamed.text.splitlines() if line.startswith("data: {")]
+                finals = [c["gateway"] for c in chunks if c.get("choices") and c["choices"][0].get("finish_reason")]
+                assert len(finals) == 1, streamed.text
+                content = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c.get("choices"))
+                assert own is None or own in content, (user, question, content)
+                ledger.check(f"token/chat-stream/{route}", user, streamed.text, named_documents(finals[0]), own=own)

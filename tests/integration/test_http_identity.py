@@ -143,6 +143,44 @@ async def test_a_valid_token_reads_as_its_user(gateway: Gateway, first: SigningK
     assert span["gateway.reader.visibility"] == expected.visibility.key()
 
 
+async def test_the_keys_are_fetched_before_the_first_request(
+    gateway: Gateway, idp: JwksServer, first: SigningKey
+) -> None:
+    assert idp.fetched() == 1  # by the start-up, before any request
+    headers = {**bearer(CHATBOT_KEY), **user_token(token(first))}
+    response = await gateway.client.post("/v1/query", json=ASK, headers=headers)
+    assert response.status_code == 200, response.text
+    ready = await gateway.client.get("/readyz")
+    assert ready.json()["checks"]["identity_provider"] == "ok"
+    assert idp.fetched() == 1  # the token and the probe read the keys the start-up fetched
+
+
+async def test_keycloak_group_paths_name_groups_in_tokens_and_headers(gateway: Gateway, first: SigningKey) -> None:
+    """Keycloak's group mapper sends full paths: "/finance" is the group "finance", "/eng/platform" the group
+    "eng/platform". A token's paths that name no group ("//staff", "/*") are dropped; the header's are a 400."""
+    paths = ["/finance", "/eng/platform", "//staff", "/*"]
+    by_token = await gateway.client.post(
+        "/v1/query", json=ASK, headers={**bearer(CHATBOT_KEY), **user_token(token(first, groups=paths))}
+    )
+    assert by_token.status_code == 200, by_token.text
+    headers = {**bearer(INGRESS_KEY), USER_HEADER: "carol", GROUPS_HEADER: "/finance,/eng/platform"}
+    by_header = await gateway.client.post("/v1/query", json=ASK, headers=headers)
+    assert by_header.status_code == 200, by_header.text
+    groups = frozenset({"finance", "eng/platform"})
+    assert gateway.readers() == [
+        Reader("alice", groups, Visibility.of(groups, unset_open=True), "token"),
+        Reader("carol", groups, Visibility.of(groups, unset_open=True), "header"),
+    ]
+    gateway.answered.clear()
+    gateway.model.calls.clear()
+    for refused in ("//finance", "/~", "/*"):
+        bad = await gateway.client.post(
+            "/v1/query", json=ASK, headers={**headers, GROUPS_HEADER: f"/finance,{refused}"}
+        )
+        assert_refused(bad, 400, "bad_groups", gateway)
+        assert repr(refused) in bad.json()["detail"]
+
+
 async def test_route_gets_the_reader_too(gateway: Gateway, first: SigningKey) -> None:
     headers = {**bearer(CHATBOT_KEY), **user_token(token(first, groups=None))}
     response = await gateway.client.post("/v1/route", json={"query": "hi"}, headers=headers)
@@ -246,14 +284,16 @@ async def test_user_headers_from_an_untrusted_key_are_403(gateway: Gateway, key:
 
 
 async def test_a_token_on_a_key_not_acting_for_users_is_403(
-    gateway: Gateway, first: SigningKey, idp: JwksServer
+    gateway: Gateway, second: SigningKey, idp: JwksServer
 ) -> None:
-    headers = {**bearer(PLAIN_KEY), **user_token(token(first))}
+    # Signed by a key not published: were its key looked up, the keys would be fetched again (no pause here).
+    headers = {**bearer(PLAIN_KEY), **user_token(token(second))}
+    fetched = idp.fetched()
     native = await gateway.client.post("/v1/query", json=ASK, headers=headers)
     assert_refused(native, 403, "key_does_not_act_for_users", gateway)
     chat = await gateway.client.post("/v1/chat/completions", json=CHAT, headers=headers)
     assert_refused(chat, 403, "key_does_not_act_for_users", gateway, openai_shape=True)
-    assert idp.fetched() == 0  # refused before any key was looked up
+    assert idp.fetched() == fetched  # refused before any key was looked up
 
 
 async def test_the_chat_user_field_must_match_the_token(gateway: Gateway, first: SigningKey) -> None:

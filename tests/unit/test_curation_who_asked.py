@@ -313,6 +313,11 @@ def test_run_as_keeps_the_groups_sorted_and_distinct_and_refuses_reserved_names(
     assert run_as(" carol ", ["ops", " eng", "ops"]) == RunAs("carol", ("eng", "ops"))
     with pytest.raises(InvalidReaderError, match="reserved"):
         run_as("carol", ["*"])
+    # Keycloak's group paths read as the groups they name, as a user's do in tokens and trusted headers.
+    assert run_as("carol", ["/eng/platform", "eng/platform", "/ops"]) == RunAs("carol", ("eng/platform", "ops"))
+    for named in ("//eng", "/*", "/~"):
+        with pytest.raises(InvalidReaderError, match="is not a group name"):
+            run_as("carol", [named])
     with pytest.raises(InvalidReaderError, match="at most 512"):
         run_as("carol", [f"g{i}" for i in range(513)])
 

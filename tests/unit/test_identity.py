@@ -4,6 +4,8 @@ and the one Reader every request gets. Through the real app: tests/integration/t
 from __future__ import annotations
 
 import asyncio
+import logging
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -30,6 +32,7 @@ from gateway.access.identity import (
     index_keys,
     open_identity,
     record,
+    user_group,
 )
 from gateway.access.keys import ANONYMOUS, Principal
 from gateway.errors import ClientError, PermissionDeniedError, ProviderUnavailableError, UserTokenError
@@ -191,7 +194,7 @@ async def test_no_groups_claim_reads_what_is_open_to_the_tenant(verifying: Verif
     reserved = await verifying.identity.reader(CHATBOT, with_token(token(first, groups=["*", "~", "staff"])))
     assert reserved.groups == {"staff"}  # the reserved tags cannot be claimed
     # Nor groups no document's access could name: they would grant nothing.
-    unnamed = await verifying.identity.reader(CHATBOT, with_token(token(first, groups=["Team A", "/eng", "staff"])))
+    unnamed = await verifying.identity.reader(CHATBOT, with_token(token(first, groups=["Team A", "eng!", "staff"])))
     assert unnamed.groups == {"staff"}
     await refused(verifying.identity, token(first, groups=[{"name": "staff"}]), "list of group names")
 
@@ -388,3 +391,215 @@ def test_a_reader_may_be_in_exactly_the_groups_a_document_can_name(name: str) ->
     assert is_group_name(name) is nameable
     # A reader's visibility gains the group exactly when a document could name it.
     assert (Visibility.of([name], unset_open=False) != Visibility.tenant_only(unset_open=False)) is nameable
+
+
+# --- the keys at start-up and in readiness ----------------------------------------------------------------
+
+
+class Transitions:
+    """What the keys report of the provider going down or coming back (the app's telemetry counts it)."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, bool]] = []
+
+    def dependency_changed(self, name: str, up: bool) -> None:
+        self.seen.append((name, up))
+
+
+def probed_keys(
+    server: JwksServer, http: httpx.AsyncClient, clock: Clock, events: Transitions | None = None
+) -> SigningKeys:
+    return SigningKeys(http, settings_for(server), clock=clock, events=events or Transitions())
+
+
+async def probe(keys: SigningKeys) -> str:
+    """One readiness check's outcome: ``ok``, or the detail it fails with."""
+    try:
+        await keys.check()
+    except ProviderUnavailableError as exc:
+        failure = exc
+    else:
+        return "ok"
+    assert failure.provider == "identity_provider"
+    return failure.detail
+
+
+def host_of(server: JwksServer) -> str:
+    return server.url.split("/")[2]  # 127.0.0.1:<port>
+
+
+async def test_prefetch_fetches_the_keys_once_before_any_token(idp: JwksServer, first: SigningKey) -> None:
+    settings = settings_for(idp)
+    async with httpx.AsyncClient() as http:
+        identity = open_identity(settings, http, [])
+        keys = identity.signing_keys
+        assert keys is not None
+        await identity.prefetch_keys()
+        assert idp.fetched() == 1
+        await identity.prefetch_keys()  # fresh keys: nothing to fetch
+        reader = await identity.reader(CHATBOT, with_token(token(first)))
+        assert await probe(keys) == "ok"
+    assert reader.user_id == "alice"
+    assert idp.fetched() == 1  # the token and the probe read the keys fetched at start-up
+
+
+async def test_a_failed_prefetch_is_logged_and_the_start_goes_on(
+    idp: JwksServer, first: SigningKey, caplog: pytest.LogCaptureFixture
+) -> None:
+    idp.status = 503
+    clock = Clock()
+    async with httpx.AsyncClient() as http:
+        keys = probed_keys(idp, http, clock)
+        identity = Identity(settings_for(idp), TokenVerifier(settings_for(idp), keys))
+        with caplog.at_level(logging.WARNING, logger="gateway.access.identity"):
+            await identity.prefetch_keys()  # no exception: requests naming no user need no keys
+        with pytest.raises(ProviderUnavailableError, match="answered 503") as caught:
+            await identity.reader(CHATBOT, with_token(token(first)))
+        assert caught.value.status_code == 503
+        assert idp.fetched() == 1  # the token came within the interval: no second fetch so soon
+        idp.status = 200
+        clock.now += 31
+        assert (await identity.reader(CHATBOT, with_token(token(first)))).user_id == "alice"  # fetched again
+    assert idp.fetched() == 2
+    (logged,) = [r for r in caplog.records if r.name == "gateway.access.identity" and r.levelno >= logging.WARNING]
+    assert host_of(idp) in logged.getMessage()
+    assert "answered 503" in logged.getMessage()
+
+
+async def test_probes_never_fetch_more_often_than_the_interval(idp: JwksServer) -> None:
+    clock = Clock()
+    async with httpx.AsyncClient() as http:
+        keys = probed_keys(idp, http, clock)
+        await keys.prefetch()
+        assert [await probe(keys) for _ in range(5)] == ["ok"] * 5
+        assert idp.fetched() == 1  # fresh keys: probes fetch nothing
+
+        clock.now += 601  # old: the next probe fetches them again, once
+        assert [await probe(keys) for _ in range(3)] == ["ok"] * 3
+        assert idp.fetched() == 2
+
+        idp.status = 503  # the provider goes down and the keys grow old
+        clock.now += 601
+        outcomes = [await probe(keys) for _ in range(5)]
+        assert idp.fetched() == 3  # one fetch, not five
+        assert len(set(outcomes)) == 1
+        assert outcomes[0].startswith(f"Signing keys from {host_of(idp)} are 601 s old (kept for 600 s)")
+        assert outcomes[0].endswith("The identity provider's JWKS answered 503.")
+
+        clock.now += 29
+        await probe(keys)
+        assert idp.fetched() == 3  # within the interval still
+        clock.now += 2
+        await probe(keys)
+        assert idp.fetched() == 4
+
+        idp.status = 200
+        clock.now += 30
+        assert await probe(keys) == "ok"  # back without a user's request
+        assert idp.fetched() == 5
+
+
+async def test_no_keys_at_all_is_reported_with_the_host_and_the_error(idp: JwksServer, first: SigningKey) -> None:
+    idp.status = 500
+    clock = Clock()
+    events = Transitions()
+    async with httpx.AsyncClient() as http:
+        keys = probed_keys(idp, http, clock, events)
+        await keys.prefetch()
+        outcomes = {await probe(keys) for _ in range(5)}
+        assert outcomes == {f"No signing keys from {host_of(idp)}: The identity provider's JWKS answered 500."}
+        assert idp.fetched() == 1
+        idp.publish()  # up again, but publishing no usable key
+        idp.status = 200
+        clock.now += 30
+        assert "has no signing key for RS256, ES256" in await probe(keys)
+        idp.publish(first)
+        clock.now += 30
+        assert await probe(keys) == "ok"
+        assert (await keys.key(first.kid, "RS256")).key_id == first.kid
+    assert idp.fetched() == 3
+    # Down once (two failures), up once: a transition each, whoever fetched.
+    assert events.seen == [("identity_provider", False), ("identity_provider", True)]
+
+
+async def test_a_probe_timing_out_does_not_cancel_the_fetch(idp: JwksServer, first: SigningKey) -> None:
+    """The readiness timeout ends the probe's wait, not the fetch: a token arriving meanwhile reads its keys, and
+    the provider is not asked twice."""
+    idp.hold = threading.Event()
+    try:
+        async with httpx.AsyncClient() as http:
+            keys = probed_keys(idp, http, Clock())
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(keys.check(), timeout=0.05)
+            idp.hold.set()
+            found = await keys.key(first.kid, "RS256")  # waits for the probe's fetch, then reads its keys
+            assert await probe(keys) == "ok"
+    finally:
+        idp.hold.set()
+    assert found.key_id == first.kid
+    assert idp.fetched() == 1
+
+
+async def test_the_readiness_detail_names_the_host_not_credentials_or_path() -> None:
+    url = "http://svc:hunter2@127.0.0.1:1/realms/acme/protocol/openid-connect/certs"  # nothing listens on port 1
+    settings = IdentitySettings(issuer=ISSUER, audience=AUDIENCE, jwks_url=url)
+    async with httpx.AsyncClient() as http:
+        keys = SigningKeys(http, settings, clock=Clock())
+        await keys.prefetch()
+        detail = await probe(keys)
+    assert (
+        detail == "No signing keys from 127.0.0.1:1: The identity provider's JWKS could not be reached (ConnectError)."
+    )
+
+
+# --- Keycloak's group paths ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "group"),
+    [
+        ("eng", "eng"),
+        ("/eng", "eng"),
+        ("/eng/platform", "eng/platform"),
+        ("eng/platform", "eng/platform"),
+        ("/" + "g" * 64, "g" * 64),
+        ("//eng", None),  # one leading "/" is a path's root; two are no group path
+        ("/*", None),  # a reserved tag stays reserved after the "/"
+        ("/~", None),
+        ("/~x", None),
+        ("*", None),
+        ("/", None),
+        ("", None),
+        ("/Team A", None),
+        ("/" + "g" * 65, None),
+    ],
+)
+def test_a_users_group_path_reads_as_the_group_documents_name(raw: str, group: str | None) -> None:
+    assert user_group(raw) == group
+    if group is not None:  # what it reads as is what a document's access can name
+        assert document_tags([group]) == (group,)
+
+
+async def test_a_tokens_keycloak_group_paths_are_its_groups(verifying: Verifying, first: SigningKey) -> None:
+    paths = ["/eng", "/eng/platform", "staff", "//hr", "/*", "/~", "/"]
+    reader = await verifying.identity.reader(CHATBOT, with_token(token(first, groups=paths)))
+    assert reader.groups == {"eng", "eng/platform", "staff"}  # the rest dropped, as names no document could name
+    assert reader.visibility == Visibility.of({"eng", "eng/platform", "staff"}, unset_open=True)
+    assert TENANT_OPEN in (reader.visibility.groups or ())  # "/*" granted nothing beyond what everyone has
+    one = await verifying.identity.reader(CHATBOT, with_token(token(first, groups="/eng/platform")))
+    assert one.groups == {"eng/platform"}
+
+
+async def test_trusted_header_group_paths_are_its_groups(verifying: Verifying) -> None:
+    headers = sent(**{USER_HEADER: "carol", GROUPS_HEADER: "/hr, /eng/platform ,staff,eng/platform"})
+    reader = await verifying.identity.reader(INGRESS, headers)
+    assert reader.groups == {"hr", "eng/platform", "staff"}
+    assert reader.visibility == Visibility.of({"hr", "eng/platform", "staff"}, unset_open=True)
+
+
+@pytest.mark.parametrize("groups", ["//hr", "staff,/*", "/~", "/~unset", "/", "/Team A"])
+async def test_trusted_header_paths_that_name_no_group_are_400(verifying: Verifying, groups: str) -> None:
+    with pytest.raises(ClientError, match="is not a group name") as caught:
+        await verifying.identity.reader(INGRESS, sent(**{USER_HEADER: "carol", GROUPS_HEADER: groups}))
+    assert caught.value.status_code == 400
+    assert caught.value.extra["code"] == "bad_groups"
