@@ -1,16 +1,24 @@
 """Open questions grouped into gaps, and each gap's diagnosis with the evidence for it.
 
 Questions are grouped greedily by the cosine of their embeddings (the app's embeddings model, the
-vectors recorded with them) against each group's centroid. A gap's id is its first record's id, so it
-stays the same while questions join it.
+vectors recorded with them) against each group's centroid, within one visibility: questions asked under different
+visibility keys never share a gap, because what is missing depends on what the asker can see (one reader's
+``knowledge_gap`` is another's ``ranking``). A gap's id is its first record's id, so it stays the same while
+questions join it; a tenant whose askers all see the same documents groups exactly as without visibilities.
 
-The diagnosis says what a curator should fix, checked in this order:
+A gap is diagnosed as its askers see the store: every search runs under the visibility recorded with its questions
+(:meth:`gateway.curation.askers.Asker.visibility`), so its evidence names only documents they could read. The
+diagnosis says what a curator should fix, checked in this order:
 
-- ``stale``: an answer cited a document that changed after it was given;
+- ``stale``: an answer cited a document that changed after it was given (and that its asker may still read);
 - ``generation``: the top-k the answer read held the expected answer a user gave with their feedback
   (or, without one, the evidence was judged Correct), yet a draft was rejected or it was rated down;
 - ``ranking``: a deeper search finds a passage that answers it (holds the expected answer from the
   feedback, or the relevance scorer judges it relevant) below the top-k the answer read;
+- ``restricted``: nothing the askers may read answers it, but the tenant holds documents that do: an access
+  decision (grant the askers' groups access, or leave it), not a missing document. Decided by one unrestricted
+  search; its evidence counts those passages and documents and names the access tags that hold them, never a
+  document id, title or text outside the askers' visibility;
 - ``knowledge_gap``: nothing in the store answers it: add a verified document.
 """
 
@@ -24,9 +32,9 @@ from typing import Any, Literal
 from gateway.curation.models import AnswerRecord
 from gateway.curation.store import CurationStore
 from gateway.knowledge import KnowledgeBase
-from pipelines.shared import QueryScorer, RelevanceModel, Visibility, overlap, terms
+from pipelines.shared import Passage, QueryScorer, RelevanceModel, Visibility, overlap, terms
 
-Diagnosis = Literal["knowledge_gap", "ranking", "generation", "stale"]
+Diagnosis = Literal["knowledge_gap", "ranking", "generation", "stale", "restricted"]
 # A passage "holds" the expected answer when it has this share of the answer's content terms.
 EXPECTED_SUPPORT = 0.6
 MAX_EXAMPLES = 5
@@ -37,6 +45,7 @@ class Gap:
     id: str
     tenant: str
     records: list[AnswerRecord]
+    visibility: Visibility  # the one every question of the gap was asked under, and its diagnosis searches
     diagnosis: Diagnosis = "knowledge_gap"
     evidence: dict[str, Any] = field(default_factory=dict)
 
@@ -59,8 +68,22 @@ def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
     return sum(x * y for x, y in zip(_unit(a), _unit(b), strict=False))
 
 
-def cluster(records: Sequence[AnswerRecord], threshold: float) -> list[Gap]:
-    """Greedy single pass in time order: each record joins the most similar gap above ``threshold``."""
+def cluster(records: Sequence[AnswerRecord], threshold: float, tenant_open: Visibility) -> list[Gap]:
+    """Greedy single pass in time order within each visibility: each record joins the most similar gap of its own
+    visibility above ``threshold``. ``tenant_open``: the visibility of records from before askers were recorded. The
+    gaps come in the order their first records were asked."""
+    by_view: dict[str, list[AnswerRecord]] = {}
+    views: dict[str, Visibility] = {}
+    for record in records:
+        visibility = record.asker.visibility(tenant_open)
+        by_view.setdefault(visibility.key(), []).append(record)
+        views.setdefault(visibility.key(), visibility)
+    position = {record.id: i for i, record in enumerate(records)}
+    gaps = [gap for key, view in by_view.items() for gap in _cluster_one_view(view, views[key], threshold)]
+    return sorted(gaps, key=lambda g: position[g.records[0].id])
+
+
+def _cluster_one_view(records: Sequence[AnswerRecord], visibility: Visibility, threshold: float) -> list[Gap]:
     gaps: list[Gap] = []
     centroids: list[list[float]] = []
     for record in records:
@@ -70,7 +93,7 @@ def cluster(records: Sequence[AnswerRecord], threshold: float) -> list[Gap]:
             if similarity >= best_similarity:
                 best, best_similarity = index, similarity
         if best < 0:
-            gaps.append(Gap(id=f"gap_{record.id}", tenant=record.tenant, records=[record]))
+            gaps.append(Gap(id=f"gap_{record.id}", tenant=record.tenant, records=[record], visibility=visibility))
             centroids.append(_unit(record.embedding))
             continue
         gap = gaps[best]
@@ -118,8 +141,13 @@ class Diagnoser:
         gap.diagnosis, gap.evidence = await self._deep_search(gap)
 
     async def _stale(self, gap: Gap) -> list[dict[str, Any]]:
+        """The cited documents changed since they were cited, of those the askers may still read: a change of access
+        is a change too, and one that took a document from them is not theirs to see (the deep search then tells)."""
         cited = sorted({doc for r in gap.records for doc in r.cited})
         changed = await self._store.change_times(gap.tenant, cited)
+        if changed:
+            readable = await self._knowledge.readable(gap.tenant, sorted(changed), gap.visibility)
+            changed = {doc: at for doc, at in changed.items() if doc in readable}
         found = []
         for record in gap.records:
             for doc in record.cited:
@@ -131,19 +159,16 @@ class Diagnoser:
         record = gap.records[-1]
         k = max(record.top_k, 1)
         expected = gap.expected_answer
-        # A curator's diagnosis of what the tenant holds (an admin's): every document, whoever asked the question.
-        everything = Visibility.everything()
-        passages = await self._knowledge.search(gap.tenant, record.question, self._deep_k, visibility=everything)
-        scorer = QueryScorer.of(self._model, record.question)
         expected_terms = frozenset(terms(expected)) if expected else frozenset()
+        judge = _Judge(QueryScorer.of(self._model, record.question), expected_terms, self._relevant)
+        vector = await self._knowledge.embed_query(record.question)
+        # What the askers could find: their recorded visibility, never more, so the evidence names their documents.
+        passages = await self._knowledge.search(
+            gap.tenant, record.question, self._deep_k, visibility=gap.visibility, vector=vector
+        )
         ranked: list[dict[str, Any]] = []
         for rank, passage in enumerate(passages, start=1):
-            if expected_terms:
-                support = overlap(expected_terms, passage.text)
-                answers = support >= EXPECTED_SUPPORT
-            else:
-                support = scorer.score(passage.title, passage.text, passage.score)
-                answers = support >= self._relevant
+            support, answers = judge(passage)
             ranked.append(
                 {
                     "rank": rank,
@@ -156,7 +181,7 @@ class Diagnoser:
         evidence: dict[str, Any] = {
             "top_k": k,
             "deep_search_k": self._deep_k,
-            "judged_by": "expected_answer" if expected_terms else "relevance_scorer",
+            "judged_by": judge.by,
             "best_passages": sorted(ranked, key=lambda p: p["support"], reverse=True)[:3],
         }
         answering = [p for p in ranked if p["answers"]]
@@ -164,9 +189,55 @@ class Diagnoser:
             # Without an expected answer, what the model read was already the evaluator's to judge.
             answering = [p for p in answering if p["rank"] > k]
         if not answering:
+            outside = await self._outside(gap, record.question, vector, judge)
+            if outside is not None:
+                evidence["outside_visibility"] = outside
+                return "restricted", evidence
             return "knowledge_gap", evidence
         if answering[0]["rank"] <= k:
             # The expected answer was in what the model read: the model, not retrieval, missed it.
             return "generation", evidence
         evidence["found_at_rank"] = answering[0]["rank"]
         return "ranking", evidence
+
+    async def _outside(self, gap: Gap, question: str, vector: list[float], judge: _Judge) -> dict[str, Any] | None:
+        """Whether the tenant holds an answer outside the askers' visibility (one unrestricted search, a curator's):
+        None when it holds none (or the askers see everything already). Said in counts and access tags only: which
+        documents, and what they say, is exactly what the askers may not read."""
+        if gap.visibility.unrestricted:
+            return None
+        everything = Visibility.everything()
+        passages = await self._knowledge.search(
+            gap.tenant, question, self._deep_k, visibility=everything, vector=vector
+        )
+        answering = [p for p in passages if judge(p)[1]]
+        if not answering:
+            return None
+        tags = await self._knowledge.document_access(gap.tenant, [p.doc_id for p in answering])
+        closed = {doc: held for doc, held in tags.items() if not gap.visibility.allows(held)}
+        hidden = [p for p in answering if p.doc_id in closed]
+        if not hidden:
+            return None  # the askers may read each of them (below their own search's depth): not an access matter
+        held_by = sorted({tag for held in closed.values() for tag in held})
+        return {"passages": len(hidden), "documents": len(closed), "access": held_by}
+
+
+@dataclass(frozen=True, slots=True)
+class _Judge:
+    """Whether a passage answers the gap's question: it holds the expected answer from the feedback, or without one
+    the relevance scorer takes it to answer."""
+
+    scorer: QueryScorer
+    expected_terms: frozenset[str]
+    relevant: float
+
+    @property
+    def by(self) -> str:
+        return "expected_answer" if self.expected_terms else "relevance_scorer"
+
+    def __call__(self, passage: Passage) -> tuple[float, bool]:
+        if self.expected_terms:
+            support = overlap(self.expected_terms, passage.text)
+            return support, support >= EXPECTED_SUPPORT
+        support = self.scorer.score(passage.title, passage.text, passage.score)
+        return support, support >= self.relevant

@@ -6,6 +6,10 @@ it and in the view it was asked in (as its asker: the visibility recorded with i
 reader can see, not on documents closed to them); the hybrid evaluator scores the recorded answer and the new one with
 the same rules and reference. The gap closes only when the mean score rises; either way both answers and both
 breakdowns are kept.
+
+Each case keeps the view it ran in (``visibility``, its key, and ``visible_tags``, the tags themselves: what the
+training pairs filter its ids by) and names only documents that view may read now: what the first answer read is
+checked against the documents' current access (it may have changed since), and so is what the new one cited.
 """
 
 from __future__ import annotations
@@ -55,17 +59,21 @@ async def resolve(
     await knowledge.ingest(gap.tenant, documents)
     reference = "\n\n".join(f"{d.title}\n{d.text}" if d.title else d.text for d in documents)
     cases: list[dict[str, Any]] = []
+    views: list[Visibility] = []
     for record in _latest_per_question(gap.records, nobody.visibility):
         before = await evaluator.score(record.question, record.answer, rules, reference)
         request = QueryRequest(query=record.question, tenant=gap.tenant, route=_rerun_route(record.route))
         asker = record.asker.reader(nobody)
         fresh = await queries.answer_fresh(request, reader=asker)
         after = await evaluator.score(record.question, fresh.answer, rules, reference)
+        groups = asker.visibility.groups
+        views.append(asker.visibility)
         cases.append(
             {
                 "question": record.question,
                 "user_id": asker.user_id,
                 "visibility": asker.visibility.key(),
+                "visible_tags": None if groups is None else sorted(groups),
                 "before": {"answer": record.answer, "route": record.route, **before.breakdown()},
                 "after": {
                     "answer": fresh.answer,
@@ -77,6 +85,7 @@ async def resolve(
                 "after_documents": [s.id for s in fresh.sources],
             }
         )
+    await _within_views(knowledge, gap.tenant, cases, views)
     score_before = _mean(c["before"]["score"] for c in cases)
     score_after = _mean(c["after"]["score"] for c in cases)
     resolution = Resolution(
@@ -93,6 +102,17 @@ async def resolve(
     )
     await store.add_resolution(resolution, [r.id for r in gap.records])
     return resolution
+
+
+async def _within_views(
+    knowledge: KnowledgeBase, tenant: str, cases: list[dict[str, Any]], views: Sequence[Visibility]
+) -> None:
+    """Leaves in each case only the documents its view may read by their current access."""
+    for case, view in zip(cases, views, strict=True):
+        named = [*(d["id"] for d in case["before_documents"]), *case["after_documents"]]
+        readable = await knowledge.readable(tenant, named, view)
+        case["before_documents"] = [d for d in case["before_documents"] if d["id"] in readable]
+        case["after_documents"] = [d for d in case["after_documents"] if d in readable]
 
 
 def _rerun_route(route: str) -> Any:

@@ -10,7 +10,7 @@ from msgspec import Meta
 
 from gateway.curation.askers import RunAs
 from gateway.curation.evaluator import Rule, RuleKind
-from gateway.curation.gaps import Gap
+from gateway.curation.gaps import Diagnosis, Gap
 from gateway.curation.models import EvalRun, Resolution, RunState
 from gateway.knowledge import DocumentIn, Tenant
 from pipelines.shared import Visibility
@@ -51,7 +51,20 @@ class GapRecordOut(msgspec.Struct, kw_only=True):
 
 class GapOut(msgspec.Struct):
     id: str
-    diagnosis: Literal["knowledge_gap", "ranking", "generation", "stale"]
+    diagnosis: Annotated[
+        Diagnosis,
+        Meta(
+            description="stale, generation, ranking, restricted (the answer is held only in documents its askers may "
+            "not read: an access decision), or knowledge_gap (nothing holds it: add a verified document)."
+        ),
+    ]
+    visibility: Annotated[
+        str,
+        Meta(
+            description="The key of the visibility every question of the gap was asked under: gaps never mix "
+            "visibilities, and the evidence searched only what it allows."
+        ),
+    ]
     evidence: dict[str, Any]
     count: int
     examples: list[str]
@@ -98,6 +111,7 @@ def gap_out(gap: Gap, tenant_open: Visibility) -> GapOut:
     return GapOut(
         id=gap.id,
         diagnosis=gap.diagnosis,
+        visibility=gap.visibility.key(),
         evidence=gap.evidence,
         count=len(gap.records),
         examples=gap.questions[:5],

@@ -18,7 +18,7 @@ from gateway.curation.resolution import resolve
 from gateway.curation.routing import Calibration, RouteReport, recalibrate_tenant, route_report
 from gateway.curation.store import CurationStore
 from gateway.curation.suites import ABANDONED, SuiteRunner
-from gateway.curation.training import pairs, to_jsonl
+from gateway.curation.training import pairs, restricted_ids, to_jsonl, within_access
 from gateway.errors import NotFoundError
 from gateway.knowledge import KnowledgeBase, NewDocument
 from gateway.query import QueryService
@@ -91,12 +91,13 @@ class Curation:
         )
 
     async def gaps(self, tenant: str, asked: AskedBy | None = None) -> list[Gap]:
-        """The tenant's open gaps; with ``asked``, those holding a question of that user or visibility (whole: a gap's
-        id and its resolution are of all its questions, whoever asked them)."""
+        """The tenant's open gaps, each of questions asked under one visibility; with ``asked``, those holding a
+        question of that user or visibility (whole: a gap's id and its resolution are of all its questions, whoever of
+        that visibility asked them)."""
         records = await self.store.open_records(tenant)
-        gaps = cluster(records, self._gap_similarity)
+        tenant_open = self.nobody().visibility
+        gaps = cluster(records, self._gap_similarity, tenant_open)
         if asked is not None:
-            tenant_open = self.nobody().visibility
             gaps = [g for g in gaps if any(asked.matches(r.asker, tenant_open) for r in g.records)]
         for gap in gaps:
             await self._diagnoser.diagnose(gap)
@@ -198,14 +199,16 @@ class Curation:
         return case
 
     async def training_pairs(self, tenant: str, asked: AskedBy | None = None) -> str:
-        """The tenant's pairs as JSONL, each with its question's asker; with ``asked``, those of that user or
+        """The tenant's pairs as JSONL, each with its question's asker and only the ids that asker may read now (one
+        look-up of the documents' current access for the whole export); with ``asked``, those of that user or
         visibility only."""
         resolutions = await self.store.resolutions_of(tenant, closed_only=True)
         tenant_open = self.nobody().visibility
-        rows = pairs(resolutions, await self.store.feedback_of(tenant), tenant_open)
+        candidates = list(pairs(resolutions, await self.store.feedback_of(tenant), tenant_open))
         if asked is not None:
-            rows = (row for row in rows if asked.matches_row(row))
-        return to_jsonl(rows)
+            candidates = [pair for pair in candidates if asked.matches_row(pair.row)]
+        access = await self._knowledge.document_access(tenant, restricted_ids(candidates))
+        return to_jsonl(within_access(candidates, access))
 
     async def purge(self) -> int:
         return await self.store.purge(self.settings.retention_days)

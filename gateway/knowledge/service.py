@@ -223,6 +223,28 @@ class KnowledgeBase:
             await self._on_change(tenant, [doc_id])
         return deleted
 
+    async def document_access(self, tenant: str, doc_ids: Sequence[str]) -> dict[str, frozenset[str]]:
+        """The current access tags of each of ``doc_ids`` the tenant holds, as its chunks carry them (a document it
+        does not hold is left out; so is every one where the store cannot read tags back). What an export of
+        document ids asks (curation's training pairs) before it shows an id to anyone but an admin."""
+        wanted = list(dict.fromkeys(doc_ids))
+        if not wanted:
+            return {}
+        found = await self.store.document_access(tenant, wanted)
+        if found is None:
+            logger.warning("vector store %s cannot report documents' access: none reads as readable", self.store.name)
+            return {}
+        return found
+
+    async def readable(self, tenant: str, doc_ids: Sequence[str], visibility: Visibility) -> set[str]:
+        """Those of ``doc_ids`` that ``visibility`` may read now, by their chunks' current access. An unrestricted
+        visibility reads every id as given (no lookup: whatever the tenant holds or held); a restricted one only the
+        documents the tenant still holds and their tags allow."""
+        if visibility.unrestricted:
+            return set(doc_ids)
+        tags = await self.document_access(tenant, doc_ids)
+        return {doc_id for doc_id, held in tags.items() if visibility.allows(held)}
+
     async def search(
         self, tenant: str, query: str, k: int, *, visibility: Visibility, vector: list[float] | None = None
     ) -> list[Passage]:

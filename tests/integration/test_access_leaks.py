@@ -275,7 +275,7 @@ EXPECTED_CHECKS = (
     (len(USERS) + 1) * PER_USER  # the matrix, nobody included
     + 3 * len(USERS)  # exact cache: first asker, the other user, first asker again
     + 2 * len(USERS)  # semantic paraphrase: first asker, the other user
-    + 2 * len(USERS)  # knowledge gaps and training pairs filtered by user
+    + 6 * len(USERS)  # curation: gaps by user and unfiltered, a resolution, pairs by user and unfiltered, a suite
     + 3  # nobody: the tenant-open document, by query, route and chat
     + (len(USERS) + 1) * (2 * (len(QUESTIONS) + 1) + 3 + len(QUESTIONS) + 1)  # console: playground, lists, pages
     + len(USERS) * (PER_USER + len(QUESTIONS))  # users named by tokens: the matrix's paths, and the direct model
@@ -363,41 +363,157 @@ async def cache_paths(client: httpx.AsyncClient, ledger: Ledger) -> None:
         ledger.check("cache/semantic-other", other, json.dumps(theirs), named_documents(theirs))
 
 
+# Per group: a verified document a curator adds to resolve its user's gap (open to that group alone), the words the
+# re-run's answer must then give, and the rule that proves it.
+VERIFIED: dict[str, tuple[dict[str, Any], str]] = {
+    "hr": (
+        {
+            "id": "hr-salary-bands-2025",
+            "title": "Who reviews the salary bands",
+            "text": "The salary bands are reviewed by the pay committee; the review codeword stays PERIWINKLE.",
+            "access": ["hr"],
+        },
+        "pay committee",
+    ),
+    "eng": (
+        {
+            "id": "eng-bridge-rota-2025",
+            "title": "How often the bridge on-call rota changes",
+            "text": "The bridge on-call rota changes every second Monday; the bridge passphrase stays TANGERINE.",
+            "access": ["eng"],
+        },
+        "every second Monday",
+    ),
+}
+SUITE_CASES = [rows[0][1] for rows in SECRETS.values()]  # each group's first secret question
+POLL_S, POLL_LIMIT_S = 0.05, 60.0
+
+
+def gap_documents(gaps: list[dict[str, Any]]) -> set[str]:
+    """The document ids gaps' evidence names (what a search read, what changed)."""
+    found: set[str] = set()
+    for gap in gaps:
+        evidence = gap["evidence"]
+        found |= {p["document"] for p in evidence.get("best_passages", [])}
+        found |= {c["document"] for c in evidence.get("changed_documents", [])}
+    return found
+
+
+def pair_documents(rows: list[dict[str, Any]]) -> set[str]:
+    return {doc for row in rows for doc in (*row["positive_ids"], *row["negative_ids"])}
+
+
+async def finished_run(client: httpx.AsyncClient, location: str) -> dict[str, Any]:
+    """A suite run polled as its API says (202, then its Location until it is done or failed), within a bound."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + POLL_LIMIT_S
+    while True:
+        polled = await client.get(location, headers=ADMIN)
+        assert polled.status_code == 200, polled.text
+        run: dict[str, Any] = polled.json()
+        if run["state"] != "running":
+            return run
+        assert loop.time() < deadline, f"suite run still running after {POLL_LIMIT_S}s: {run}"
+        await asyncio.sleep(POLL_S)
+
+
 async def curation_paths(client: httpx.AsyncClient, ledger: Ledger) -> None:
-    """Each user rates one of their answers down with the answer they expected: the gaps and training pairs filtered
-    by a user show only that user's questions (and at least one)."""
+    """Each user rates one of their answers down with the answer they expected. Then, per user: the gaps filtered by
+    that user, and the gaps their questions formed in the unfiltered list, whose evidence searched only what they may
+    read (the answers only the other group's documents hold are ``restricted``, said by access tags alone); a
+    resolution of their gap with a verified document of their group, re-run as them; the training pairs filtered by
+    them and their rows of the unfiltered export; an evaluation suite run as them."""
     asked = {
         "hr-user": "Who reviews the salary bands?",
         "eng-user": "How often does the bridge on-call rota change?",
     }
+    rated: dict[str, str] = {}
     for user, question in asked.items():
         answer = await query(client, user, question, "single_hop")
-        rated = await client.post(
+        rated[user] = answer["response_id"]
+        response = await client.post(
             "/v1/feedback",
             json={"tenant": TENANT, "response_id": answer["response_id"], "rating": "down", "expected_answer": "x"},
             headers=user_headers(user),
         )
-        assert rated.status_code == 202, rated.text
-        assert rated.json()["recorded"], rated.text
+        assert response.status_code == 202, response.text
+        assert response.json()["recorded"], response.text
+
+    unfiltered = await client.get("/v1/knowledge-gaps", params={"tenant": TENANT}, headers=ADMIN)
+    assert unfiltered.status_code == 200, unfiltered.text
+    every_gap = unfiltered.json()["gaps"]
+    resolvable: dict[str, str] = {}
     for user, question in asked.items():
+        group = USERS[user]
         gaps = await client.get("/v1/knowledge-gaps", params={"tenant": TENANT, "user": user}, headers=ADMIN)
         assert gaps.status_code == 200, gaps.text
-        # A gap is returned whole (its id and resolution are of all its questions, and its evidence is the curator's
-        # deep search over every document): the user's part of it is their records, and each gap must hold one.
+        # A gap is of one visibility: returned whole, each of these holds this user's questions and no one else's.
         shown = gaps.json()["gaps"]
-        mine = [r for g in shown for r in g["records"] if r["user_id"] == user]
-        ledger.check("knowledge-gaps", user, json.dumps(mine), set(), own=question)
-        if not shown or any(all(r["user_id"] != user for r in g["records"]) for g in shown):
-            ledger.problems.append(f"gaps {user}: a gap holding no question of theirs: {gaps.text}")
+        ledger.check("knowledge-gaps", user, gaps.text, gap_documents(shown), own=question)
+        if not shown or any({r["user_id"] for r in g["records"]} != {user} for g in shown):
+            ledger.problems.append(f"gaps {user}: a gap holding another asker's question: {gaps.text}")
+        theirs = [g for g in every_gap if any(r["user_id"] == user for r in g["records"])]
+        ledger.check("knowledge-gaps/all", user, json.dumps(theirs), gap_documents(theirs), own=question)
+        if [g["id"] for g in theirs] != [g["id"] for g in shown]:
+            ledger.problems.append(f"gaps {user}: the unfiltered list forms other gaps of their questions")
+        # The other group's secret questions this user asked in the matrix found nothing they may read: the tenant
+        # holds the answer, closed to them, and the gap says so by the other group's access tag.
+        closed = [g for g in theirs if g["diagnosis"] == "restricted"]
+        if not any(OTHER[group] in g["evidence"]["outside_visibility"]["access"] for g in closed):
+            ledger.problems.append(f"MISS gaps {user}: no restricted gap naming {OTHER[group]!r}: {json.dumps(theirs)}")
+        (mine,) = [g for g in theirs if any(r["id"] == rated[user] for r in g["records"])]
+        resolvable[user] = mine["id"]
 
+    for user, gap_id in resolvable.items():
+        group = USERS[user]
+        document, words = VERIFIED[group]
+        ledger.owner[document["id"]] = group
+        ledger.readable[group].add(document["id"])
+        resolved = await client.post(
+            f"/v1/knowledge-gaps/{gap_id}/resolution",
+            json={"tenant": TENANT, "documents": [document], "rules": [{"kind": "must_contain", "value": words}]},
+            headers=ADMIN,
+        )
+        assert resolved.status_code == 200, resolved.text
+        result = resolved.json()
+        named = {d["id"] for c in result["cases"] for d in c["before_documents"]}
+        named |= {d for c in result["cases"] for d in c["after_documents"]} | set(result["document_ids"])
+        # Re-run as the recorded reader: the verified document is theirs alone, so only they could answer from it.
+        ledger.check("resolution", user, resolved.text, named, own=words)
+        if not result["closed"] or {c["user_id"] for c in result["cases"]} != {user}:
+            ledger.problems.append(f"resolution {user}: not closed, or re-run as another: {resolved.text}")
+
+    every_row = await client.get("/v1/training-pairs", params={"tenant": TENANT}, headers=ADMIN)
+    assert every_row.status_code == 200, every_row.text
+    all_rows = [json.loads(line) for line in every_row.text.splitlines()]
+    for user, question in asked.items():
         pairs = await client.get("/v1/training-pairs", params={"tenant": TENANT, "user": user}, headers=ADMIN)
         assert pairs.status_code == 200, pairs.text
         rows = [json.loads(line) for line in pairs.text.splitlines()]
-        ledger.check("training-pairs", user, pairs.text, set())
+        ledger.check("training-pairs", user, pairs.text, pair_documents(rows), own=question)
         if not rows or {r["user_id"] for r in rows} != {user}:
             ledger.problems.append(f"pairs {user}: rows of {sorted({str(r['user_id']) for r in rows})}")
-        if question not in pairs.text:
-            ledger.problems.append(f"MISS training-pairs {user}: own question not shown")
+        if VERIFIED[USERS[user]][0]["id"] not in {d for r in rows for d in r["positive_ids"]}:
+            ledger.problems.append(f"MISS training-pairs {user}: the resolution's verified document not positive")
+        theirs = [r for r in all_rows if r["user_id"] == user]
+        ledger.check("training-pairs/all", user, json.dumps(theirs), pair_documents(theirs), own=question)
+
+    for case in SUITE_CASES:
+        added = await client.post(
+            "/v1/eval-suites/leaks/cases", json={"tenant": TENANT, "question": case, "rules": []}, headers=ADMIN
+        )
+        assert added.status_code == 201, added.text
+    for user in USERS:
+        run_as = {"user_id": user, "groups": [USERS[user]]}
+        started = await client.post(
+            "/v1/eval-suites/leaks/runs", json={"tenant": TENANT, "run_as": run_as}, headers=ADMIN
+        )
+        assert started.status_code == 202, started.text
+        run = await finished_run(client, started.headers["location"])
+        own = next(secret for _, q, secret in SECRETS[USERS[user]] if q in SUITE_CASES)
+        ledger.check("eval-suite", user, json.dumps(run), set(), own=own)
+        if run["state"] != "done" or run["run_as"] != run_as:
+            ledger.problems.append(f"eval-suite {user}: {run['state']} as {run['run_as']}: {run.get('error')}")
 
 
 async def open_document(client: httpx.AsyncClient, ledger: Ledger) -> None:

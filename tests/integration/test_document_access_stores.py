@@ -147,6 +147,10 @@ async def test_a_table_from_before_permissions_reads_as_unset_and_is_migrated_on
         assert stored is not None
         assert [c.access for c in stored["memo"]] == [(UNSET,)]
         assert [c.access for c in stored["eng-falcon"]] == [("eng",)]
+        assert await reader.document_access(TENANT, ["memo", "eng-falcon", "gone"]) == {
+            "memo": frozenset({UNSET}),
+            "eng-falcon": frozenset({"eng"}),
+        }
     finally:
         await reader.close()
         await writer.close()
@@ -212,6 +216,10 @@ async def test_changing_only_access_retags_the_stored_chunks_without_embedding(
         assert before is not None
         assert after is not None
         assert [c.access for c in after["falcon"]] == [("eng", "hr")] * first.chunks
+        # What curation's exports read: the tags the chunks carry now, and nothing for a document not held.
+        assert await store.document_access(TENANT, ["falcon", "gone"]) == {"falcon": frozenset({"eng", "hr"})}
+        assert await kb.readable(TENANT, ["falcon", "gone"], ENG) == {"falcon"}
+        assert await kb.readable(TENANT, ["falcon"], Visibility.of(["sales"], unset_open=True)) == set()
         assert [list(c.vector) for c in after["falcon"]] == [list(c.vector) for c in before["falcon"]]
         assert docs_of(await store.search(TENANT, QUERY, 1, visibility=HR)) == ["falcon"]
     finally:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -67,6 +67,15 @@ class StoredChunks:
 
     def __len__(self) -> int:
         return len(self.chunk_ids)
+
+
+def common_access(tags: Iterable[Sequence[str]]) -> frozenset[str]:
+    """The tags every one of a document's chunks carries (a chunk stored without tags reads as ``UNSET``)."""
+    common: frozenset[str] | None = None
+    for each in tags:
+        held = frozenset(each or (UNSET,))
+        common = held if common is None else common & held
+    return common or frozenset()
 
 
 def check_tenant(tenant: str) -> str:
@@ -125,6 +134,18 @@ class VectorStore(ABC):
         store cannot read them back cheaply. The knowledge base compares them with an upsert: a document whose
         only change is its access is written again with the vectors it has, without embedding it again."""
         return None
+
+    async def document_access(self, tenant: str, doc_ids: Sequence[str]) -> dict[str, frozenset[str]] | None:
+        """The access tags of each of ``doc_ids`` the tenant holds (a document it does not hold is left out): the tags
+        every chunk of it carries, so a reader allowed them may read all of it (a write replaces a document's chunks
+        with one access; a document caught half re-tagged reads as what both versions allow). None when this store
+        cannot read them back. Read from the chunks, not from anywhere else: changing a document's access re-tags its
+        chunks, so this is the access every search filters by now. Stores that can select the tags alone override it;
+        this one reads the chunks whole."""
+        chunks = await self.document_chunks(tenant, doc_ids)
+        if chunks is None:
+            return None
+        return {doc_id: common_access(c.access for c in held) for doc_id, held in chunks.items() if held}
 
     @abstractmethod
     async def ping(self) -> None:

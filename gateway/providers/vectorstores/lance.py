@@ -45,7 +45,13 @@ import pyarrow as pa
 from lancedb.index import FTS, LabelList
 
 from gateway.errors import ProviderError, ProviderUnavailableError
-from gateway.providers.vectorstores.base import ChunkRecord, StoredChunks, VectorStore, check_tenant
+from gateway.providers.vectorstores.base import (
+    ChunkRecord,
+    StoredChunks,
+    VectorStore,
+    check_tenant,
+    common_access,
+)
 from gateway.providers.vectorstores.fusion import index_terms
 from pipelines.shared import UNSET, Passage, Visibility
 
@@ -389,6 +395,26 @@ class LanceVectorStore(VectorStore):
                 )
             )
         return found
+
+    async def document_access(self, tenant: str, doc_ids: Sequence[str]) -> dict[str, frozenset[str]] | None:
+        """Two columns of the documents' rows, no vectors or texts (a table before permissions: every row ``UNSET``)."""
+        check_tenant(tenant)
+        if not doc_ids:
+            return {}
+        try:
+            table = await self._table(tenant, create=False)
+            if table is None:
+                return {}
+            has_access = await self._has_access(table)
+            wanted = ", ".join(_sql_string(doc_id) for doc_id in doc_ids)
+            columns = ["doc_id", "access"] if has_access else ["doc_id"]
+            rows = await table.query().where(f"doc_id IN ({wanted})").select(columns).to_list()
+        except Exception as exc:
+            raise ProviderError(f"LanceDB read failed: {exc}", provider=PROVIDER) from exc
+        tags: dict[str, list[tuple[str, ...]]] = {}
+        for row in rows:
+            tags.setdefault(row["doc_id"], []).append(tuple(row.get("access") or (UNSET,)))
+        return {doc_id: common_access(held) for doc_id, held in tags.items()}
 
     async def count_chunks(self, tenant: str) -> int:
         table = await self._table(tenant, create=False)
