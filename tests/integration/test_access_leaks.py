@@ -271,15 +271,6 @@ QUERY_ROUTES = ("single_hop", "multi_hop", "auto")
 CHAT_ROUTES = QUERY_ROUTES
 QUESTIONS = [(question, secret, group) for group, rows in SECRETS.items() for _, question, secret in rows]
 PER_USER = len(QUESTIONS) * (len(QUERY_ROUTES) + 1 + 2 * len(CHAT_ROUTES))  # query routes, route, chat x2
-EXPECTED_CHECKS = (
-    (len(USERS) + 1) * PER_USER  # the matrix, nobody included
-    + 3 * len(USERS)  # exact cache: first asker, the other user, first asker again
-    + 2 * len(USERS)  # semantic paraphrase: first asker, the other user
-    + 6 * len(USERS)  # curation: gaps by user and unfiltered, a resolution, pairs by user and unfiltered, a suite
-    + 3  # nobody: the tenant-open document, by query, route and chat
-    + (len(USERS) + 1) * (2 * (len(QUESTIONS) + 1) + 3 + len(QUESTIONS) + 1)  # console: playground, lists, pages
-    + len(USERS) * (PER_USER + len(QUESTIONS))  # users named by tokens: the matrix's paths, and the direct model
-)
 
 
 async def walk(client: httpx.AsyncClient, ledger: Ledger) -> None:
@@ -385,6 +376,17 @@ VERIFIED: dict[str, tuple[dict[str, Any], str]] = {
         "every second Monday",
     ),
 }
+
+EXPECTED_CHECKS = (
+    (len(USERS) + 1) * PER_USER  # the matrix, nobody included
+    + 3 * len(USERS)  # exact cache: first asker, the other user, first asker again
+    + 2 * len(USERS)  # semantic paraphrase: first asker, the other user
+    + 6 * len(USERS)  # curation: gaps by user and unfiltered, a resolution, pairs by user and unfiltered, a suite
+    + 3  # nobody: the tenant-open document, by query, route and chat
+    # console: the playground, the list and its searches, every document's page (the verified ones included)
+    + (len(USERS) + 1) * (2 * (len(QUESTIONS) + 1) + 3 + len(QUESTIONS) + len(VERIFIED) + 1)
+    + len(USERS) * (PER_USER + len(QUESTIONS))  # users named by tokens: the matrix's paths, and the direct model
+)
 SUITE_CASES = [rows[0][1] for rows in SECRETS.values()]  # each group's first secret question
 POLL_S, POLL_LIMIT_S = 0.05, 60.0
 
