@@ -4,7 +4,7 @@ from .embeddings import CachedEmbeddings
 from .exact import CacheOutcome, CacheStats, ExactCache
 from .keys import KeyParams, exact_key, normalize_query
 from .layer import CacheLayer, open_cache, open_semantic_cache, shares_embeddings
-from .semantic import SemanticCache, SimilarityThreshold, semantic_scope
+from .semantic import QueryCentre, SemanticCache, SimilarityThreshold, semantic_scope
 from .single_flight import SingleFlight, StampedeGuard
 from .versions import ChangeNotAcknowledgedError, KnowledgeVersions
 
@@ -20,6 +20,7 @@ __all__ = [
     "KeyParams",
     "KnowledgeVersions",
     "MemoryBackend",
+    "QueryCentre",
     "RedisBackend",
     "SemanticCache",
     "SimilarityThreshold",

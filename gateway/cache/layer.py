@@ -19,7 +19,7 @@ from gateway.cache.backend import CacheBackend, MemoryBackend, RedisBackend
 from gateway.cache.embeddings import DEFAULT_EMBEDDING_TTL_S, CachedEmbeddings
 from gateway.cache.events import NO_CACHE_EVENTS, CacheEvents
 from gateway.cache.exact import ExactCache
-from gateway.cache.semantic import SemanticCache, SimilarityThreshold
+from gateway.cache.semantic import QueryCentre, SemanticCache, SimilarityThreshold
 from gateway.cache.versions import KnowledgeVersions
 from gateway.providers import ResilientRedis
 from gateway.settings import LOCAL_EMBEDDING_PROVIDER, CacheSettings, SemanticCacheSettings
@@ -128,6 +128,7 @@ def open_semantic_cache(
         layer.backend,
         embeddings,
         threshold=SimilarityThreshold(settings.similarity_threshold(calibration)),
+        centre=QueryCentre.of(calibration.query_centre),
         prefix=f"{layer.prefix}:{namespace}" if namespace else layer.prefix,
         events=layer.events,
     )

@@ -17,6 +17,7 @@ Like the exact cache it never fails a request: any backend error or timeout is a
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
@@ -50,6 +51,23 @@ MAX_GUARD_CHECKS = 8  # candidates above the threshold that the guard may examin
 class _Record(msgspec.Struct, array_like=True):
     query: str
     vector: bytes  # float32, L2-normalised
+
+
+@dataclass(frozen=True, slots=True)
+class QueryCentre:
+    """Where the embedder's question vectors cluster (the calibration's mean unit question vector), which the LSH
+    hashes from; ``vector`` None hashes from the origin. ``tag`` names it in bucket keys, so entries filed under
+    another centre (another calibration) are never read as if filed under this one."""
+
+    vector: Vector | None = None
+    tag: str = "o"
+
+    @classmethod
+    def of(cls, values: tuple[float, ...] | list[float]) -> QueryCentre:
+        if not values:
+            return cls()
+        vector = np.asarray(values, dtype=np.float32)
+        return cls(vector, "c" + hashlib.sha256(vector.tobytes()).hexdigest()[:8])
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,18 +114,24 @@ class SemanticStats:
 class HyperplaneLSH:
     """Signed random projections, ``bits_per_band`` bits per band: similar vectors share band values.
 
-    Seeded, so every replica (and every restart) files a vector under the same buckets.
+    Seeded, so every replica (and every restart) files a vector under the same buckets. With a ``centre`` (the
+    embedder's mean question vector, fitted by the calibration) each plane passes through it instead of the origin:
+    a vector's bits are the signs of its offset from the centre, so an embedder whose vectors fill a narrow cone
+    still splits into buckets of a bounded size.
     """
 
-    def __init__(self, dim: int, bands: int, bits_per_band: int, seed: int = 0) -> None:
+    def __init__(self, dim: int, bands: int, bits_per_band: int, seed: int = 0, centre: Vector | None = None) -> None:
         if dim < 1 or bands < 1 or not 1 <= bits_per_band <= 62:
             raise ValueError("LSH needs dim >= 1, bands >= 1 and 1..62 bits per band")
+        if centre is not None and centre.shape != (dim,):
+            raise ValueError(f"the LSH centre has {centre.shape[0]} dimensions, the vectors {dim}")
         self.dim, self.bands, self.bits = dim, bands, bits_per_band
         self._planes = np.random.default_rng(seed).standard_normal((bands * bits_per_band, dim)).astype(np.float32)
+        self._offsets = np.zeros(bands * bits_per_band, dtype=np.float32) if centre is None else self._planes @ centre
         self._weights = 1 << np.arange(bits_per_band, dtype=np.int64)
 
     def band_values(self, vector: Vector) -> list[int]:
-        signs = (self._planes @ vector > 0).reshape(self.bands, self.bits)
+        signs = (self._planes @ vector > self._offsets).reshape(self.bands, self.bits)
         return [int(v) for v in signs.astype(np.int64) @ self._weights]
 
 
@@ -226,6 +250,7 @@ class SemanticCache:
         embed: Any = None,
         *,
         threshold: SimilarityThreshold,
+        centre: QueryCentre | None = None,
         prefix: str = DEFAULT_PREFIX,
         ttl_s: float = DEFAULT_TTL_S,
         seed: int = 0,
@@ -242,6 +267,7 @@ class SemanticCache:
         self._embed = _embedder(embed) if embed is not None else None
         self._prefix, self.threshold, self.ttl_s = prefix, threshold.cosine, ttl_s
         self._bands, self._bits, self._seed = settings.bands, settings.bits_per_band, seed
+        self._centre = centre or QueryCentre()
         self._max_candidates, self._bucket_cap, self._guard = settings.max_candidates, settings.bucket_cap, guard
         self._lsh: dict[int, HyperplaneLSH] = {}
         self._events = events
@@ -257,8 +283,11 @@ class SemanticCache:
         """One key per band: prefix, tenant, version, visibility, scope, LSH shape and the band's value."""
         lsh = self._lsh.get(vector.shape[0])
         if lsh is None:
-            lsh = self._lsh[vector.shape[0]] = HyperplaneLSH(vector.shape[0], self._bands, self._bits, self._seed)
-        head = f"{self._base(tenant, version, scope, visibility)}:h{self._bands}x{self._bits}d{lsh.dim}s{self._seed}"
+            lsh = self._lsh[vector.shape[0]] = HyperplaneLSH(
+                vector.shape[0], self._bands, self._bits, self._seed, self._centre.vector
+            )
+        shape = f"h{self._bands}x{self._bits}d{lsh.dim}s{self._seed}{self._centre.tag}"
+        head = f"{self._base(tenant, version, scope, visibility)}:{shape}"
         width = (self._bits + 3) // 4
         return [f"{head}:b{band}:{value:0{width}x}" for band, value in enumerate(lsh.band_values(vector))]
 

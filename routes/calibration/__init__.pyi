@@ -1,5 +1,15 @@
 from .artefact import artefact_path, load_or_fit
-from .data import DATA, PASSAGES_FILE, ROUNDS_FILE, SHARED_SOURCES, Page, Round, near_miss_rounds, page_key
+from .data import (
+    DATA,
+    PASSAGES_FILE,
+    ROUNDS_FILE,
+    SHARED_SOURCES,
+    Page,
+    Round,
+    load_calibration_set,
+    near_miss_rounds,
+    page_key,
+)
 from .fit import (
     Embedded,
     Encoder,
@@ -15,6 +25,7 @@ from .fit import (
     judge_scale,
     logit,
     out_of_sample,
+    query_centre,
     select,
     with_answerless,
 )
@@ -43,11 +54,13 @@ __all__ = [
     "fit_relevance",
     "judge_of",
     "judge_scale",
+    "load_calibration_set",
     "load_or_fit",
     "logit",
     "near_miss_rounds",
     "out_of_sample",
     "page_key",
+    "query_centre",
     "select",
     "with_answerless",
 ]

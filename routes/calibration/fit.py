@@ -326,6 +326,14 @@ def crag_thresholds(t: Table, fast: np.ndarray, targets: Targets = TARGETS) -> t
     )
 
 
+def query_centre(unit_vectors: Sequence[np.ndarray]) -> tuple[float, ...]:
+    """The mean of unit question vectors: where this embedder's questions cluster (the semantic cache hashes from
+    it). Empty for no vectors."""
+    if not unit_vectors:
+        return ()
+    return tuple(float(x) for x in np.mean(np.stack(unit_vectors), axis=0))
+
+
 def fit_calibration(
     encoder: Encoder, data: CalibrationSet, fingerprint: str, guard: Guard, targets: Targets = TARGETS
 ) -> Fitted:
@@ -372,6 +380,7 @@ def fit_calibration(
         gap_similarity=_at_or_above(cosines["paraphrase"], targets.gap_paraphrase_joined),
         fingerprint=fingerprint,
         key=calibration_key(fingerprint),
+        query_centre=query_centre(list(embedded.query.values())),
     )
     judged = judge_probabilities(judge, t)
     report = {}

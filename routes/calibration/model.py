@@ -18,7 +18,7 @@ from routes.calibration.data import data_digest
 
 # The fitting code's version: raise it whenever a change to the fit (features, targets, solver) can change what it
 # fits, so artefacts fitted by the old code are not loaded as if fitted by the new.
-FIT_VERSION = 1
+FIT_VERSION = 2
 KEY_CHARS = 16
 
 
@@ -42,6 +42,11 @@ class Calibration:
     gap_similarity: float  # curation: cosine for two open questions to form one gap
     fingerprint: str  # the embedder's (``EmbeddingSettings.fingerprint``)
     key: str  # calibration_key(fingerprint): what the artefact is filed under
+    # The mean of the calibration questions' unit vectors: the semantic cache's LSH hashes a question's offset from
+    # it. An embedder whose questions all sit in a narrow cone (e5: two unrelated questions at cosine ~0.76) has
+    # most random hyperplanes through the origin miss the cone, so every question lands in the same buckets and
+    # a lookup reads the candidate cap; through the centre the planes cut the cone. Empty: hash from the origin.
+    query_centre: tuple[float, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -57,8 +62,9 @@ class Calibration:
             cjk_weights=tuple(float(w) for w in judge_raw["cjk_weights"]),
             relevance=RelevanceModel(**judge_raw["relevance"]),
         )
-        scalars = {f.name: raw[f.name] for f in fields(cls) if f.name not in ("relevance", "judge")}
-        return cls(relevance=relevance, judge=judge, **scalars)
+        scalars = {f.name: raw[f.name] for f in fields(cls) if f.name not in ("relevance", "judge", "query_centre")}
+        centre = tuple(float(x) for x in raw.get("query_centre", ()))
+        return cls(relevance=relevance, judge=judge, query_centre=centre, **scalars)
 
     def thresholds(self) -> dict[str, float]:
         """The thresholds by name (what the fit prints beside today's values)."""

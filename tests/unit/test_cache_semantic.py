@@ -9,7 +9,14 @@ import pytest
 
 from gateway.cache.backend import MemoryBackend
 from gateway.cache.contrast import Contrast
-from gateway.cache.semantic import HyperplaneLSH, SemanticCache, SemanticHit, SimilarityThreshold, semantic_scope
+from gateway.cache.semantic import (
+    HyperplaneLSH,
+    QueryCentre,
+    SemanticCache,
+    SemanticHit,
+    SimilarityThreshold,
+    semantic_scope,
+)
 from gateway.providers.embeddings import USEEmbeddings
 from gateway.settings import SemanticCacheSettings
 from pipelines.shared.visibility import Visibility
@@ -79,6 +86,72 @@ def test_lsh_files_close_vectors_together_and_far_ones_apart() -> None:
     assert sum(close) / len(close) > 5 * max(sum(far) / len(far), 0.1)
 
 
+def cone(n: int, axis: np.ndarray, cosine: float, seed: int = 500) -> list[np.ndarray]:
+    """``n`` unit vectors at ``cosine`` from ``axis`` in random directions around it: questions of an embedder whose
+    vectors crowd one direction (e5's unrelated questions sit at ~0.76 of each other)."""
+    return [near(axis, cosine, seed + i) for i in range(n)]
+
+
+def test_a_centre_splits_a_narrow_cone_that_planes_through_the_origin_do_not() -> None:
+    axis = unit(1)
+    vectors = cone(200, axis, 0.87)
+    centre = np.mean(vectors, axis=0).astype(np.float32)
+    origin, centred = HyperplaneLSH(DIM, 24, 12), HyperplaneLSH(DIM, 24, 12, centre=centre)
+
+    def crowd(lsh: HyperplaneLSH) -> float:
+        """The mean, over bands, of the largest bucket's share of the vectors."""
+        bands = np.asarray([lsh.band_values(v) for v in vectors])
+        return float(np.mean([np.unique(column, return_counts=True)[1].max() / len(vectors) for column in bands.T]))
+
+    assert crowd(origin) > 4 * crowd(centred)
+    assert crowd(centred) < 0.05
+    # Through the centre a paraphrase still shares buckets with its question.
+    base = centred.band_values(vectors[0])
+    close = [
+        sum(a == b for a, b in zip(base, centred.band_values(near(vectors[0], 0.99, s)), strict=True))
+        for s in range(20, 40)
+    ]
+    assert min(close) >= 1
+
+
+def test_a_centre_of_other_dimensions_is_refused() -> None:
+    with pytest.raises(ValueError, match="dimensions"):
+        HyperplaneLSH(DIM, 4, 12, centre=np.zeros(DIM + 1, dtype=np.float32))
+
+
+def test_bucket_keys_name_the_centre_they_were_hashed_from() -> None:
+    """Entries hashed from one centre are unreachable from another (a new calibration), never misread."""
+    centre = QueryCentre.of(tuple(float(x) for x in 0.5 * unit(3)))
+    other = QueryCentre.of(tuple(float(x) for x in 0.5 * unit(4)))
+    assert QueryCentre.of(()) == QueryCentre()
+    keys = {
+        c.tag: make(centre=c).bucket_keys("acme", 1, unit(1), visibility=Visibility.everything())
+        for c in (QueryCentre(), centre, other)
+    }
+    assert len(keys) == 3
+    assert all(set(a).isdisjoint(b) for a in keys.values() for b in keys.values() if a is not b)
+
+
+async def test_a_centred_cache_serves_a_paraphrase_within_a_crowded_cone() -> None:
+    axis = unit(1)
+    questions = cone(300, axis, 0.87)
+    centre = QueryCentre.of(tuple(float(x) for x in np.mean(questions, axis=0)))
+    settings = SemanticCacheSettings(max_candidates=16, bucket_cap=32)
+    cache = make(MemoryBackend(max_entries=100_000, max_bytes=1 << 30), settings, threshold=0.97, centre=centre)
+    for i, vector in enumerate(questions):
+        await cache.store(
+            "acme", 1, f"question {i}", vector, f"answer {i}".encode(), visibility=Visibility.everything()
+        )
+    served = 0
+    for i in range(0, 300, 15):
+        hit = await cache.lookup(
+            "acme", 1, f"paraphrase {i}", near(questions[i], 0.99, 7000 + i), visibility=Visibility.everything()
+        )
+        served += hit is not None and hit.matched_query == f"question {i}"
+        assert cache.stats.last_ids_seen <= 16  # the buckets alone bound what a lookup reads, not the cap
+    assert served == 20
+
+
 def test_lsh_rejects_impossible_shapes() -> None:
     with pytest.raises(ValueError, match="bits per band"):
         HyperplaneLSH(DIM, 4, 63)
@@ -88,7 +161,7 @@ def test_bucket_keys_carry_prefix_tenant_version_and_scope() -> None:
     cache = make(settings=SemanticCacheSettings(bands=6, bits_per_band=10))
     keys = cache.bucket_keys("acme", 42, unit(1), visibility=Visibility.everything())
     assert len(keys) == 6
-    assert all(key.startswith("t:sem:acme:v42:rall:any:h6x10d64s0:b") for key in keys)
+    assert all(key.startswith("t:sem:acme:v42:rall:any:h6x10d64s0o:b") for key in keys)
     # Another reader's entries are filed apart: a paraphrase never reaches a reader of other documents.
     hr = Visibility.of(["hr"], unset_open=True)
     assert set(keys).isdisjoint(cache.bucket_keys("acme", 42, unit(1), visibility=hr))
@@ -313,3 +386,24 @@ async def test_langchain_style_embedder_is_accepted() -> None:
     await cache.store("acme", 1, "abc", None, b"x", visibility=Visibility.everything())
     # same length -> same vector in this fake
     assert await cache.lookup("acme", 1, "xyz", visibility=Visibility.everything()) is not None
+
+
+def test_the_served_cache_hashes_from_the_calibrations_centre(
+    embeddings: USEEmbeddings, calibration: Calibration
+) -> None:
+    """The cache the gateway opens reads its centre from the calibration fitted for the embedder in use."""
+    from gateway.cache import open_cache, open_semantic_cache
+    from gateway.settings import CacheSettings
+
+    assert len(calibration.query_centre) == 512
+    settings = SemanticCacheSettings(enabled=True)
+    cache = open_semantic_cache(open_cache(None, CacheSettings()), settings, embeddings, calibration)
+    assert cache is not None
+    vector = unit(1, 512)
+    keys = cache.bucket_keys("acme", 1, vector, visibility=Visibility.everything())
+    tag = QueryCentre.of(calibration.query_centre).tag
+    assert tag.startswith("c") and all(f"s0{tag}:b" in key for key in keys)
+    centred = HyperplaneLSH(
+        512, settings.bands, settings.bits_per_band, centre=np.asarray(calibration.query_centre, dtype=np.float32)
+    )
+    assert [key.rsplit(":", 1)[1] for key in keys] == [f"{v:03x}" for v in centred.band_values(vector)]

@@ -109,6 +109,23 @@ def test_another_embedder_gets_its_own_values_at_the_same_operating_points(
     assert served == {"paraphrase": pytest.approx(TARGETS.semantic_paraphrase_served, abs=0.01), "contrast": 0.0}
 
 
+def test_the_question_centre_is_where_the_embedders_questions_cluster(
+    offset_fit: tuple[Fitted, Path], calibration: Calibration
+) -> None:
+    """The semantic cache's LSH hashes from this centre: it must be the embedder's own, and for an embedder whose
+    questions crowd one direction it must sit in that direction, or the LSH's planes would miss the cone."""
+    offset = offset_fit[0].calibration
+    for fitted in (calibration, offset):
+        centre = np.asarray(fitted.query_centre)
+        assert centre.shape == (512,)
+        assert 0.0 < float(np.linalg.norm(centre)) < 1.0  # a mean of unit vectors that do not all coincide
+    direction = np.ones(512) / np.sqrt(512)
+    # The offset encoder moves every vector towards one direction: its centre lies far along it, USE's does not.
+    assert float(np.asarray(offset.query_centre) @ direction) > 0.6
+    assert abs(float(np.asarray(calibration.query_centre) @ direction)) < 0.3
+    assert Calibration.from_json(json.loads(json.dumps(offset.to_json()))) == offset
+
+
 def test_the_artefact_is_keyed_by_the_fingerprint_and_loads_as_fitted(
     offset_fit: tuple[Fitted, Path], embeddings: USEEmbeddings
 ) -> None:
