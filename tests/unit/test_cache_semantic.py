@@ -402,7 +402,8 @@ def test_the_served_cache_hashes_from_the_calibrations_centre(
     vector = unit(1, 512)
     keys = cache.bucket_keys("acme", 1, vector, visibility=Visibility.everything())
     tag = QueryCentre.of(calibration.query_centre).tag
-    assert tag.startswith("c") and all(f"s0{tag}:b" in key for key in keys)
+    assert tag.startswith("c")
+    assert all(f"s0{tag}:b" in key for key in keys)
     centred = HyperplaneLSH(
         512, settings.bands, settings.bits_per_band, centre=np.asarray(calibration.query_centre, dtype=np.float32)
     )
