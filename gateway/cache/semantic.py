@@ -269,7 +269,7 @@ class SemanticCache:
         self._bands, self._bits, self._seed = settings.bands, settings.bits_per_band, seed
         self._centre = centre or QueryCentre()
         self._max_candidates, self._bucket_cap, self._guard = settings.max_candidates, settings.bucket_cap, guard
-        self._lsh: dict[int, HyperplaneLSH] = {}
+        self._lsh: dict[int, tuple[HyperplaneLSH, str]] = {}  # by dimensions: the hasher and its centre's tag
         self._events = events
         self.stats = SemanticStats()
 
@@ -281,15 +281,29 @@ class SemanticCache:
         self, tenant: str, version: int, vector: Vector, scope: str = "", *, visibility: Visibility
     ) -> list[str]:
         """One key per band: prefix, tenant, version, visibility, scope, LSH shape and the band's value."""
-        lsh = self._lsh.get(vector.shape[0])
-        if lsh is None:
-            lsh = self._lsh[vector.shape[0]] = HyperplaneLSH(
-                vector.shape[0], self._bands, self._bits, self._seed, self._centre.vector
-            )
-        shape = f"h{self._bands}x{self._bits}d{lsh.dim}s{self._seed}{self._centre.tag}"
+        hashed = self._lsh.get(vector.shape[0])
+        if hashed is None:
+            hashed = self._lsh[vector.shape[0]] = self._hasher(vector.shape[0])
+        lsh, tag = hashed
+        shape = f"h{self._bands}x{self._bits}d{lsh.dim}s{self._seed}{tag}"
         head = f"{self._base(tenant, version, scope, visibility)}:{shape}"
         width = (self._bits + 3) // 4
         return [f"{head}:b{band}:{value:0{width}x}" for band, value in enumerate(lsh.band_values(vector))]
+
+    def _hasher(self, dim: int) -> tuple[HyperplaneLSH, str]:
+        """The LSH for vectors of ``dim`` dimensions and the centre tag its keys carry: from the calibration's centre
+        when it has as many dimensions, else from the origin (logged). A centre of another embedder cannot offset
+        these vectors, and the cache must never fail a request over it."""
+        centre = self._centre
+        if centre.vector is not None and centre.vector.shape != (dim,):
+            logger.warning(
+                "semantic cache: the calibration's question centre has %d dimensions, the vectors %d: hashing from "
+                "the origin (is the calibration for another embedder?)",
+                centre.vector.shape[0],
+                dim,
+            )
+            centre = QueryCentre()
+        return HyperplaneLSH(dim, self._bands, self._bits, self._seed, centre.vector), centre.tag
 
     async def _vector(self, query: str, vector: Any) -> Vector | None:
         if vector is not None:

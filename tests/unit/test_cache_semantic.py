@@ -119,6 +119,13 @@ def test_a_centre_of_other_dimensions_is_refused() -> None:
         HyperplaneLSH(DIM, 4, 12, centre=np.zeros(DIM + 1, dtype=np.float32))
 
 
+def test_vectors_of_other_dimensions_than_the_centre_hash_from_the_origin() -> None:
+    """A centre fitted for another embedder never fails a lookup: those vectors hash as without a centre."""
+    centred = make(centre=QueryCentre.of(tuple(float(x) for x in 0.5 * unit(3, DIM + 1))))
+    keys = centred.bucket_keys("acme", 1, unit(1), visibility=Visibility.everything())
+    assert keys == make().bucket_keys("acme", 1, unit(1), visibility=Visibility.everything())
+
+
 def test_bucket_keys_name_the_centre_they_were_hashed_from() -> None:
     """Entries hashed from one centre are unreachable from another (a new calibration), never misread."""
     centre = QueryCentre.of(tuple(float(x) for x in 0.5 * unit(3)))
