@@ -226,7 +226,7 @@ class KnowledgeBase:
     async def document_access(self, tenant: str, doc_ids: Sequence[str]) -> dict[str, frozenset[str]]:
         """The current access tags of each of ``doc_ids`` the tenant holds, as its chunks carry them (a document it
         does not hold is left out; so is every one where the store cannot read tags back). What an export of
-        document ids asks (curation's training pairs) before it shows an id to anyone but an admin."""
+        document ids (curation's training pairs) asks before it puts an id in a row of a restricted asker."""
         wanted = list(dict.fromkeys(doc_ids))
         if not wanted:
             return {}
