@@ -38,8 +38,7 @@ async def per_request_us(run: Callable[[], Awaitable[object]], requests: int, ro
 
 async def measure(requests: int) -> None:
     rsa, ec = rsa_key("rsa-1"), ec_key("ec-1")
-    with jwks_server() as server:
-        server.publish(rsa, ec)
+    with jwks_server(rsa, ec) as server:
         settings = IdentitySettings(issuer=ISSUER, audience=AUDIENCE, jwks_url=server.url)
         async with httpx.AsyncClient() as http:
             identity = Identity(settings, TokenVerifier(settings, SigningKeys(http, settings)))

@@ -25,6 +25,7 @@ import asyncio
 import statistics
 from collections import Counter
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -53,7 +54,8 @@ async def run(name: EncoderName, centred: bool, threshold: float, cap: int) -> R
     data = load_calibration_set()
     pairs = data.pairs
     stored = list(dict.fromkeys([e.text for e in load_examples()] + [p.a for p in pairs]))
-    misses = [q for q in dict.fromkeys(r.question for r in data.rounds) if q not in set(stored)]
+    held = set(stored)
+    misses = [q for q in dict.fromkeys(r.question for r in data.rounds) if q not in held]
     lookups = [p.b for p in pairs] + misses
     enc = encoder(name, cache=VectorCache())
     centre_texts = list(
@@ -101,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|---|---|---|")
     for name in args.encoders.split(","):
         for centred in (False, True):
-            row = asyncio.run(run(name, centred, thresholds[name], args.cap))  # type: ignore[arg-type]
+            row = asyncio.run(run(cast(EncoderName, name), centred, thresholds[name], args.cap))
             ids = sorted(row.ids_seen)
             p95 = ids[int(0.95 * (len(ids) - 1))]
             s = row.served

@@ -125,9 +125,11 @@ class JwksServer:
 
 
 @contextmanager
-def jwks_server() -> Iterator[JwksServer]:
+def jwks_server(*keys: SigningKey) -> Iterator[JwksServer]:
+    """A JWKS server on a free loopback port, publishing ``keys`` from the start (none: an empty set)."""
     port = free_port()
     served = JwksServer(url=f"http://127.0.0.1:{port}/protocol/openid-connect/certs")
+    served.publish(*keys)
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:

@@ -185,8 +185,7 @@ IDP_KEY = rsa_key("leak-walk-key")
 
 @pytest.fixture
 def idp() -> Iterator[JwksServer]:
-    with jwks_server() as server:
-        server.publish(IDP_KEY)
+    with jwks_server(IDP_KEY) as server:
         yield server
 
 

@@ -66,8 +66,7 @@ async def test_llm_down_is_reported_degraded_not_unready(settings: Settings, emb
 
 @pytest.fixture
 def idp() -> Iterator[JwksServer]:
-    with jwks_server() as server:
-        server.publish(rsa_key("readiness-key"))
+    with jwks_server(rsa_key("readiness-key")) as server:
         yield server
 
 

@@ -68,8 +68,7 @@ def signing() -> SigningKey:
 
 @pytest.fixture
 def idp(signing: SigningKey) -> Iterator[JwksServer]:
-    with jwks_server() as server:
-        server.publish(signing)
+    with jwks_server(signing) as server:
         yield server
 
 

@@ -71,8 +71,7 @@ def second() -> SigningKey:
 
 @pytest.fixture
 def idp(first: SigningKey) -> Iterator[JwksServer]:
-    with jwks_server() as server:
-        server.publish(first)
+    with jwks_server(first) as server:
         yield server
 
 

@@ -57,6 +57,7 @@ from pipelines.shared import UNSET, Passage, Visibility
 
 PROVIDER = "vector_store"
 OPTIMIZE_EVERY_WRITES = 64
+DOC_IDS_PER_QUERY = 500  # ids in one `doc_id IN (...)` filter
 # The tokens are the project tokenizer's already: split on spaces, change nothing.
 KEYWORD_INDEX = FTS(
     base_tokenizer="whitespace", lower_case=False, stem=False, remove_stop_words=False, ascii_folding=False
@@ -367,19 +368,35 @@ class LanceVectorStore(VectorStore):
             access=[tuple(a or (UNSET,)) for a in data.column("access").to_pylist()] if "access" in columns else [],
         )
 
-    async def document_chunks(self, tenant: str, doc_ids: Sequence[str]) -> dict[str, list[ChunkRecord]] | None:
+    async def _document_rows(
+        self, tenant: str, doc_ids: Sequence[str], *, columns: tuple[str, ...] | None = None
+    ) -> tuple[list[dict[str, Any]], list[str]]:
+        """The rows of these documents (``columns`` of them, those the table has; None: every column) and the table's
+        column names. Ids go in batches of ``DOC_IDS_PER_QUERY``: an export naming thousands of documents must not
+        become one filter expression of that size."""
         check_tenant(tenant)
         if not doc_ids:
-            return {}
+            return [], []
         try:
             table = await self._table(tenant, create=False)
             if table is None:
-                return {}
+                return [], []
+            if columns is not None and "access" in columns:
+                await self._has_access(table)  # reads the schema again if another replica may have migrated it
             names = (await self._schema_of(table)).names
-            wanted = ", ".join(_sql_string(doc_id) for doc_id in doc_ids)
-            rows = await table.query().where(f"doc_id IN ({wanted})").to_list()
+            rows: list[dict[str, Any]] = []
+            for start in range(0, len(doc_ids), DOC_IDS_PER_QUERY):
+                wanted = ", ".join(_sql_string(doc_id) for doc_id in doc_ids[start : start + DOC_IDS_PER_QUERY])
+                query = table.query().where(f"doc_id IN ({wanted})")
+                if columns is not None:
+                    query = query.select([c for c in columns if c in names])
+                rows.extend(await query.to_list())
         except Exception as exc:
             raise ProviderError(f"LanceDB read failed: {exc}", provider=PROVIDER) from exc
+        return rows, names
+
+    async def document_chunks(self, tenant: str, doc_ids: Sequence[str]) -> dict[str, list[ChunkRecord]] | None:
+        rows, names = await self._document_rows(tenant, doc_ids)
         found: dict[str, list[ChunkRecord]] = {}
         for row in sorted(rows, key=lambda r: (r["doc_id"], r["chunk_index"])):
             found.setdefault(row["doc_id"], []).append(
@@ -398,19 +415,7 @@ class LanceVectorStore(VectorStore):
 
     async def document_access(self, tenant: str, doc_ids: Sequence[str]) -> dict[str, frozenset[str]] | None:
         """Two columns of the documents' rows, no vectors or texts (a table before permissions: every row ``UNSET``)."""
-        check_tenant(tenant)
-        if not doc_ids:
-            return {}
-        try:
-            table = await self._table(tenant, create=False)
-            if table is None:
-                return {}
-            has_access = await self._has_access(table)
-            wanted = ", ".join(_sql_string(doc_id) for doc_id in doc_ids)
-            columns = ["doc_id", "access"] if has_access else ["doc_id"]
-            rows = await table.query().where(f"doc_id IN ({wanted})").select(columns).to_list()
-        except Exception as exc:
-            raise ProviderError(f"LanceDB read failed: {exc}", provider=PROVIDER) from exc
+        rows, _ = await self._document_rows(tenant, doc_ids, columns=("doc_id", "access"))
         tags: dict[str, list[tuple[str, ...]]] = {}
         for row in rows:
             tags.setdefault(row["doc_id"], []).append(tuple(row.get("access") or (UNSET,)))
