@@ -511,6 +511,9 @@ class VectorStoreSettings(SettingsGroup):
     # all tenants together (a 10,000-chunk tenant of 512-d vectors and 700-character chunks: about 35 MiB);
     # 0: every probe searches the store. Needs the cache's knowledge versions.
     probe_index_max_mb: int = Field(256, ge=0, validation_alias=AliasChoices("GATEWAY_PROBE_INDEX_MAX_MB"))
+    # LanceDB: seconds without a write to a tenant after which its new rows are folded into its indexes (until
+    # then searches scan them); 0: only every 64 writes.
+    settle_after_s: float = Field(5.0, ge=0, validation_alias=AliasChoices("GATEWAY_VECTOR_STORE_SETTLE_S"))
 
 
 class RedisSettings(SettingsGroup):

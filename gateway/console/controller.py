@@ -205,7 +205,9 @@ def console_error(request: Request[Any, Any, Any], exc: Exception) -> Response[A
     """The console's errors: the same problem details as the API's (one mapping), as a page for a browser's page
     request, as JSON for the uploader; a page that needs a session sends the browser to sign in."""
     if isinstance(exc, SignInRequiredError) and request.method == "GET":
-        return Redirect(f"{CONSOLE_PATH}/sign-in?next={quote(request.url.path)}")
+        # The page's query string too: a search or a document's id is part of where the reader was going.
+        page = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        return Redirect(f"{CONSOLE_PATH}/sign-in?next={quote(page)}")
     problem = handle_exception(request, exc)
     if "application/json" in request.headers.get("accept", ""):
         return problem

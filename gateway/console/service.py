@@ -19,7 +19,7 @@ from markupsafe import Markup, escape
 from gateway.access import Reader
 from gateway.console.schemas import Bar, ChunkView, DocumentRow, ReaderView
 from gateway.knowledge import KnowledgeBase
-from gateway.providers import StoredChunks
+from gateway.providers import StoredChunks, common_access
 from gateway.query import Passage, QueryResponse, step_text
 from pipelines.shared import TENANT_OPEN, UNSET, Visibility
 
@@ -44,7 +44,7 @@ class Catalogue:
         sections: dict[str, list[str]] = defaultdict(list)
         titles: dict[str, str] = {}
         sources: dict[str, str] = {}
-        access: dict[str, tuple[str, ...]] = {}
+        access: dict[str, list[tuple[str, ...]]] = defaultdict(list)
         matched: set[str] = set()
         for i in _visible(stored, visibility):
             doc_id, title, text = stored.doc_ids[i], stored.titles[i], stored.texts[i]
@@ -52,7 +52,7 @@ class Catalogue:
             chunks[doc_id] += 1
             titles.setdefault(doc_id, title)
             sources.setdefault(doc_id, str(meta.get("source", "")))
-            access.setdefault(doc_id, _tags(stored, i))
+            access[doc_id].append(_tags(stored, i))
             section = str(meta.get("section", ""))
             if section and section not in sections[doc_id]:
                 sections[doc_id].append(section)
@@ -65,7 +65,8 @@ class Catalogue:
                 source=sources[d],
                 chunks=chunks[d],
                 sections=sections[d],
-                access=_access_labels(access[d]),
+                # What every visible chunk allows: during a re-tag a document's chunks may briefly differ.
+                access=_access_labels(tuple(sorted(common_access(access[d])))),
             )
             for d in sorted(matched)
         ]

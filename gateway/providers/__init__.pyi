@@ -25,7 +25,7 @@ from .llm import FALLBACK, PRIMARY, LLMClient, build_chat_model, open_llm_client
 from .openai_embeddings import OpenAICompatibleEmbeddings
 from .redis import NO_DEPENDENCY_EVENTS, DependencyEvents, RedisUnavailableError, ResilientRedis, open_redis
 from .upstream_http import upstream_client
-from .vectorstores.base import TENANT_PATTERN, ChunkRecord, StoredChunks, VectorStore, check_tenant
+from .vectorstores.base import TENANT_PATTERN, ChunkRecord, StoredChunks, VectorStore, check_tenant, common_access
 from .vectorstores.factory import open_vector_store
 from .vectorstores.fusion import query_terms
 from .websearch import TavilySearch
@@ -56,6 +56,7 @@ __all__ = [
     "build_chat_model",
     "build_embeddings",
     "check_tenant",
+    "common_access",
     "document_changes",
     "embed_queries",
     "embedding_dimensions",

@@ -1,19 +1,21 @@
 """What document permissions cost an ``auto`` query, and what sharing tenant-open answers would win the cache.
 
-    python -m tests.benchmarks.access_overhead [--chunks 10000] [--n 300] [--requests 3000]
+    python -m tests.benchmarks.access_overhead [--chunks 10000] [--n 300] [--requests 3000] [--unsettled]
 
 Fills one tenant of the embedded LanceDB store (a temporary directory) with ``--chunks`` chunks, 20 per document:
 the HotpotQA passages of ``routes/data`` with their real embeddings, then filler chunks (random text, random unit
 vectors) up to the total. Documents are tagged as a permissioned tenant would be: four in ten open to the whole
-tenant, the rest spread over five groups (``g0``..``g4``).
+tenant, the rest spread over five groups (``g0``..``g4``). The tenant is then settled (its last writes folded into
+its indexes, as the store does once writes pause) unless ``--unsettled`` measures it right after the burst.
 
 1. **Added latency.** For EN/JA questions whose vectors are computed beforehand (the embedding is not what access
    changes), times the retrieval work of an ``auto`` request: the router's decision (its probe, the signals, the
    model) and the first retrieval served from the probe (``ProbeFirstRetriever``: the keyword half and the links,
    pre-filtered in LanceDB), for a reader who sees everything, a reader of one group (who sees about half the
-   chunks) and a reader of every group (filtered, yet allowed every chunk: the filter's own cost), in rotating
-   order question by question. Both with the tenant's in-memory matrix warm (how the gateway serves a
-   tenant with Redis) and with the store alone (no matrix: a cold tenant, or Pinecone's shape of search).
+   chunks) and a reader of every group (filtered, yet allowed every chunk: the filter's own cost), in a random
+   order per request, after every question was asked once by each. Both with the tenant's in-memory matrix warm
+   (how the gateway serves a tenant with Redis) and with the store alone (no matrix: a cold tenant, or Pinecone's
+   shape of search).
 2. **Cache hit rate.** A replayed workload: ``--requests`` questions drawn (Zipf, s=1.1) from the question pool by
    readers of one group each (uniform over the five). Each reader's answer rests on their own top-4 passages (the
    real search above). Keyed by visibility (what the gateway does) a request hits when the same question was asked
@@ -46,7 +48,7 @@ from gateway.knowledge.service import DenseSearch, KnowledgeBase
 from gateway.providers.embeddings import USE_DIMENSIONS, USEEmbeddings
 from gateway.providers.llm import LLMClient
 from gateway.providers.vectorstores.base import ChunkRecord
-from gateway.providers.vectorstores.lance import LanceVectorStore
+from gateway.providers.vectorstores.lance import SETTLE_AFTER_S, LanceVectorStore
 from gateway.query.factory import probe_depth
 from gateway.query.router_artefact import train_knowledge_router
 from gateway.settings import ModelPrice, Settings
@@ -64,7 +66,6 @@ from tests.fakes.scripted_chat import ScriptedChatModel
 TENANT = "bench"
 CHUNKS_PER_DOC = 20
 GROUPS = 5
-WARM_UP = 20
 TOP_K = 4
 WORDS = np.asarray(["report", "quarterly", "budget", "river", "market", "annex", "harbour", "signal", "station"])
 
@@ -114,10 +115,15 @@ async def time_auto(
         "every group": Visibility.of([f"g{g}" for g in range(GROUPS)], unset_open=False),
     }
     timings: Timings = {name: [] for name in readers}
-    for i in range(WARM_UP + n):
+    # Each request's readers in a fresh random order. A rotation by request number would be tied to the question
+    # whenever the number of questions is a multiple of the readers' (114 and 3): the same reader would then
+    # always ask a given question first, and every per-question difference would carry that order's cost.
+    rng = np.random.default_rng(29)
+    warm_up = len(asked)  # every question asked once by every reader before any is timed
+    for i in range(warm_up + n):
         q = i % len(asked)
         query, vector = asked[q], vectors[q]
-        names = list(readers)[i % len(readers) :] + list(readers)[: i % len(readers)]  # rotated: no fixed order
+        names = [str(name) for name in rng.permutation(list(readers))]
         for name in names:
             reader = readers[name]
             t0 = time.perf_counter()
@@ -127,7 +133,7 @@ async def time_auto(
             )
             elapsed = (time.perf_counter() - t0) * 1000
             assert found or reader.groups is not None
-            if i >= WARM_UP:
+            if i >= warm_up:
                 timings[name].append((q, elapsed))
     return timings
 
@@ -233,18 +239,24 @@ def replay_shared(
     return hits
 
 
-async def run(chunks: int, n: int, requests: int) -> None:
+async def run(chunks: int, n: int, requests: int, unsettled: bool) -> None:
     settings = Settings()
     embeddings = USEEmbeddings()
     asked = questions()
     vectors = [v.tolist() for v in embeddings.embed_array(asked)]
     versions = KnowledgeVersions(MemoryBackend(), prefix="bench-access")
     with tempfile.TemporaryDirectory() as tmp:
-        store = await LanceVectorStore.open(Path(tmp) / "lancedb", USE_DIMENSIONS)
+        # Unsettled: the store's own fold-in switched off, or it would settle the tenant seconds into the timing.
+        settle = 0.0 if unsettled else SETTLE_AFTER_S
+        store = await LanceVectorStore.open(Path(tmp) / "lancedb", USE_DIMENSIONS, settle_after_s=settle)
         started = time.perf_counter()
         real = await fill(store, embeddings, chunks)
         total = await store.count_chunks(TENANT)
         print(f"tenant: {total} chunks ({real} HotpotQA passages), written in {time.perf_counter() - started:.1f} s")
+        if not unsettled:
+            started = time.perf_counter()
+            await store.settled()
+            print(f"settled (last writes folded into the indexes) in {time.perf_counter() - started:.1f} s")
         chunker = Chunker(settings.chunking.size, settings.chunking.overlap)
         knowledge = KnowledgeBase(
             embeddings,
@@ -284,8 +296,9 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=10_000)
     parser.add_argument("--n", type=int, default=300)
     parser.add_argument("--requests", type=int, default=3000)
+    parser.add_argument("--unsettled", action="store_true", help="time the tenant right after its writes")
     args = parser.parse_args()
-    asyncio.run(run(args.chunks, args.n, args.requests))
+    asyncio.run(run(args.chunks, args.n, args.requests, args.unsettled))
 
 
 if __name__ == "__main__":

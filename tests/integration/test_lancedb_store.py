@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
+import lancedb
 import pytest
 
 from gateway.providers.vectorstores.base import ChunkRecord
@@ -171,3 +173,46 @@ async def test_a_table_written_before_links_existed_keeps_working_without_them(t
     exported = await store.export_chunks("acme")
     assert exported is not None
     assert exported.about == []
+
+
+async def unindexed_rows(path: Path, tenant: str) -> dict[str, int]:
+    """Rows each index of the tenant's table does not cover yet, read from the database itself."""
+    table = await (await lancedb.connect_async(str(path))).open_table(f"kb_{tenant}")
+    stats = {index.name: await table.index_stats(index.name) for index in await table.list_indices()}
+    return {name: s.num_unindexed_rows for name, s in stats.items() if s is not None}
+
+
+async def test_a_write_burst_joins_the_indexes_when_asked_without_waiting_for_the_pause(tmp_path: Path) -> None:
+    store = await LanceVectorStore.open(tmp_path, 3, settle_after_s=3600)
+    for i in range(4):
+        await store.replace_document("acme", f"d{i}", [chunk(f"d{i}", 0, [1, i, 0], f"word{i} shared")])
+    # The first write built the indexes on its own row; the other three are scanned until they are folded in.
+    assert await unindexed_rows(tmp_path, "acme") == {"terms_idx": 3, "access_idx": 3}
+    await store.settled()
+    assert await unindexed_rows(tmp_path, "acme") == {"terms_idx": 0, "access_idx": 0}
+    found = await store.keyword_search("acme", ["word3"], [1, 3, 0], 5, visibility=Visibility.everything())
+    assert [p.doc_id for p in found] == ["d3"]
+    await store.close()
+
+
+async def test_a_write_burst_joins_the_indexes_once_writes_pause(tmp_path: Path) -> None:
+    store = await LanceVectorStore.open(tmp_path, 3, settle_after_s=0.01)
+    for i in range(3):
+        await store.replace_document("acme", f"d{i}", [chunk(f"d{i}", 0, [1, i, 0])])
+    (fold_in,) = [task for task in asyncio.all_tasks() if task.get_name() == "lancedb-settle-acme"]
+    await fold_in  # its own timer, nothing hurried it
+    assert await unindexed_rows(tmp_path, "acme") == {"terms_idx": 0, "access_idx": 0}
+    await store.replace_document("acme", "d9", [chunk("d9", 0, [0, 0, 1])])  # a new burst gets a new fold-in
+    (again,) = [task for task in asyncio.all_tasks() if task.get_name() == "lancedb-settle-acme"]
+    assert again is not fold_in
+    await store.close()
+
+
+async def test_closing_drops_a_fold_in_still_waiting(tmp_path: Path) -> None:
+    store = await LanceVectorStore.open(tmp_path, 3, settle_after_s=3600)
+    await store.replace_document("acme", "a", [chunk("a", 0, [1, 0, 0])])
+    await store.replace_document("acme", "b", [chunk("b", 0, [0, 1, 0])])
+    (fold_in,) = [task for task in asyncio.all_tasks() if task.get_name() == "lancedb-settle-acme"]
+    await store.close()
+    assert fold_in.cancelled()
+    assert await unindexed_rows(tmp_path, "acme") == {"terms_idx": 1, "access_idx": 1}  # left to a later write

@@ -62,6 +62,8 @@ async def test_a_page_without_a_session_sends_the_browser_to_sign_in(
         page = await client.get("/console/knowledge/", follow_redirects=False)
         assert page.status_code == 302
         assert page.headers["location"] == "/console/sign-in?next=/console/knowledge"
+        document = await client.get("/console/knowledge/document?id=notes.md", follow_redirects=False)
+        assert document.headers["location"] == "/console/sign-in?next=/console/knowledge/document%3Fid%3Dnotes.md"
         # Anything but a page view is refused outright, as the API refuses it
         refused = await client.post(
             "/console/knowledge/delete", data={"doc_id": "x"}, headers={"accept": "application/json"}

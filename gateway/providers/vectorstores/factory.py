@@ -18,4 +18,4 @@ async def open_vector_store(settings: VectorStoreSettings, dimensions: int) -> V
             index_name=settings.pinecone_index,
             dimensions=dimensions,
         )
-    return await LanceVectorStore.open(settings.path, dimensions)
+    return await LanceVectorStore.open(settings.path, dimensions, settle_after_s=settings.settle_after_s)

@@ -12,7 +12,8 @@ project tokenizer's tokens, space-joined, indexed with the whitespace tokenizer 
 stopwords: LanceDB's own tokenizers split Japanese on nothing (``simple``) or need a dictionary
 (``icu``), and the index must cut words exactly as the queries and the relevance checks do. Rows
 written after the index was built are searched too (unindexed rows are scanned) until
-``optimize`` folds them in. Tables created before this column existed search dense only.
+``optimize`` folds them in: every 64 writes, and once a tenant's writes pause for ``settle_after_s``. Tables
+created before this column existed search dense only.
 
 Entity links (:mod:`pipelines.shared.links`) are an ``about`` column (a list of keys per chunk) filtered with
 ``array_has_any`` in a cosine search; tables created before it existed follow no links, and their writes leave
@@ -33,7 +34,9 @@ millisecond of a restricted reader's query at 10,000 chunks; with it the filter 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
 from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -56,6 +59,9 @@ from gateway.providers.vectorstores.fusion import index_terms
 from pipelines.shared import UNSET, Passage, Visibility
 
 PROVIDER = "vector_store"
+logger = logging.getLogger(__name__)
+# The default of the vector store's ``settle_after_s`` setting, for stores opened without settings (tools, tests).
+SETTLE_AFTER_S = 5.0
 OPTIMIZE_EVERY_WRITES = 64
 DOC_IDS_PER_QUERY = 500  # ids in one `doc_id IN (...)` filter
 # The tokens are the project tokenizer's already: split on spaces, change nothing.
@@ -98,9 +104,14 @@ def _cosine(stored: Sequence[float], query: np.ndarray[Any, np.dtype[np.float32]
 class LanceVectorStore(VectorStore):
     name = "lancedb"
 
-    def __init__(self, connection: Any, dimensions: int) -> None:
+    def __init__(self, connection: Any, dimensions: int, *, settle_after_s: float = SETTLE_AFTER_S) -> None:
         self._db = connection
         self._dimensions = dimensions
+        self._settle_after_s = settle_after_s
+        self._settling: dict[str, asyncio.Task[None]] = {}  # per tenant: the fold-in after its latest write burst
+        self._settle_at: dict[str, float] = {}  # per tenant: when (loop time) its writes will have paused long enough
+        self._waiting: set[str] = set()  # tenants whose fold-in has not started (cancelled, not cut, at close)
+        self._hurry: dict[str, asyncio.Event] = {}  # set: fold in now, without waiting for the pause
         self._tables: dict[str, Any] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._writes: dict[str, int] = {}
@@ -123,13 +134,13 @@ class LanceVectorStore(VectorStore):
         self._columns: dict[str, pa.Schema] = {}  # each open table's own schema: older tables lack later columns
 
     @classmethod
-    async def open(cls, path: Path, dimensions: int) -> LanceVectorStore:
+    async def open(cls, path: Path, dimensions: int, *, settle_after_s: float = SETTLE_AFTER_S) -> LanceVectorStore:
         await asyncio.to_thread(path.mkdir, parents=True, exist_ok=True)
         try:
             connection = await lancedb.connect_async(str(path), read_consistency_interval=timedelta(0))
         except Exception as exc:  # lancedb raises plain OSError/RuntimeError subclasses
             raise ProviderUnavailableError(f"cannot open LanceDB at {path}: {exc}", provider=PROVIDER) from exc
-        return cls(connection, dimensions)
+        return cls(connection, dimensions, settle_after_s=settle_after_s)
 
     @staticmethod
     def _table_name(tenant: str) -> str:
@@ -187,6 +198,7 @@ class LanceVectorStore(VectorStore):
                 await self._ensure_keyword_index(tenant, table)
                 await self._ensure_access_index(tenant, table)
                 await self._maybe_optimize(tenant, table)
+                self._settle_later(tenant)
             except ProviderError:
                 raise
             except Exception as exc:
@@ -201,6 +213,7 @@ class LanceVectorStore(VectorStore):
                 if table is None:
                     return False
                 result = await table.delete(f"doc_id = {_sql_string(doc_id)}")
+                self._settle_later(tenant)
             except Exception as exc:
                 raise ProviderError(f"LanceDB delete failed: {exc}", provider=PROVIDER) from exc
         return int(getattr(result, "num_deleted_rows", 0)) > 0
@@ -431,10 +444,57 @@ class LanceVectorStore(VectorStore):
         except Exception as exc:
             raise ProviderUnavailableError(f"LanceDB unavailable: {exc}", provider=PROVIDER) from exc
 
+    async def settled(self) -> None:
+        """Fold every tenant's pending rows in now, without waiting for its writes to pause, and return once done:
+        for a bulk import, or a measurement, that wants the indexes complete before it searches."""
+        for tenant in self._waiting:
+            self._hurry[tenant].set()
+        await asyncio.gather(*self._settling.values())
+
     async def close(self) -> None:
+        # A fold-in still waiting is dropped (the next write or optimize folds the rows in); one under way is let
+        # finish rather than cut inside LanceDB's compaction.
+        for tenant, task in self._settling.items():
+            if tenant in self._waiting:
+                task.cancel()
+        await asyncio.gather(*self._settling.values(), return_exceptions=True)
+        self._settling.clear()
         for table in self._tables.values():
             table.close()
         self._tables.clear()
+
+    def _settle_later(self, tenant: str) -> None:
+        """Fold a write burst's rows into the indexes once writes to the tenant pause. Until then the full-text
+        search scans them, and a restricted reader's filter is evaluated on them row by row: at 10,000 chunks with
+        the last thousand unfolded, the served ``auto`` query took twice as long and the filter cost a reader who
+        sees every group ~2 ms instead of under 1 (``python -m tests.benchmarks.access_overhead``). Called under
+        the tenant's write lock, so a fold-in is either still to start (it will read this write's rows) or done."""
+        if self._settle_after_s <= 0:
+            return
+        loop = asyncio.get_running_loop()
+        self._settle_at[tenant] = loop.time() + self._settle_after_s
+        task = self._settling.get(tenant)
+        if task is None or task.done():
+            self._waiting.add(tenant)
+            self._hurry[tenant] = asyncio.Event()
+            self._settling[tenant] = loop.create_task(self._settle(tenant), name=f"lancedb-settle-{tenant}")
+
+    async def _settle(self, tenant: str) -> None:
+        loop = asyncio.get_running_loop()
+        hurry = self._hurry[tenant]
+        # Each later write moves the deadline: wait for the pause after the last one.
+        while (wait := self._settle_at[tenant] - loop.time()) > 0 and not hurry.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(hurry.wait(), wait)
+        async with self._locks.setdefault(tenant, asyncio.Lock()):
+            self._waiting.discard(tenant)
+            try:
+                table = await self._table(tenant, create=False)
+                if table is not None:
+                    await table.optimize()
+            except Exception:
+                # Searches stay correct, only slower, until the next write or the periodic optimize retries.
+                logger.warning("LanceDB could not fold tenant %s's new rows into its indexes", tenant, exc_info=True)
 
     async def _maybe_optimize(self, tenant: str, table: Any) -> None:
         """Compact small fragments now and then; every upsert adds one and slows scans."""
