@@ -452,6 +452,12 @@ class Identity:
         user_id, groups = await self._verifier.verify(_bare(token))
         return self.of(user_id, groups, "token")
 
+    @staticmethod
+    def header_user(headers: Headers) -> str | None:
+        """The user the trusted ``X-Gateway-User`` header names, as :meth:`reader` reads it (None: no header)."""
+        user = _single(headers, USER_HEADER)
+        return None if user is None else _header_user(user)
+
     async def reader(self, principal: Principal, headers: Headers) -> Reader:
         check_vouched(principal, headers)
         token = _single(headers, TOKEN_HEADER)

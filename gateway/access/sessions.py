@@ -191,11 +191,7 @@ async def console_reader(
     if session_token is None:
         named = await identity.reader(principal, connection.headers)
     else:
-        if any(name in connection.headers for name in (TOKEN_HEADER, USER_HEADER, GROUPS_HEADER)):
-            raise ClientError(
-                "This session signed in with a user token; it may not name a user in headers as well.",
-                code="user_named_twice",
-            )
+        headers = connection.headers
         if not principal.acts_for_users:
             connection.clear_session()
             raise SignInRequiredError(
@@ -207,6 +203,16 @@ async def console_reader(
         except UserTokenError as exc:
             connection.clear_session()
             raise SignInRequiredError(f"{exc.detail} Sign in again.", code="invalid_user_token") from exc
+        # An ingress that authenticates users itself (oauth2-proxy) names the user on every request, the console's
+        # too: naming the token's own user is no conflict (the token's verified groups stand); another user, a
+        # second token, or groups for nobody are.
+        header_user = identity.header_user(headers)
+        named_by_headers = header_user is not None or GROUPS_HEADER in headers
+        if TOKEN_HEADER in headers or (named_by_headers and header_user != named.user_id):
+            raise ClientError(
+                "This session signed in with a user token; headers may name only that user as well.",
+                code="user_named_twice",
+            )
     if named.user_id is None and principal.allows("admin"):
         return Reader.unrestricted()
     return named

@@ -1,7 +1,7 @@
 """How many stored questions a semantic-cache lookup reads, per embedder, with the LSH hashing from the origin or
 from the calibration's question centre.
 
-    python -m tests.benchmarks.semantic_lsh [--encoders use,e5]
+    python -m tests.benchmarks.semantic_lsh [--encoders use,e5] [--pairs FILE]
 
 One tenant's cache (a real ``SemanticCache`` over the in-process backend, the default LSH shape: 24 bands of 12
 bits, 32 ids a bucket, 64 candidates a lookup) holds the router's training questions (``routes/data``, EN/JA, ~1,200)
@@ -15,16 +15,21 @@ The threshold is the embedder's calibrated one (``--threshold-use`` / ``--thresh
 in RESULTS.md), so only the hashing differs between the two rows of an embedder. The centre is the calibration's:
 the mean unit vector of the calibration set's questions (:func:`routes.calibration.fit.query_centre`). Vectors are
 read from the offline vector cache (``routes.offline.training.encoders``), so a rerun embeds nothing.
-A figure-printing script, not a test.
+``--pairs`` looks up another pair set's instead of the calibration's (the stored questions and the centre stay the
+service's): ``routes/offline/eval/data/semantic_pairs_heldout.jsonl`` is written apart from everything the threshold
+and centre are fitted on (other topics: appliances, travel, software, cooking, insurance, transport, libraries,
+science), 36 pairs a language. A figure-printing script, not a test.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import statistics
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 from typing import cast
 
 import numpy as np
@@ -32,7 +37,7 @@ import numpy as np
 from gateway.cache import MemoryBackend, QueryCentre, SemanticCache, SimilarityThreshold
 from gateway.settings import SemanticCacheSettings
 from pipelines.shared import Visibility
-from routes.calibration import load_calibration_set, query_centre
+from routes.calibration import TextPair, load_calibration_set, query_centre
 from routes.examples import load_examples
 from routes.offline.training.encoders import EncoderName, VectorCache, encoder
 
@@ -50,16 +55,23 @@ class Row:
     capped: int
 
 
-async def run(name: EncoderName, centred: bool, threshold: float, cap: int) -> Row:
+def read_pairs(path: Path) -> tuple[TextPair, ...]:
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return tuple(TextPair(str(r["kind"]), str(r["lang"]), str(r["a"]), str(r["b"])) for r in rows)
+
+
+async def run(name: EncoderName, centred: bool, threshold: float, cap: int, asked: Path | None) -> Row:
     data = load_calibration_set()
-    pairs = data.pairs
+    # The centre is always the calibration's own (what the service hashes from); only the lookups may differ.
+    fitted = data.pairs
+    pairs = read_pairs(asked) if asked is not None else fitted
     stored = list(dict.fromkeys([e.text for e in load_examples()] + [p.a for p in pairs]))
     held = set(stored)
     misses = [q for q in dict.fromkeys(r.question for r in data.rounds) if q not in held]
     lookups = [p.b for p in pairs] + misses
     enc = encoder(name, cache=VectorCache())
     centre_texts = list(
-        dict.fromkeys([*(r.question for r in data.rounds), *(p.a for p in pairs), *(p.b for p in pairs)])
+        dict.fromkeys([*(r.question for r in data.rounds), *(p.a for p in fitted), *(p.b for p in fitted)])
     )
     vectors = dict(zip(stored + lookups, enc.queries(stored + lookups), strict=True))
     unit = [v / np.linalg.norm(v) for v in enc.queries(centre_texts)]
@@ -91,10 +103,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threshold-use", type=float, default=THRESHOLDS["use"])
     parser.add_argument("--threshold-e5", type=float, default=THRESHOLDS["e5"])
     parser.add_argument("--cap", type=int, default=SemanticCacheSettings().max_candidates)
+    parser.add_argument("--pairs", type=Path, help="look up this pair set's pairs (JSON lines: kind, lang, a, b)")
     args = parser.parse_args(argv)
     thresholds = {"use": args.threshold_use, "e5": args.threshold_e5}
-    data = load_calibration_set()
-    totals = Counter(f"{p.kind}:{p.lang}" for p in data.pairs)
+    pairs = read_pairs(args.pairs) if args.pairs is not None else load_calibration_set().pairs
+    totals = Counter(f"{p.kind}:{p.lang}" for p in pairs)
     print(f"pairs: {dict(sorted(totals.items()))}; cap {args.cap} candidates a lookup")
     print(
         "| encoder | hashing | ids named p50 / p95 / max | fetched mean | lookups over the cap | "
@@ -103,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|---|---|---|")
     for name in args.encoders.split(","):
         for centred in (False, True):
-            row = asyncio.run(run(cast(EncoderName, name), centred, thresholds[name], args.cap))
+            row = asyncio.run(run(cast(EncoderName, name), centred, thresholds[name], args.cap, args.pairs))
             ids = sorted(row.ids_seen)
             p95 = ids[int(0.95 * (len(ids) - 1))]
             s = row.served

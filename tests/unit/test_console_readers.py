@@ -244,6 +244,12 @@ async def test_signing_in_with_a_user_token_reads_as_that_user(console: Console,
     assert await listed(client) == {"hr-memo", "handbook"}
     named_twice = await client.get("/console/knowledge/", headers={"X-Gateway-User": "bob", **json})
     assert (named_twice.status_code, named_twice.json()["code"]) == (400, "user_named_twice")
+    groups_alone = await client.get("/console/knowledge/", headers={"X-Gateway-User-Groups": "eng", **json})
+    assert (groups_alone.status_code, groups_alone.json()["code"]) == (400, "user_named_twice")
+    # An ingress naming the token's own user on every request (oauth2-proxy): the token's verified groups stand.
+    ingress = {"X-Gateway-User": "alice", "X-Gateway-User-Groups": "eng"}
+    assert await listed(client, headers=ingress) == {"hr-memo", "handbook"}
+    assert reading_as((await ask(client, ENG_QUESTION, headers=ingress)).text) == "user: as alice, groups hr"
 
 
 async def test_a_bad_user_token_at_sign_in_is_a_401_on_the_sign_in_page(console: Console, signing: SigningKey) -> None:
