@@ -204,6 +204,10 @@ class SigningKeys:
             self._probing.add(task)
             task.add_done_callback(self._probing.discard)
             await asyncio.shield(task)
+        elif not self._fresh() and self._lock.locked():
+            # A fetch a token started is under way: the probe reports its outcome, not that it has not ended yet.
+            async with self._lock:
+                pass
         if self._fresh():
             return
         reason = self._failure or f"not fetched again yet (at most once per {self._min_refetch_s:g} s)"

@@ -539,6 +539,26 @@ async def test_a_probe_timing_out_does_not_cancel_the_fetch(idp: JwksServer, fir
     assert idp.fetched() == 1
 
 
+async def test_a_probe_during_a_fetch_a_token_started_reports_its_outcome(idp: JwksServer, first: SigningKey) -> None:
+    """Keys not fetched yet and a token's fetch under way: the probe waits for that fetch instead of reporting the
+    provider down because it may not fetch again so soon."""
+    idp.hold = threading.Event()
+    try:
+        async with httpx.AsyncClient() as http:
+            keys = probed_keys(idp, http, Clock())
+            token = asyncio.ensure_future(keys.key(first.kid, "RS256"))
+            await asyncio.sleep(0)  # the token's lookup runs to its fetch's first wait, holding the fetch
+            checked = asyncio.ensure_future(probe(keys))
+            await asyncio.sleep(0)
+            assert not checked.done()
+            idp.hold.set()
+            assert await checked == "ok"
+            assert (await token).key_id == first.kid
+    finally:
+        idp.hold.set()
+    assert idp.fetched() == 1
+
+
 async def test_the_readiness_detail_names_the_host_not_credentials_or_path() -> None:
     url = "http://svc:hunter2@127.0.0.1:1/realms/acme/protocol/openid-connect/certs"  # nothing listens on port 1
     settings = IdentitySettings(issuer=ISSUER, audience=AUDIENCE, jwks_url=url)
