@@ -37,7 +37,7 @@ from litestar.connection import ASGIConnection
 from litestar.middleware.session.client_side import CookieBackendConfig
 
 from gateway.access.guard import PRINCIPAL, Access, admit, identify, presented_key
-from gateway.access.identity import GROUPS_HEADER, TOKEN_HEADER, USER_HEADER, Identity, Reader, check_vouched, record
+from gateway.access.identity import GROUPS_HEADER, TOKEN_HEADER, Identity, Reader, check_vouched, record
 from gateway.access.keys import KeyRing, Principal, Scope, is_loopback
 from gateway.errors import AuthenticationError, ClientError, PermissionDeniedError, UserTokenError
 from gateway.providers import TENANT_PATTERN
