@@ -138,10 +138,11 @@ class VectorStore(ABC):
     async def document_access(self, tenant: str, doc_ids: Sequence[str]) -> dict[str, frozenset[str]] | None:
         """The access tags of each of ``doc_ids`` the tenant holds (a document it does not hold is left out): the tags
         every chunk of it carries, so a reader allowed them may read all of it (a write replaces a document's chunks
-        with one access; a document caught half re-tagged reads as what both versions allow). None when this store
-        cannot read them back. Read from the chunks, not from anywhere else: changing a document's access re-tags its
-        chunks, so this is the access every search filters by now. Stores that can select the tags alone override it;
-        this one reads the chunks whole."""
+        with one access; a document caught half re-tagged reads as the tags both versions carry, which allows no more
+        than both versions do and may allow less: it fails closed). None when this store cannot read them back. Read
+        from the chunks, not from anywhere else: changing a document's access re-tags its chunks, so this is the
+        access every search filters by now. Stores that can select the tags alone override it; this one reads the
+        chunks whole."""
         chunks = await self.document_chunks(tenant, doc_ids)
         if chunks is None:
             return None
