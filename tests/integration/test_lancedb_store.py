@@ -216,3 +216,14 @@ async def test_closing_drops_a_fold_in_still_waiting(tmp_path: Path) -> None:
     await store.close()
     assert fold_in.cancelled()
     assert await unindexed_rows(tmp_path, "acme") == {"terms_idx": 1, "access_idx": 1}  # left to a later write
+
+
+async def test_with_fold_ins_off_a_burst_joins_the_indexes_only_when_asked(tmp_path: Path) -> None:
+    store = await LanceVectorStore.open(tmp_path, 3, settle_after_s=0)
+    for i in range(3):
+        await store.replace_document("acme", f"d{i}", [chunk(f"d{i}", 0, [1, i, 0])])
+    assert [task for task in asyncio.all_tasks() if task.get_name().startswith("lancedb-settle")] == []
+    assert await unindexed_rows(tmp_path, "acme") == {"terms_idx": 2, "access_idx": 2}
+    await store.settled()
+    assert await unindexed_rows(tmp_path, "acme") == {"terms_idx": 0, "access_idx": 0}
+    await store.close()

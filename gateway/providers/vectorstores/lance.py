@@ -112,6 +112,8 @@ class LanceVectorStore(VectorStore):
         self._settle_at: dict[str, float] = {}  # per tenant: when (loop time) its writes will have paused long enough
         self._waiting: set[str] = set()  # tenants whose fold-in has not started (cancelled, not cut, at close)
         self._hurry: dict[str, asyncio.Event] = {}  # set: fold in now, without waiting for the pause
+        self._unfolded: set[str] = set()  # tenants written to since their last fold-in
+        self._closed = False
         self._tables: dict[str, Any] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._writes: dict[str, int] = {}
@@ -195,10 +197,10 @@ class LanceVectorStore(VectorStore):
                     )
                 else:
                     await table.delete(f"doc_id = {_sql_string(doc_id)}")
+                self._settle_later(tenant)  # the rows are committed: whatever fails below, they get folded in
                 await self._ensure_keyword_index(tenant, table)
                 await self._ensure_access_index(tenant, table)
                 await self._maybe_optimize(tenant, table)
-                self._settle_later(tenant)
             except ProviderError:
                 raise
             except Exception as exc:
@@ -446,14 +448,18 @@ class LanceVectorStore(VectorStore):
 
     async def settled(self) -> None:
         """Fold every tenant's pending rows in now, without waiting for its writes to pause, and return once done:
-        for a bulk import, or a measurement, that wants the indexes complete before it searches."""
+        for a bulk import, or a measurement, that wants the indexes complete before it searches (with fold-ins
+        switched off too: ``settle_after_s`` 0)."""
         for tenant in self._waiting:
             self._hurry[tenant].set()
-        await asyncio.gather(*self._settling.values())
+        await asyncio.gather(*self._settling.values(), return_exceptions=True)
+        for tenant in sorted(self._unfolded):
+            await self._fold_in(tenant)
 
     async def close(self) -> None:
         # A fold-in still waiting is dropped (the next write or optimize folds the rows in); one under way is let
-        # finish rather than cut inside LanceDB's compaction.
+        # finish rather than cut inside LanceDB's compaction; a write finishing meanwhile schedules none.
+        self._closed = True
         for tenant, task in self._settling.items():
             if tenant in self._waiting:
                 task.cancel()
@@ -469,7 +475,8 @@ class LanceVectorStore(VectorStore):
         the last thousand unfolded, the served ``auto`` query took twice as long and the filter cost a reader who
         sees every group ~2 ms instead of under 1 (``python -m tests.benchmarks.access_overhead``). Called under
         the tenant's write lock, so a fold-in is either still to start (it will read this write's rows) or done."""
-        if self._settle_after_s <= 0:
+        self._unfolded.add(tenant)
+        if self._settle_after_s <= 0 or self._closed:
             return
         loop = asyncio.get_running_loop()
         self._settle_at[tenant] = loop.time() + self._settle_after_s
@@ -486,8 +493,14 @@ class LanceVectorStore(VectorStore):
         while (wait := self._settle_at[tenant] - loop.time()) > 0 and not hurry.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(hurry.wait(), wait)
+        await self._fold_in(tenant)
+
+    async def _fold_in(self, tenant: str) -> None:
         async with self._locks.setdefault(tenant, asyncio.Lock()):
             self._waiting.discard(tenant)
+            if self._closed:
+                return
+            self._unfolded.discard(tenant)  # a write from here on waits for the lock, and marks it again
             try:
                 table = await self._table(tenant, create=False)
                 if table is not None:
