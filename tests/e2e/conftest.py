@@ -86,6 +86,9 @@ def repeatable_gateway_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator
             workdir,
             GATEWAY_LLM_TIMEOUT_S=str(REPEATABLE_BUDGET_S),
             GATEWAY_BUDGET_MAX_SECONDS=str(REPEATABLE_BUDGET_S),
+            # The two tenants of a comparison are searched a minute apart; a fold-in landing between them (5 s after
+            # their ingest) once changed a cited passage. Off, both are searched in the same index state.
+            GATEWAY_VECTOR_STORE_SETTLE_S="0",
         )
 
 
