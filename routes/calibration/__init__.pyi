@@ -6,10 +6,10 @@ from .data import (
     SHARED_SOURCES,
     Page,
     Round,
-    TextPair,
     load_calibration_set,
     near_miss_rounds,
     page_key,
+    read_pairs,
 )
 from .fit import (
     Embedded,
@@ -44,7 +44,6 @@ __all__ = [
     "Page",
     "Round",
     "Table",
-    "TextPair",
     "Vectors",
     "artefact_path",
     "build_table",
@@ -63,6 +62,7 @@ __all__ = [
     "out_of_sample",
     "page_key",
     "query_centre",
+    "read_pairs",
     "select",
     "with_answerless",
 ]

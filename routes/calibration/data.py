@@ -91,7 +91,11 @@ def data_digest() -> str:
 
 
 def _jsonl(name: str) -> Iterator[dict[str, object]]:
-    for line in (_data() / name).read_text(encoding="utf-8").splitlines():
+    yield from _lines(_data() / name)
+
+
+def _lines(source: Traversable | Path) -> Iterator[dict[str, object]]:
+    for line in source.read_text(encoding="utf-8").splitlines():
         if line.strip():
             yield json.loads(line)
 
@@ -125,7 +129,12 @@ def near_miss_rounds() -> list[Round]:
 
 
 def text_pairs() -> list[TextPair]:
-    return [TextPair(str(r["kind"]), str(r["lang"]), str(r["a"]), str(r["b"])) for r in _jsonl(PAIRS_FILE)]
+    return read_pairs(_data() / PAIRS_FILE)
+
+
+def read_pairs(source: Traversable | Path) -> list[TextPair]:
+    """A pair file's pairs (JSON lines: kind, lang, a, b): the calibration's, or a set written apart from it."""
+    return [TextPair(str(r["kind"]), str(r["lang"]), str(r["a"]), str(r["b"])) for r in _lines(source)]
 
 
 def load_calibration_set() -> CalibrationSet:

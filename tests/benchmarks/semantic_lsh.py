@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 from collections import Counter
 from dataclasses import dataclass
@@ -37,7 +36,7 @@ import numpy as np
 from gateway.cache import MemoryBackend, QueryCentre, SemanticCache, SimilarityThreshold
 from gateway.settings import SemanticCacheSettings
 from pipelines.shared import Visibility
-from routes.calibration import TextPair, load_calibration_set, query_centre
+from routes.calibration import load_calibration_set, query_centre, read_pairs
 from routes.examples import load_examples
 from routes.offline.training.encoders import EncoderName, VectorCache, encoder
 
@@ -55,16 +54,11 @@ class Row:
     capped: int
 
 
-def read_pairs(path: Path) -> tuple[TextPair, ...]:
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    return tuple(TextPair(str(r["kind"]), str(r["lang"]), str(r["a"]), str(r["b"])) for r in rows)
-
-
 async def run(name: EncoderName, centred: bool, threshold: float, cap: int, asked: Path | None) -> Row:
     data = load_calibration_set()
     # The centre is always the calibration's own (what the service hashes from); only the lookups may differ.
     fitted = data.pairs
-    pairs = read_pairs(asked) if asked is not None else fitted
+    pairs = tuple(read_pairs(asked)) if asked is not None else fitted
     stored = list(dict.fromkeys([e.text for e in load_examples()] + [p.a for p in pairs]))
     held = set(stored)
     misses = [q for q in dict.fromkeys(r.question for r in data.rounds) if q not in held]
@@ -106,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pairs", type=Path, help="look up this pair set's pairs (JSON lines: kind, lang, a, b)")
     args = parser.parse_args(argv)
     thresholds = {"use": args.threshold_use, "e5": args.threshold_e5}
-    pairs = read_pairs(args.pairs) if args.pairs is not None else load_calibration_set().pairs
+    pairs = tuple(read_pairs(args.pairs)) if args.pairs is not None else load_calibration_set().pairs
     totals = Counter(f"{p.kind}:{p.lang}" for p in pairs)
     print(f"pairs: {dict(sorted(totals.items()))}; cap {args.cap} candidates a lookup")
     print(

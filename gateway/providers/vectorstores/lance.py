@@ -56,12 +56,13 @@ from gateway.providers.vectorstores.base import (
     common_access,
 )
 from gateway.providers.vectorstores.fusion import index_terms
+from gateway.settings import VectorStoreSettings
 from pipelines.shared import UNSET, Passage, Visibility
 
 PROVIDER = "vector_store"
 logger = logging.getLogger(__name__)
-# The default of the vector store's ``settle_after_s`` setting, for stores opened without settings (tools, tests).
-SETTLE_AFTER_S = 5.0
+# For stores opened without settings (tools, tests): the setting's own default, kept in one place.
+SETTLE_AFTER_S: float = VectorStoreSettings.model_fields["settle_after_s"].default
 OPTIMIZE_EVERY_WRITES = 64
 DOC_IDS_PER_QUERY = 500  # ids in one `doc_id IN (...)` filter
 # The tokens are the project tokenizer's already: split on spaces, change nothing.
